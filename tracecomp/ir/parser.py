@@ -1,0 +1,580 @@
+"""Parse the MLIR generic-op text that ir/printer.py writes back into a Graph.
+
+A hand-written tokenizer (`_Lexer`) feeds a recursive-descent parser (`_Parser`) with
+one method per construct: func, op, attribute, dense constant, type, location.
+Invariants:
+- the text holds one `func.func` (optionally inside `module { ... }`); SSA names may be
+  anything (`%x`, `%0`, `%arg3`); the graph is built with Graph.add_input/add_op in text
+  order, and attributes keep their text order;
+- no op table is consulted: checking op names and attrs is the verifier's job; here
+  only the text's own consistency is checked (defined-before-use, no redefinition,
+  result and operand counts and types agree with the op's function type);
+- every malformed input raises IRError whose message starts with
+  `<file>: line L, column C:` and says what was expected and what was found; the error
+  also carries `.line` and `.col`.
+"""
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType, from_mlir
+from ..errors import DTypeError, IRError
+from .graph import Graph, Value
+from .types import Location, TensorType
+
+_PUNCT = ("->", "(", ")", "{", "}", "[", "]", "<", ">", ",", ":", "=", "-", "#")
+_ID_CHARS = "_$."
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
+_DTYPE_NAMES = {d.mlir for d in DType}
+
+
+def parse_graph(text: str, filename: str = "<ir>") -> Graph:
+    """The Graph written in `text`; raises IRError (with line and column) if malformed."""
+    lines = text.splitlines()
+    tokens = _Lexer(text, filename, lines).tokenize()
+    return _Parser(tokens, filename, lines).parse()
+
+
+def _located_error(filename: str, lines: list[str], line: int, col: int, message: str) -> IRError:
+    source = lines[line - 1] if 0 < line <= len(lines) else ""
+    err = IRError(f"{filename}: line {line}, column {col}: {message}\n"
+                  f"  {source}\n  {' ' * (col - 1)}^")
+    err.line, err.col = line, col
+    return err
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str     # punct, id, value (%x), symbol (@x), int, float, string, type, eof
+    text: str     # as written, for messages
+    value: Any    # decoded: name, number, string contents, or tensor<...> body
+    line: int
+    col: int
+
+
+class _Lexer:
+    """Splits the text into tokens; `tensor<...>` is one token because `4x8xf32` is."""
+
+    def __init__(self, text: str, filename: str, lines: list[str]):
+        self.text, self.filename, self.lines, self.pos = text, filename, lines, 0
+        self.line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+
+    def where(self, pos: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.line_starts, pos)
+        return line, pos - self.line_starts[line - 1] + 1
+
+    def error(self, pos: int, message: str) -> IRError:
+        return _located_error(self.filename, self.lines, *self.where(pos), message)
+
+    def tokenize(self) -> list[_Token]:
+        tokens = []
+        while not tokens or tokens[-1].kind != "eof":
+            self.skip_blanks()
+            tokens.append(self.next_token())
+        return tokens
+
+    def skip_blanks(self) -> None:
+        text = self.text
+        while self.pos < len(text):
+            if text[self.pos].isspace():
+                self.pos += 1
+            elif text.startswith("//", self.pos):
+                end = text.find("\n", self.pos)
+                self.pos = len(text) if end < 0 else end
+            else:
+                return
+
+    def token(self, kind: str, start: int, value: Any = None) -> _Token:
+        text = self.text[start:self.pos]
+        return _Token(kind, text, text if value is None else value, *self.where(start))
+
+    def next_token(self) -> _Token:
+        start, text = self.pos, self.text
+        if start >= len(text):
+            return self.token("eof", start, "")
+        char = text[start]
+        if char == '"':
+            return self.token("string", start, self.string_body())
+        if char in "%@":
+            return self.sigil_name(char)
+        if char.isdigit():
+            return self.number()
+        if char.isalpha() or char == "_":
+            return self.identifier()
+        for punct in _PUNCT:
+            if text.startswith(punct, start):
+                self.pos += len(punct)
+                return self.token("punct", start)
+        raise self.error(start, f"unexpected character {char!r}")
+
+    def take_while(self, accept) -> str:
+        start = self.pos
+        while self.pos < len(self.text) and accept(self.text[self.pos]):
+            self.pos += 1
+        return self.text[start:self.pos]
+
+    def string_body(self) -> str:
+        start, out = self.pos, bytearray()
+        self.pos += 1
+        while self.pos < len(self.text) and self.text[self.pos] not in '"\n':
+            if self.text[self.pos] == "\\":
+                out += self.escape()
+            else:
+                out += self.text[self.pos].encode("utf-8")
+                self.pos += 1
+        if self.pos >= len(self.text) or self.text[self.pos] != '"':
+            raise self.error(start, "unterminated string (expected '\"' before end of line)")
+        self.pos += 1
+        try:
+            return out.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.error(start, "string escapes do not form valid UTF-8") from None
+
+    def escape(self) -> bytes:
+        pair = self.text[self.pos + 1:self.pos + 3]
+        if pair[:1] in _SIMPLE_ESCAPES:
+            self.pos += 2
+            return _SIMPLE_ESCAPES[pair[:1]].encode()
+        if len(pair) == 2 and all(c in "0123456789abcdefABCDEF" for c in pair):
+            self.pos += 3
+            return bytes([int(pair, 16)])
+        raise self.error(self.pos, f"expected an escape (\\\", \\\\, \\n, \\t or two hex digits) "
+                                   f"after '\\', found {pair[:1]!r}")
+
+    def sigil_name(self, sigil: str) -> _Token:
+        start = self.pos
+        self.pos += 1
+        kind = "value" if sigil == "%" else "symbol"
+        if sigil == "@" and self.text.startswith('"', self.pos):
+            return self.token(kind, start, self.string_body())
+        name = self.take_while(lambda c: c.isascii() and (c.isalnum() or c in _ID_CHARS + "-"))
+        if not name:
+            what = "value" if sigil == "%" else "symbol"
+            raise self.error(start, f"expected a {what} name after '{sigil}'")
+        return self.token(kind, start, name)
+
+    def number(self) -> _Token:
+        start = self.pos
+        if self.text.startswith(("0x", "0X"), start):
+            self.pos += 2
+            digits = self.take_while(lambda c: c in "0123456789abcdefABCDEF")
+            if not digits:
+                raise self.error(start, "expected hex digits after '0x'")
+            return self.token("int", start, int(digits, 16))
+        self.take_while(str.isdigit)
+        if not self.text.startswith(".", self.pos):
+            return self.token("int", start, int(self.text[start:self.pos]))
+        self.pos += 1
+        self.take_while(str.isdigit)
+        if self.text[self.pos:self.pos + 1] in ("e", "E"):
+            self.pos += 1
+            if self.text[self.pos:self.pos + 1] in ("+", "-"):
+                self.pos += 1
+            if not self.take_while(str.isdigit):
+                raise self.error(self.pos, "expected exponent digits in float literal")
+        return self.token("float", start, float(self.text[start:self.pos]))
+
+    def identifier(self) -> _Token:
+        start = self.pos
+        name = self.take_while(lambda c: c.isascii() and (c.isalnum() or c in _ID_CHARS))
+        if name != "tensor" or not self.text.startswith("<", self.pos):
+            return self.token("id", start)
+        end = self.text.find(">", self.pos)
+        newline = self.text.find("\n", self.pos)
+        if end < 0 or 0 <= newline < end:
+            raise self.error(start, "unterminated tensor type (expected '>')")
+        body = self.text[self.pos + 1:end]
+        self.pos = end + 1
+        return self.token("type", start, body)
+
+
+class _Parser:
+    """Recursive descent over the tokens, building the Graph as it goes."""
+
+    def __init__(self, tokens: list[_Token], filename: str, lines: list[str]):
+        self.tokens, self.filename, self.lines, self.pos = tokens, filename, lines, 0
+        self.graph = Graph()
+        self.values: dict[str, tuple[list[Value], _Token]] = {}
+
+    # -- token helpers ---------------------------------------------------------------
+    def peek(self) -> _Token:
+        return self.tokens[self.pos]
+
+    def advance(self) -> _Token:
+        token = self.tokens[self.pos]
+        self.pos += token.kind != "eof"
+        return token
+
+    def at(self, text: str) -> bool:
+        token = self.peek()
+        return token.kind in ("punct", "id") and token.text == text
+
+    def accept(self, text: str) -> bool:
+        if self.at(text):
+            self.advance()
+            return True
+        return False
+
+    def expect(self, text: str, context: str) -> _Token:
+        if not self.at(text):
+            raise self.error(self.peek(), f"expected '{text}' {context}, found {_describe(self.peek())}")
+        return self.advance()
+
+    def expect_kind(self, kind: str, what: str, context: str) -> _Token:
+        if self.peek().kind != kind:
+            raise self.error(self.peek(), f"expected {what} {context}, found {_describe(self.peek())}")
+        return self.advance()
+
+    def error(self, token: _Token, message: str, offset: int = 0) -> IRError:
+        return _located_error(self.filename, self.lines, token.line, token.col + offset, message)
+
+    def comma_list(self, parse_item, close: str | None = None) -> list:
+        """Items separated by ','; empty only if the token `close` comes first."""
+        items = [] if close is not None and self.at(close) else [parse_item()]
+        while self.accept(","):
+            items.append(parse_item())
+        return items
+
+    # -- function ----------------------------------------------------------------------
+    def parse(self) -> Graph:
+        in_module = self.accept("module")
+        if in_module:
+            self.expect("{", "after 'module'")
+        self.parse_func()
+        if in_module:
+            self.expect("}", "to close the module")
+        self.expect_kind("eof", "end of input", "after the function")
+        return self.graph
+
+    def parse_func(self) -> None:
+        self.expect("func.func", "to start the function")
+        self.graph.name = self.expect_kind("symbol", "a function name like '@main'", "after 'func.func'").value
+        self.expect("(", "before the function arguments")
+        self.comma_list(self.parse_argument, ")")
+        self.expect(")", "after the function arguments")
+        self.result_types = self.parse_func_results() if self.accept("->") else []
+        self.expect("{", "to open the function body")
+        while not self.at("return"):
+            self.parse_op()
+        self.parse_return()
+        self.expect("}", "after 'return' to close the function body")
+
+    def parse_argument(self) -> None:
+        name = self.expect_kind("value", "an argument name like '%arg0'", "in the argument list")
+        self.expect(":", "after the argument name")
+        self.define(name, [self.graph.add_input(self.parse_type()[0])])
+
+    def parse_func_results(self) -> list[tuple[TensorType, _Token]]:
+        if not self.accept("("):
+            return [self.parse_type()]
+        types = self.comma_list(self.parse_type, ")")
+        self.expect(")", "after the function result types")
+        return types
+
+    def parse_return(self) -> None:
+        keyword = self.advance()
+        values = []
+        if self.peek().kind == "value":
+            values = self.comma_list(self.parse_use)
+            self.expect(":", "after the returned values")
+            types = self.comma_list(self.parse_type)
+            if len(types) != len(values):
+                raise self.error(keyword, f"'return' has {len(values)} values but "
+                                          f"{len(types)} types")
+            self.check_types(values, types)
+        if len(values) != len(self.result_types):
+            raise self.error(keyword, f"'return' has {len(values)} values but the function "
+                                      f"declares {len(self.result_types)} results")
+        self.check_types(values, self.result_types, "function result")
+        self.graph.outputs = [v for v, _ in values]
+
+    # -- values --------------------------------------------------------------------------
+    def define(self, name: _Token, values: list[Value]) -> None:
+        if name.value in self.values:
+            first = self.values[name.value][1]
+            raise self.error(name, f"redefinition of value '{name.text}' "
+                                   f"(first defined at line {first.line}, column {first.col})")
+        self.values[name.value] = (values, name)
+
+    def parse_use(self) -> tuple[Value, _Token]:
+        name = self.expect_kind("value", "a value like '%0'", "as an operand")
+        if name.value not in self.values:
+            raise self.error(name, f"use of undefined value '{name.text}'")
+        group = self.values[name.value][0]
+        if not self.accept("#"):
+            if len(group) != 1:
+                raise self.error(name, f"'{name.text}' names {len(group)} results; "
+                                       f"pick one with '{name.text}#0'")
+            return group[0], name
+        index = self.expect_kind("int", "a result number", f"after '{name.text}#'")
+        if index.value >= len(group):
+            raise self.error(index, f"'{name.text}' has {len(group)} results, "
+                                    f"so '#{index.value}' is out of range")
+        return group[index.value], name
+
+    def check_types(self, values: list, types: list, what: str = "operand") -> None:
+        for i, ((value, _), (type, token)) in enumerate(zip(values, types)):
+            if value.type != type:
+                raise self.error(token, f"{what} {i} has type {value.type} "
+                                        f"but the type list says {type}")
+
+    # -- ops -----------------------------------------------------------------------------
+    def parse_op(self) -> None:
+        groups = []
+        if self.peek().kind == "value":
+            groups = self.comma_list(self.parse_result_group)
+            self.expect("=", "after the result names")
+        name = self.expect_kind("string", "an op name like \"tc.add\" or 'return'",
+                                "to start an operation")
+        self.expect("(", "after the op name")
+        operands = self.comma_list(self.parse_use, ")")
+        self.expect(")", "after operand list")
+        attrs = self.parse_attr_dict() if self.at("{") else {}
+        context = "after attributes" if attrs else "after operand list"
+        self.expect(":", context)
+        operand_types, arrow, result_types = self.parse_function_type()
+        self.check_counts(name, operands, operand_types, groups, result_types, arrow)
+        self.check_types(operands, operand_types)
+        loc = self.parse_location() if self.at("loc") else None
+        op = self.graph.add_op(name.value, [v for v, _ in operands], attrs,
+                               [t for t, _ in result_types], loc)
+        self.define_results(groups, op.results)
+
+    def parse_result_group(self) -> tuple[_Token, int]:
+        name = self.expect_kind("value", "a result name like '%0'", "before '='")
+        if not self.accept(":"):
+            return name, 1
+        count = self.expect_kind("int", "a result count", f"after '{name.text}:'")
+        return name, count.value
+
+    def define_results(self, groups: list[tuple[_Token, int]], results: list[Value]) -> None:
+        start = 0
+        for name, count in groups:
+            self.define(name, results[start:start + count])
+            start += count
+
+    def parse_function_type(self):
+        self.expect("(", "to open the operand types")
+        operand_types = self.comma_list(self.parse_type, ")")
+        self.expect(")", "after the operand types")
+        arrow = self.expect("->", "after the operand types")
+        if not self.accept("("):
+            return operand_types, arrow, [self.parse_type()]
+        result_types = self.comma_list(self.parse_type, ")")
+        self.expect(")", "after the result types")
+        return operand_types, arrow, result_types
+
+    def check_counts(self, name, operands, operand_types, groups, result_types, arrow) -> None:
+        if len(operands) != len(operand_types):
+            raise self.error(name, f"op {name.text} has {len(operands)} operands but "
+                                   f"{len(operand_types)} operand types")
+        defined = sum(count for _, count in groups)
+        if defined != len(result_types):
+            where = groups[0][0] if groups else arrow
+            raise self.error(where, f"op {name.text} defines {defined} result values but "
+                                    f"its type has {len(result_types)} result types")
+
+    # -- types and locations ----------------------------------------------------------
+    def parse_type(self) -> tuple[TensorType, _Token]:
+        token = self.expect_kind("type", "a tensor type like 'tensor<4xf32>'", "here")
+        body, offset, shape = token.value, 0, []
+        while offset < len(body) and (body[offset].isdigit() or body[offset] in "?*"):
+            end = body.find("x", offset)
+            dim = body[offset:end] if end >= 0 else body[offset:]
+            column = len("tensor<") + offset
+            if dim in ("?", "*"):
+                problem = "dynamic dimensions" if dim == "?" else "unranked tensors"
+                raise self.error(token, f"{problem} are not supported", column)
+            if not dim.isdigit() or end < 0:
+                raise self.error(token, f"expected 'x' and an element type after dimension "
+                                        f"'{dim}'", column)
+            shape.append(int(dim))
+            offset = end + 1
+        try:
+            return TensorType(tuple(shape), from_mlir(body[offset:])), token
+        except DTypeError as err:
+            raise self.error(token, str(err), len("tensor<") + offset) from None
+
+    def parse_location(self) -> Location | None:
+        self.advance()
+        self.expect("(", "after 'loc'")
+        if self.accept("unknown"):
+            self.expect(")", "after 'unknown'")
+            return None
+        file = self.expect_kind("string", "a file name string or 'unknown'", "in 'loc('")
+        self.expect(":", "after the location's file name")
+        line = self.expect_kind("int", "a line number", "in the location")
+        self.expect(":", "after the location's line number")
+        col = self.expect_kind("int", "a column number", "in the location")
+        self.expect(")", "to close the location")
+        return Location(file.value, line.value, col.value)
+
+    # -- attributes ------------------------------------------------------------------------
+    def parse_attr_dict(self) -> dict[str, Any]:
+        self.advance()
+        attrs: dict[str, Any] = {}
+        for key, value in self.comma_list(self.parse_attr_entry, "}"):
+            if key.value in attrs:
+                raise self.error(key, f"duplicate attribute '{key.value}'")
+            attrs[key.value] = value
+        self.expect("}", "after the attributes")
+        return attrs
+
+    def parse_attr_entry(self) -> tuple[_Token, Any]:
+        key = self.peek()
+        if key.kind not in ("id", "string") or (key.kind == "string" and not key.value):
+            raise self.error(key, f"expected an attribute name, found {_describe(key)}")
+        self.advance()
+        self.expect("=", f"after attribute name '{key.value}'")
+        return key, self.parse_attr_value()
+
+    def parse_attr_value(self) -> Any:
+        token = self.peek()
+        if token.kind == "string":
+            return self.advance().value
+        if token.kind in ("int", "float") or self.at("-"):
+            return self.parse_scalar_attr()
+        if token.kind == "id" and token.text in ("true", "false"):
+            return self.advance().text == "true"
+        if token.kind == "id" and token.text in _DTYPE_NAMES:
+            return from_mlir(self.advance().text)
+        if self.at("array"):
+            return self.parse_int_array()
+        if self.at("dense"):
+            return self.parse_dense()
+        raise self.error(token, f"expected an attribute value, found {_describe(token)}")
+
+    def parse_number(self) -> tuple[int | float, _Token]:
+        """An int or float literal with an optional leading '-'."""
+        negative = self.accept("-")
+        token = self.peek()
+        if token.kind not in ("int", "float"):
+            raise self.error(token, f"expected a number, found {_describe(token)}")
+        self.advance()
+        return (-token.value if negative else token.value), token
+
+    def parse_scalar_attr(self) -> int | float:
+        value, token = self.parse_number()
+        if not self.accept(":"):
+            return value
+        type = self.expect_kind("id", "'i64' or 'f64'", "after ':' in a number attribute")
+        if type.text == "f64" and token.text.lower().startswith("0x"):
+            return _float_from_bits(self, token, value)
+        if type.text == "f64":
+            return float(value)
+        if type.text != "i64" or isinstance(value, float):
+            raise self.error(type, f"expected 'i64' after an integer or 'f64' after a float, "
+                                   f"found '{type.text}'")
+        return _checked_int64(self, token, value)
+
+    def parse_int_array(self) -> tuple[int, ...]:
+        self.advance()
+        self.expect("<", "after 'array'")
+        self.expect("i64", "as the element type of an array attribute")
+        values: list[int] = []
+        if self.accept(":"):
+            values = self.comma_list(self.parse_array_int, ">")
+        self.expect(">", "to close the array attribute")
+        return tuple(values)
+
+    def parse_array_int(self) -> int:
+        value, token = self.parse_number()
+        if isinstance(value, float):
+            raise self.error(token, f"expected an integer in array<i64: ...>, found '{token.text}'")
+        return _checked_int64(self, token, value)
+
+    # -- dense constants -------------------------------------------------------------------
+    def parse_dense(self) -> np.ndarray:
+        keyword = self.advance()
+        self.expect("<", "after 'dense'")
+        body = self.peek()
+        if body.kind == "string":
+            content: Any = self.advance()
+        elif self.at(">"):
+            content = []
+        else:
+            content = self.parse_dense_literal()
+        self.expect(">", "to close the dense constant")
+        self.expect(":", "after 'dense<...>' (a constant needs its tensor type)")
+        type, _ = self.parse_type()
+        if isinstance(content, _Token):
+            return _dense_from_hex(self, content, type)
+        return _dense_from_literal(self, keyword, content, type)
+
+    def parse_dense_literal(self) -> Any:
+        """A nested list of numbers/bools, or one scalar (a splat)."""
+        if self.accept("["):
+            items = self.comma_list(self.parse_dense_literal, "]")
+            self.expect("]", "to close the list in a dense constant")
+            return items
+        if self.at("true") or self.at("false"):
+            return self.advance().text == "true"
+        return self.parse_number()[0]
+
+
+def _dense_from_hex(parser: _Parser, token: _Token, type: TensorType) -> np.ndarray:
+    text, np_type = token.value, type.dtype.np
+    digits = text[2:] if text.lower().startswith("0x") else None
+    try:
+        data = bytes.fromhex(digits) if digits is not None and len(digits) % 2 == 0 else None
+    except ValueError:
+        data = None
+    if data is None:
+        raise parser.error(token, f"expected a hex string like \"0x0000803F\" in dense<...>, "
+                                  f"found '{token.text}'")
+    if len(data) not in (type.numel * np_type.itemsize, np_type.itemsize):
+        raise parser.error(token, f"hex constant has {len(data)} bytes but {type} needs "
+                                  f"{type.numel * np_type.itemsize}")
+    raw = np.frombuffer(data, np_type.newbyteorder("<") if np_type.kind != "b" else np.uint8)
+    array = raw.astype(np_type)
+    return np.full(type.shape, array[0]) if len(array) != type.numel else array.reshape(type.shape)
+
+
+def _dense_from_literal(parser: _Parser, keyword: _Token, content: Any, type: TensorType) -> np.ndarray:
+    kind = type.dtype.np.kind
+    for leaf in _leaves(content):
+        is_bool = isinstance(leaf, bool)
+        if (kind == "b") != is_bool or (kind == "f" and not isinstance(leaf, float)):
+            want = {"b": "true/false", "i": "integers", "f": "floats with a '.'"}[kind]
+            raise parser.error(keyword, f"elements of a {type} constant must be {want}, "
+                                        f"found {str(leaf).lower() if is_bool else leaf!r}")
+    try:
+        array = np.array(content, dtype=type.dtype.np)
+    except (ValueError, OverflowError) as err:
+        raise parser.error(keyword, f"bad dense constant for {type}: {err}") from None
+    if not isinstance(content, list):
+        return np.full(type.shape, array, dtype=type.dtype.np)
+    if array.shape != type.shape:
+        raise parser.error(keyword, f"dense literal has shape {array.shape} but the type is {type}")
+    if kind == "f" and not np.isfinite(array).all():
+        raise parser.error(keyword, f"a literal in this constant does not fit {type.dtype.mlir}")
+    return array
+
+
+def _leaves(content: Any):
+    if isinstance(content, list):
+        for item in content:
+            yield from _leaves(item)
+    else:
+        yield content
+
+
+def _checked_int64(parser: _Parser, token: _Token, value: int) -> int:
+    if not -2**63 <= value < 2**63:
+        raise parser.error(token, f"integer {value} does not fit in i64")
+    return value
+
+
+def _float_from_bits(parser: _Parser, token: _Token, bits: int) -> float:
+    if not 0 <= bits < 2**64:
+        raise parser.error(token, f"hex float {token.text} does not fit in 64 bits")
+    return struct.unpack(">d", bits.to_bytes(8, "big"))[0]
+
+
+def _describe(token: _Token) -> str:
+    return "end of input" if token.kind == "eof" else repr(token.text)

@@ -1,0 +1,219 @@
+"""Print a Graph as MLIR generic-op text in the `tc` dialect inside one `func.func`.
+
+Invariants of the output (relied on by ir/parser.py and by `mlir-opt
+--allow-unregistered-dialect`):
+- inputs are named %arg0, %arg1, ...; op results %0, %1, ... in print order, one
+  number per op that has results; a K-result op prints `%N:K = ...` and its results
+  are used as `%N#i`;
+- one op per line: `"name"(operands) {attrs} : (types) -> types loc(...)`, with no
+  `{}` for empty attrs and no `loc(...)` when the op has no location;
+- attributes keep the dict's insertion order and each value kind has exactly one
+  spelling (see format_attr), so `parse_graph(print_graph(g)) == g`.
+The printer never fails on a graph whose wiring is broken: a value with no definition
+prints as `%undefN` (so the verifier's reports can show the graph; parsing it fails).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType
+from ..errors import IRError
+from .graph import Graph, Op, Value
+from .types import Location, TensorType
+
+# Arrays up to this many elements print as literal lists; larger ones as hex bytes.
+DENSE_LITERAL_LIMIT = 16
+_NUMPY_TO_MLIR = {d.np: d.mlir for d in DType}
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
+
+
+def print_graph(graph: Graph) -> str:
+    """The graph as a `func.func` in MLIR generic-op syntax (no trailing newline)."""
+    names = _name_values(graph)
+    lines = [_func_header(graph, names)]
+    lines += ["  " + _op_line(op, names) for op in graph.ops]
+    lines.append("  " + _return_line(graph, names))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _name_values(graph: Graph) -> dict[Value, str]:
+    names = {v: f"%arg{i}" for i, v in enumerate(graph.inputs)}
+    number = 0
+    for op in graph.ops:
+        if len(op.results) == 1:
+            names[op.results[0]] = f"%{number}"
+        for i, r in enumerate(op.results if len(op.results) > 1 else ()):
+            names[r] = f"%{number}#{i}"
+        number += 1 if op.results else 0
+    return names
+
+
+def _use(value: Value, names: dict[Value, str]) -> str:
+    if value not in names:
+        names[value] = f"%undef{sum(n.startswith('%undef') for n in names.values())}"
+    return names[value]
+
+
+def _func_header(graph: Graph, names: dict[Value, str]) -> str:
+    args = ", ".join(f"{names[v]}: {v.type}" for v in graph.inputs)
+    results = ", ".join(str(v.type) for v in graph.outputs)
+    return f"func.func @{_symbol(graph.name)}({args}) -> ({results}) {{"
+
+
+def _symbol(name: str) -> str:
+    return name if _is_bare_identifier(name) else format_string(name)
+
+
+def _op_line(op: Op, names: dict[Value, str]) -> str:
+    text = ""
+    if op.results:
+        first = names[op.results[0]].split("#")[0]
+        text = f"{first} = " if len(op.results) == 1 else f"{first}:{len(op.results)} = "
+    text += f"{format_string(op.name)}({', '.join(_use(v, names) for v in op.operands)})"
+    if op.attrs:
+        text += " {" + ", ".join(_attr_entry(k, v) for k, v in op.attrs.items()) + "}"
+    operand_types = ", ".join(str(v.type) for v in op.operands)
+    text += f" : ({operand_types}) -> {_result_types(op.results)}"
+    if op.loc is not None:
+        text += " " + format_location(op.loc)
+    return text
+
+
+def _result_types(results: list[Value]) -> str:
+    if len(results) == 1:
+        return str(results[0].type)
+    return "(" + ", ".join(str(r.type) for r in results) + ")"
+
+
+def _return_line(graph: Graph, names: dict[Value, str]) -> str:
+    if not graph.outputs:
+        return "return"
+    values = ", ".join(_use(v, names) for v in graph.outputs)
+    return f"return {values} : " + ", ".join(str(v.type) for v in graph.outputs)
+
+
+def _attr_entry(key: str, value: Any) -> str:
+    if not key:
+        raise IRError("attribute names must not be empty")
+    name = key if _is_bare_identifier(key) else format_string(key)
+    return f"{name} = {format_attr(value)}"
+
+
+def _is_bare_identifier(text: str) -> bool:
+    """MLIR bare-id: a letter or '_' then letters, digits, '_', '$', '.'."""
+    if not text or not (text[0].isascii() and (text[0].isalpha() or text[0] == "_")):
+        return False
+    return all(c.isascii() and (c.isalnum() or c in "_$.") for c in text)
+
+
+def format_location(loc: Location | None) -> str:
+    """`loc("file":line:col)`, or `loc(unknown)` for None."""
+    if loc is None:
+        return "loc(unknown)"
+    return f"loc({format_string(loc.file)}:{loc.line}:{loc.col})"
+
+
+def format_string(text: str) -> str:
+    """An MLIR string literal: `\\"` and `\\\\` escaped, other non-printables as `\\XX` bytes."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:02X}")
+    return '"' + "".join(out) + '"'
+
+
+def format_attr(value: Any) -> str:
+    """The MLIR text of one attribute value (bool, int, float, str, int tuple, DType, ndarray)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return f"{_checked_int64(int(value))} : i64"
+    if isinstance(value, (float, np.floating)):
+        return f"{format_float(float(value))} : f64"
+    if isinstance(value, str):
+        return format_string(value)
+    if isinstance(value, tuple):
+        return _format_int_array(value)
+    if isinstance(value, DType):
+        return value.mlir
+    if isinstance(value, np.ndarray):
+        return format_dense(value)
+    raise IRError(f"cannot print attribute value {value!r} of type {type(value).__name__} "
+                  "(expected bool, int, float, str, tuple of ints, DType or ndarray)")
+
+
+def _checked_int64(n: int) -> int:
+    if not _INT64_MIN <= n <= _INT64_MAX:
+        raise IRError(f"integer attribute {n} does not fit in i64")
+    return n
+
+
+def _format_int_array(values: tuple) -> str:
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+               for v in values):
+        raise IRError(f"tuple attribute {values!r} must hold only ints")
+    if not values:
+        return "array<i64>"
+    return "array<i64: " + ", ".join(str(_checked_int64(int(v))) for v in values) + ">"
+
+
+def format_float(x: float) -> str:
+    """An MLIR float literal: always a '.' before any exponent; non-finite as f64 hex bits."""
+    if not math.isfinite(x):
+        return "0x" + struct.pack(">d", x).hex().upper()
+    return _with_dot(repr(x))
+
+
+def _with_dot(text: str) -> str:
+    mantissa, e, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa + e + exponent
+
+
+def format_dense(array: np.ndarray) -> str:
+    """`dense<...> : tensor<...>`: literal lists for small arrays, else hex of LE bytes."""
+    if array.dtype not in _NUMPY_TO_MLIR:
+        raise IRError(f"cannot print a constant of dtype {array.dtype} "
+                      "(expected bool, int32, int64, float32 or float64)")
+    dims = "".join(f"{d}x" for d in array.shape)
+    type_text = f"tensor<{dims}{_NUMPY_TO_MLIR[array.dtype]}>"
+    return f"dense<{_dense_body(array)}> : {type_text}"
+
+
+def _dense_body(array: np.ndarray) -> str:
+    is_float = array.dtype.kind == "f"
+    non_finite = is_float and not np.isfinite(array).all()
+    if array.dtype.kind != "b" and (array.size > DENSE_LITERAL_LIMIT or non_finite):
+        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        return '"0x' + little.tobytes().hex().upper() + '"'
+    if array.ndim == 0:
+        return _dense_element(array[()])
+    return _nested_list(array)
+
+
+def _nested_list(array: np.ndarray) -> str:
+    if array.ndim == 1:
+        return "[" + ", ".join(_dense_element(x) for x in array) + "]"
+    return "[" + ", ".join(_nested_list(sub) for sub in array) + "]"
+
+
+def _dense_element(x: np.generic) -> str:
+    if isinstance(x, np.bool_):
+        return "true" if x else "false"
+    if isinstance(x, np.integer):
+        return str(int(x))
+    if isinstance(x, np.float32):
+        short = _with_dot(str(x))   # shortest text that reads back as this float32
+        return short if np.float32(float(short)) == x else _with_dot(repr(float(x)))
+    return format_float(float(x))
