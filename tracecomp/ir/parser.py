@@ -290,7 +290,10 @@ class _Parser:
         if len(values) != len(self.result_types):
             raise self.error(keyword, f"'return' has {len(values)} values but the function "
                                       f"declares {len(self.result_types)} results")
-        self.check_types(values, self.result_types, "function result")
+        for i, ((value, name), (type, _)) in enumerate(zip(values, self.result_types)):
+            if value.type != type:
+                raise self.error(name, f"returned value {i} ('{name.text}') has type "
+                                       f"{value.type} but the function declares {type}")
         self.graph.outputs = [v for v, _ in values]
 
     # -- values --------------------------------------------------------------------------
@@ -317,10 +320,10 @@ class _Parser:
                                     f"so '#{index.value}' is out of range")
         return group[index.value], name
 
-    def check_types(self, values: list, types: list, what: str = "operand") -> None:
+    def check_types(self, values: list, types: list) -> None:
         for i, ((value, _), (type, token)) in enumerate(zip(values, types)):
             if value.type != type:
-                raise self.error(token, f"{what} {i} has type {value.type} "
+                raise self.error(token, f"operand {i} has type {value.type} "
                                         f"but the type list says {type}")
 
     # -- ops -----------------------------------------------------------------------------
@@ -496,7 +499,7 @@ class _Parser:
         if body.kind == "string":
             content: Any = self.advance()
         elif self.at(">"):
-            content = []
+            content = None   # `dense<>`: an empty constant
         else:
             content = self.parse_dense_literal()
         self.expect(">", "to close the dense constant")
@@ -504,6 +507,10 @@ class _Parser:
         type, _ = self.parse_type()
         if isinstance(content, _Token):
             return _dense_from_hex(self, content, type)
+        if content is None:
+            if type.numel:
+                raise self.error(keyword, f"'dense<>' is empty but {type} has {type.numel} elements")
+            return np.zeros(type.shape, type.dtype.np)
         return _dense_from_literal(self, keyword, content, type)
 
     def parse_dense_literal(self) -> Any:

@@ -192,6 +192,8 @@ def format_dense(array: np.ndarray) -> str:
 
 
 def _dense_body(array: np.ndarray) -> str:
+    if array.size == 0:
+        return ""
     is_float = array.dtype.kind == "f"
     non_finite = is_float and not np.isfinite(array).all()
     if array.dtype.kind != "b" and (array.size > DENSE_LITERAL_LIMIT or non_finite):
