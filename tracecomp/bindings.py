@@ -1,0 +1,212 @@
+"""The Python API generated from ops.yaml: module functions, Tensor methods, operators, properties.
+
+For each operator name, the overloads are tried in table order and the first whose
+schema binds the call wins (seed 003's PythonArgParser).  Binding checks each argument
+against its schema type and normalises it (int lists to tuples, NumPy scalars to Python
+numbers, dtypes to DType); a call that matches no overload raises an ArgumentError
+listing every signature and why it did not match.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable
+
+import numpy as np
+
+from . import dtypes as dt
+from .dispatch import dispatcher
+from .errors import ArgumentError, TracecompError, add_location
+from .ops.schema import Argument, Schema
+from .ops.table import OpDef
+from .tensor import Tensor, as_tensor
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _type_name(v: Any) -> str:
+    if isinstance(v, Tensor):
+        return "Tensor"
+    if isinstance(v, (list, tuple)):
+        return f"{type(v).__name__} of [{', '.join(_type_name(x) for x in v)}]"
+    return type(v).__name__
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _scalar(v):
+    """Python number from bool/int/float or NumPy scalar; None if `v` is not a scalar."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if _is_int(v):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    return None
+
+
+def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
+    """Check `v` against the argument's schema type and normalise it, or raise _Mismatch."""
+    t = arg.type
+    if v is None:
+        if t.optional:
+            return None
+        raise _Mismatch(f"argument '{arg.name}' must be {t}, not None")
+    base = t.base
+    if base == "Tensor" and t.is_list:
+        if isinstance(v, (list, tuple)) and all(isinstance(x, (Tensor, np.ndarray)) for x in v):
+            return [as_tensor(x) for x in v]
+    elif base == "Tensor":
+        if isinstance(v, (Tensor, np.ndarray)):
+            return as_tensor(v)
+        if op.kind == "elementwise" and _scalar(v) is not None:
+            return _scalar(v)      # a weak scalar operand
+    elif base == "Scalar":
+        if _scalar(v) is not None:
+            return _scalar(v)
+    elif base == "int" and t.is_list:
+        if t.list_size and _is_int(v):
+            return (int(v),) * t.list_size
+        if isinstance(v, (list, tuple)) and all(_is_int(x) for x in v):
+            return tuple(int(x) for x in v)
+    elif base == "int":
+        if _is_int(v):
+            return int(v)
+    elif base == "float":
+        if _is_int(v) or isinstance(v, (float, np.floating)):
+            return float(v)
+    elif base == "bool":
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+    elif base == "str":
+        if isinstance(v, str):
+            return v
+    elif base == "ScalarType":
+        try:
+            return dt.to_dtype(v)
+        except TracecompError:
+            pass
+    raise _Mismatch(f"argument '{arg.name}' must be {t}, not {_type_name(v)}")
+
+
+_NO_SELF = object()
+
+
+def bind(op: OpDef, args: tuple, kwargs: dict, self_arg: Any = _NO_SELF) -> dict[str, Any]:
+    """Bind a Python call to this overload's schema, or raise _Mismatch saying why not.
+
+    Methods pass the tensor as `self_arg`; it binds to the argument named `self`.
+    """
+    params = op.schema.arguments
+    given: dict[str, Any] = {} if self_arg is _NO_SELF else {"self": self_arg}
+    positional = [a for a in params if not a.kwarg_only and a.name not in given]
+    # `x.reshape(2, 3)`, `tc.zeros(2, 3)`: a lone int-list parameter also takes varargs.
+    if (len(positional) == 1 and positional[0].type.base == "int" and positional[0].type.is_list
+            and len(args) > 1 and all(_is_int(x) for x in args)):
+        args = (tuple(args),)
+    if len(args) > len(positional):
+        raise _Mismatch(f"takes {len(positional)} positional argument(s) but {len(args)} were given")
+    given.update(zip((a.name for a in positional), args))
+    for k, v in kwargs.items():
+        if k in given:
+            raise _Mismatch(f"got multiple values for argument '{k}'")
+        if not any(a.name == k for a in params):
+            raise _Mismatch(f"got an unexpected keyword argument '{k}'")
+        given[k] = v
+    bound = {}
+    for a in params:
+        if a.name in given:
+            bound[a.name] = _convert(op, a, given[a.name])
+        elif a.has_default:
+            bound[a.name] = a.default_value()
+        else:
+            raise _Mismatch(f"missing required argument '{a.name}'")
+    return bound
+
+
+def _describe_call(args: tuple, kwargs: dict) -> str:
+    parts = [_type_name(a) for a in args] + [f"{k}={_type_name(v)}" for k, v in kwargs.items()]
+    return f"({', '.join(parts)})"
+
+
+def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
+                   self_arg: Any = _NO_SELF):
+    """Resolve the overload and dispatch; errors name the op and the user's source line."""
+    reasons = []
+    for op in overloads:
+        try:
+            bound = bind(op, args, kwargs, self_arg)
+        except _Mismatch as m:
+            reasons.append((op.schema, str(m)))
+            continue
+        try:
+            return dispatcher.call(op, bound)
+        except TracecompError as e:
+            from .tracer import user_location
+            raise add_location(e, str(user_location())) from None
+    from .tracer import user_location
+    lines = "\n".join(f"  * {s}\n      {why}" for s, why in reasons)
+    err = ArgumentError(f"{name}() received an invalid combination of arguments - got "
+                        f"{_describe_call(args, kwargs)}, but expected one of:\n{lines}")
+    raise add_location(err, str(user_location())) from None
+
+
+def _function(name: str, overloads: list[OpDef]) -> Callable:
+    def fn(*args, **kwargs):
+        return call_overloads(name, overloads, args, kwargs)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = "\n".join(str(op.schema) for op in overloads)
+    return fn
+
+
+def _method(name: str, overloads: list[OpDef]) -> Callable:
+    def method(self, *args, **kwargs):
+        return call_overloads(name, overloads, args, kwargs, self)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = "\n".join(str(op.schema) for op in overloads)
+    return method
+
+
+def _operator(name: str, overloads: list[OpDef], reflected: bool) -> Callable:
+    """`a + b` calls add(a, b); a reflected dunder (`2 - t`) calls sub(2, t)."""
+    def dunder(self, *other):
+        args = (other[0], self) if reflected else (self, *other)
+        return call_overloads(name, overloads, args, {})
+    return dunder
+
+
+def _getitem(self, index):
+    from .indexing import getitem
+    try:
+        return getitem(self, index)
+    except TracecompError as e:
+        from .tracer import user_location
+        raise add_location(e, str(user_location())) from None
+
+
+def group_by_name(table: dict[str, OpDef]) -> dict[str, list[OpDef]]:
+    groups: dict[str, list[OpDef]] = {}
+    for op in table.values():
+        groups.setdefault(op.name, []).append(op)
+    return groups
+
+
+def install(table: dict[str, OpDef], namespace: dict[str, Any]) -> None:
+    """Attach the generated functions to `namespace` (the tracecomp module) and to Tensor."""
+    for name, overloads in group_by_name(table).items():
+        if any("function" in op.variants for op in overloads):
+            namespace[name] = _function(name, [op for op in overloads if "function" in op.variants])
+        methods = [op for op in overloads if "method" in op.variants]
+        if methods:
+            setattr(Tensor, name, _method(name, methods))
+        for op in overloads:
+            for dunder in op.operators:
+                setattr(Tensor, dunder, _operator(name, overloads, reflected=False))
+            for dunder in op.reflected:
+                setattr(Tensor, dunder, _operator(name, overloads, reflected=True))
+            for prop in op.properties:
+                setattr(Tensor, prop, property(_method(name, [op])))
+    Tensor.__getitem__ = _getitem

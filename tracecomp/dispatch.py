@@ -1,0 +1,80 @@
+"""The dispatcher: ordered dispatch keys, kernels registered per (key, op), redispatch.
+
+A call computes its key set from the arguments (a traced tensor adds Tracer, a tensor
+that requires grad adds Autograd while grad mode is on) and from thread-local state
+(an active trace adds Tracer), then runs the kernel of the highest-priority key that has
+one.  A kernel may handle the call entirely or `redispatch` it to the keys below its own,
+as seed 003 describes for PyTorch (Autograd records history, then redispatches to CPU).
+"""
+from __future__ import annotations
+
+import enum
+import threading
+from typing import Any, Callable
+
+from .errors import BackendError
+from .ops.table import OpDef
+
+
+class DispatchKey(enum.IntEnum):
+    """Higher priority first. New keys (e.g. CUDA) slot in by value."""
+    Tracer = 0
+    Autograd = 1
+    CPU = 2
+
+
+Kernel = Callable[[OpDef, dict[str, Any]], Any]
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.included: set[DispatchKey] = set()
+        self.grad_enabled = True
+
+
+state = _State()
+
+
+class Dispatcher:
+    def __init__(self):
+        self._kernels: dict[DispatchKey, dict[str, Kernel]] = {k: {} for k in DispatchKey}
+        self._fallbacks: dict[DispatchKey, Kernel] = {}
+
+    def register(self, key: DispatchKey, op: OpDef, kernel: Kernel) -> None:
+        self._kernels[key][op.full_name] = kernel
+
+    def register_fallback(self, key: DispatchKey, kernel: Kernel) -> None:
+        """A kernel for every op of `key` that has none of its own."""
+        self._fallbacks[key] = kernel
+
+    def lookup(self, key: DispatchKey, op: OpDef) -> Kernel | None:
+        return self._kernels[key].get(op.full_name) or self._fallbacks.get(key)
+
+    def keys_for(self, args: dict[str, Any]) -> list[DispatchKey]:
+        from .tensor import Tensor
+        keys = set(state.included) | {DispatchKey.CPU}
+        for v in args.values():
+            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                if isinstance(t, Tensor):
+                    if t._value is not None:
+                        keys.add(DispatchKey.Tracer)
+                    if t.requires_grad and state.grad_enabled:
+                        keys.add(DispatchKey.Autograd)
+        return sorted(keys)
+
+    def call(self, op: OpDef, args: dict[str, Any]) -> Any:
+        return self._run(op, args, self.keys_for(args))
+
+    def redispatch(self, op: OpDef, args: dict[str, Any], below: DispatchKey) -> Any:
+        """Run the call again with only the keys of lower priority than `below`."""
+        return self._run(op, args, [k for k in self.keys_for(args) if k > below])
+
+    def _run(self, op: OpDef, args: dict[str, Any], keys: list[DispatchKey]) -> Any:
+        for key in keys:
+            kernel = self.lookup(key, op)
+            if kernel is not None:
+                return kernel(op, args)
+        raise BackendError(f"{op.full_name}: no kernel for dispatch keys {[k.name for k in keys]}")
+
+
+dispatcher = Dispatcher()

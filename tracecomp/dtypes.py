@@ -1,0 +1,127 @@
+"""The five dtypes and PyTorch's type-promotion lattice.
+
+Categories order bool < integer < floating.  Promotion follows PyTorch: within one
+category the wider type wins; Python scalars ("weak" operands) and 0-d tensors only
+move the result to a higher category, never widen it inside one (combine_categories).
+"""
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from .errors import DTypeError
+
+
+class DType(enum.Enum):
+    bool = ("bool", np.bool_, "i1", 0, 1)
+    int32 = ("int32", np.int32, "i32", 1, 4)
+    int64 = ("int64", np.int64, "i64", 1, 8)
+    float32 = ("float32", np.float32, "f32", 2, 4)
+    float64 = ("float64", np.float64, "f64", 2, 8)
+
+    def __init__(self, label, np_type, mlir, category, itemsize):
+        self.label = label
+        self.np = np.dtype(np_type)
+        self.mlir = mlir
+        self.category = category
+        self.itemsize = itemsize
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.category == 2
+
+    @property
+    def is_integer(self) -> bool:
+        return self.category == 1
+
+    def __repr__(self) -> str:
+        return f"tracecomp.{self.label}"
+
+    __str__ = __repr__
+
+
+BOOL, INT32, INT64, FLOAT32, FLOAT64 = DType.bool, DType.int32, DType.int64, DType.float32, DType.float64
+DEFAULT_FLOAT = FLOAT32
+DEFAULT_INT = INT64
+_BY_NUMPY = {d.np: d for d in DType}
+_BY_MLIR = {d.mlir: d for d in DType}
+_RANK = {d: i for i, d in enumerate(DType)}   # bool < i32 < i64 < f32 < f64
+
+
+def from_numpy(np_dtype) -> DType:
+    """The DType for a NumPy dtype; float16/uint8/complex are refused by name."""
+    dt = np.dtype(np_dtype)
+    if dt in _BY_NUMPY:
+        return _BY_NUMPY[dt]
+    if dt.kind in "iu" and dt.itemsize <= 4:
+        return INT32 if dt.itemsize < 4 or dt.kind == "i" else INT64
+    if dt.kind == "u":
+        return INT64
+    if dt.kind == "f" and dt.itemsize < 4:
+        return FLOAT32
+    raise DTypeError(f"unsupported dtype {dt}: tracecomp has bool, int32, int64, float32, float64")
+
+
+def from_mlir(name: str) -> DType:
+    try:
+        return _BY_MLIR[name]
+    except KeyError:
+        raise DTypeError(f"unknown element type '{name}' (expected one of i1, i32, i64, f32, f64)") from None
+
+
+def to_dtype(x) -> DType:
+    """Accept a DType, a NumPy dtype/type, or a name like 'float32'."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in DType.__members__:
+        return DType[x]
+    if x is float:
+        return DEFAULT_FLOAT
+    if x is int:
+        return DEFAULT_INT
+    if x is bool:
+        return BOOL
+    try:
+        return from_numpy(x)
+    except TypeError:
+        raise DTypeError(f"not a dtype: {x!r}") from None
+
+
+def promote_types(a: DType, b: DType) -> DType:
+    """Smallest dtype both convert to: the higher of the two in bool < i32 < i64 < f32 < f64."""
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def scalar_dtype(value) -> DType:
+    """The dtype a Python scalar takes when it becomes a tensor on its own."""
+    if isinstance(value, (bool, np.bool_)):
+        return BOOL
+    if isinstance(value, (int, np.integer)):
+        return DEFAULT_INT
+    if isinstance(value, (float, np.floating)):
+        return DEFAULT_FLOAT
+    raise DTypeError(f"not a scalar: {value!r}")
+
+
+def _combine_categories(higher: DType | None, lower: DType | None) -> DType | None:
+    if higher is None:
+        return lower
+    if lower is None or higher.is_floating_point:
+        return higher
+    if higher is BOOL or lower.is_floating_point:
+        return promote_types(higher, lower)
+    return higher
+
+
+def result_type(dimensioned: list[DType], zero_dim: list[DType], scalars: list[DType]) -> DType:
+    """PyTorch's result_type over three tiers: tensors with dims, 0-d tensors, Python scalars."""
+    def fold(ds):
+        out = None
+        for d in ds:
+            out = d if out is None else promote_types(out, d)
+        return out
+    out = _combine_categories(fold(dimensioned), _combine_categories(fold(zero_dim), fold(scalars)))
+    if out is None:
+        raise DTypeError("cannot infer a dtype: no tensor or scalar operands")
+    return out

@@ -1,0 +1,8 @@
+"""The SSA graph IR: typed values, ops named after ops.yaml, text form, verifier, passes.
+
+This package knows nothing of tensors, dispatch or backends: a Graph is plain data.
+"""
+from .types import Location, TensorType
+from .graph import Graph, Op, Value
+
+__all__ = ["Graph", "Op", "Value", "TensorType", "Location"]

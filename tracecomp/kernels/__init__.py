@@ -1,0 +1,1 @@
+"""Reference kernels: every non-composite op of ops.yaml executed on NumPy."""

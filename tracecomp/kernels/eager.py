@@ -1,0 +1,31 @@
+"""The CPU dispatch key: eager execution on NumPy, derived from the table.
+
+Composite ops run their decomposition through the public API (so every key above sees
+the primitive ops, like PyTorch's CompositeImplicitAutograd); all others infer result
+types with the shape rules and run the NumPy kernel of their kind.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..ops import rules
+from ..ops.table import OpDef
+from ..results import package, type_args
+from . import numpy_kernels
+
+
+def cpu_kernel(op: OpDef, args: dict[str, Any]):
+    from ..composites import run_composite
+    from ..tensor import Tensor
+    if op.kind == "composite":
+        return run_composite(op, args)
+    out_types = rules.infer(op, type_args(args))
+    arrays = {}
+    for k, v in args.items():
+        if isinstance(v, Tensor):
+            v = v._data
+        elif isinstance(v, (list, tuple)) and v and isinstance(v[0], Tensor):
+            v = [t._data for t in v]
+        arrays[k] = v
+    outs = numpy_kernels.run(op, arrays, out_types)
+    return package(op, [Tensor.from_numpy(o) for o in outs])

@@ -1,0 +1,277 @@
+"""NumPy kernels, derived from ops.yaml: the CPU dispatch key's eager kernels and the
+reference interpreter's.
+
+`run(op, args, out_types)` gets the op's arguments by name (Tensor arguments as NumPy
+arrays, or Python scalars where an elementwise op took one) and the result types the
+shape rules computed; it returns one array per result, with exactly those shapes and
+dtypes.  Elementwise ops evaluate their table formula on arrays; other kinds have one
+kernel per kind family below.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import BackendError, ShapeError
+from ..ir.types import TensorType
+from ..ops import formula, rules
+from ..ops.table import OpDef, default_table
+from .. import random as tc_random
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _np_erf(x):
+    x = np.asarray(x)
+    return _erf(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _np_pow(a, b):
+    if np.asarray(b).dtype.kind in "iub" and np.any(np.asarray(b) < 0) and np.asarray(a).dtype.kind in "iub":
+        raise ShapeError("pow: integers to negative integer powers are not allowed")
+    return np.power(a, b)
+
+
+PRIMITIVES: dict[str, Callable] = {
+    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
+    "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
+    "erf": _np_erf, "sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil, "round": np.round,
+    "abs": np.abs, "sign": np.sign, "maximum": np.maximum, "minimum": np.minimum,
+    "atan2": np.arctan2, "pow": _np_pow, "where": lambda c, a, b: np.where(np.asarray(c, bool), a, b),
+    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not,
+    "logical_xor": np.logical_xor,
+}
+KERNELS: dict[str, Callable[[OpDef, dict, list[TensorType]], list[np.ndarray]]] = {}
+
+
+def kernel(*kinds: str):
+    def register(fn):
+        for k in kinds:
+            KERNELS[k] = fn
+        return fn
+    return register
+
+
+def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np.ndarray]:
+    try:
+        with np.errstate(all="ignore"):
+            outs = KERNELS[op.kind](op, args, out_types)
+    except KeyError as e:
+        if op.kind not in KERNELS:
+            raise BackendError(f"{op.full_name}: no NumPy kernel for kind '{op.kind}'") from None
+        raise
+    except (ValueError, IndexError, TypeError) as e:
+        if isinstance(e, ShapeError):
+            raise
+        raise BackendError(f"{op.full_name}: {e}") from None
+    return [_conform(o, t) for o, t in zip(outs, out_types)]
+
+
+def _conform(value, t: TensorType) -> np.ndarray:
+    """Cast and broadcast a kernel's result to the type the rules promised."""
+    arr = np.asarray(value)
+    if arr.dtype != t.dtype.np:
+        arr = arr.astype(t.dtype.np)
+    if arr.shape != t.shape:
+        arr = np.broadcast_to(arr, t.shape)
+    return arr
+
+
+# ---------------------------------------------------------------- elementwise
+
+def _bind(op: OpDef, values: list, kwargs: dict) -> dict[str, Any]:
+    """Arguments of a nested elementwise call by name, defaults filled in."""
+    env = {}
+    params = op.schema.arguments
+    for i, a in enumerate(params):
+        if i < len(values):
+            env[a.name] = values[i]
+        elif a.name in kwargs:
+            env[a.name] = kwargs[a.name]
+        else:
+            env[a.name] = a.default_value()
+    return env
+
+
+def evaluate_elementwise(op: OpDef, env: dict[str, Any]) -> Any:
+    """Evaluate an elementwise formula, expanding calls of other elementwise ops inline."""
+    table = default_table()
+
+    def call(name, values, kwargs):
+        if name in PRIMITIVES:
+            return PRIMITIVES[name](*values, **kwargs)
+        return evaluate_elementwise(table[name], _bind(table[name], values, kwargs))
+    return formula.Evaluator(env, call).eval(op.expr)
+
+
+@kernel("elementwise")
+def _elementwise(op: OpDef, args: dict, out_types):
+    types = {k: (TensorType(v.shape, _dtype_of(v)) if isinstance(v, np.ndarray) else v)
+             for k, v in args.items()}
+    compute, _ = rules.elementwise_dtypes(op, types)
+    env = {}
+    for k, v in args.items():
+        if isinstance(v, np.ndarray) and (k in op.promote or op.dtype_rule == "logical"):
+            v = v.astype(compute.np, copy=False)
+        env[k] = v
+    return [evaluate_elementwise(op, env)]
+
+
+def _dtype_of(arr: np.ndarray):
+    from ..dtypes import from_numpy
+    return from_numpy(arr.dtype)
+
+
+# ---------------------------------------------------------------- reductions
+
+_REDUCERS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "amax": np.max, "amin": np.min,
+             "all": np.all, "any": np.any}
+
+
+@kernel("reduction")
+def _reduction(op: OpDef, args, out_types):
+    x = args["self"]
+    dims = rules.normalize_dims(op, args.get("dim"), x.ndim)
+    fn = _REDUCERS[op.impl]
+    kw = {"dtype": out_types[0].dtype.np} if op.impl in ("sum", "mean", "prod") else {}
+    if op.impl in ("amax", "amin", "all", "any") and x.dtype != out_types[0].dtype.np:
+        x = x.astype(out_types[0].dtype.np)
+    return [fn(x, axis=dims, keepdims=bool(args.get("keepdim")), **kw)]
+
+
+@kernel("arg_reduction")
+def _arg_reduction(op: OpDef, args, out_types):
+    x, dim, keepdim = args["self"], args.get("dim"), bool(args.get("keepdim"))
+    find = np.argmax if op.impl == "max" else np.argmin
+    if dim is None or x.ndim == 0:
+        flat = x.reshape(-1)
+        idx = find(flat)
+        values, indices = flat[idx], np.int64(idx)
+    else:
+        d = rules.normalize_dim(op, dim, x.ndim)
+        indices = np.expand_dims(find(x, axis=d), d)
+        values = np.take_along_axis(x, indices, axis=d)
+        if not keepdim:
+            indices, values = indices.squeeze(d), values.squeeze(d)
+    return [values, indices] if len(out_types) == 2 else [indices]
+
+
+@kernel("variance")
+def _variance(op: OpDef, args, out_types):
+    x = args["self"]
+    dims = rules.normalize_dims(op, args.get("dim"), x.ndim)
+    correction = args.get("correction")
+    fn = np.var if op.impl == "var" else np.std
+    return [fn(x, axis=dims, ddof=1 if correction is None else correction,
+               keepdims=bool(args.get("keepdim")))]
+
+
+@kernel("matmul")
+def _matmul(op: OpDef, args, out_types):
+    return [np.matmul(args["self"], args["other"])]
+
+
+# ---------------------------------------------------------------- shape and view ops
+
+@kernel("reshape", "squeeze", "unsqueeze")
+def _reshape(op: OpDef, args, out_types):
+    return [args["self"].reshape(out_types[0].shape)]
+
+
+@kernel("permute")
+def _permute(op: OpDef, args, out_types):
+    x = args["self"]
+    return [np.transpose(x, [rules.normalize_dim(op, d, x.ndim, "dims") for d in args["dims"]])]
+
+
+@kernel("expand")
+def _expand(op: OpDef, args, out_types):
+    return [np.broadcast_to(args["self"], out_types[0].shape)]
+
+
+@kernel("select")
+def _select(op: OpDef, args, out_types):
+    x = args["self"]
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    return [x[(slice(None),) * d + (args["index"],)]]
+
+
+@kernel("slice")
+def _slice(op: OpDef, args, out_types):
+    x = args["self"]
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    start, end, step = rules.slice_bounds(x.shape[d], args["start"], args["end"], args["step"])
+    return [x[(slice(None),) * d + (slice(start, end, step),)]]
+
+
+@kernel("cat")
+def _cat(op: OpDef, args, out_types):
+    ts = args["tensors"]
+    d = rules.normalize_dim(op, args["dim"], ts[0].ndim)
+    return [np.concatenate([t.astype(out_types[0].dtype.np, copy=False) for t in ts], axis=d)]
+
+
+@kernel("split")
+def _split(op: OpDef, args, out_types):
+    x = args["self"]
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    bounds = np.cumsum([t.shape[d] for t in out_types])[:-1]
+    return np.split(x, bounds, axis=d)
+
+
+def _check_bounds(op: OpDef, index: np.ndarray, size: int, d: int) -> None:
+    if index.size and (index.min() < -size or index.max() >= size):
+        bad = index.max() if index.max() >= size else index.min()
+        raise ShapeError(f"{op.full_name}: index {bad} is out of bounds for dim {d} with size {size}")
+
+
+@kernel("index_select")
+def _index_select(op: OpDef, args, out_types):
+    x, index = args["self"], args["index"].reshape(-1)
+    if x.ndim == 0:
+        _check_bounds(op, index, 1, 0)
+        return [x]
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    _check_bounds(op, index, x.shape[d], d)
+    return [np.take(x, index, axis=d)]
+
+
+@kernel("gather")
+def _gather(op: OpDef, args, out_types):
+    x, index = args["self"], args["index"]
+    if x.ndim == 0:
+        _check_bounds(op, index, 1, 0)
+        return [x]
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    _check_bounds(op, index, x.shape[d], d)
+    window = tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(index.shape))
+    return [np.take_along_axis(x[window], index.astype(np.int64), axis=d)]
+
+
+@kernel("cast")
+def _cast(op: OpDef, args, out_types):
+    return [args["self"].astype(out_types[0].dtype.np)]
+
+
+# ---------------------------------------------------------------- factories
+
+@kernel("full")
+def _full(op: OpDef, args, out_types):
+    t = out_types[0]
+    return [np.full(t.shape, args["fill_value"], dtype=t.dtype.np)]
+
+
+@kernel("arange")
+def _arange(op: OpDef, args, out_types):
+    t = out_types[0]
+    start, step = args.get("start", 0), args.get("step", 1)
+    return [start + step * np.arange(t.shape[0], dtype=np.float64 if t.dtype.is_floating_point else np.int64)]
+
+
+@kernel("random")
+def _random(op: OpDef, args, out_types):
+    t, gen = out_types[0], tc_random.generator()
+    draw = gen.random if op.impl == "uniform" else gen.standard_normal
+    return [draw(t.shape, dtype=t.dtype.np)]

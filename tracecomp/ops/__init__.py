@@ -1,0 +1,1 @@
+"""The operator table: schema parsing, ops.yaml loading, formulas, shape and dtype rules."""

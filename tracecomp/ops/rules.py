@@ -1,0 +1,408 @@
+"""Shape and dtype rules: from argument types to result types, one function per kind.
+
+`infer(op, args)` takes the op's arguments by name, with every Tensor argument given as
+its TensorType (a list of them for Tensor[]; a Python number where an elementwise op
+was passed a scalar) and returns the result TensorTypes.  Eager execution, the tracer
+and the IR verifier all call this, so all three agree on every shape and dtype.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..errors import DTypeError, ShapeError
+from ..ir.types import TensorType
+from .table import OpDef
+
+RULES: dict[str, Callable[[OpDef, dict[str, Any]], list[TensorType]]] = {}
+
+
+def rule(*kinds: str):
+    def register(fn):
+        for k in kinds:
+            RULES[k] = fn
+        return fn
+    return register
+
+
+def infer(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
+    if op.kind not in RULES:
+        raise ShapeError(f"{op.full_name}: no shape rule for kind '{op.kind}'")
+    return RULES[op.kind](op, args)
+
+
+# ---------------------------------------------------------------- shared helpers
+
+def normalize_dim(op: OpDef, dim: int, ndim: int, arg: str = "dim", extra: int = 0) -> int:
+    """Map a possibly negative dim into [0, ndim + extra); 0-d tensors accept dim 0 and -1."""
+    size = max(ndim + extra, 1)
+    if not -size <= dim < size:
+        raise ShapeError(f"{op.full_name}: argument '{arg}' is {dim}, out of range for a tensor "
+                         f"with {ndim} dims (expected {-size} <= {arg} < {size})")
+    return dim % size
+
+
+def normalize_dims(op: OpDef, dims, ndim: int, arg: str = "dim") -> tuple[int, ...]:
+    """None or () means all dims (PyTorch's sum(dim=None)); duplicates are an error."""
+    if dims is None or (isinstance(dims, (tuple, list)) and len(dims) == 0):
+        return tuple(range(ndim))
+    if isinstance(dims, int):
+        dims = (dims,)
+    out = tuple(normalize_dim(op, d, ndim, arg) for d in dims)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{op.full_name}: argument '{arg}' repeats a dim: {tuple(dims)}")
+    return tuple(d for d in out if ndim > 0)
+
+
+def broadcast_shapes(op: OpDef, named: list[tuple[str, tuple[int, ...]]]) -> tuple[int, ...]:
+    """NumPy broadcasting over (argument name, shape) pairs; errors name both arguments."""
+    ndim = max((len(s) for _, s in named), default=0)
+    out = [1] * ndim
+    owner = [None] * ndim
+    for name, shape in named:
+        for i, d in enumerate(shape):
+            j = ndim - len(shape) + i
+            if d == out[j] or d == 1:
+                continue
+            if out[j] != 1:
+                shapes = ", ".join(f"'{n}' {tuple(s)}" for n, s in named)
+                raise ShapeError(f"{op.full_name}: shapes cannot broadcast: {shapes}; dim {j - ndim} "
+                                 f"is {out[j]} in '{owner[j]}' but {d} in '{name}'")
+            out[j], owner[j] = d, name
+    return tuple(out)
+
+
+def _tensor(op: OpDef, args: dict, name: str) -> TensorType:
+    t = args[name]
+    if not isinstance(t, TensorType):
+        raise ShapeError(f"{op.full_name}: argument '{name}' must be a Tensor, got {type(t).__name__}")
+    return t
+
+
+def _check_accepts(op: OpDef, dtype: DType, what: str) -> None:
+    ok = {"any": True, "numeric": dtype is not dt.BOOL, "float": dtype.is_floating_point,
+          "integral": not dtype.is_floating_point}[op.accepts]
+    if not ok:
+        raise DTypeError(f"{op.full_name}: {what} has dtype {dtype.label}, but this op accepts "
+                         f"{op.accepts} dtypes only")
+
+
+# ---------------------------------------------------------------- elementwise
+
+def elementwise_dtypes(op: OpDef, args: dict[str, Any]) -> tuple[DType, DType]:
+    """(compute dtype, result dtype) of an elementwise op, by its table `dtype` rule."""
+    dims, zero, scalars = [], [], []
+    for name in op.promote:
+        v = args.get(name)
+        if isinstance(v, TensorType):
+            (dims if v.ndim else zero).append(v.dtype)
+        elif v is not None:
+            scalars.append(dt.scalar_dtype(v))
+    common = dt.result_type(dims, zero, scalars)
+    if op.dtype_rule == "logical":
+        return dt.BOOL, dt.BOOL
+    _check_accepts(op, common, "the promoted input")
+    if op.dtype_rule == "bool":
+        return common, dt.BOOL
+    if op.dtype_rule == "float" and not common.is_floating_point:
+        common = dt.DEFAULT_FLOAT
+    return common, common
+
+
+@rule("elementwise")
+def _elementwise(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
+    tensors = [(a.name, args[a.name]) for a in op.schema.tensor_arguments
+               if isinstance(args.get(a.name), TensorType)]
+    if not tensors:
+        raise ShapeError(f"{op.full_name}: needs at least one Tensor argument, got only scalars")
+    shape = broadcast_shapes(op, [(n, t.shape) for n, t in tensors])
+    return [TensorType(shape, elementwise_dtypes(op, args)[1])]
+
+
+# ---------------------------------------------------------------- reductions
+
+def reduced_shape(op: OpDef, shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool):
+    if keepdim:
+        return tuple(1 if i in dims else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in dims)
+
+
+def _reduction_dtype(op: OpDef, x: TensorType, requested: DType | None) -> DType:
+    if requested is not None:
+        return requested
+    if op.impl in ("all", "any"):
+        return dt.BOOL
+    if op.impl in ("sum", "prod") and not x.dtype.is_floating_point:
+        return dt.INT64
+    if op.impl in ("mean", "var", "std") and not x.dtype.is_floating_point:
+        raise DTypeError(f"{op.full_name}: input dtype must be floating point, got {x.dtype.label}"
+                         " (cast with .float() or pass dtype=)")
+    return x.dtype
+
+
+@rule("reduction")
+def _reduction(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
+    x = _tensor(op, args, "self")
+    _check_accepts(op, x.dtype, "'self'")
+    dims = normalize_dims(op, args.get("dim"), x.ndim)
+    if op.impl in ("amax", "amin") and any(x.shape[d] == 0 for d in dims):
+        raise ShapeError(f"{op.full_name}: cannot reduce over an empty dim of shape {x.shape}")
+    shape = reduced_shape(op, x.shape, dims, bool(args.get("keepdim", False)))
+    return [TensorType(shape, _reduction_dtype(op, x, args.get("dtype")))]
+
+
+@rule("arg_reduction")
+def _arg_reduction(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
+    """argmax/argmin, and max.dim/min.dim which also return the values."""
+    x = _tensor(op, args, "self")
+    dim = args.get("dim")
+    if dim is None:
+        shape = (1,) * x.ndim if args.get("keepdim") else ()
+        dims = tuple(range(x.ndim))
+    else:
+        dims = (normalize_dim(op, dim, x.ndim),)
+        shape = reduced_shape(op, x.shape, dims if x.ndim else (), bool(args.get("keepdim")))
+    if any(x.shape[d] == 0 for d in dims):
+        raise ShapeError(f"{op.full_name}: cannot reduce over an empty dim of shape {x.shape}")
+    index = TensorType(shape, dt.INT64)
+    return [TensorType(shape, x.dtype), index] if len(op.schema.returns) == 2 else [index]
+
+
+@rule("variance")
+def _variance(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
+    x = _tensor(op, args, "self")
+    dims = normalize_dims(op, args.get("dim"), x.ndim)
+    shape = reduced_shape(op, x.shape, dims, bool(args.get("keepdim", False)))
+    return [TensorType(shape, _reduction_dtype(op, x, None))]
+
+
+# ---------------------------------------------------------------- matmul
+
+@rule("matmul")
+def _matmul(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
+    """torch.matmul: 1-D is a vector, 2-D a matrix, more dims batch and broadcast."""
+    a, b = _tensor(op, args, "self"), _tensor(op, args, "other")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"{op.full_name}: both arguments need at least 1 dim, got shapes "
+                         f"{a.shape} and {b.shape}")
+    if a.dtype != b.dtype:
+        raise DTypeError(f"{op.full_name}: both arguments need the same dtype, got "
+                         f"{a.dtype.label} and {b.dtype.label}")
+    if a.dtype is dt.BOOL:
+        raise DTypeError(f"{op.full_name}: bool tensors are not supported")
+    ash = a.shape if a.ndim > 1 else (1,) + a.shape
+    bsh = b.shape if b.ndim > 1 else b.shape + (1,)
+    if ash[-1] != bsh[-2]:
+        raise ShapeError(f"{op.full_name}: inner dims do not match: 'self' {a.shape} @ 'other' "
+                         f"{b.shape} ({ash[-1]} != {bsh[-2]})")
+    batch = broadcast_shapes(op, [("self", ash[:-2]), ("other", bsh[:-2])])
+    shape = batch + (ash[-2] if a.ndim > 1 else None, bsh[-1] if b.ndim > 1 else None)
+    return [TensorType(tuple(d for d in shape if d is not None), a.dtype)]
+
+
+# ---------------------------------------------------------------- shape and view ops
+
+def infer_size(op: OpDef, shape, numel: int, arg: str = "shape") -> tuple[int, ...]:
+    """Resolve one -1 in a requested shape; the element count must stay the same."""
+    shape = tuple(shape)
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise ShapeError(f"{op.full_name}: '{arg}' {shape} may hold only one -1 and no other negative size")
+    known = math.prod(d for d in shape if d != -1)
+    if -1 in shape:
+        if known == 0 or numel % known:
+            raise ShapeError(f"{op.full_name}: cannot infer the -1 in '{arg}' {shape} for {numel} elements")
+        shape = tuple(numel // known if d == -1 else d for d in shape)
+    if math.prod(shape) != numel:
+        raise ShapeError(f"{op.full_name}: '{arg}' {shape} is invalid for an input of {numel} elements")
+    return shape
+
+
+@rule("reshape")
+def _reshape(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    return [TensorType(infer_size(op, args["shape"], x.numel), x.dtype)]
+
+
+@rule("permute")
+def _permute(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    dims = tuple(normalize_dim(op, d, x.ndim, "dims") for d in args["dims"])
+    if sorted(dims) != list(range(x.ndim)):
+        raise ShapeError(f"{op.full_name}: 'dims' {tuple(args['dims'])} is not a permutation of "
+                         f"the {x.ndim} dims of a tensor of shape {x.shape}")
+    return [TensorType(tuple(x.shape[d] for d in dims), x.dtype)]
+
+
+@rule("expand")
+def _expand(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    size = tuple(args["size"])
+    if len(size) < x.ndim:
+        raise ShapeError(f"{op.full_name}: 'size' {size} has fewer dims than the input {x.shape}")
+    lead = len(size) - x.ndim
+    out = []
+    for i, s in enumerate(size):
+        have = x.shape[i - lead] if i >= lead else None
+        if s == -1:
+            if have is None:
+                raise ShapeError(f"{op.full_name}: -1 is not allowed for a new leading dim in 'size' {size}")
+            s = have
+        elif have not in (None, 1, s):
+            raise ShapeError(f"{op.full_name}: cannot expand shape {x.shape} to {size}: dim {i} is "
+                             f"{have}, which is not 1")
+        out.append(s)
+    return [TensorType(tuple(out), x.dtype)]
+
+
+@rule("squeeze")
+def _squeeze(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    dims = normalize_dims(op, args.get("dim"), x.ndim)
+    return [TensorType(tuple(d for i, d in enumerate(x.shape) if not (i in dims and d == 1)), x.dtype)]
+
+
+@rule("unsqueeze")
+def _unsqueeze(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    d = normalize_dim(op, args["dim"], x.ndim, extra=1)
+    return [TensorType(x.shape[:d] + (1,) + x.shape[d:], x.dtype)]
+
+
+@rule("select")
+def _select(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    if x.ndim == 0:
+        raise ShapeError(f"{op.full_name}: cannot index a 0-d tensor")
+    d = normalize_dim(op, args["dim"], x.ndim)
+    i = args["index"]
+    if not -x.shape[d] <= i < x.shape[d]:
+        raise ShapeError(f"{op.full_name}: index {i} is out of bounds for dim {d} with size {x.shape[d]}")
+    return [TensorType(x.shape[:d] + x.shape[d + 1:], x.dtype)]
+
+
+def slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
+    """Python slice semantics (clamped, negatives from the end), positive steps only."""
+    start, end, _ = slice(start, end, step).indices(size)
+    return start, max(end, start), step
+
+
+@rule("slice")
+def _slice(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    d = normalize_dim(op, args["dim"], x.ndim)
+    if args["step"] <= 0:
+        raise ShapeError(f"{op.full_name}: 'step' must be greater than zero, got {args['step']}")
+    start, end, step = slice_bounds(x.shape[d], args["start"], args["end"], args["step"])
+    n = (end - start + step - 1) // step
+    return [TensorType(x.shape[:d] + (n,) + x.shape[d + 1:], x.dtype)]
+
+
+@rule("cat")
+def _cat(op: OpDef, args):
+    ts = args["tensors"]
+    if not ts:
+        raise ShapeError(f"{op.full_name}: expects a non-empty list of tensors")
+    first = ts[0]
+    d = normalize_dim(op, args["dim"], first.ndim)
+    dtype = first.dtype
+    for i, t in enumerate(ts):
+        if t.ndim != first.ndim or any(a != b for j, (a, b) in enumerate(zip(t.shape, first.shape)) if j != d):
+            raise ShapeError(f"{op.full_name}: tensors[{i}] has shape {t.shape}, which does not match "
+                             f"tensors[0] {first.shape} outside dim {d}")
+        dtype = dt.promote_types(dtype, t.dtype)
+    total = sum(t.shape[d] for t in ts)
+    return [TensorType(first.shape[:d] + (total,) + first.shape[d + 1:], dtype)]
+
+
+def split_sizes(op: OpDef, size: int, split) -> list[int]:
+    """Sizes of the pieces: an int splits into equal chunks (last smaller), a list is explicit."""
+    if isinstance(split, int):
+        if split <= 0 and size > 0:
+            raise ShapeError(f"{op.full_name}: split size must be positive, got {split}")
+        return [min(split, size - i) for i in range(0, size, split)] if size else [0]
+    if sum(split) != size or any(s < 0 for s in split):
+        raise ShapeError(f"{op.full_name}: split sizes {tuple(split)} do not add up to the dim size {size}")
+    return list(split)
+
+
+@rule("split")
+def _split(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    d = normalize_dim(op, args["dim"], x.ndim)
+    sizes = split_sizes(op, x.shape[d], args["split_size"])
+    return [TensorType(x.shape[:d] + (s,) + x.shape[d + 1:], x.dtype) for s in sizes]
+
+
+def _check_index(op: OpDef, index: TensorType, name: str = "index"):
+    if index.dtype not in (dt.INT32, dt.INT64):
+        raise DTypeError(f"{op.full_name}: '{name}' must be an int32 or int64 tensor, got {index.dtype.label}")
+
+
+@rule("index_select")
+def _index_select(op: OpDef, args):
+    x, index = _tensor(op, args, "self"), _tensor(op, args, "index")
+    _check_index(op, index)
+    if index.ndim > 1:
+        raise ShapeError(f"{op.full_name}: 'index' must be 0-D or 1-D, got shape {index.shape}")
+    d = normalize_dim(op, args["dim"], x.ndim)
+    n = index.shape[0] if index.ndim else 1
+    return [TensorType(x.shape[:d] + (n,) + x.shape[d + 1:] if x.ndim else (), x.dtype)]
+
+
+@rule("gather")
+def _gather(op: OpDef, args):
+    x, index = _tensor(op, args, "self"), _tensor(op, args, "index")
+    _check_index(op, index)
+    d = normalize_dim(op, args["dim"], x.ndim)
+    if index.ndim != x.ndim or any(i > s for j, (i, s) in enumerate(zip(index.shape, x.shape)) if j != d):
+        raise ShapeError(f"{op.full_name}: 'index' shape {index.shape} must have the same number of "
+                         f"dims as 'self' {x.shape} and be no larger outside dim {d}")
+    return [TensorType(index.shape, x.dtype)]
+
+
+@rule("cast")
+def _cast(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    return [TensorType(x.shape, args["dtype"])]
+
+
+# ---------------------------------------------------------------- factories
+
+def _size(op: OpDef, size) -> tuple[int, ...]:
+    if any(s < 0 for s in size):
+        raise ShapeError(f"{op.full_name}: 'size' {tuple(size)} has a negative dim")
+    return tuple(size)
+
+
+@rule("full")
+def _full(op: OpDef, args):
+    dtype = args.get("dtype") or dt.scalar_dtype(args["fill_value"])
+    return [TensorType(_size(op, args["size"]), dtype)]
+
+
+@rule("random")
+def _random(op: OpDef, args):
+    dtype = args.get("dtype") or dt.DEFAULT_FLOAT
+    if not dtype.is_floating_point:
+        raise DTypeError(f"{op.full_name}: random tensors must be floating point, got {dtype.label}")
+    return [TensorType(_size(op, args["size"]), dtype)]
+
+
+def arange_length(op: OpDef, start, end, step) -> int:
+    if step == 0:
+        raise ShapeError(f"{op.full_name}: 'step' must be nonzero")
+    if (end - start) * step < 0:
+        raise ShapeError(f"{op.full_name}: upper bound and lower bound inconsistent with step sign "
+                         f"(start={start}, end={end}, step={step})")
+    return max(0, math.ceil((end - start) / step))
+
+
+@rule("arange")
+def _arange(op: OpDef, args):
+    start, end, step = args.get("start", 0), args["end"], args.get("step", 1)
+    dtype = args.get("dtype")
+    if dtype is None:
+        dtype = dt.DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else dt.INT64
+    return [TensorType((arange_length(op, start, end, step),), dtype)]

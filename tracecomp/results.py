@@ -1,0 +1,36 @@
+"""Packaging an op's result tensors the way its schema returns them."""
+from __future__ import annotations
+
+import collections
+import functools
+
+from .ops.table import OpDef
+
+
+@functools.cache
+def _named_tuple(name: str, fields: tuple[str, ...]):
+    return collections.namedtuple(name, fields)
+
+
+def package(op: OpDef, tensors: list):
+    """One Tensor; a tuple for Tensor[] returns; a named tuple (values, indices) for named returns."""
+    returns = op.schema.returns
+    if len(returns) == 1 and returns[0].type.is_list:
+        return tuple(tensors)
+    if len(returns) == 1:
+        return tensors[0]
+    names = tuple(r.name or f"out{i}" for i, r in enumerate(returns))
+    return _named_tuple(op.name, names)(*tensors)
+
+
+def type_args(args: dict) -> dict:
+    """An op's arguments with each Tensor replaced by its TensorType (for the shape rules)."""
+    from .tensor import Tensor
+    out = {}
+    for k, v in args.items():
+        if isinstance(v, Tensor):
+            v = v._type
+        elif isinstance(v, (list, tuple)) and v and isinstance(v[0], Tensor):
+            v = [t._type for t in v]
+        out[k] = v
+    return out

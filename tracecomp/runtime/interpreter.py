@@ -1,0 +1,34 @@
+"""The reference backend: executes a decomposed graph op by op with the NumPy kernels.
+
+It is the executor of `tc.trace(fn, backend="interp")` and the oracle compiled backends
+are tested against.  It runs only primitive ops: composites must be decomposed first.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import BackendError
+from ..ir import Graph
+from ..kernels import numpy_kernels
+from ..ops.table import by_ir_name
+
+CONSTANT = "tc.constant"
+
+
+def run_graph(graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    if len(inputs) != len(graph.inputs):
+        raise BackendError(f"graph @{graph.name} takes {len(graph.inputs)} inputs, got {len(inputs)}")
+    env = dict(zip(graph.inputs, inputs))
+    table = by_ir_name()
+    for op in graph.ops:
+        if op.name == CONSTANT:
+            env[op.result] = op.attrs["value"]
+            continue
+        opdef = table.get(op.name)
+        if opdef is None or opdef.kind == "composite":
+            raise BackendError(f"the interpreter cannot run '{op.name}' (at {op.loc}): "
+                               "unknown op, or a composite that was not decomposed")
+        args = opdef.arguments_from([env[v] for v in op.operands], op.attrs)
+        outs = numpy_kernels.run(opdef, args, [r.type for r in op.results])
+        env.update(zip(op.results, outs))
+    return [env[v] for v in graph.outputs]

@@ -1,0 +1,172 @@
+"""tc.Tensor: an eager tensor (a NumPy array) or a traced one (an SSA value in a graph).
+
+Operator methods are not written here: bindings.py attaches every method, operator and
+property that ops.yaml declares.  This file holds only what is not an op: metadata,
+conversion to NumPy/DLPack, printing, and the errors for using a traced value in Python.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as dt
+from .errors import TraceError, add_location
+from .ir.types import TensorType
+
+
+class Tensor:
+    __slots__ = ("_data", "_type", "_value", "_trace", "requires_grad", "grad", "grad_fn",
+                 "__weakref__")
+    __array_priority__ = 1000     # NumPy defers `ndarray + Tensor` to Tensor.__radd__
+    __array_ufunc__ = None
+
+    def __init__(self, data: np.ndarray | None, type: TensorType, value=None, trace=None,
+                 requires_grad: bool = False):
+        self._data = data
+        self._type = type
+        self._value = value       # ir.Value while traced
+        self._trace = trace       # the TraceContext that owns _value
+        self.requires_grad = requires_grad
+        self.grad = None
+        self.grad_fn = None
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, requires_grad: bool = False) -> "Tensor":
+        array = np.asarray(array)
+        dtype = dt.from_numpy(array.dtype)
+        if array.dtype != dtype.np or not array.flags.writeable:
+            array = array.astype(dtype.np)
+        return cls(array, TensorType(tuple(array.shape), dtype), requires_grad=requires_grad)
+
+    # -------------------------------------------------------------- metadata
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._type.shape
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self._type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._type.ndim
+
+    @property
+    def is_traced(self) -> bool:
+        return self._value is not None
+
+    def dim(self) -> int:
+        return self._type.ndim
+
+    def numel(self) -> int:
+        return self._type.numel
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    __hash__ = object.__hash__      # __eq__ is elementwise, identity hashing as in PyTorch
+
+    # -------------------------------------------------------------- concrete values
+    def _concrete(self, why: str) -> np.ndarray:
+        if self._data is None:
+            from .tracer import user_location
+            raise add_location(TraceError(
+                f"{why} needs the tensor's value, but inside tc.trace tensors are symbolic "
+                f"(shape {self.shape}, {self.dtype.label}): Python control flow and conversions "
+                "cannot depend on traced values. Use tc.where(...) for data-dependent selection, "
+                "or move this code outside the traced function."), str(user_location()))
+        return self._data
+
+    def numpy(self) -> np.ndarray:
+        return self._concrete("Tensor.numpy()")
+
+    def item(self):
+        data = self._concrete("Tensor.item()")
+        if data.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return data.reshape(()).item()
+
+    def tolist(self):
+        return self._concrete("Tensor.tolist()").tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        data = self._concrete("np.asarray(tensor)")
+        return data if dtype is None else data.astype(dtype)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._concrete("__dlpack__").__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)   # kDLCPU, device 0
+
+    def __bool__(self) -> bool:
+        data = self._concrete("bool(tensor) (e.g. `if tensor:`)")
+        if data.size != 1:
+            raise ValueError(f"the truth value of a tensor with {data.size} elements is ambiguous")
+        return bool(data.reshape(()))
+
+    def __float__(self) -> float:
+        return float(self._concrete("float(tensor)").reshape(()))
+
+    def __int__(self) -> int:
+        return int(self._concrete("int(tensor)").reshape(()))
+
+    def __index__(self) -> int:
+        data = self._concrete("using a tensor as an index")
+        if data.dtype.kind not in "iu" or data.size != 1:
+            raise TypeError("only integer tensors with one element can be converted to an index")
+        return int(data.reshape(()))
+
+    # -------------------------------------------------------------- printing
+    def __repr__(self) -> str:
+        extras = []
+        if self.dtype not in (dt.FLOAT32, dt.INT64, dt.BOOL):
+            extras.append(f"dtype={self.dtype!r}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{type(self.grad_fn).__name__}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        if self._data is None:
+            return f"tensor(<traced>, shape={self.shape}, dtype={self.dtype!r})"
+        tail = "".join(", " + e for e in extras)
+        return f"tensor({format_array(self._data, prefix='tensor(')}{tail})"
+
+
+def format_array(data: np.ndarray, prefix: str) -> str:
+    """PyTorch's look: `1., 2.` for whole floats, 4 decimals otherwise."""
+    if data.size and data.dtype.kind == "f":
+        finite = data[np.isfinite(data)]
+        whole = finite.size == 0 or np.all(finite == np.round(finite))
+        mode = "maxprec_equal" if whole else "fixed"
+        return np.array2string(data, separator=", ", prefix=prefix, precision=4, floatmode=mode)
+    if data.dtype.kind == "b":
+        return np.array2string(data, separator=", ", prefix=prefix,
+                               formatter={"bool": lambda b: "True" if b else "False"})
+    return np.array2string(data, separator=", ", prefix=prefix)
+
+
+def as_tensor(x: Any) -> Tensor:
+    """A Tensor from a Tensor, NumPy array, DLPack/array-protocol object or Python scalar."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return Tensor.from_numpy(x)
+    if hasattr(x, "__dlpack__") and not isinstance(x, (int, float, bool)):
+        try:
+            return Tensor.from_numpy(np.from_dlpack(x))
+        except (TypeError, RuntimeError, BufferError):
+            pass
+    if isinstance(x, (bool, int, float, np.generic)):
+        return Tensor.from_numpy(np.asarray(x, dtype=dt.scalar_dtype(x).np))
+    return Tensor.from_numpy(np.asarray(x))

@@ -1,0 +1,146 @@
+"""The Tracer dispatch key: records each op call into the graph of the active trace.
+
+While a TraceContext is active, every op call (also on eager tensors and factories)
+reaches the Tracer kernel, which turns Tensor arguments into SSA values (eager tensors
+become `tc.constant` ops), the other arguments into typed attributes, infers result
+types with the table's shape rules, and appends one op with the user's source location.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from .dispatch import DispatchKey, state
+from .errors import TraceError
+from .ir import Graph, Location, Value
+from .ir.types import TensorType
+from .ops import rules
+from .ops.table import OpDef
+from .results import package, type_args
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+CONSTANT = "tc.constant"
+
+
+def user_location() -> Location | None:
+    """The innermost stack frame outside the tracecomp package: the user's call site."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR + os.sep) and not path.startswith("<frozen"):
+            try:
+                rel = os.path.relpath(path)
+                path = rel if not rel.startswith("..") else path
+            except ValueError:
+                pass
+            return Location(path, frame.f_lineno, 0)
+        frame = frame.f_back
+    return None
+
+
+class TraceContext:
+    """One graph being recorded; pushed on a thread-local stack while the user's fn runs."""
+
+    def __init__(self, graph: Graph, inline_composites: bool = False):
+        self.graph = graph
+        self.inline_composites = inline_composites
+        self.location_override: Location | None = None
+        self._constants: dict[int, tuple[Any, Value]] = {}
+
+    def location(self) -> Location | None:
+        return self.location_override or user_location()
+
+    def value_of(self, t) -> Value:
+        if t._value is not None:
+            if t._trace is not self:
+                raise TraceError("a traced tensor was used outside the trace that created it "
+                                 "(did it escape a tc.trace'd function through a global or closure?)")
+            return t._value
+        key = id(t)
+        if key not in self._constants:
+            op = self.graph.add_op(CONSTANT, [], {"value": np.array(t._data)}, [t._type], self.location())
+            self._constants[key] = (t, op.result)    # keep t alive so its id stays unique
+        return self._constants[key][1]
+
+    def wrap(self, value: Value):
+        from .tensor import Tensor
+        return Tensor(None, value.type, value, self)
+
+    def __enter__(self):
+        _stack.contexts.append(self)
+        state.included.add(DispatchKey.Tracer)
+        return self
+
+    def __exit__(self, *exc):
+        _stack.contexts.pop()
+        if not _stack.contexts:
+            state.included.discard(DispatchKey.Tracer)
+
+
+class _Stack(threading.local):
+    def __init__(self):
+        self.contexts: list[TraceContext] = []
+
+
+_stack = _Stack()
+
+
+def current() -> TraceContext | None:
+    return _stack.contexts[-1] if _stack.contexts else None
+
+
+def operands_and_attrs(op: OpDef, args: dict[str, Any], value_of) -> tuple[list, dict]:
+    """Split an op's arguments into SSA operands (Tensors) and attributes (everything else).
+
+    Every argument is kept: a Tensor argument given as a Python scalar, or a Tensor? given
+    as None, becomes an attribute, so the op's text names all of its arguments.
+    """
+    from .tensor import Tensor
+    operands, attrs = [], {}
+    for a in op.schema.arguments:
+        v = args[a.name]
+        if isinstance(v, Tensor):
+            operands.append(value_of(v))
+        elif a.type.is_tensor_list:
+            operands.extend(value_of(t) for t in v)
+        else:
+            attrs[a.name] = v
+    return operands, attrs
+
+
+def composite_types(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
+    """A composite's result types: its decomposition traced into a scratch graph."""
+    from .composites import run_composite
+    from .tensor import Tensor
+    scratch = TraceContext(Graph("scratch"), inline_composites=True)
+
+    def stand_in(v):
+        if isinstance(v, Tensor):
+            return scratch.wrap(scratch.graph.add_input(v._type))
+        if isinstance(v, list) and v and isinstance(v[0], Tensor):
+            return [stand_in(t) for t in v]
+        return v
+    with scratch:
+        result = run_composite(op, {k: stand_in(v) for k, v in args.items()})
+    tensors = list(result) if isinstance(result, (tuple, list)) else [result]
+    return [t._type for t in tensors]
+
+
+def trace_kernel(op: OpDef, args: dict[str, Any]):
+    ctx = current()
+    if ctx is None:
+        raise TraceError(f"{op.full_name}: a traced tensor was used after its trace finished")
+    if op.kind == "composite" and ctx.inline_composites:
+        from .composites import run_composite
+        return run_composite(op, args)
+    if op.kind == "composite":
+        out_types = composite_types(op, args)
+    else:
+        out_types = rules.infer(op, type_args(args))
+    operands, attrs = operands_and_attrs(op, args, ctx.value_of)
+    recorded = ctx.graph.add_op(op.ir_name, operands, attrs, out_types, ctx.location())
+    return package(op, [ctx.wrap(v) for v in recorded.results])
