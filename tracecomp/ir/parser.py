@@ -199,7 +199,8 @@ class _Parser:
     def __init__(self, tokens: list[_Token], filename: str, lines: list[str]):
         self.tokens, self.filename, self.lines, self.pos = tokens, filename, lines, 0
         self.graph = Graph()
-        self.values: dict[str, tuple[list[Value], _Token]] = {}
+        self.values: dict[str, tuple[list[Value], _Token]] = {}   # name -> results, definition
+        self.result_types: list[tuple[TensorType, _Token]] = []     # the func's declared results
 
     # -- token helpers ---------------------------------------------------------------
     def peek(self) -> _Token:
