@@ -434,6 +434,8 @@ class _Parser:
         if key.kind not in ("id", "string") or (key.kind == "string" and not key.value):
             raise self.error(key, f"expected an attribute name, found {_describe(key)}")
         self.advance()
+        if self.at(",") or self.at("}"):    # a unit attribute: an absent optional argument
+            return key, None
         self.expect("=", f"after attribute name '{key.value}'")
         return key, self.parse_attr_value()
 

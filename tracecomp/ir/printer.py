@@ -101,6 +101,8 @@ def _attr_entry(key: str, value: Any) -> str:
     if not key:
         raise IRError("attribute names must not be empty")
     name = key if _is_bare_identifier(key) else format_string(key)
+    if value is None:   # an absent optional argument: MLIR's unit attribute, the bare name
+        return name
     return f"{name} = {format_attr(value)}"
 
 
