@@ -105,7 +105,7 @@ def bind(op: OpDef, args: tuple, kwargs: dict, self_arg: Any = _NO_SELF) -> dict
     positional = [a for a in params if not a.kwarg_only and a.name not in given]
     # `x.reshape(2, 3)`, `tc.zeros(2, 3)`: a lone int-list parameter also takes varargs.
     if (len(positional) == 1 and positional[0].type.base == "int" and positional[0].type.is_list
-            and len(args) > 1 and all(_is_int(x) for x in args)):
+            and args and all(_is_int(x) for x in args)):
         args = (tuple(args),)
     if len(args) > len(positional):
         raise _Mismatch(f"takes {len(positional)} positional argument(s) but {len(args)} were given")
