@@ -8,7 +8,6 @@ listing every signature and why it did not match.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from . import dtypes as dt
 from .dispatch import dispatcher
 from .errors import ArgumentError, TracecompError, add_location
-from .ops.schema import Argument, Schema
+from .ops.schema import Argument
 from .ops.table import OpDef
 from .tensor import Tensor, as_tensor
 

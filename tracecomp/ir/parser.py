@@ -1,6 +1,6 @@
 """Parse the MLIR generic-op text that ir/printer.py writes back into a Graph.
 
-A hand-written tokenizer (`_Lexer`) feeds a recursive-descent parser (`_Parser`) with
+A hand-written tokenizer (`Lexer`) feeds a recursive-descent parser (`_Parser`) with
 one method per construct: func, op, attribute, dense constant, type, location.
 Invariants:
 - the text holds one `func.func` (optionally inside `module { ... }`); SSA names may be
@@ -15,9 +15,7 @@ Invariants:
 """
 from __future__ import annotations
 
-import bisect
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,188 +23,33 @@ import numpy as np
 from ..dtypes import DType, from_mlir
 from ..errors import DTypeError, IRError
 from .graph import Graph, Value
+from .lexer import Lexer, Token, located_error
 from .types import Location, TensorType
 
-_PUNCT = ("->", "(", ")", "{", "}", "[", "]", "<", ">", ",", ":", "=", "-", "#")
-_ID_CHARS = "_$."
-_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
 _DTYPE_NAMES = {d.mlir for d in DType}
 
 
 def parse_graph(text: str, filename: str = "<ir>") -> Graph:
     """The Graph written in `text`; raises IRError (with line and column) if malformed."""
     lines = text.splitlines()
-    tokens = _Lexer(text, filename, lines).tokenize()
+    tokens = Lexer(text, filename, lines).tokenize()
     return _Parser(tokens, filename, lines).parse()
-
-
-def _located_error(filename: str, lines: list[str], line: int, col: int, message: str) -> IRError:
-    source = lines[line - 1] if 0 < line <= len(lines) else ""
-    err = IRError(f"{filename}: line {line}, column {col}: {message}\n"
-                  f"  {source}\n  {' ' * (col - 1)}^")
-    err.line, err.col = line, col
-    return err
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str     # punct, id, value (%x), symbol (@x), int, float, string, type, eof
-    text: str     # as written, for messages
-    value: Any    # decoded: name, number, string contents, or tensor<...> body
-    line: int
-    col: int
-
-
-class _Lexer:
-    """Splits the text into tokens; `tensor<...>` is one token because `4x8xf32` is."""
-
-    def __init__(self, text: str, filename: str, lines: list[str]):
-        self.text, self.filename, self.lines, self.pos = text, filename, lines, 0
-        self.line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
-
-    def where(self, pos: int) -> tuple[int, int]:
-        line = bisect.bisect_right(self.line_starts, pos)
-        return line, pos - self.line_starts[line - 1] + 1
-
-    def error(self, pos: int, message: str) -> IRError:
-        return _located_error(self.filename, self.lines, *self.where(pos), message)
-
-    def tokenize(self) -> list[_Token]:
-        tokens = []
-        while not tokens or tokens[-1].kind != "eof":
-            self.skip_blanks()
-            tokens.append(self.next_token())
-        return tokens
-
-    def skip_blanks(self) -> None:
-        text = self.text
-        while self.pos < len(text):
-            if text[self.pos].isspace():
-                self.pos += 1
-            elif text.startswith("//", self.pos):
-                end = text.find("\n", self.pos)
-                self.pos = len(text) if end < 0 else end
-            else:
-                return
-
-    def token(self, kind: str, start: int, value: Any = None) -> _Token:
-        text = self.text[start:self.pos]
-        return _Token(kind, text, text if value is None else value, *self.where(start))
-
-    def next_token(self) -> _Token:
-        start, text = self.pos, self.text
-        if start >= len(text):
-            return self.token("eof", start, "")
-        char = text[start]
-        if char == '"':
-            return self.token("string", start, self.string_body())
-        if char in "%@":
-            return self.sigil_name(char)
-        if char.isdigit():
-            return self.number()
-        if char.isalpha() or char == "_":
-            return self.identifier()
-        for punct in _PUNCT:
-            if text.startswith(punct, start):
-                self.pos += len(punct)
-                return self.token("punct", start)
-        raise self.error(start, f"unexpected character {char!r}")
-
-    def take_while(self, accept) -> str:
-        start = self.pos
-        while self.pos < len(self.text) and accept(self.text[self.pos]):
-            self.pos += 1
-        return self.text[start:self.pos]
-
-    def string_body(self) -> str:
-        start, out = self.pos, bytearray()
-        self.pos += 1
-        while self.pos < len(self.text) and self.text[self.pos] not in '"\n':
-            if self.text[self.pos] == "\\":
-                out += self.escape()
-            else:
-                out += self.text[self.pos].encode("utf-8")
-                self.pos += 1
-        if self.pos >= len(self.text) or self.text[self.pos] != '"':
-            raise self.error(start, "unterminated string (expected '\"' before end of line)")
-        self.pos += 1
-        try:
-            return out.decode("utf-8")
-        except UnicodeDecodeError:
-            raise self.error(start, "string escapes do not form valid UTF-8") from None
-
-    def escape(self) -> bytes:
-        pair = self.text[self.pos + 1:self.pos + 3]
-        if pair[:1] in _SIMPLE_ESCAPES:
-            self.pos += 2
-            return _SIMPLE_ESCAPES[pair[:1]].encode()
-        if len(pair) == 2 and all(c in "0123456789abcdefABCDEF" for c in pair):
-            self.pos += 3
-            return bytes([int(pair, 16)])
-        raise self.error(self.pos, f"expected an escape (\\\", \\\\, \\n, \\t or two hex digits) "
-                                   f"after '\\', found {pair[:1]!r}")
-
-    def sigil_name(self, sigil: str) -> _Token:
-        start = self.pos
-        self.pos += 1
-        kind = "value" if sigil == "%" else "symbol"
-        if sigil == "@" and self.text.startswith('"', self.pos):
-            return self.token(kind, start, self.string_body())
-        name = self.take_while(lambda c: c.isascii() and (c.isalnum() or c in _ID_CHARS + "-"))
-        if not name:
-            what = "value" if sigil == "%" else "symbol"
-            raise self.error(start, f"expected a {what} name after '{sigil}'")
-        return self.token(kind, start, name)
-
-    def number(self) -> _Token:
-        start = self.pos
-        if self.text.startswith(("0x", "0X"), start):
-            self.pos += 2
-            digits = self.take_while(lambda c: c in "0123456789abcdefABCDEF")
-            if not digits:
-                raise self.error(start, "expected hex digits after '0x'")
-            return self.token("int", start, int(digits, 16))
-        self.take_while(str.isdigit)
-        if not self.text.startswith(".", self.pos):
-            return self.token("int", start, int(self.text[start:self.pos]))
-        self.pos += 1
-        self.take_while(str.isdigit)
-        if self.text[self.pos:self.pos + 1] in ("e", "E"):
-            self.pos += 1
-            if self.text[self.pos:self.pos + 1] in ("+", "-"):
-                self.pos += 1
-            if not self.take_while(str.isdigit):
-                raise self.error(self.pos, "expected exponent digits in float literal")
-        return self.token("float", start, float(self.text[start:self.pos]))
-
-    def identifier(self) -> _Token:
-        start = self.pos
-        name = self.take_while(lambda c: c.isascii() and (c.isalnum() or c in _ID_CHARS))
-        if name != "tensor" or not self.text.startswith("<", self.pos):
-            return self.token("id", start)
-        end = self.text.find(">", self.pos)
-        newline = self.text.find("\n", self.pos)
-        if end < 0 or 0 <= newline < end:
-            raise self.error(start, "unterminated tensor type (expected '>')")
-        body = self.text[self.pos + 1:end]
-        self.pos = end + 1
-        return self.token("type", start, body)
 
 
 class _Parser:
     """Recursive descent over the tokens, building the Graph as it goes."""
 
-    def __init__(self, tokens: list[_Token], filename: str, lines: list[str]):
+    def __init__(self, tokens: list[Token], filename: str, lines: list[str]):
         self.tokens, self.filename, self.lines, self.pos = tokens, filename, lines, 0
         self.graph = Graph()
-        self.values: dict[str, tuple[list[Value], _Token]] = {}   # name -> results, definition
-        self.result_types: list[tuple[TensorType, _Token]] = []     # the func's declared results
+        self.values: dict[str, tuple[list[Value], Token]] = {}   # name -> results, definition
+        self.result_types: list[tuple[TensorType, Token]] = []     # the func's declared results
 
     # -- token helpers ---------------------------------------------------------------
-    def peek(self) -> _Token:
+    def peek(self) -> Token:
         return self.tokens[self.pos]
 
-    def advance(self) -> _Token:
+    def advance(self) -> Token:
         token = self.tokens[self.pos]
         self.pos += token.kind != "eof"
         return token
@@ -221,18 +64,18 @@ class _Parser:
             return True
         return False
 
-    def expect(self, text: str, context: str) -> _Token:
+    def expect(self, text: str, context: str) -> Token:
         if not self.at(text):
             raise self.error(self.peek(), f"expected '{text}' {context}, found {_describe(self.peek())}")
         return self.advance()
 
-    def expect_kind(self, kind: str, what: str, context: str) -> _Token:
+    def expect_kind(self, kind: str, what: str, context: str) -> Token:
         if self.peek().kind != kind:
             raise self.error(self.peek(), f"expected {what} {context}, found {_describe(self.peek())}")
         return self.advance()
 
-    def error(self, token: _Token, message: str, offset: int = 0) -> IRError:
-        return _located_error(self.filename, self.lines, token.line, token.col + offset, message)
+    def error(self, token: Token, message: str, offset: int = 0) -> IRError:
+        return located_error(self.filename, self.lines, token.line, token.col + offset, message)
 
     def comma_list(self, parse_item, close: str | None = None) -> list:
         """Items separated by ','; empty only if the token `close` comes first."""
@@ -270,7 +113,7 @@ class _Parser:
         self.expect(":", "after the argument name")
         self.define(name, [self.graph.add_input(self.parse_type()[0])])
 
-    def parse_func_results(self) -> list[tuple[TensorType, _Token]]:
+    def parse_func_results(self) -> list[tuple[TensorType, Token]]:
         if not self.accept("("):
             return [self.parse_type()]
         types = self.comma_list(self.parse_type, ")")
@@ -298,14 +141,14 @@ class _Parser:
         self.graph.outputs = [v for v, _ in values]
 
     # -- values --------------------------------------------------------------------------
-    def define(self, name: _Token, values: list[Value]) -> None:
+    def define(self, name: Token, values: list[Value]) -> None:
         if name.value in self.values:
             first = self.values[name.value][1]
             raise self.error(name, f"redefinition of value '{name.text}' "
                                    f"(first defined at line {first.line}, column {first.col})")
         self.values[name.value] = (values, name)
 
-    def parse_use(self) -> tuple[Value, _Token]:
+    def parse_use(self) -> tuple[Value, Token]:
         name = self.expect_kind("value", "a value like '%0'", "as an operand")
         if name.value not in self.values:
             raise self.error(name, f"use of undefined value '{name.text}'")
@@ -349,14 +192,14 @@ class _Parser:
                                [t for t, _ in result_types], loc)
         self.define_results(groups, op.results)
 
-    def parse_result_group(self) -> tuple[_Token, int]:
+    def parse_result_group(self) -> tuple[Token, int]:
         name = self.expect_kind("value", "a result name like '%0'", "before '='")
         if not self.accept(":"):
             return name, 1
         count = self.expect_kind("int", "a result count", f"after '{name.text}:'")
         return name, count.value
 
-    def define_results(self, groups: list[tuple[_Token, int]], results: list[Value]) -> None:
+    def define_results(self, groups: list[tuple[Token, int]], results: list[Value]) -> None:
         start = 0
         for name, count in groups:
             self.define(name, results[start:start + count])
@@ -384,7 +227,7 @@ class _Parser:
                                     f"its type has {len(result_types)} result types")
 
     # -- types and locations ----------------------------------------------------------
-    def parse_type(self) -> tuple[TensorType, _Token]:
+    def parse_type(self) -> tuple[TensorType, Token]:
         token = self.expect_kind("type", "a tensor type like 'tensor<4xf32>'", "here")
         body, offset, shape = token.value, 0, []
         while offset < len(body) and (body[offset].isdigit() or body[offset] in "?*"):
@@ -429,7 +272,7 @@ class _Parser:
         self.expect("}", "after the attributes")
         return attrs
 
-    def parse_attr_entry(self) -> tuple[_Token, Any]:
+    def parse_attr_entry(self) -> tuple[Token, Any]:
         key = self.peek()
         if key.kind not in ("id", "string") or (key.kind == "string" and not key.value):
             raise self.error(key, f"expected an attribute name, found {_describe(key)}")
@@ -455,7 +298,7 @@ class _Parser:
             return self.parse_dense()
         raise self.error(token, f"expected an attribute value, found {_describe(token)}")
 
-    def parse_number(self) -> tuple[int | float, _Token]:
+    def parse_number(self) -> tuple[int | float, Token]:
         """An int or float literal with an optional leading '-'."""
         negative = self.accept("-")
         token = self.peek()
@@ -508,7 +351,7 @@ class _Parser:
         self.expect(">", "to close the dense constant")
         self.expect(":", "after 'dense<...>' (a constant needs its tensor type)")
         type, _ = self.parse_type()
-        if isinstance(content, _Token):
+        if isinstance(content, Token):
             return _dense_from_hex(self, content, type)
         if content is None:
             if type.numel:
@@ -527,7 +370,7 @@ class _Parser:
         return self.parse_number()[0]
 
 
-def _dense_from_hex(parser: _Parser, token: _Token, type: TensorType) -> np.ndarray:
+def _dense_from_hex(parser: _Parser, token: Token, type: TensorType) -> np.ndarray:
     text, np_type = token.value, type.dtype.np
     digits = text[2:] if text.lower().startswith("0x") else None
     try:
@@ -545,7 +388,7 @@ def _dense_from_hex(parser: _Parser, token: _Token, type: TensorType) -> np.ndar
     return np.full(type.shape, array[0]) if len(array) != type.numel else array.reshape(type.shape)
 
 
-def _dense_from_literal(parser: _Parser, keyword: _Token, content: Any, type: TensorType) -> np.ndarray:
+def _dense_from_literal(parser: _Parser, keyword: Token, content: Any, type: TensorType) -> np.ndarray:
     kind = type.dtype.np.kind
     for leaf in _leaves(content):
         is_bool = isinstance(leaf, bool)
@@ -574,17 +417,17 @@ def _leaves(content: Any):
         yield content
 
 
-def _checked_int64(parser: _Parser, token: _Token, value: int) -> int:
+def _checked_int64(parser: _Parser, token: Token, value: int) -> int:
     if not -2**63 <= value < 2**63:
         raise parser.error(token, f"integer {value} does not fit in i64")
     return value
 
 
-def _float_from_bits(parser: _Parser, token: _Token, bits: int) -> float:
+def _float_from_bits(parser: _Parser, token: Token, bits: int) -> float:
     if not 0 <= bits < 2**64:
         raise parser.error(token, f"hex float {token.text} does not fit in 64 bits")
     return struct.unpack(">d", bits.to_bytes(8, "big"))[0]
 
 
-def _describe(token: _Token) -> str:
+def _describe(token: Token) -> str:
     return "end of input" if token.kind == "eof" else repr(token.text)

@@ -23,7 +23,7 @@ import numpy as np
 from ..dtypes import DType
 from ..errors import IRError
 from .graph import Graph, Op, Value
-from .types import Location, TensorType
+from .types import Location
 
 # Arrays up to this many elements print as literal lists; larger ones as hex bytes.
 DENSE_LITERAL_LIMIT = 16
