@@ -1,0 +1,12 @@
+"""Graph-to-graph passes over the IR, and the PassManager that runs a list of them.
+
+Each pass states in its module docstring what holds before and after it; all of them are
+built on the op-by-op rewrite driver in rewrite.py.
+"""
+from .cse import cse
+from .dce import dce
+from .fold import fold_constants
+from .manager import PassManager
+from .simplify import simplify
+
+__all__ = ["PassManager", "cse", "dce", "fold_constants", "simplify"]

@@ -1,0 +1,166 @@
+"""Algebraic simplification: a table of local patterns, keyed by op name.
+
+Before: a well-formed graph.  After: each op that a pattern matches uses the value the
+pattern returns instead (`x * 1` -> `x`, `reshape(reshape(x))` -> one reshape, ...).  A
+pattern only proposes a replacement; it applies only when the replacement has exactly
+the original result types, shape AND dtype, so `int_tensor * 1.0` (float result) and
+`expand` to a larger shape stay.  Ops left without users are not removed here (DCE does).
+
+A pattern is `fn(op, args, rw) -> list[Value] | None` where `args` are the op's arguments
+by name (a Value for a tensor operand, a number where an elementwise op took a scalar).
+Patterns see the rewritten graph, so chains (`neg(neg(neg(x)))`, reshape chains) reduce
+in one walk.  Floating-point note: `x + 0 -> x` maps -0.0 + 0 (= +0.0) to -0.0, the usual
+compiler liberty; every other pattern is exact.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ...ops.table import by_ir_name
+from ..graph import Graph, Op, Value
+from .rewrite import RuleResult, Rewriter, is_constant, rewrite
+
+Args = dict[str, Any]
+Replacement = list[Value] | None
+Pattern = Callable[[Op, Args, Rewriter], Replacement]
+VIEW_CHAIN = ("tc.reshape", "tc.squeeze", "tc.unsqueeze")   # keep row-major element order
+
+
+def _const(x: Any) -> np.ndarray | None:
+    """The value of a scalar argument or of a `tc.constant` operand; None otherwise."""
+    if isinstance(x, Value):
+        return x.op.attrs["value"] if is_constant(x) else None
+    if isinstance(x, (bool, int, float)):
+        return np.asarray(x)
+    return None
+
+
+def _is_all(x: Any, c: float) -> bool:
+    value = _const(x)
+    return value is not None and bool(np.all(value == c))
+
+
+def _finite(x: Any) -> bool:
+    """alpha * 0 is 0 only for a finite alpha (inf * 0 is nan)."""
+    return isinstance(x, (bool, int, float)) and math.isfinite(x)
+
+
+def _producer(x: Any, *names: str) -> Op | None:
+    return x.op if isinstance(x, Value) and x.op is not None and x.op.name in names else None
+
+
+# ---------------------------------------------------------------- arithmetic identities
+
+def mul_by_one(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    if _is_all(args["other"], 1) and isinstance(args["self"], Value):
+        return [args["self"]]
+    if _is_all(args["self"], 1) and isinstance(args["other"], Value):
+        return [args["other"]]
+    return None
+
+
+def add_zero(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    if _is_all(args["other"], 0) and _finite(args["alpha"]) and isinstance(args["self"], Value):
+        return [args["self"]]
+    if _is_all(args["self"], 0) and args["alpha"] == 1 and isinstance(args["other"], Value):
+        return [args["other"]]
+    return None
+
+
+def sub_zero(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    if _is_all(args["other"], 0) and _finite(args["alpha"]) and isinstance(args["self"], Value):
+        return [args["self"]]
+    return None
+
+
+def div_by_one(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    if _is_all(args["other"], 1) and isinstance(args["self"], Value):
+        return [args["self"]]
+    return None
+
+
+def neg_neg(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    inner = _producer(args["self"], "tc.neg")
+    return [inner.operands[0]] if inner is not None else None
+
+
+# ---------------------------------------------------------------- shape ops
+
+def same_type_identity(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    """reshape/squeeze/expand to the same shape, cast to the same dtype: the input itself
+    (the type check in `_simplify_op` decides whether the shape or dtype really is the same)."""
+    return [args["self"]]
+
+
+def reshape_of_view(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    """reshape(reshape(x)) (or of a squeeze/unsqueeze): one reshape of x, or x itself."""
+    inner = _producer(args["self"], *VIEW_CHAIN)
+    if inner is None:
+        return None
+    source = inner.operands[0]
+    if source.type == op.results[0].type:
+        return [source]
+    return rw.add(op.name, [source], op.attrs, [op.results[0].type], op.loc).results
+
+
+def view_chain_undone(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    """squeeze(unsqueeze(x)), unsqueeze(squeeze(x)), ...: x when the shape comes back,
+    since none of these ops moves elements."""
+    inner = _producer(args["self"], *VIEW_CHAIN)
+    return [inner.operands[0]] if inner is not None else None
+
+
+def _dims(dims, ndim: int) -> tuple[int, ...]:
+    return tuple(d % ndim for d in dims) if ndim else tuple(dims)
+
+
+def permute_identity(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    x = args["self"]
+    return [x] if _dims(args["dims"], x.type.ndim) == tuple(range(x.type.ndim)) else None
+
+
+def permute_permute(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    inner = _producer(args["self"], "tc.permute")
+    if inner is None:
+        return None
+    source = inner.operands[0]
+    first = _dims(inner.attrs["dims"], source.type.ndim)
+    dims = tuple(first[d] for d in _dims(args["dims"], source.type.ndim))
+    if dims == tuple(range(source.type.ndim)):
+        return [source]
+    return rw.add(op.name, [source], {**op.attrs, "dims": dims}, [op.results[0].type], op.loc).results
+
+
+PATTERNS: dict[str, list[Pattern]] = {
+    "tc.mul": [mul_by_one],
+    "tc.add": [add_zero],
+    "tc.sub": [sub_zero],
+    "tc.div": [div_by_one],
+    "tc.neg": [neg_neg],
+    "tc.reshape": [same_type_identity, reshape_of_view],
+    "tc.squeeze": [same_type_identity, view_chain_undone],
+    "tc.unsqueeze": [view_chain_undone],
+    "tc.permute": [permute_identity, permute_permute],
+    "tc.expand": [same_type_identity],
+    "tc.to": [same_type_identity],
+}
+
+
+def _simplify_op(op: Op, rw: Rewriter) -> RuleResult:
+    patterns = PATTERNS.get(op.name)
+    if not patterns:
+        return None
+    args = by_ir_name()[op.name].arguments_from(op.operands, op.attrs)
+    for pattern in patterns:
+        out = pattern(op, args, rw)
+        if out is not None and [v.type for v in out] == [r.type for r in op.results]:
+            return out
+    return None
+
+
+def simplify(graph: Graph) -> Graph:
+    """The graph with the PATTERNS applied once over the ops, in order."""
+    return rewrite(graph, _simplify_op)
