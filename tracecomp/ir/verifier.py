@@ -56,7 +56,8 @@ class _Verifier:
         for j, v in enumerate(self.graph.outputs):
             if v not in self.defined:
                 self.fail(None, None, f"output #{j} ({v!r}) is not defined in the graph",
-                          "outputs must be graph inputs or results of the graph's ops")
+                          "a graph input or a result of one of the graph's ops",
+                          hint="outputs are set after the ops that compute them are added")
 
     # ------------------------------------------------------------ structure
 
@@ -100,7 +101,9 @@ class _Verifier:
             args = opdef.arguments_from([v.type for v in op.operands], op.attrs)
         except ValueError as e:
             self.fail(i, op, f"its operands and attributes do not match the schema: {e}",
-                      f"the arguments of {opdef.schema} ({opdef.where})")
+                      f"the arguments of {opdef.schema} ({opdef.where})",
+                      hint="Tensor arguments are operands in schema order (or attributes holding a "
+                      "scalar or None), every other argument is an attribute")
         if opdef.kind == "composite":
             return None
         self.check_types(i, op, opdef, args)
@@ -135,7 +138,8 @@ class _Verifier:
     def fail(self, i: int | None, op: Op | None, what: str, expected: str | None = None,
              actual: str | None = None, hint: str | None = None) -> NoReturn:
         head = f"verify @{self.graph.name}: "
-        head += f"op #{i} '{op.name}' at {op.loc}: " if op is not None else ""
+        if op is not None:
+            head += f"op #{i} '{op.name}'" + (f" at {op.loc}: " if op.loc else ": ")
         lines = [head + what]
         if expected is not None:
             lines.append(f"  expected: {expected}")
@@ -143,19 +147,23 @@ class _Verifier:
             lines.append(f"  actual:   {actual}")
         if hint:
             lines.append(f"  fix: {hint}")
-        lines += ["  the op:", f"    {self.printed(i)}"] if op is not None else []
+        if op is not None:
+            lines += ["  the op:", f"    {self.printed(i + 1, op)}"]
+        elif i is None and "output" in what:
+            lines += ["  the return:", f"    {self.printed(len(self.graph.ops) + 1, None)}"]
         raise IRError("\n".join(lines))
 
-    def printed(self, i: int) -> str:
-        """Op #i as the printer writes it (line i+1 of the text: the header is line 0)."""
+    def printed(self, line: int, op: Op | None) -> str:
+        """Line `line` of the printed graph (line 0 is the header, then one line per op)."""
         if self._lines is None:
             try:
                 self._lines = print_graph(self.graph).splitlines()
             except TracecompError:     # an attribute the printer refuses: fall back to repr
                 self._lines = []
-        if i + 1 < len(self._lines):
-            return self._lines[i + 1].strip()
-        op = self.graph.ops[i]
+        if line < len(self._lines):
+            return self._lines[line].strip()
+        if op is None:
+            return f"return of {len(self.graph.outputs)} value(s)"
         return f"{op.name}({len(op.operands)} operands) {op.attrs!r} at {op.loc}"
 
 

@@ -7,7 +7,8 @@ producer) and whose results are the old graph's values (for their types, and as 
 what the old graph computed).  The rule returns
   None          keep the op: it is copied into the new graph;
   [Value, ...]  one new-graph value per result: uses of the old results now use these;
-  DROP          delete the op: a later use of its results is an error.
+  DROP          delete the op: only ops that are dropped too may use its results (a rule
+                for such an op sees the old result among its operands).
 Rules create ops with `Rewriter.add` / `Rewriter.constant`.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Rewriter:
     def __init__(self, old: Graph):
         self.graph = Graph(old.name, [v.type for v in old.inputs])
         self.mapping: dict[Value, Value] = dict(zip(old.inputs, self.graph.inputs))
+        self.dropped: set[Value] = set()     # results of dropped ops, in the old graph
 
     def add(self, name: str, operands: list[Value], attrs: dict[str, Any],
             result_types: list[TensorType], loc: Location | None) -> Op:
@@ -47,9 +49,10 @@ class Rewriter:
         return self.add(CONSTANT, [], {"value": array}, [type], loc).result
 
     def value(self, old: Value, user: str) -> Value:
+        """The new value for `old`; raises IRError if `old` is undefined or dropped."""
         if old not in self.mapping:
-            raise IRError(f"{user} uses a value that is not defined in the graph being "
-                          f"rewritten, or whose defining op a pass deleted: {old!r}")
+            why = "whose defining op the pass dropped" if old in self.dropped else "that is not defined"
+            raise IRError(f"{user} uses a value {why} in the graph being rewritten: {old!r}")
         return self.mapping[old]
 
 
@@ -58,13 +61,15 @@ def rewrite(graph: Graph, rule: Callable[[Op, Rewriter], RuleResult]) -> Graph:
     rw = Rewriter(graph)
     for old in graph.ops:
         where = f"op '{old.name}' (at {old.loc})"
-        op = Op(old.name, [rw.value(v, where) for v in old.operands], dict(old.attrs),
-                old.results, old.loc)
+        operands = [v if v in rw.dropped else rw.value(v, where) for v in old.operands]
+        op = Op(old.name, operands, dict(old.attrs), old.results, old.loc)
         out = rule(op, rw)
         if out is DROP:
+            rw.dropped.update(old.results)
             continue
         if out is None:
-            out = rw.add(op.name, op.operands, op.attrs, [r.type for r in old.results], op.loc).results
+            operands = [rw.value(v, where) for v in old.operands]   # refuses dropped values
+            out = rw.add(op.name, operands, op.attrs, [r.type for r in old.results], op.loc).results
         if len(out) != len(old.results):
             raise IRError(f"a rewrite of {where} gave {len(out)} values for its "
                           f"{len(old.results)} results")

@@ -96,11 +96,13 @@ def same_type_identity(op: Op, args: Args, rw: Rewriter) -> Replacement:
 
 
 def reshape_of_view(op: Op, args: Args, rw: Rewriter) -> Replacement:
-    """reshape(reshape(x)) (or of a squeeze/unsqueeze): one reshape of x, or x itself."""
-    inner = _producer(args["self"], *VIEW_CHAIN)
+    """reshape(reshape(x)), or of any chain of reshape/squeeze/unsqueeze: one reshape of
+    the chain's input, or that input itself when the shape comes back."""
+    source, inner = args["self"], _producer(args["self"], *VIEW_CHAIN)
     if inner is None:
         return None
-    source = inner.operands[0]
+    while inner is not None:
+        source, inner = inner.operands[0], _producer(inner.operands[0], *VIEW_CHAIN)
     if source.type == op.results[0].type:
         return [source]
     return rw.add(op.name, [source], op.attrs, [op.results[0].type], op.loc).results
