@@ -25,7 +25,13 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def _np_erf(x):
     x = np.asarray(x)
-    return _erf(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+    # frompyfunc returns a bare Python float, not an array, for 0-d input
+    return np.asarray(_erf(x)).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _np_sign(x):
+    x = np.asarray(x)
+    return x.copy() if x.dtype == np.bool_ else np.sign(x)   # NumPy has no sign loop for bool
 
 
 def _np_pow(a, b):
@@ -38,7 +44,7 @@ PRIMITIVES: dict[str, Callable] = {
     "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
     "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
     "erf": _np_erf, "sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil, "round": np.round,
-    "abs": np.abs, "sign": np.sign, "maximum": np.maximum, "minimum": np.minimum,
+    "abs": np.abs, "sign": _np_sign, "maximum": np.maximum, "minimum": np.minimum,
     "atan2": np.arctan2, "pow": _np_pow, "where": lambda c, a, b: np.where(np.asarray(c, bool), a, b),
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not,
     "logical_xor": np.logical_xor,

@@ -162,8 +162,9 @@ def _arg_reduction(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
         shape = (1,) * x.ndim if args.get("keepdim") else ()
         dims = tuple(range(x.ndim))
     else:
-        dims = (normalize_dim(op, dim, x.ndim),)
-        shape = reduced_shape(op, x.shape, dims if x.ndim else (), bool(args.get("keepdim")))
+        d = normalize_dim(op, dim, x.ndim)
+        dims = (d,) if x.ndim else ()       # a 0-d tensor takes dim 0 or -1 and stays 0-d
+        shape = reduced_shape(op, x.shape, dims, bool(args.get("keepdim")))
     if any(x.shape[d] == 0 for d in dims):
         raise ShapeError(f"{op.full_name}: cannot reduce over an empty dim of shape {x.shape}")
     index = TensorType(shape, dt.INT64)

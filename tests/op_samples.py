@@ -1,0 +1,805 @@
+"""Sample inputs for every operator in ops.yaml: how to call it, on what, and the answer.
+
+`SAMPLES[full_name]` is a list of Sample: a call through the public API (function,
+method, operator or property, covering the op's variants), its tensor inputs (small
+NumPy arrays from a seeded generator, in every dtype the op allows, plus a few edge
+values), a NumPy float64 reference, and the result dtype PyTorch's promotion rules
+give (`torch_result_type` below restates those rules independently of tracecomp).
+Samples of `tensor[index]` are filed under the ops the index becomes (select, slice,
+unsqueeze).  Tests in test_ops.py and test_op_properties.py are driven by this table.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+import tracecomp as tc
+
+F32, F64, I32, I64, B = "float32", "float64", "int32", "int64", "bool"
+FLOATS, INTS, NUMERIC, ALL = (F32, F64), (I32, I64), (F32, F64, I32, I64), (F32, F64, I32, I64, B)
+
+
+@dataclass
+class Sample:
+    op: str                         # full name in ops.yaml
+    call: Callable[..., Any]        # call(*tensors) through the public API
+    inputs: tuple[np.ndarray, ...]  # the tensor arguments (other arguments live in `call`)
+    ref: Callable[..., Any] | None  # NumPy reference on the inputs in float64/int64/bool
+    dtype: str | tuple[str, ...]    # expected result dtype(s) by PyTorch's rules
+    desc: str
+    rtol: float | None = None       # None: by result dtype (see tolerance())
+    atol: float | None = None
+    nondeterministic: bool = False
+    shape: tuple | None = None      # expected shape(s) where there is no reference
+
+    @property
+    def id(self) -> str:
+        return f"{self.op}:{self.desc}"
+
+
+_rng = np.random.default_rng(20240611)
+
+
+def arr(shape, dtype=F32, lo=-3.0, hi=3.0) -> np.ndarray:
+    """Random values in [lo, hi) (ints: integers in that range; bools: coin flips)."""
+    shape = tuple(shape) if not isinstance(shape, int) else (shape,)
+    if dtype == B:
+        return np.asarray(_rng.random(shape) < 0.5)
+    if dtype in INTS:
+        return np.asarray(_rng.integers(int(lo), int(hi), size=shape), dtype=dtype)
+    return np.asarray(_rng.uniform(lo, hi, size=shape), dtype=dtype)
+
+
+def pos(shape, dtype=F32, lo=0.25, hi=4.0) -> np.ndarray:
+    return arr(shape, dtype, lo, hi) if dtype not in INTS else arr(shape, dtype, 1, 6)
+
+
+def distinct(shape, dtype=F32) -> np.ndarray:
+    """Values without ties (for argmax/argmin/max.dim, whose index is ambiguous on ties)."""
+    n = math.prod(shape)
+    return (_rng.permutation(n) - n // 2).reshape(shape).astype(dtype) * (0.5 if dtype in FLOATS else 1)
+
+
+def edge(dtype=F32) -> np.ndarray:
+    """Edge values: zeros of both signs, negatives, large, tiny and non-finite."""
+    return np.array([0.0, -0.0, -1.0, 1.0, -2.5, 3.5, 1e-30, 1e20, -1e20, np.inf, -np.inf, np.nan],
+                    dtype=dtype)
+
+
+# ---------------------------------------------------------------- PyTorch's dtype rules
+
+_ORDER = [B, I32, I64, F32, F64]
+_CATEGORY = {B: 0, I32: 1, I64: 1, F32: 2, F64: 2}
+
+
+def _scalar_dtype(v) -> str:
+    return B if isinstance(v, bool) else I64 if isinstance(v, int) else F32
+
+
+def _fold(ds):
+    return max(ds, key=_ORDER.index) if ds else None
+
+
+def _combine(higher, lower):
+    """c10's combine_categories: a lower tier only matters if its category is higher."""
+    if higher is None:
+        return lower
+    if lower is None or _CATEGORY[higher] == 2:
+        return higher
+    if higher == B or _CATEGORY[lower] == 2:
+        return _fold([higher, lower])
+    return higher
+
+
+def torch_result_type(*operands) -> str:
+    """torch.result_type: tensors with dims, then 0-d tensors, then Python scalars."""
+    dims = [str(a.dtype) for a in operands if isinstance(a, np.ndarray) and a.ndim]
+    zero = [str(a.dtype) for a in operands if isinstance(a, np.ndarray) and not a.ndim]
+    scalars = [_scalar_dtype(a) for a in operands if not isinstance(a, np.ndarray) and a is not None]
+    return _combine(_fold(dims), _combine(_fold(zero), _fold(scalars)))
+
+
+def floating(dtype: str) -> str:
+    """Integral and bool inputs of a floating op compute in the default dtype (float32)."""
+    return dtype if dtype in FLOATS else F32
+
+
+def reference_inputs(inputs) -> list:
+    """What references get: floats widened to float64, ints to int64."""
+    out = []
+    for a in inputs:
+        a = np.asarray(a)
+        out.append(a.astype(np.float64) if a.dtype.kind == "f" else
+                   a.astype(np.int64) if a.dtype.kind in "iu" else a)
+    return out
+
+
+SAMPLES: dict[str, list[Sample]] = {}
+
+
+def sample(op, call, inputs, ref, dtype, desc, **kw) -> None:
+    SAMPLES.setdefault(op, []).append(Sample(op, call, tuple(inputs), ref, dtype, desc, **kw))
+
+
+def _vec(fn):
+    """A float64 ufunc from a scalar math function (math.erf etc.)."""
+    f = np.vectorize(fn, otypes=[np.float64])
+    return lambda x: f(np.asarray(x, np.float64))
+
+
+# ---------------------------------------------------------------- unary elementwise
+
+def _erf(x):
+    return _vec(math.erf)(x)
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _gelu_tanh(x):
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _sigmoid(x):
+    return _vec(lambda v: v if math.isnan(v) else 1 / (1 + math.exp(-v)) if v >= -700 else 0.0)(x)
+
+
+# op: (reference, domain of the random inputs, result rule, dtypes, has method)
+UNARY = {
+    "neg": (np.negative, arr, "same", NUMERIC, True),
+    "abs": (np.abs, arr, "same", NUMERIC, True),
+    "sign": (lambda x: x if x.dtype == bool else np.sign(x), arr, "same", ALL, True),
+    "reciprocal": (lambda x: 1 / np.asarray(x, np.float64), pos, "float", ALL, True),
+    "square": (np.square, arr, "same", NUMERIC, True),
+    "sqrt": (np.sqrt, pos, "float", ALL, True),
+    "rsqrt": (lambda x: 1 / np.sqrt(np.asarray(x, np.float64)), pos, "float", ALL, True),
+    "exp": (np.exp, arr, "float", ALL, True),
+    "exp2": (np.exp2, arr, "float", ALL, True),
+    "expm1": (np.expm1, arr, "float", ALL, True),
+    "log": (np.log, pos, "float", ALL, True),
+    "log2": (np.log2, pos, "float", ALL, True),
+    "log1p": (np.log1p, pos, "float", ALL, True),
+    "sin": (np.sin, arr, "float", ALL, True),
+    "cos": (np.cos, arr, "float", ALL, True),
+    "tan": (np.tan, lambda s, d: arr(s, d, -1.2, 1.2), "float", ALL, True),
+    "tanh": (np.tanh, arr, "float", ALL, True),
+    "sigmoid": (_sigmoid, arr, "float", ALL, True),
+    "relu": (lambda x: np.maximum(x, 0), arr, "same", NUMERIC, True),
+    "silu": (lambda x: x * _sigmoid(x), arr, "float", ALL, False),
+    "gelu": (_gelu, arr, "float", ALL, False),
+    "erf": (_erf, arr, "float", ALL, True),
+    "floor": (np.floor, arr, "same", NUMERIC, True),
+    "ceil": (np.ceil, arr, "same", NUMERIC, True),
+    "round": (np.round, lambda s, d: arr(s, d, -4, 4) if d in INTS else
+              np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49, -0.51, 3.7], d), "same", NUMERIC, True),
+    "logical_not": (np.logical_not, arr, "bool", ALL, True),
+}
+# Ops whose NaN/inf edge values are meaningful; reciprocal/rsqrt/log of 0, etc.
+EDGE_OK = set(UNARY) - {"relu"}
+
+
+def _unary_samples():
+    for name, (ref, domain, rule, dtypes, method) in UNARY.items():
+        fn = getattr(tc, name)
+        if rule == "float":     # bool inputs compute in float64 too (NumPy would pick float16)
+            ref = (lambda r: lambda x: r(np.asarray(x, np.float64)))(ref)
+        for i, d in enumerate(dtypes):
+            x = domain((2, 3) if i % 2 else (5,), d)
+            out = d if rule == "same" else B if rule == "bool" else floating(d)
+            sample(name, fn, [x], ref, out, f"tc.{name}({d})")
+            if method and i == 0:
+                sample(name, lambda t, n=name: getattr(t, n)(), [x], ref, out, f"x.{name}() {d}")
+        sample(name, fn, [np.array(0.75 if name != "round" else 2.5, np.float64)], ref,
+               F64 if rule != "bool" else B, "0-d float64")
+        if name in EDGE_OK:
+            sample(name, fn, [edge(F32)], ref, F32 if rule != "bool" else B, "edge values f32")
+    sample("neg", lambda x: -x, [arr((3, 2), I32)], np.negative, I32, "-x int32")
+    sample("abs", abs, [arr((4,), F64)], np.abs, F64, "abs(x) f64")
+    sample("gelu", lambda x: tc.gelu(x, approximate="tanh"), [arr((7,), F32)], _gelu_tanh, F32,
+           "approximate='tanh'")
+    sample("gelu", lambda x: tc.gelu(x, approximate="tanh"), [arr((2, 2), F64)], _gelu_tanh, F64,
+           "approximate='tanh' f64")
+    sample("logical_not", tc.logical_not, [np.array([0.0, -0.0, np.nan, 2.0], F32)],
+           np.logical_not, B, "zeros and nan")
+    sample("sigmoid", tc.sigmoid, [np.array([-100.0, -30.0, 0.0, 30.0, 100.0], F32)], _sigmoid, F32,
+           "saturation")
+
+
+_unary_samples()
+
+
+# ---------------------------------------------------------------- binary elementwise
+
+def _pow_ref(a, b):
+    return np.power(np.asarray(a, np.float64), b)
+
+
+BINARY = {
+    # op: (reference, dtype rule, dtypes, domain of `other`)
+    "add": (np.add, "promote", ALL, arr),
+    "sub": (np.subtract, "promote", NUMERIC, arr),
+    "mul": (np.multiply, "promote", ALL, arr),
+    "div": (lambda a, b: np.divide(np.asarray(a, np.float64), b), "float", ALL, pos),
+    "pow": (_pow_ref, "promote", NUMERIC, lambda s, d: arr(s, d, 0, 3)),
+    "maximum": (np.maximum, "promote", ALL, arr),
+    "minimum": (np.minimum, "promote", ALL, arr),
+    "atan2": (lambda a, b: np.arctan2(np.asarray(a, np.float64), b), "float", ALL, arr),
+    "eq": (np.equal, "bool", ALL, arr),
+    "ne": (np.not_equal, "bool", ALL, arr),
+    "lt": (np.less, "bool", ALL, arr),
+    "le": (np.less_equal, "bool", ALL, arr),
+    "gt": (np.greater, "bool", ALL, arr),
+    "ge": (np.greater_equal, "bool", ALL, arr),
+    "logical_and": (np.logical_and, "logical", ALL, arr),
+    "logical_or": (np.logical_or, "logical", ALL, arr),
+}
+MIRROR = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le"}
+OPERATOR = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "eq": "==", "ne": "!=",
+            "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def binary_result(name: str, a, b) -> str:
+    rule = BINARY[name][1]
+    common = torch_result_type(a, b)
+    return {"promote": common, "float": floating(common), "bool": B, "logical": B}[rule]
+
+
+def _binary_samples():
+    for name, (ref, rule, dtypes, domain) in BINARY.items():
+        fn = getattr(tc, name)
+        # same dtype, every dtype the op allows
+        for d in dtypes:
+            x, y = arr((2, 3), d), domain((2, 3), d)
+            if name == "pow" and d in FLOATS:
+                x = pos((2, 3), d)
+            sample(name, fn, [x, y], ref, binary_result(name, x, y), f"tc.{name}({d}, {d})")
+        # method, broadcasting (4,1) with (3,), mixed dtypes, 0-d operands
+        x, y = (pos if name == "pow" else arr)((4, 1), F32), domain((3,), F64)
+        sample(name, lambda a, b, n=name: getattr(a, n)(b), [x, y], ref, binary_result(name, x, y),
+               f"x.{name}(y) (4,1)f32 with (3,)f64")
+        x, y = arr((3,), I32, 1, 4), domain((2, 3), F32)
+        sample(name, fn, [x, y], ref, binary_result(name, x, y), f"tc.{name}(int32, float32) bcast")
+        x, y = (pos if name == "pow" else arr)((2, 2), F32), domain((), F64)
+        sample(name, fn, [x, y], ref, binary_result(name, x, y), "float32 with 0-d float64")
+        x, y = arr((3,), I32, 1, 4), domain((), I64)
+        sample(name, fn, [x, y], ref, binary_result(name, x, y), "int32 with 0-d int64")
+        x, y = arr((3,), I32, 1, 4), domain((), F64)
+        sample(name, fn, [x, y], ref, binary_result(name, x, y), "int32 with 0-d float64")
+        # Python scalars: int, float and bool, on either side
+        for d, s in ((F32, 2), (I32, 2), (I32, 2.5), (B, 1), (I64, True), (F64, 0.5)):
+            if name in ("sub", "pow") and d == B:
+                continue
+            x = (pos if name in ("pow", "div") else arr)((5,), d)
+            sample(name, lambda a, n=name, s=s: getattr(tc, n)(a, s), [x],
+                   lambda a, s=s, r=ref: r(a, s), binary_result(name, x, s), f"tc.{name}({d}, {s!r})")
+        if name in OPERATOR:
+            sym = OPERATOR[name]
+            x, y = (pos if name == "pow" else arr)((3, 2), F32), domain((3, 2), F32)
+            sample(name, eval(f"lambda a, b: a {sym} b"), [x, y], ref, binary_result(name, x, y),
+                   f"x {sym} y")
+            x = (pos if name == "pow" else arr)((3,), I32, 1, 4)
+            # Python turns `3 < x` into `x > 3`: the sample belongs to the mirrored op
+            sample(MIRROR.get(name, name), eval(f"lambda a: 3 {sym} a"), [x], lambda a, r=ref: r(3, a),
+                   binary_result(name, 3, x), f"3 {sym} x int32")
+            x = (pos if name == "pow" else arr)((3,), F32)
+            sample(name, eval(f"lambda a: a {sym} 1.5"), [x], lambda a, r=ref: r(a, 1.5),
+                   binary_result(name, x, 1.5), f"x {sym} 1.5")
+
+    sample("add", lambda a, b: tc.add(a, b, alpha=2), [arr((3,), F32), arr((3,), F32)],
+           lambda a, b: a + 2 * b, F32, "alpha=2")
+    sample("add", lambda a, b: a.add(b, alpha=0.5), [arr((2, 2), F64), arr((2,), F64)],
+           lambda a, b: a + 0.5 * b, F64, "x.add(y, alpha=0.5)")
+    sample("add", lambda a, b: a.add(b, alpha=3), [arr((3,), I32), arr((3,), I32)],
+           lambda a, b: a + 3 * b, I32, "int alpha=3")
+    sample("add", lambda a: a + a, [arr((4,), B)], lambda a: a | a, B, "bool + bool")
+    sample("add", lambda a: np.float64(2.0) + a, [arr((3,), F32)], lambda a: a + 2, F32,
+           "np.float64 scalar + x")
+    sample("sub", lambda a, b: tc.sub(a, b, alpha=2), [arr((3,), F32), arr((3,), F32)],
+           lambda a, b: a - 2 * b, F32, "alpha=2")
+    sample("sub", lambda a, b: a.sub(b, alpha=-1), [arr((3, 1), I64), arr((2,), I64)],
+           lambda a, b: a + b, I64, "x.sub(y, alpha=-1) int64")
+    sample("div", tc.div, [edge(F32), np.array([0.0, 0.0, 0.0, -0.0, 2, 2, 2, 2, 2, 0, 1, 1], F32)],
+           np.divide, F32, "by zero, inf, nan")
+    sample("div", tc.div, [np.array([7, -7, 0, 1], I32), np.array([2, 2, 3, -4], I32)],
+           np.divide, F32, "int / int is true division")
+    sample("pow", tc.pow, [np.array([2, 3, -2, 0], I64), np.array([3, 0, 3, 5], I64)],
+           np.power, I64, "int ** int")
+    sample("pow", lambda a: a ** 0.5, [pos((4,), F32)], np.sqrt, F32, "x ** 0.5")
+    sample("pow", lambda a: a.pow(-1), [pos((4,), F64)], lambda a: 1 / a, F64, "x.pow(-1)")
+    sample("pow", lambda a: 2 ** a, [arr((4,), I32, 0, 5)], lambda a: 2 ** a, I32, "2 ** int32")
+    for name in ("maximum", "minimum"):
+        sample(name, getattr(tc, name), [np.array([1.0, np.nan, -np.inf, 0.0], F32),
+                                         np.array([np.nan, 2.0, 1.0, -0.0], F32)],
+               getattr(np, name), F32, "nan propagates")
+    sample("atan2", tc.atan2, [np.array([0.0, 0.0, 1.0, -1.0, -0.0], F64),
+                               np.array([1.0, -1.0, 0.0, 0.0, -1.0], F64)], np.arctan2, F64, "axes")
+    sample("eq", tc.eq, [np.array([1.0, np.nan, 0.0], F32), np.array([1.0, np.nan, -0.0], F32)],
+           np.equal, B, "nan != nan, 0 == -0")
+    sample("gt", lambda a: 2 < a, [arr((4,), F32)], lambda a: 2 < a, B, "2 < x is x > 2")
+    sample("eq", lambda a: a == 2.5, [np.array([2, 3], I32)], lambda a: a == 2.5, B,
+           "int32 == 2.5 compares as float")
+
+
+_binary_samples()
+
+
+# ---------------------------------------------------------------- where, clamp
+
+def _where_samples():
+    c, x, y = arr((2, 3), B), arr((2, 3), F32), arr((2, 3), F32)
+    sample("where.self", tc.where, [c, x, y], np.where, F32, "tc.where(c, x, y)")
+    sample("where.self", lambda c, x, y: x.where(c, y), [c, x, y], np.where, F32, "x.where(c, y)")
+    c, x, y = arr((3, 1), B), arr((4,), I32), arr((1, 4), F64)
+    sample("where.self", tc.where, [c, x, y], np.where, F64, "broadcast, int32/float64")
+    c, x = arr((5,), B), arr((5,), I64)
+    sample("where.self", lambda c, x: tc.where(c, x, 0.5), [c, x], lambda c, x: np.where(c, x, 0.5),
+           F32, "int64 tensor, 0.5 scalar")
+    sample("where.self", lambda c: tc.where(c, 1.0, 0.0), [c], lambda c: np.where(c, 1.0, 0.0), F32,
+           "two scalars")
+    sample("where.self", lambda c, x: tc.where(c > 0, x, -x), [arr((4,), F32), arr((4,), F32)],
+           lambda c, x: np.where(c > 0, x, -x), F32, "condition from a comparison")
+    sample("where.self", lambda c, x: tc.where(c, x, 7), [c, arr((5,), I32)],
+           lambda c, x: np.where(c, x, 7), I32, "int32 tensor, int scalar")
+
+    x = arr((3, 4), F32)
+    sample("clamp", lambda x: tc.clamp(x, -1, 1), [x], lambda x: np.clip(x, -1, 1), F32, "tc.clamp(x, -1, 1)")
+    sample("clamp", lambda x: x.clamp(min=0.5), [x], lambda x: np.maximum(x, 0.5), F32, "x.clamp(min=0.5)")
+    sample("clamp", lambda x: x.clamp(max=0), [arr((6,), I32)], lambda x: np.minimum(x, 0), I32,
+           "int32 x.clamp(max=0)")
+    sample("clamp", lambda x: tc.clamp(x), [x], lambda x: x, F32, "no bounds")
+    lo, hi = arr((4,), F32, -2, 0), arr((3, 1), F32, 0, 2)
+    sample("clamp", lambda x, lo, hi: tc.clamp(x, lo, hi), [x, lo, hi],
+           lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), F32, "tensor bounds, broadcast")
+    sample("clamp", lambda x: tc.clamp(x, min=0.5), [arr((5,), I64)],
+           lambda x: np.maximum(x, 0.5), F32, "int64 with a float bound promotes")
+    sample("clamp", lambda x: tc.clamp(x, min=-1.0, max=1.0), [edge(F64)],
+           lambda x: np.minimum(np.maximum(x, -1.0), 1.0), F64, "edge values")
+
+
+_where_samples()
+
+
+# ---------------------------------------------------------------- reductions
+
+def _np_reduce(fn, dim=None, keepdim=False, **kw):
+    def ref(x):
+        axis = tuple(range(np.ndim(x))) if dim is None or dim == () else dim
+        return fn(x, axis=axis, keepdims=keepdim, **kw)
+    return ref
+
+
+def _reduction_samples():
+    x3 = arr((2, 3, 4), F32)
+    for name, fn, intout in (("sum", np.sum, I64), ("prod", np.prod, I64), ("mean", np.mean, None)):
+        t = getattr(tc, name)
+        sample(name, lambda x, n=name: getattr(x, n)(), [x3], _np_reduce(fn), F32, f"x.{name}()")
+        sample(name, lambda x, t=t: t(x, dim=1), [x3], _np_reduce(fn, 1), F32, f"tc.{name}(x, dim=1)")
+        sample(name, lambda x, t=t: t(x, (0, 2), True), [x3], _np_reduce(fn, (0, 2), True), F32,
+               "dims (0, 2), keepdim")
+        sample(name, lambda x, n=name: getattr(x, n)(-1, keepdim=True), [arr((3, 2), F64)],
+               _np_reduce(fn, -1, True), F64, "dim=-1 keepdim f64")
+        sample(name, lambda x, t=t: t(x, dim=()), [arr((2, 2), F64)], _np_reduce(fn), F64, "dim=() is all")
+        sample(name, lambda x, t=t: t(x, dim=0), [np.array(1.5, F32)], lambda x, fn=fn: fn(x), F32, "0-d, dim=0")
+        sample(name, lambda x, t=t: t(x, dim=1, dtype=tc.float64), [x3], _np_reduce(fn, 1), F64,
+               "dtype=float64")
+        if intout:
+            sample(name, lambda x, t=t: t(x), [arr((2, 3), I32, -3, 4)], _np_reduce(fn), intout, "int32 -> int64")
+            sample(name, lambda x, t=t: t(x, 0), [arr((3, 4), B)], _np_reduce(fn, 0), intout, "bool -> int64")
+            sample(name, lambda x, t=t: t(x, 1, dtype=tc.int32), [arr((2, 3), I64)], _np_reduce(fn, 1),
+                   I32, "dtype=int32")
+        else:
+            sample(name, lambda x, t=t: t(x, 0, dtype=tc.float32), [arr((3, 2), I32)], _np_reduce(fn, 0),
+                   F32, "int32 with dtype=float32")
+    sample("sum", lambda x: x.sum(1), [np.zeros((2, 0), F32)], _np_reduce(np.sum, 1), F32, "empty dim")
+    sample("prod", lambda x: x.prod(), [np.zeros((0,), I32)], _np_reduce(np.prod), I64, "empty -> 1")
+    sample("mean", lambda x: x.mean(0), [edge(F64).reshape(3, 4)], _np_reduce(np.mean, 0), F64,
+           "inf and nan")
+
+    for name, fn in (("amax", np.max), ("amin", np.min)):
+        t = getattr(tc, name)
+        sample(name, lambda x, n=name: getattr(x, n)(), [x3], _np_reduce(fn), F32, f"x.{name}() all")
+        sample(name, lambda x, t=t: t(x, 1), [x3], _np_reduce(fn, 1), F32, "dim=1")
+        sample(name, lambda x, t=t: t(x, (-1, 0), keepdim=True), [x3], _np_reduce(fn, (-1, 0), True), F32,
+               "dims (-1, 0) keepdim")
+        for d in (I32, I64, B, F64):
+            sample(name, lambda x, t=t: t(x, dim=0), [arr((3, 2), d)], _np_reduce(fn, 0), d, f"{d}")
+        sample(name, lambda x, t=t: t(x, 0), [np.array([[1.0, np.nan], [-np.inf, 2.0]], F32)],
+               _np_reduce(fn, 0), F32, "nan propagates")
+
+    for name, fn in (("all", np.all), ("any", np.any)):
+        t = getattr(tc, name)
+        for d in ALL:
+            x = arr((3, 4), d, -1, 2)
+            sample(name, t, [x], _np_reduce(fn), B, f"tc.{name}({d})")
+        sample(name, lambda x, n=name: getattr(x, n)(dim=1, keepdim=True), [arr((3, 2), B)],
+               _np_reduce(fn, 1, True), B, "dim=1 keepdim")
+        sample(name, lambda x, t=t: t(x, (0, 1)), [arr((2, 3, 2), B)], _np_reduce(fn, (0, 1)), B, "dims (0, 1)")
+        sample(name, lambda x, t=t: t(x), [np.zeros((0,), B)], _np_reduce(fn), B, "empty")
+        sample(name, lambda x, t=t: t(x, 0), [np.array([np.nan, 0.0], F32)], _np_reduce(fn, 0), B, "nan is true")
+
+    for name, fn in (("max", np.max), ("min", np.min)):
+        t = getattr(tc, name)
+        sample(name, lambda x, n=name: getattr(x, n)(), [x3], _np_reduce(fn), F32, f"x.{name}()")
+        sample(name, t, [arr((4,), I32)], _np_reduce(fn), I32, f"tc.{name}(int32)")
+        sample(name, t, [np.array(3.0, F64)], lambda x: x, F64, "0-d")
+        sample(name, t, [arr((3,), B)], _np_reduce(fn), B, "bool")
+
+    for name, arg, fn in (("max", np.argmax, np.max), ("min", np.argmin, np.min)):
+        t = getattr(tc, name)
+
+        def ref(x, d=1, keep=False, arg=arg, fn=fn):
+            return fn(x, axis=d, keepdims=keep), arg(x, axis=d, keepdims=keep)
+        x = distinct((3, 4))
+        sample(f"{name}.dim", lambda x, n=name: getattr(x, n)(dim=1), [x], ref, (F32, I64), f"x.{name}(dim=1)")
+        sample(f"{name}.dim", lambda x, t=t: t(x, -2, keepdim=True), [x],
+               lambda x, ref=ref: ref(x, -2, True), (F32, I64), "dim=-2 keepdim")
+        sample(f"{name}.dim", lambda x, t=t: t(x, 0).values, [distinct((5,), I32)],
+               lambda x, fn=fn: fn(x, axis=0), I32, ".values of int32")
+        sample(f"{name}.dim", lambda x, t=t: t(x, 0).indices, [distinct((2, 3), F64)],
+               lambda x, arg=arg: arg(x, axis=0), I64, ".indices")
+        sample(f"{name}.dim", lambda x, t=t: t(x, 0), [np.array(2.0, F32)], lambda x: (x, np.int64(0)),
+               (F32, I64), "0-d")
+        sample(f"{name}.other", t, [arr((3,), F32), arr((2, 1), F32)],
+               np.maximum if name == "max" else np.minimum, F32, f"tc.{name}(x, y) bcast")
+        sample(f"{name}.other", lambda a, b, n=name: getattr(a, n)(b), [arr((4,), I32), arr((4,), F32)],
+               np.maximum if name == "max" else np.minimum, F32, f"x.{name}(y) int32/float32")
+        sample(f"{name}.other", lambda a, n=name: getattr(tc, n)(a, np.array(0, np.int64)), [arr((4,), I32)],
+               lambda a, n=name: np.maximum(a, 0) if n == "max" else np.minimum(a, 0), I32,
+               "with a 0-d int64 array")
+
+    for name, fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+        t = getattr(tc, name)
+        x = distinct((3, 4))
+        sample(name, lambda x, n=name: getattr(x, n)(), [x], lambda x, fn=fn: np.int64(fn(x)), I64,
+               f"x.{name}() flat")
+        sample(name, lambda x, t=t: t(x, dim=1), [x], lambda x, fn=fn: fn(x, axis=1), I64, "dim=1")
+        sample(name, lambda x, t=t: t(x, dim=0, keepdim=True), [distinct((2, 3), I32)],
+               lambda x, fn=fn: fn(x, axis=0, keepdims=True), I64, "dim=0 keepdim int32")
+        sample(name, lambda x, t=t: t(x, keepdim=True), [x],
+               lambda x, fn=fn: np.int64(fn(x)).reshape(1, 1), I64, "no dim, keepdim")
+        sample(name, lambda x, t=t: t(x, -1), [np.array([1.0, 3.0, 3.0, -1.0], F64)],
+               lambda x, fn=fn: fn(x, axis=-1), I64, "ties: first index")
+
+    for name, fn in (("var", np.var), ("std", np.std)):
+        t = getattr(tc, name)
+        sample(name, lambda x, n=name: getattr(x, n)(), [x3], _np_reduce(fn, ddof=1), F32, f"x.{name}()")
+        sample(name, lambda x, t=t: t(x, 1), [x3], _np_reduce(fn, 1, ddof=1), F32, "dim=1")
+        sample(name, lambda x, t=t: t(x, (0, 2), correction=0, keepdim=True), [x3],
+               _np_reduce(fn, (0, 2), True, ddof=0), F32, "correction=0 keepdim")
+        sample(name, lambda x, n=name: getattr(x, n)(dim=-1, correction=2), [arr((2, 5), F64)],
+               _np_reduce(fn, -1, ddof=2), F64, "correction=2 f64")
+
+    sample("logsumexp", lambda x: x.logsumexp(1), [x3[0]],
+           lambda x: np.log(np.sum(np.exp(x), axis=1)), F32, "x.logsumexp(1)")
+    sample("logsumexp", lambda x: tc.logsumexp(x, (0, 1), keepdim=True), [arr((2, 3), F64, -50, 50)],
+           lambda x: np.log(np.sum(np.exp(x), axis=(0, 1), keepdims=True)), F64, "dims, keepdim, wide range")
+    sample("logsumexp", lambda x: tc.logsumexp(x, 0), [np.array([[-np.inf, 1.0], [-np.inf, 2.0]], F32)],
+           lambda x: np.log(np.sum(np.exp(x), axis=0)), F32, "all -inf column")
+    sample("logsumexp", lambda x: tc.logsumexp(x, -1), [arr((2, 3), I32)],
+           lambda x: np.log(np.sum(np.exp(x), axis=-1)), F32, "int32 -> float32")
+    sample("logsumexp", lambda x: tc.logsumexp(x, 0), [np.array([1000.0, 1000.0], F32)],
+           lambda x: np.float64(1000 + math.log(2)), F32, "large values do not overflow")
+
+
+_reduction_samples()
+
+
+# ---------------------------------------------------------------- matmul
+
+def _matmul_samples():
+    for a, b, desc in (((2, 3), (3, 4), "2-D @ 2-D"), ((3,), (3, 2), "1-D @ 2-D"),
+                       ((2, 3), (3,), "2-D @ 1-D"), ((4,), (4,), "1-D @ 1-D"),
+                       ((2, 2, 3), (3, 4), "batched @ 2-D"), ((2, 1, 3, 4), (5, 4, 2), "batch broadcast"),
+                       ((3,), (2, 3, 2), "1-D @ batched")):
+        x, y = arr(a), arr(b)
+        sample("matmul", tc.matmul, [x, y], np.matmul, F32, f"tc.matmul {desc}", atol=1e-5)
+    sample("matmul", lambda a, b: a @ b, [arr((3, 2), F64), arr((2, 3), F64)], np.matmul, F64, "a @ b f64")
+    sample("matmul", lambda a, b: a.matmul(b), [arr((2, 3), I32), arr((3, 2), I32)], np.matmul, I32,
+           "a.matmul(b) int32")
+    sample("matmul", tc.matmul, [arr((2, 3), I64), arr((3,), I64)], np.matmul, I64, "int64")
+    sample("matmul", tc.matmul, [arr((2, 0)), arr((0, 3))], np.matmul, F32, "empty inner dim")
+    sample("mm", tc.mm, [arr((2, 3)), arr((3, 4))], np.matmul, F32, "tc.mm", atol=1e-5)
+    sample("mm", lambda a, b: a.mm(b), [arr((1, 2), F64), arr((2, 2), F64)], np.matmul, F64, "a.mm(b)")
+    sample("bmm", tc.bmm, [arr((2, 2, 3)), arr((2, 3, 4))], np.matmul, F32, "tc.bmm", atol=1e-5)
+    sample("bmm", lambda a, b: a.bmm(b), [arr((3, 1, 2), I64), arr((3, 2, 2), I64)], np.matmul, I64,
+           "a.bmm(b) int64")
+
+
+_matmul_samples()
+
+
+# ---------------------------------------------------------------- nn composites
+
+def _softmax(x, dim):
+    e = np.exp(x - np.max(x, axis=dim, keepdims=True))
+    return e / np.sum(e, axis=dim, keepdims=True)
+
+
+def _log_softmax(x, dim):
+    s = x - np.max(x, axis=dim, keepdims=True)
+    return s - np.log(np.sum(np.exp(s), axis=dim, keepdims=True))
+
+
+def _layer_norm(x, n, w=None, b=None, eps=1e-5):
+    axes = tuple(range(x.ndim - n, x.ndim))
+    mu = x.mean(axis=axes, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+    out = (x - mu) / np.sqrt(var + eps)
+    out = out if w is None else out * w
+    return out if b is None else out + b
+
+
+def _cross_entropy(logits, target, reduction="mean"):
+    logp = _log_softmax(logits, -1)
+    picked = logp[target] if logits.ndim == 1 else logp[np.arange(len(target)), target]
+    loss = -picked
+    return {"mean": np.mean, "sum": np.sum, "none": lambda v: v}[reduction](loss)
+
+
+def _nn_samples():
+    x = arr((3, 5))
+    tol = dict(rtol=1e-5, atol=1e-6)
+    for name, ref in (("softmax", _softmax), ("log_softmax", _log_softmax)):
+        t = getattr(tc, name)
+        sample(name, lambda x, t=t: t(x, -1), [x], lambda x, r=ref: r(x, -1), F32, f"tc.{name}(x, -1)", **tol)
+        sample(name, lambda x, n=name: getattr(x, n)(0), [x], lambda x, r=ref: r(x, 0), F32,
+               f"x.{name}(0)", **tol)
+        sample(name, lambda x, t=t: t(x, 1, dtype=tc.float64), [arr((2, 3, 2))], lambda x, r=ref: r(x, 1), F64,
+               "dtype=float64")
+        sample(name, lambda x, t=t: t(x, 0), [np.array([1000.0, 0.0, -1000.0], F64)],
+               lambda x, r=ref: r(x, 0), F64, "large logits are stable")
+    w, b = arr((5,)), arr((5,))
+    sample("layer_norm", lambda x: tc.layer_norm(x, (5,)), [x], lambda x: _layer_norm(x, 1), F32,
+           "no affine", rtol=1e-4, atol=1e-5)
+    sample("layer_norm", lambda x, w, b: tc.layer_norm(x, [5], w, b), [x, w, b],
+           lambda x, w, b: _layer_norm(x, 1, w, b), F32, "weight and bias", rtol=1e-4, atol=1e-5)
+    sample("layer_norm", lambda x, w: tc.layer_norm(x, (3, 4), weight=w, eps=1e-3), [arr((2, 3, 4), F64),
+           arr((3, 4), F64)], lambda x, w: _layer_norm(x, 2, w, eps=1e-3), F64, "2 dims, weight, eps")
+    sample("layer_norm", lambda x, b: tc.layer_norm(x, (4,), bias=b), [arr((4,), F64), arr((4,), F64)],
+           lambda x, b: _layer_norm(x, 1, b=b), F64, "1-D, bias only")
+
+    w, b = arr((4, 5)), arr((4,))
+    sample("linear", tc.linear, [x, w, b], lambda x, w, b: x @ w.T + b, F32, "with bias", atol=1e-5)
+    sample("linear", tc.linear, [x, w], lambda x, w: x @ w.T, F32, "no bias", atol=1e-5)
+    sample("linear", lambda x, w: tc.linear(x, w, None), [arr((5,), F64), arr((2, 5), F64)],
+           lambda x, w: x @ w.T, F64, "1-D input, bias=None")
+    sample("linear", tc.linear, [arr((2, 3, 5)), w, arr((4,))], lambda x, w, b: x @ w.T + b, F32,
+           "batched input", atol=1e-5)
+
+    p, q = arr((3, 4)), arr((3, 4))
+    for red, fn in (("mean", np.mean), ("sum", np.sum), ("none", lambda v: v)):
+        sample("mse_loss", lambda p, q, r=red: tc.mse_loss(p, q, reduction=r), [p, q],
+               lambda p, q, fn=fn: fn((p - q) ** 2), F32, f"reduction={red}", rtol=1e-5, atol=1e-5)
+    sample("mse_loss", tc.mse_loss, [arr((5,), F64), arr((5,), F64)], lambda p, q: np.mean((p - q) ** 2),
+           F64, "default mean f64")
+    sample("mse_loss", tc.mse_loss, [arr((2, 3), F32), arr((3,), F32)], lambda p, q: np.mean((p - q) ** 2),
+           F32, "broadcast target")
+
+    logits, target = arr((4, 5)), np.array([0, 4, 2, 2], np.int64)
+    for red in ("mean", "sum", "none"):
+        sample("cross_entropy", lambda l, t, r=red: tc.cross_entropy(l, t, reduction=r), [logits, target],
+               lambda l, t, r=red: _cross_entropy(l, t, r), F32, f"reduction={red}", rtol=1e-5, atol=1e-5)
+    sample("cross_entropy", tc.cross_entropy, [arr((3, 2), F64), np.array([1, 0, 1], np.int32)],
+           _cross_entropy, F64, "int32 targets f64")
+    sample("cross_entropy", tc.cross_entropy, [arr((5,), F32), np.array(3, np.int64)],
+           _cross_entropy, F32, "1-D logits, 0-d target", rtol=1e-5, atol=1e-5)
+
+
+_nn_samples()
+
+
+# ---------------------------------------------------------------- shape and view ops
+
+def _shape_samples():
+    x = arr((2, 3, 4))
+    sample("reshape", lambda x: tc.reshape(x, (4, 6)), [x], lambda x: x.reshape(4, 6), F32, "tc.reshape")
+    sample("reshape", lambda x: x.reshape(-1), [x], lambda x: x.reshape(-1), F32, "x.reshape(-1)")
+    sample("reshape", lambda x: x.reshape(3, -1, 2), [arr((2, 3, 2), I32)], lambda x: x.reshape(3, -1, 2),
+           I32, "varargs with -1, int32")
+    sample("reshape", lambda x: x.reshape(()), [np.array([True])], lambda x: x.reshape(()), B, "to 0-d bool")
+    sample("reshape", lambda x: x.reshape([0, 5]), [np.zeros((5, 0), F64)], lambda x: x.reshape(0, 5), F64, "empty")
+    sample("view", lambda x: x.view(6, 4), [x], lambda x: x.reshape(6, 4), F32, "x.view(6, 4)")
+    sample("view", lambda x: x.view((-1,)), [arr((2, 2), I64)], lambda x: x.reshape(-1), I64, "x.view((-1,))")
+    sample("flatten", tc.flatten, [x], lambda x: x.reshape(-1), F32, "tc.flatten(x)")
+    sample("flatten", lambda x: x.flatten(1), [x], lambda x: x.reshape(2, 12), F32, "x.flatten(1)")
+    sample("flatten", lambda x: x.flatten(0, -2), [arr((2, 3, 2), B)], lambda x: x.reshape(6, 2), B,
+           "start 0, end -2, bool")
+    sample("flatten", tc.flatten, [np.array(5.0, F32)], lambda x: x.reshape(1), F32, "0-d becomes (1,)")
+    y = arr((1, 3, 1, 2))
+    sample("squeeze", tc.squeeze, [y], np.squeeze, F32, "all size-1 dims")
+    sample("squeeze", lambda x: x.squeeze(2), [y], lambda x: x.squeeze(2), F32, "x.squeeze(2)")
+    sample("squeeze", lambda x: x.squeeze(1), [y], lambda x: x, F32, "non-1 dim is kept")
+    sample("squeeze", lambda x: tc.squeeze(x, (0, -2)), [arr((1, 3, 1, 2), I64)],
+           lambda x: x.squeeze((0, 2)), I64, "dims (0, -2)")
+    sample("unsqueeze", lambda x: tc.unsqueeze(x, 0), [arr((3,), I32)], lambda x: x[None], I32, "dim 0")
+    sample("unsqueeze", lambda x: x.unsqueeze(-1), [x], lambda x: x[..., None], F32, "x.unsqueeze(-1)")
+    sample("unsqueeze", lambda x: x.unsqueeze(-1), [np.array(1.0, F64)], lambda x: x.reshape(1), F64, "0-d")
+    sample("permute", lambda x: tc.permute(x, (2, 0, 1)), [x], lambda x: x.transpose(2, 0, 1), F32, "tc.permute")
+    sample("permute", lambda x: x.permute(-1, 0, 1), [arr((2, 3, 2), B)], lambda x: x.transpose(2, 0, 1), B,
+           "x.permute(-1, 0, 1) bool")
+    sample("transpose", lambda x: tc.transpose(x, 0, 2), [x], lambda x: x.swapaxes(0, 2), F32, "tc.transpose")
+    sample("transpose", lambda x: x.transpose(-1, -2), [arr((2, 3), I64)], lambda x: x.T, I64, "x.transpose(-1, -2)")
+    sample("t", tc.t, [arr((2, 3))], lambda x: x.T, F32, "tc.t 2-D")
+    sample("t", lambda x: x.t(), [arr((3,), I32)], lambda x: x, I32, "x.t() 1-D")
+    sample("t", lambda x: x.t(), [np.array(2.0, F64)], lambda x: x, F64, "0-d")
+    sample("numpy_T", lambda x: x.T, [arr((2, 3))], lambda x: x.T, F32, "x.T 2-D")
+    sample("numpy_T", lambda x: x.T, [x], lambda x: x.transpose(2, 1, 0), F32, "x.T 3-D reverses dims")
+    sample("numpy_T", lambda x: x.T, [np.array(1, I32)], lambda x: x, I32, "x.T 0-d")
+    sample("mT", lambda x: x.mT, [arr((3, 2), I64)], lambda x: x.T, I64, "x.mT 2-D")
+    sample("mT", lambda x: x.mT, [x], lambda x: x.swapaxes(-1, -2), F32, "x.mT 3-D swaps the last two")
+    sample("mT", lambda x: x.mT, [arr((2, 1, 2, 3), B)], lambda x: x.swapaxes(-1, -2), B, "x.mT 4-D bool")
+    sample("expand", lambda x: x.expand(3, 4), [arr((3, 1))], lambda x: np.broadcast_to(x, (3, 4)), F32,
+           "x.expand(3, 4)")
+    sample("expand", lambda x: x.expand((2, -1, 3)), [arr((4, 1), I32)],
+           lambda x: np.broadcast_to(x, (2, 4, 3)), I32, "new dim and -1")
+    sample("expand", lambda x: x.expand(2, 2), [np.array(True)], lambda x: np.broadcast_to(x, (2, 2)), B,
+           "0-d bool")
+    sample("broadcast_to", lambda x: tc.broadcast_to(x, (2, 3)), [arr((3,))],
+           lambda x: np.broadcast_to(x, (2, 3)), F32, "tc.broadcast_to")
+    sample("broadcast_to", lambda x: x.broadcast_to((2, 1, 3)), [arr((1, 3), I64)],
+           lambda x: np.broadcast_to(x, (2, 1, 3)), I64, "x.broadcast_to((2, 1, 3))")
+
+    a, b = arr((2, 3)), arr((1, 3))
+    sample("cat", lambda a, b: tc.cat([a, b]), [a, b], lambda a, b: np.concatenate([a, b]), F32, "dim 0")
+    sample("cat", lambda a, b: tc.cat((a, a, b), dim=-2), [a, b],
+           lambda a, b: np.concatenate([a, a, b], -2), F32, "tuple, dim -2")
+    sample("cat", lambda a, b: tc.cat([a, b], 1), [arr((2, 2), I32), arr((2, 3), F64)],
+           lambda a, b: np.concatenate([a, b], 1), F64, "int32 with float64 promotes")
+    sample("cat", lambda a, b: tc.cat([a, b]), [arr((2,), B), arr((3,), I64)],
+           lambda a, b: np.concatenate([a.astype(np.int64), b]), I64, "bool with int64")
+    sample("cat", lambda a: tc.cat([a]), [arr((3,), F64)], lambda a: a, F64, "one tensor")
+    sample("stack", lambda a, b: tc.stack([a, b]), [a, arr((2, 3))], lambda a, b: np.stack([a, b]), F32, "dim 0")
+    sample("stack", lambda a, b: tc.stack((a, b), dim=-1), [arr((3,), I32), arr((3,), I32)],
+           lambda a, b: np.stack([a, b], -1), I32, "dim -1")
+    sample("stack", lambda a, b: tc.stack([a, b], 1), [arr((2, 2), F32), arr((2, 2), F64)],
+           lambda a, b: np.stack([a, b], 1), F64, "mixed dtypes")
+
+    x = arr((5, 2))
+    sample("split", lambda x: tc.split(x, 2), [x], lambda x: tuple(np.split(x, [2, 4])), (F32,) * 3, "size 2")
+    sample("split", lambda x: x.split(1, dim=1), [x], lambda x: tuple(np.split(x, [1], 1)), (F32,) * 2, "x.split(1, dim=1)")
+    sample("split", lambda x: x.split(10), [arr((3,), I64)], lambda x: (x,), (I64,), "larger than the dim")
+    sample("split", lambda x: tc.split(x, 2, -1)[1], [arr((2, 4), B)], lambda x: x[:, 2:], B, "one piece")
+    sample("split.sizes", lambda x: tc.split(x, [1, 4]), [x], lambda x: tuple(np.split(x, [1])), (F32,) * 2,
+           "[1, 4]")
+    sample("split.sizes", lambda x: x.split((2, 0, 3), dim=0), [arr((5,), I32)],
+           lambda x: tuple(np.split(x, [2, 2])), (I32,) * 3, "x.split((2, 0, 3)) empty piece")
+    sample("split.sizes", lambda x: x.split([1, 1], -1), [x], lambda x: tuple(np.split(x, [1], -1)),
+           (F32,) * 2, "dim -1")
+    sample("chunk", lambda x: tc.chunk(x, 2), [x], lambda x: tuple(np.split(x, [3])), (F32,) * 2, "2 chunks of 5")
+    sample("chunk", lambda x: x.chunk(3, dim=1), [arr((2, 6), I64)], lambda x: tuple(np.split(x, [2, 4], 1)),
+           (I64,) * 3, "x.chunk(3, dim=1)")
+    sample("chunk", lambda x: x.chunk(4), [arr((3,), F64)], lambda x: tuple(np.split(x, [1, 2])),
+           (F64,) * 3, "more chunks than elements")
+
+
+_shape_samples()
+
+
+# ---------------------------------------------------------------- indexing
+
+def _index_samples():
+    x = arr((3, 4, 5))
+    sample("select", lambda x: tc.select(x, 1, 2), [x], lambda x: x[:, 2], F32, "tc.select(x, 1, 2)")
+    sample("select", lambda x: x.select(-1, -1), [x], lambda x: x[..., -1], F32, "x.select(-1, -1)")
+    sample("select", lambda x: x.select(0, 1), [arr((3,), I32)], lambda x: x[1], I32, "1-D to 0-d")
+    sample("slice", lambda x: tc.slice(x, 1, 1, 3), [x], lambda x: x[:, 1:3], F32, "tc.slice(x, 1, 1, 3)")
+    sample("slice", lambda x: tc.slice(x, 2, None, None, 2), [x], lambda x: x[:, :, ::2], F32, "step 2")
+    sample("slice", lambda x: tc.slice(x, 0, -2, 100), [arr((4, 2), I64)], lambda x: x[-2:100], I64,
+           "negative start, end past the size")
+    sample("slice", lambda x: tc.slice(x, end=0), [arr((3,), B)], lambda x: x[:0], B, "empty")
+    for idx, desc in ((1, "x[1]"), (-1, "x[-1]"), ((0, -2), "x[0, -2]"), ((1, 2, 3), "x[1, 2, 3]"),
+                      ((Ellipsis, 0), "x[..., 0]"), ((slice(None), 1), "x[:, 1]"),
+                      ((None, 0), "x[None, 0]"), ((0, Ellipsis, None, 1), "x[0, ..., None, 1]")):
+        sample("select", lambda x, i=idx: x[i], [x], lambda x, i=idx: x[i], F32, desc)
+    for idx, desc in ((slice(1, None), "x[1:]"), (slice(None, None, 2), "x[::2]"),
+                      (slice(-2, None), "x[-2:]"), ((slice(None), slice(1, 4, 2)), "x[:, 1:4:2]"),
+                      ((Ellipsis, slice(None, -1, 3)), "x[..., :-1:3]"), (slice(5, 10), "x[5:10] empty"),
+                      ((1, slice(None), slice(0, 5, 4)), "x[1, :, 0:5:4]")):
+        sample("slice", lambda x, i=idx: x[i], [x], lambda x, i=idx: x[i], F32, desc)
+    for idx, desc in ((None, "x[None]"), ((Ellipsis, None), "x[..., None]"),
+                      ((slice(None), None, slice(None)), "x[:, None, :]"), (Ellipsis, "x[...]")):
+        sample("unsqueeze", lambda x, i=idx: x[i], [arr((2, 3), I64)], lambda x, i=idx: x[i], I64, desc)
+    sample("unsqueeze", lambda x: x[None, None], [np.array(1.5, F32)], lambda x: x[None, None], F32, "0-d x[None, None]")
+
+    idx = np.array([2, 0, 2], np.int64)
+    sample("index_select", lambda x, i: tc.index_select(x, 1, i), [x, idx], lambda x, i: x[:, i], F32,
+           "tc.index_select dim 1")
+    sample("index_select", lambda x, i: x.index_select(0, i), [arr((4, 2), I64), np.array([3, -1, 0], np.int32)],
+           lambda x, i: x[i], I64, "x.index_select(0, i) int32, negative")
+    sample("index_select", lambda x, i: x.index_select(-1, i), [arr((5,), B), np.array(4, np.int64)],
+           lambda x, i: x[[int(i)]], B, "0-d index")
+    sample("index_select", lambda x, i: x.index_select(0, i), [arr((3,)), np.zeros((0,), np.int64)],
+           lambda x, i: x[i], F32, "empty index")
+    g = np.array([[0, 1, 0], [2, 2, 1]], np.int64)
+    sample("gather", lambda x, i: tc.gather(x, 1, i), [arr((2, 3)), g],
+           lambda x, i: np.take_along_axis(x, i, 1), F32, "tc.gather dim 1")
+    sample("gather", lambda x, i: x.gather(0, i), [arr((3, 3), I32), g.astype(np.int32)],
+           lambda x, i: np.take_along_axis(x, i, 0), I32, "x.gather(0, i) int32 index")
+    sample("gather", lambda x, i: x.gather(1, i), [arr((3, 4), F64), np.array([[3], [0]], np.int64)],
+           lambda x, i: np.take_along_axis(x[:2], i, 1), F64, "index smaller than self")
+
+
+_index_samples()
+
+
+# ---------------------------------------------------------------- casts
+
+def _cast(d):
+    return lambda x: x.astype(d)
+
+
+def _cast_samples():
+    x = np.array([-2.7, -0.5, 0.0, 0.5, 1.9, 3.0], F32)
+    sample("to", lambda x: x.to(tc.float64), [x], _cast(F64), F64, "x.to(tc.float64)")
+    sample("to", lambda x: x.to(tc.int32), [x], _cast(I32), I32, "float to int truncates")
+    sample("to", lambda x: x.to("int64"), [arr((4,), I32)], _cast(I64), I64, "x.to('int64')")
+    sample("to", lambda x: x.to(np.float32), [arr((2, 2), B)], _cast(F32), F32, "bool to np.float32")
+    sample("to", lambda x: x.to(dtype=tc.bool), [x], _cast(B), B, "float to bool")
+    sample("to", lambda x: x.to(tc.float32), [arr((3,), F32)], lambda x: x, F32, "same dtype")
+    for name, d in (("float", F32), ("double", F64), ("int", I32), ("long", I64), ("bool", B)):
+        for src in (F32, I64, B):
+            v = x if src == F32 else arr((6,), src)
+            sample(name, lambda t, n=name: getattr(t, n)(), [v], _cast(d), d, f"x.{name}() from {src}")
+
+
+_cast_samples()
+
+
+# ---------------------------------------------------------------- factories
+
+def _factory_samples():
+    sample("full", lambda: tc.full((2, 3), 1.5), [], lambda: np.full((2, 3), 1.5), F32, "float fill -> float32")
+    sample("full", lambda: tc.full([3], 7), [], lambda: np.full(3, 7), I64, "int fill -> int64")
+    sample("full", lambda: tc.full((2,), True), [], lambda: np.full(2, True), B, "bool fill -> bool")
+    sample("full", lambda: tc.full((2, 2), 2, dtype=tc.float64), [], lambda: np.full((2, 2), 2.0), F64, "dtype=")
+    sample("full", lambda: tc.full((), -1.0, dtype=tc.int32), [], lambda: np.array(-1), I32, "0-d, float to int32")
+    sample("full", lambda: tc.full((0, 3), 1.0), [], lambda: np.zeros((0, 3)), F32, "empty")
+    for name, v in (("zeros", 0), ("ones", 1)):
+        t = getattr(tc, name)
+        sample(name, lambda t=t: t(2, 3), [], lambda v=v: np.full((2, 3), v), F32, f"tc.{name}(2, 3)")
+        sample(name, lambda t=t: t((4,), dtype=tc.int32), [], lambda v=v: np.full(4, v), I32, "dtype=int32")
+        sample(name, lambda t=t: t([2], dtype=tc.bool), [], lambda v=v: np.full(2, bool(v)), B, "dtype=bool")
+        sample(name, lambda t=t: t((), dtype=tc.float64), [], lambda v=v: np.array(float(v)), F64, "0-d f64")
+    for name, fill in (("zeros_like", lambda x: np.zeros_like(x)), ("ones_like", lambda x: np.ones_like(x))):
+        t = getattr(tc, name)
+        for d in (F32, I32, B):
+            sample(name, t, [arr((2, 3), d)], fill, d, f"{d}")
+        sample(name, lambda x, t=t: t(x, dtype=tc.float64), [arr((3,), I64)], fill, F64, "dtype=float64")
+    sample("full_like", lambda x: tc.full_like(x, 2.5), [arr((2, 2), F64)], lambda x: np.full_like(x, 2.5), F64,
+           "f64 x, 2.5")
+    sample("full_like", lambda x: tc.full_like(x, 3), [arr((3,), I32)], lambda x: np.full_like(x, 3), I32, "int32")
+    sample("full_like", lambda x: tc.full_like(x, 2.7), [arr((3,), I64)], lambda x: np.full(3, 2), I64,
+           "float fill in an int64 tensor truncates")
+    sample("full_like", lambda x: tc.full_like(x, 1, dtype=tc.bool), [arr((2,), F32)], lambda x: np.ones(2, bool),
+           B, "dtype=bool")
+    sample("arange", lambda: tc.arange(5), [], lambda: np.arange(5), I64, "tc.arange(5) int64")
+    sample("arange", lambda: tc.arange(4.0), [], lambda: np.arange(4.0), F32, "float end -> float32")
+    sample("arange", lambda: tc.arange(3, dtype=tc.float64), [], lambda: np.arange(3.0), F64, "dtype=float64")
+    sample("arange", lambda: tc.arange(0), [], lambda: np.arange(0), I64, "empty")
+    sample("arange", lambda: tc.arange(2.5), [], lambda: np.arange(2.5), F32, "fractional end")
+    sample("arange.start", lambda: tc.arange(1, 10, 3), [], lambda: np.arange(1, 10, 3), I64, "(1, 10, 3)")
+    sample("arange.start", lambda: tc.arange(-2, 3), [], lambda: np.arange(-2, 3), I64, "(-2, 3)")
+    sample("arange.start", lambda: tc.arange(0, 1, 0.25), [], lambda: np.arange(0, 1, 0.25), F32, "float step")
+    sample("arange.start", lambda: tc.arange(10, 0, -3), [], lambda: np.arange(10, 0, -3), I64, "negative step")
+    sample("arange.start", lambda: tc.arange(1, 2.5, 0.5, dtype=tc.float64), [],
+           lambda: np.arange(1, 2.5, 0.5), F64, "dtype=float64")
+    sample("arange.start", lambda: tc.arange(0, 5, 2, dtype=tc.int32), [], lambda: np.arange(0, 5, 2), I32,
+           "dtype=int32")
+    for name in ("rand", "randn"):
+        t = getattr(tc, name)
+        sample(name, lambda t=t: t(2, 3), [], None, F32, f"tc.{name}(2, 3)", nondeterministic=True, shape=(2, 3))
+        sample(name, lambda t=t: t((4,), dtype=tc.float64), [], None, F64, "dtype=float64",
+               nondeterministic=True, shape=(4,))
+        sample(name, lambda t=t: t([]), [], None, F32, "0-d", nondeterministic=True, shape=())
+
+
+_factory_samples()
+
+
+def all_samples() -> list[Sample]:
+    return [s for ss in SAMPLES.values() for s in ss]

@@ -1,0 +1,381 @@
+"""Every op of ops.yaml against its samples (tests/op_samples.py): eager vs NumPy float64,
+traced vs eager, printed-graph round trips and mlir-opt, and the table of user errors."""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.ir.mlir_tool import check_with_mlir_opt, find_mlir_opt
+from tracecomp.ir.parser import parse_graph
+from tracecomp.ir.printer import print_graph
+from tracecomp.ops.table import default_table
+
+from op_samples import SAMPLES, Sample, all_samples, reference_inputs, torch_result_type
+
+ALL_SAMPLES = all_samples()
+DETERMINISTIC = [s for s in ALL_SAMPLES if not s.nondeterministic]
+RANDOM = [s for s in ALL_SAMPLES if s.nondeterministic]
+
+
+def _ids(samples: list[Sample]) -> list[str]:
+    counts: dict[str, int] = {}
+    out = []
+    for s in samples:
+        counts[s.op] = counts.get(s.op, 0) + 1
+        out.append(f"{s.op}#{counts[s.op]}:{s.desc}")
+    return out
+
+
+def params(samples: list[Sample]):
+    return pytest.mark.parametrize("s", samples, ids=_ids(samples))
+
+
+def leaves(result) -> list:
+    """The result tensors of a call, in order (ops return one tensor, tuples or named tuples)."""
+    if isinstance(result, (tuple, list)):
+        return [t for r in result for t in leaves(r)]
+    return [result]
+
+
+def run_eager(s: Sample) -> list[np.ndarray]:
+    outs = leaves(s.call(*[tc.tensor(a) for a in s.inputs]))
+    assert all(isinstance(t, tc.Tensor) for t in outs), f"{s.id}: result is not made of Tensors: {outs!r}"
+    return [np.asarray(t) for t in outs]
+
+
+def run_traced(s: Sample) -> list[np.ndarray]:
+    outs = leaves(tc.trace(s.call)(*s.inputs))
+    assert all(isinstance(t, tc.Tensor) for t in outs), f"{s.id}: traced result is not Tensors: {outs!r}"
+    return [np.asarray(t) for t in outs]
+
+
+def expected_dtypes(s: Sample) -> list[str]:
+    return list(s.dtype) if isinstance(s.dtype, tuple) else [s.dtype]
+
+
+def tolerance(s: Sample, dtype: np.dtype) -> tuple[float, float]:
+    if dtype.kind != "f":
+        return 0.0, 0.0
+    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-10, 1e-12)
+    return (s.rtol if s.rtol is not None else rtol), (s.atol if s.atol is not None else atol)
+
+
+def assert_close(s: Sample, got: np.ndarray, want: np.ndarray, i: int) -> None:
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"{s.id}: result {i} has shape {got.shape}, reference {want.shape}"
+    if got.dtype.kind != "f":
+        # exact: the reference is computed in int64/bool/float64 and must be representable
+        np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=s.id)
+        return
+    rtol, atol = tolerance(s, got.dtype)
+    with np.errstate(all="ignore"):
+        want = want.astype(got.dtype).astype(np.float64)   # values outside float32's range become inf
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=atol, equal_nan=True,
+                               err_msg=s.id)
+
+
+# ---------------------------------------------------------------- coverage
+
+def test_every_op_has_samples():
+    missing = sorted(set(default_table()) - set(SAMPLES))
+    assert not missing, f"ops in ops.yaml without samples in tests/op_samples.py: {missing}"
+
+
+def test_samples_name_only_table_ops():
+    unknown = sorted(set(SAMPLES) - set(default_table()))
+    assert not unknown, f"samples name ops that ops.yaml does not declare: {unknown}"
+    for name, samples in SAMPLES.items():
+        assert all(s.op == name for s in samples)
+
+
+def test_every_variant_is_sampled():
+    """Each op has a sample per variant it declares: a method, operator or property call
+    shows up in the samples' descriptions as `x.name(`, the operator symbol or `.prop`."""
+    symbols = {"__add__": "+", "__radd__": "+", "__sub__": "-", "__rsub__": "-", "__mul__": "*",
+               "__rmul__": "*", "__truediv__": "/", "__rtruediv__": "/", "__pow__": "**", "__rpow__": "**",
+               "__matmul__": "@", "__neg__": "-x", "__abs__": "abs(", "__eq__": "==", "__ne__": "!=",
+               "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">="}
+    problems = []
+    for name, op in default_table().items():
+        descs = " | ".join(s.desc for s in SAMPLES[name])
+        if "method" in op.variants and f".{op.name}(" not in descs:
+            problems.append(f"{name}: no method call sample")
+        for dunder in op.operators + op.reflected:
+            if symbols[dunder] not in descs:
+                problems.append(f"{name}: no sample of {dunder}")
+        for prop in op.properties:
+            if f".{prop}" not in descs:
+                problems.append(f"{name}: no sample of .{prop}")
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------- dtype rules
+
+@pytest.mark.parametrize("operands, expected", [
+    ((np.zeros(3, np.int32), 2.5), "float32"),
+    ((np.zeros(3, bool), 1), "int64"),
+    ((np.zeros(3, np.int32), np.zeros(3, np.int64)), "int64"),
+    ((np.zeros(3, np.float32), np.zeros((), np.float64)), "float32"),
+    ((np.zeros(3, np.int32), np.zeros((), np.float64)), "float64"),
+    ((np.zeros(3, np.int32), np.zeros((), np.int64)), "int32"),
+    ((np.zeros((), np.int32), 2.5), "float32"),
+    ((np.zeros(3, bool), True), "bool"),
+    ((np.zeros(3, np.float64), 2), "float64"),
+])
+def test_torch_result_type_helper(operands, expected):
+    """The samples' independent statement of PyTorch's rules (checked on known answers)."""
+    assert torch_result_type(*operands) == expected
+
+
+@pytest.mark.parametrize("fn, dtype", [
+    (lambda: tc.tensor(np.array([1, 2], np.int32)) + 2.5, tc.float32),
+    (lambda: tc.tensor([True, False]) + 1, tc.int64),
+    (lambda: tc.tensor(np.array([1, 2], np.int32)) / tc.tensor(np.array([2, 2], np.int32)), tc.float32),
+    (lambda: tc.tensor([1.0]) < 2, tc.bool),
+    (lambda: tc.tensor(np.array([1, 2], np.int32)).sum(), tc.int64),
+    (lambda: tc.tensor([True]).sum(), tc.int64),
+    (lambda: tc.tensor(np.array([1.0], np.float32)) * tc.tensor(np.float64(2.0)), tc.float32),
+    (lambda: tc.tensor(np.array([1], np.int32)).sqrt(), tc.float32),
+    (lambda: tc.arange(3), tc.int64),
+    (lambda: tc.full((2,), 1.0), tc.float32),
+], ids=["int32+2.5", "bool+1", "int/int", "compare", "sum int32", "sum bool", "0-d f64",
+        "sqrt int", "arange", "full float"])
+def test_promotion_examples(fn, dtype):
+    assert fn().dtype is dtype
+
+
+# ---------------------------------------------------------------- eager vs NumPy
+
+@params(DETERMINISTIC)
+def test_eager_matches_numpy(s: Sample):
+    got = run_eager(s)
+    want = s.ref(*reference_inputs(s.inputs))
+    want = list(want) if isinstance(want, tuple) else [want]
+    dtypes = expected_dtypes(s)
+    assert len(got) == len(want) == len(dtypes), f"{s.id}: {len(got)} results, reference {len(want)}"
+    for i, (g, w, d) in enumerate(zip(got, want, dtypes)):
+        assert str(g.dtype) == d, f"{s.id}: result {i} has dtype {g.dtype}, PyTorch's rules give {d}"
+        assert_close(s, g, w, i)
+
+
+@params(RANDOM)
+def test_random_eager(s: Sample):
+    got = run_eager(s)
+    assert [g.shape for g in got] == [s.shape]
+    assert [str(g.dtype) for g in got] == expected_dtypes(s)
+    tc.manual_seed(0)
+    a = run_eager(s)
+    tc.manual_seed(0)
+    b = run_eager(s)
+    c = run_eager(s)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[0].size < 2 or not np.array_equal(b[0], c[0]), "the generator did not advance"
+    if s.op == "rand":
+        assert np.all((0 <= a[0]) & (a[0] < 1))
+
+
+# ---------------------------------------------------------------- traced vs eager
+
+@params(DETERMINISTIC)
+def test_traced_equals_eager(s: Sample):
+    eager, traced = run_eager(s), run_traced(s)
+    assert len(eager) == len(traced)
+    for i, (e, t) in enumerate(zip(eager, traced)):
+        assert t.dtype == e.dtype and t.shape == e.shape, \
+            f"{s.id}: traced result {i} is {t.dtype}{t.shape}, eager {e.dtype}{e.shape}"
+        np.testing.assert_array_equal(t, e, err_msg=s.id, strict=True)
+
+
+@params(RANDOM)
+def test_random_traced(s: Sample):
+    traced = run_traced(s)
+    assert [t.shape for t in traced] == [s.shape]
+    assert [str(t.dtype) for t in traced] == expected_dtypes(s)
+
+
+def test_traced_keeps_the_result_structure():
+    """A traced op returns what the eager op returns: a named tuple for (values, indices)."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    eager = tc.tensor(x).max(dim=1)
+    traced = tc.trace(lambda a: a.max(dim=1))(x)
+    assert type(traced) is type(eager)
+    np.testing.assert_array_equal(np.asarray(traced.indices), np.asarray(eager.indices))
+
+
+# ---------------------------------------------------------------- printed graphs
+
+def lowered(s: Sample):
+    return tc.trace(s.call).lower(*s.inputs)
+
+
+@params(ALL_SAMPLES)
+def test_printed_graph_round_trip(s: Sample):
+    low = lowered(s)
+    for stage, graph in (("graph", low.graph), ("optimized", low.optimized)):
+        text = print_graph(graph)
+        assert parse_graph(text) == graph, f"{s.id}: {stage} does not round trip:\n{text}"
+    assert any(op.name == f"tc.{s.op}" for op in low.graph.ops) or s.desc.startswith("x[") \
+        or s.desc.startswith("0-d x["), f"{s.id}: the graph does not record tc.{s.op}:\n{print_graph(low.graph)}"
+
+
+_HEADER = re.compile(r'^func\.func @("(?:[^"\\]|\\.)*"|[^(]*)\(')
+
+
+def _mlir_check(texts: dict[str, str]) -> dict[str, str | None]:
+    """mlir-opt's verdict per text, checking many functions per run (bisecting on failure)."""
+    keys = list(texts)
+    module = "\n".join(_HEADER.sub(f"func.func @f{i}(", texts[k], count=1) for i, k in enumerate(keys))
+    try:
+        check_with_mlir_opt(module)
+        return dict.fromkeys(keys)
+    except tc.IRError as e:
+        if len(keys) == 1:
+            return {keys[0]: str(e)}
+    half = len(keys) // 2
+    return {**_mlir_check({k: texts[k] for k in keys[:half]}),
+            **_mlir_check({k: texts[k] for k in keys[half:]})}
+
+
+@pytest.fixture(scope="module")
+def mlir_verdicts():
+    if find_mlir_opt() is None:
+        pytest.skip("mlir-opt not found (neither /usr/lib/llvm-22/bin/mlir-opt nor mlir-opt on PATH)")
+    texts = {}
+    for s, sid in zip(ALL_SAMPLES, _ids(ALL_SAMPLES)):
+        try:
+            low = lowered(s)
+        except Exception:     # test_printed_graph_round_trip reports it
+            continue
+        texts[sid + "/graph"] = print_graph(low.graph)
+        texts[sid + "/optimized"] = print_graph(low.optimized)
+    return texts, _mlir_check(texts)
+
+
+@pytest.mark.parametrize("sid", _ids(ALL_SAMPLES))
+def test_mlir_opt_accepts_printed_graphs(sid, mlir_verdicts):
+    texts, verdicts = mlir_verdicts
+    if sid + "/graph" not in texts:
+        pytest.fail(f"{sid}: could not be traced (see test_printed_graph_round_trip)")
+    for stage in ("graph", "optimized"):
+        err = verdicts[f"{sid}/{stage}"]
+        assert err is None, f"{sid} ({stage}):\n{err}\n{texts[f'{sid}/{stage}']}"
+
+
+# ---------------------------------------------------------------- the errors table
+
+X23 = np.arange(6, dtype=np.float32).reshape(2, 3)
+X4 = np.arange(4, dtype=np.float32)
+I3 = np.arange(3, dtype=np.int64)
+B2 = np.array([True, False])
+
+ValueErr, TypeErr = (tc.ShapeError, ValueError), (tc.ArgumentError, TypeError)
+# (description, function of the tensors, inputs, errors it must be, strings the message holds)
+ERRORS = [
+    ("add shapes", lambda a, b: tc.add(a, b), [X23, X4], ValueErr, ["add", "'self' (2, 3)", "'other' (4,)"]),
+    ("+ shapes", lambda a, b: a + b, [X23, X4], ValueErr, ["add", "(2, 3)", "(4,)"]),
+    ("where shapes", lambda a, b: tc.where(a > 0, a, b), [X23, X4], ValueErr, ["where", "'other' (4,)", "(2, 3)"]),
+    ("clamp shapes", lambda a, b: a.clamp(min=b), [X23, X4], ValueErr, ["clamp", "'min' (4,)", "(2, 3)"]),
+    ("matmul inner", lambda a, b: a @ b, [X23, X23], ValueErr, ["matmul", "'self' (2, 3)", "'other' (2, 3)"]),
+    ("matmul 0-d", lambda a: tc.matmul(a, tc.tensor(1.0)), [X4], ValueErr, ["matmul", "(4,)", "()"]),
+    ("matmul dtypes", lambda a: a @ a.double(), [X4], tc.DTypeError, ["matmul", "float32", "float64"]),
+    ("mm ranks", lambda a: tc.mm(a, a), [X4], ValueErr, ["mm", "2-D", "(4,)"]),
+    ("bmm ranks", lambda a: tc.bmm(a, a), [X23], ValueErr, ["bmm", "3-D", "(2, 3)"]),
+    ("sum dim", lambda a: a.sum(dim=2), [X23], ValueErr, ["sum", "'dim'", "2", "(2, 3)"]),
+    ("sum dims repeat", lambda a: a.sum(dim=(1, -1)), [X23], ValueErr, ["sum", "'dim'", "(1, -1)"]),
+    ("amax dim", lambda a: tc.amax(a, -3), [X23], ValueErr, ["amax", "'dim'", "-3", "(2, 3)"]),
+    ("max.dim dim", lambda a: a.max(dim=5), [X23], ValueErr, ["max.dim", "'dim'", "5", "(2, 3)"]),
+    ("argmax empty", lambda a: a.argmax(), [np.zeros((0, 2), np.float32)], ValueErr, ["argmax", "(0, 2)"]),
+    ("softmax dim", lambda a: a.softmax(2), [X23], ValueErr, ["'dim'", "2", "(2, 3)"]),
+    ("mean int", lambda a: a.mean(), [I3], tc.DTypeError, ["mean", "int64", "'self'"]),
+    ("var int", lambda a: a.var(), [I3], tc.DTypeError, ["var", "int64", "'self'"]),
+    ("neg bool", lambda a: -a, [B2], tc.DTypeError, ["neg", "bool"]),
+    ("sub bool", lambda a: a - a, [B2], tc.DTypeError, ["sub", "bool"]),
+    ("reshape numel", lambda a: a.reshape(4, 2), [X23], ValueErr, ["reshape", "'shape' (4, 2)", "6"]),
+    ("reshape two -1", lambda a: a.reshape(-1, -1), [X23], ValueErr, ["reshape", "'shape'", "-1"]),
+    ("view numel", lambda a: a.view(5), [X23], ValueErr, ["reshape", "(5,)", "6"]),
+    ("permute", lambda a: a.permute(0, 0), [X23], ValueErr, ["permute", "'dims' (0, 0)", "(2, 3)"]),
+    ("transpose dim", lambda a: a.transpose(0, 2), [X23], ValueErr, ["transpose", "dim", "2", "2 dims"]),
+    ("expand", lambda a: a.expand(3, 3), [X23], ValueErr, ["expand", "(2, 3)", "(3, 3)"]),
+    ("squeeze dim", lambda a: a.squeeze(4), [X23], ValueErr, ["squeeze", "'dim'", "4", "(2, 3)"]),
+    ("unsqueeze dim", lambda a: a.unsqueeze(3), [X23], ValueErr, ["unsqueeze", "'dim'", "3", "(2, 3)"]),
+    ("mT 1-D", lambda a: a.mT, [X4], ValueErr, ["dim -2", "1 dims"]),
+    ("flatten dims", lambda a: a.flatten(1, 0), [X23], ValueErr, ["flatten", "start_dim", "(2, 3)"]),
+    ("cat shapes", lambda a, b: tc.cat([a, b]), [X23, X4], ValueErr, ["cat", "tensors[1]", "(4,)", "(2, 3)"]),
+    ("cat empty", lambda: tc.cat([]), [], (tc.TracecompError,), ["cat", "tensors"]),
+    ("stack shapes", lambda a, b: tc.stack([a, b]), [X23, X4], ValueErr, ["cat", "(4,)", "(2, 3)"]),
+    ("split sizes", lambda a: a.split([1, 1], dim=1), [X23], ValueErr, ["split.sizes", "(1, 1)", "3"]),
+    ("chunk 0", lambda a: a.chunk(0), [X23], ValueErr, ["chunk", "'chunks'", "0"]),
+    ("select index", lambda a: a.select(1, 3), [X23], ValueErr, ["select", "index 3", "size 3"]),
+    ("getitem index", lambda a: a[2], [X23], ValueErr, ["select", "index 2", "size 2"]),
+    ("getitem too many", lambda a: a[0, 0, 0], [X23], ValueErr, ["too many indices", "2"]),
+    ("getitem step", lambda a: a[::-1], [X23], ValueErr, ["step", "-1"]),
+    ("getitem tensor", lambda a, i: a[i], [X23, I3], TypeErr, ["index_select", "Tensor"]),
+    ("index_select dtype", lambda a: a.index_select(0, a), [X4], tc.DTypeError,
+     ["index_select", "'index'", "float32"]),
+    ("index_select rank", lambda a, i: a.index_select(0, i.reshape(3, 1)), [X4, I3], ValueErr,
+     ["index_select", "'index'", "(3, 1)"]),
+    ("gather shape", lambda a, i: a.gather(1, i.reshape(3, 1)), [X23, I3], ValueErr,
+     ["gather", "'index'", "(3, 1)", "(2, 3)"]),
+    ("layer_norm shape", lambda a: tc.layer_norm(a, (2,)), [X23], ValueErr, ["layer_norm", "(2,)", "(2, 3)"]),
+    ("cross_entropy reduction", lambda a, t: tc.cross_entropy(a, t, reduction="avg"),
+     [X23, np.array([0, 1], np.int64)], TypeErr, ["reduction", "'avg'"]),
+    ("full negative", lambda: tc.full((2, -1), 1.0), [], ValueErr, ["full", "'size' (2, -1)"]),
+    ("arange step 0", lambda: tc.arange(0, 5, 0), [], ValueErr, ["arange", "'step'"]),
+    ("arange direction", lambda: tc.arange(5, 0, 1), [], ValueErr, ["arange", "start=5", "end=0"]),
+    ("rand int", lambda: tc.rand(2, dtype=tc.int32), [], tc.DTypeError, ["rand", "int32"]),
+    ("unknown dtype", lambda a: a.to("float16"), [X4], TypeErr, ["to()", "'dtype'", "ScalarType"]),
+    ("unknown dtype kw", lambda: tc.zeros(2, dtype="complex64"), [], TypeErr, ["zeros()", "'dtype'"]),
+    ("wrong type", lambda a: tc.add(a, "1"), [X4], TypeErr, ["add()", "'other'", "str"]),
+    ("wrong dim type", lambda a: a.sum(dim=1.5), [X23], TypeErr, ["sum()", "'dim'", "float"]),
+    ("wrong list type", lambda a: a.reshape([2, "3"]), [X23], TypeErr, ["reshape()", "'shape'"]),
+    ("too many args", lambda a: tc.exp(a, a), [X4], TypeErr, ["exp()", "1 positional", "2 were given"]),
+    ("missing arg", lambda a: tc.add(a), [X4], TypeErr, ["add()", "missing", "'other'"]),
+    ("unknown kwarg", lambda a: a.sum(keepdims=True), [X4], TypeErr, ["sum()", "unexpected keyword", "keepdims"]),
+    ("duplicate kwarg", lambda a: tc.add(a, a, other=a), [X4], TypeErr, ["add()", "multiple values", "'other'"]),
+    ("no overload", lambda a: tc.max(a, "x"), [X4], TypeErr, ["max()", "max.dim", "max.other", "str"]),
+    ("no overload arange", lambda: tc.arange(), [], TypeErr, ["arange()", "arange.start", "'end'"]),
+    ("keepdim type", lambda a: a.sum(0, 1), [X23], TypeErr, ["sum()", "'keepdim'", "bool", "int"]),
+]
+RUNTIME_ERRORS = [   # found only when the values are seen (eagerly, or when the traced graph runs)
+    ("index_select bounds", lambda a, i: a.index_select(0, i), [X4, np.array([0, 4], np.int64)], ValueErr,
+     ["index_select", "index 4", "size 4"]),
+    ("gather bounds", lambda a, i: a.gather(1, i), [X23, np.array([[3], [0]], np.int64)], ValueErr,
+     ["gather", "index 3", "size 3"]),
+    ("pow negative int", lambda a: a ** -1, [I3], ValueErr, ["pow", "negative"]),
+]
+_THIS_FILE = os.path.basename(__file__)
+
+
+def _check_error(exc_info, fn, errors, needles, mode):
+    err = exc_info.value
+    assert isinstance(err, tc.TracecompError), f"{mode}: {type(err).__name__} is not a TracecompError"
+    assert isinstance(err, errors), f"{mode}: {type(err).__name__} is not one of {errors}"
+    msg = str(err)
+    for needle in needles:
+        assert needle in msg, f"{mode}: message lacks {needle!r}:\n{msg}"
+    where = f"{_THIS_FILE}:{fn.__code__.co_firstlineno}"
+    assert where in msg, f"{mode}: message lacks the user's line {where}:\n{msg}"
+
+
+@pytest.mark.parametrize("desc, fn, inputs, errors, needles", ERRORS, ids=[e[0] for e in ERRORS])
+def test_errors(desc, fn, inputs, errors, needles):
+    with pytest.raises(Exception) as info:
+        fn(*[tc.tensor(a) for a in inputs])
+    _check_error(info, fn, errors, needles, "eager")
+    with pytest.raises(Exception) as info:
+        tc.trace(fn)(*inputs)
+    _check_error(info, fn, errors, needles, "traced")
+
+
+@pytest.mark.parametrize("desc, fn, inputs, errors, needles", RUNTIME_ERRORS, ids=[e[0] for e in RUNTIME_ERRORS])
+def test_runtime_errors(desc, fn, inputs, errors, needles):
+    with pytest.raises(Exception) as info:
+        fn(*[tc.tensor(a) for a in inputs])
+    _check_error(info, fn, errors, needles, "eager")
+    with pytest.raises(Exception) as info:
+        tc.trace(fn)(*inputs)
+    _check_error(info, fn, errors, needles, "traced")
