@@ -10,10 +10,12 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tracecomp as tc
+from tracecomp.decompose import decompose
 from tracecomp.errors import IRError
-from tracecomp.ir import Graph, Location, TensorType
+from tracecomp.ir import Graph, TensorType
 from tracecomp.ir.nx import to_dot, to_networkx, topological_order
 from tracecomp.ir.parser import parse_graph
 from tracecomp.ir.passes import PassManager, cse, dce, fold_constants, simplify
@@ -415,6 +417,7 @@ def test_topological_order_repairs_order_and_reports_cycles():
     g = parse_graph(EXAMPLE)
     g.ops.reverse()
     assert [op.name for op in topological_order(g)] == ["tc.exp", "tc.mul"]
+    assert list(to_networkx(g).nodes) == ["in0", "op0", "op1", "out0"]   # drawable out of order
     g.ops[0].operands[0], g.ops[1].operands[0] = g.ops[1].result, g.ops[0].result
     with pytest.raises(IRError, match="the data flow has a cycle"):
         topological_order(g)
@@ -483,3 +486,29 @@ def test_pipeline_removes_identities_and_folds_constants():
     shapes = tc.trace(_shapes).lower(*inputs).as_text("optimized")
     assert '"tc.permute"' not in shapes and '"tc.squeeze"' not in shapes
     assert shapes.count('"tc.exp"') == 1     # CSE
+
+
+# Steps on a 3x3 float tensor: identities the passes remove, and real work they must keep.
+STEPS = [
+    lambda x, c: x * 1, lambda x, c: 1.0 * x, lambda x, c: x + 0, lambda x, c: x - 0.0,
+    lambda x, c: x / 1, lambda x, c: -(-x), lambda x, c: -x, lambda x, c: x * 2,
+    lambda x, c: x.reshape([9]).reshape([3, 3]), lambda x, c: x.permute([1, 0]),
+    lambda x, c: x.permute([1, 0]).permute([1, 0]), lambda x, c: x.unsqueeze(0).squeeze(0),
+    lambda x, c: x.to(tc.float32), lambda x, c: x + c, lambda x, c: x * (c * 0 + 1),
+    lambda x, c: x.exp() + x.exp(), lambda x, c: x + tc.zeros([3, 3]), lambda x, c: x.t(),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, len(STEPS) - 1), min_size=1, max_size=6))
+def test_random_step_chains_optimize_to_the_same_result(steps):
+    constant = tc.tensor(np.arange(9, dtype=np.float32).reshape(3, 3) / 8)
+
+    def fn(x):
+        for i in steps:
+            x = STEPS[i](x, constant)
+        return x
+    x = np.linspace(-1, 1, 9, dtype=np.float32).reshape(3, 3)
+    lowered = tc.trace(fn).lower(x)
+    reference = run_graph(decompose(lowered.graph), [x])     # not optimized
+    np.testing.assert_allclose(run_graph(lowered.optimized, [x])[0], reference[0], rtol=1e-6)

@@ -43,21 +43,24 @@ def _attr_text(value) -> str:
 def to_networkx(graph: Graph) -> networkx.DiGraph:
     """The data-flow graph of inputs, ops and outputs (see the module docstring)."""
     g = networkx.DiGraph(name=graph.name)
-    names, producer = value_names(graph), {}
+    names = value_names(graph)
+    # every definition up front, so a graph with ops out of order can still be drawn
+    producer = {v: f"in{i}" for i, v in enumerate(graph.inputs)}
+    producer.update((r, f"op{i}") for i, op in enumerate(graph.ops) for r in op.results)
     for i, v in enumerate(graph.inputs):
         g.add_node(f"in{i}", kind="input", label=names[v], op=None, types=[str(v.type)], loc=None)
-        producer[v] = f"in{i}"
     for i, op in enumerate(graph.ops):
         results = ", ".join(names[r] for r in op.results)
         g.add_node(f"op{i}", kind="op", label=f"{results} = {op.name}" if results else op.name,
                    op=op.name, types=[str(r.type) for r in op.results],
                    loc=str(op.loc) if op.loc else None,
                    attrs={k: _attr_text(v) for k, v in op.attrs.items()})
-        for j, v in enumerate(op.operands):
-            _add_use(g, graph, producer, names, v, f"op{i}", j)
-        producer.update((r, f"op{i}") for r in op.results)
     for i, v in enumerate(graph.outputs):
         g.add_node(f"out{i}", kind="output", label=f"return #{i}", op=None, types=[str(v.type)], loc=None)
+    for i, op in enumerate(graph.ops):     # edges after nodes: the node order is the graph's
+        for j, v in enumerate(op.operands):
+            _add_use(g, graph, producer, names, v, f"op{i}", j)
+    for i, v in enumerate(graph.outputs):
         _add_use(g, graph, producer, names, v, f"out{i}", i)
     return g
 
@@ -65,8 +68,8 @@ def to_networkx(graph: Graph) -> networkx.DiGraph:
 def _add_use(g: networkx.DiGraph, graph: Graph, producer: dict, names: dict, v: Value,
              user: str, position: int) -> None:
     if v not in producer:
-        raise IRError(f"graph @{graph.name}: {user} reads a value defined by no input or earlier "
-                      f"op: {v!r} (run tracecomp.ir.verifier.verify for details)")
+        raise IRError(f"graph @{graph.name}: {user} reads a value defined by no input or op: "
+                      f"{v!r} (run tracecomp.ir.verifier.verify for details)")
     source = producer[v]
     if g.has_edge(source, user):
         g.edges[source, user]["operands"].append(position)

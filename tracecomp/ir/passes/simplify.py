@@ -9,8 +9,8 @@ the original result types, shape AND dtype, so `int_tensor * 1.0` (float result)
 A pattern is `fn(op, args, rw) -> list[Value] | None` where `args` are the op's arguments
 by name (a Value for a tensor operand, a number where an elementwise op took a scalar).
 Patterns see the rewritten graph, so chains (`neg(neg(neg(x)))`, reshape chains) reduce
-in one walk.  Floating-point note: `x + 0 -> x` maps -0.0 + 0 (= +0.0) to -0.0, the usual
-compiler liberty; every other pattern is exact.
+in one walk.  Floating-point note: `x + 0 -> x` (and `x - (-0.0) -> x`) maps -0.0 to
+-0.0 where IEEE gives +0.0, the usual compiler liberty; every other pattern is exact.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _const(x: Any) -> np.ndarray | None:
     """The value of a scalar argument or of a `tc.constant` operand; None otherwise."""
     if isinstance(x, Value):
         return x.op.attrs["value"] if is_constant(x) else None
-    if isinstance(x, (bool, int, float)):
+    if isinstance(x, (bool, int, float, np.number, np.bool_)):
         return np.asarray(x)
     return None
 
@@ -45,7 +45,7 @@ def _is_all(x: Any, c: float) -> bool:
 
 def _finite(x: Any) -> bool:
     """alpha * 0 is 0 only for a finite alpha (inf * 0 is nan)."""
-    return isinstance(x, (bool, int, float)) and math.isfinite(x)
+    return isinstance(x, (bool, int, float, np.number, np.bool_)) and math.isfinite(x)
 
 
 def _producer(x: Any, *names: str) -> Op | None:
