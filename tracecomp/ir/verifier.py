@@ -45,8 +45,9 @@ class _Verifier:
     def run(self) -> None:
         for i, v in enumerate(self.graph.inputs):
             if v.op is not None or v in self.defined:
-                self.fail(None, None, f"input #{i} is not a fresh input value: it is {v!r}",
-                          "graph inputs are created by Graph(...) or Graph.add_input")
+                self.fail(None, None, f"input #{i} is not a fresh input value",
+                          "a value with no defining op, listed once", repr(v),
+                          hint="create inputs with Graph(name, types) or Graph.add_input")
             self.defined.add(v)
         for i, op in enumerate(self.graph.ops):
             self.check_operands(i, op)
@@ -67,7 +68,8 @@ class _Verifier:
                 continue
             if v in self.definer and self.definer[v][0] >= i:
                 k, producer = self.definer[v]
-                where = "by this op itself" if k == i else f"later, by op #{k} '{producer.name}' at {producer.loc}"
+                where = ("by this op itself" if k == i
+                         else f"later, by op #{k} '{producer.name}' at {producer.loc}")
                 self.fail(i, op, f"operand #{j} is used before it is defined",
                           "every operand defined by a graph input or an earlier op", f"defined {where}",
                           hint=_reorder_hint(self.graph))
