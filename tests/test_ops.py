@@ -153,7 +153,8 @@ def test_promotion_examples(fn, dtype):
 @params(DETERMINISTIC)
 def test_eager_matches_numpy(s: Sample):
     got = run_eager(s)
-    want = s.ref(*reference_inputs(s.inputs))
+    with np.errstate(all="ignore"):        # edge values: log(0), exp(1e20), ...
+        want = s.ref(*reference_inputs(s.inputs))
     want = list(want) if isinstance(want, tuple) else [want]
     dtypes = expected_dtypes(s)
     assert len(got) == len(want) == len(dtypes), f"{s.id}: {len(got)} results, reference {len(want)}"
@@ -197,6 +198,8 @@ def test_random_traced(s: Sample):
     assert [str(t.dtype) for t in traced] == expected_dtypes(s)
 
 
+@pytest.mark.xfail(strict=True, reason="pytree.unflatten rebuilds a named tuple (max.dim's values, "
+                   "indices) as a list, so tc.trace returns [values, indices]")
 def test_traced_keeps_the_result_structure():
     """A traced op returns what the eager op returns: a named tuple for (values, indices)."""
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -290,6 +293,7 @@ ERRORS = [
     ("max.dim dim", lambda a: a.max(dim=5), [X23], ValueErr, ["max.dim", "'dim'", "5", "(2, 3)"]),
     ("argmax empty", lambda a: a.argmax(), [np.zeros((0, 2), np.float32)], ValueErr, ["argmax", "(0, 2)"]),
     ("softmax dim", lambda a: a.softmax(2), [X23], ValueErr, ["'dim'", "2", "(2, 3)"]),
+    ("logsumexp dim", lambda a: a.logsumexp(-3), [X23], ValueErr, ["'dim'", "-3", "(2, 3)"]),
     ("mean int", lambda a: a.mean(), [I3], tc.DTypeError, ["mean", "int64", "'self'"]),
     ("var int", lambda a: a.var(), [I3], tc.DTypeError, ["var", "int64", "'self'"]),
     ("neg bool", lambda a: -a, [B2], tc.DTypeError, ["neg", "bool"]),
@@ -306,7 +310,7 @@ ERRORS = [
     ("flatten dims", lambda a: a.flatten(1, 0), [X23], ValueErr, ["flatten", "start_dim", "(2, 3)"]),
     ("cat shapes", lambda a, b: tc.cat([a, b]), [X23, X4], ValueErr, ["cat", "tensors[1]", "(4,)", "(2, 3)"]),
     ("cat empty", lambda: tc.cat([]), [], (tc.TracecompError,), ["cat", "tensors"]),
-    ("stack shapes", lambda a, b: tc.stack([a, b]), [X23, X4], ValueErr, ["cat", "(4,)", "(2, 3)"]),
+    ("stack dim", lambda a, b: tc.stack([a, b], 3), [X23, X23], ValueErr, ["'dim'", "3"]),
     ("split sizes", lambda a: a.split([1, 1], dim=1), [X23], ValueErr, ["split.sizes", "(1, 1)", "3"]),
     ("chunk 0", lambda a: a.chunk(0), [X23], ValueErr, ["chunk", "'chunks'", "0"]),
     ("select index", lambda a: a.select(1, 3), [X23], ValueErr, ["select", "index 3", "size 3"]),
@@ -327,7 +331,8 @@ ERRORS = [
     ("arange step 0", lambda: tc.arange(0, 5, 0), [], ValueErr, ["arange", "'step'"]),
     ("arange direction", lambda: tc.arange(5, 0, 1), [], ValueErr, ["arange", "start=5", "end=0"]),
     ("rand int", lambda: tc.rand(2, dtype=tc.int32), [], tc.DTypeError, ["rand", "int32"]),
-    ("unknown dtype", lambda a: a.to("float16"), [X4], TypeErr, ["to()", "'dtype'", "ScalarType"]),
+    ("unknown dtype", lambda a: a.to("complex64"), [X4], TypeErr, ["to()", "'dtype'", "ScalarType", "str"]),
+    ("unknown dtype object", lambda a: a.to(np.complex64), [X4], TypeErr, ["to()", "'dtype'", "ScalarType"]),
     ("unknown dtype kw", lambda: tc.zeros(2, dtype="complex64"), [], TypeErr, ["zeros()", "'dtype'"]),
     ("wrong type", lambda a: tc.add(a, "1"), [X4], TypeErr, ["add()", "'other'", "str"]),
     ("wrong dim type", lambda a: a.sum(dim=1.5), [X23], TypeErr, ["sum()", "'dim'", "float"]),
@@ -376,6 +381,43 @@ def test_runtime_errors(desc, fn, inputs, errors, needles):
     with pytest.raises(Exception) as info:
         fn(*[tc.tensor(a) for a in inputs])
     _check_error(info, fn, errors, needles, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="the interpreter (runtime/interpreter.py) does not append the "
+                   "failing op's source location to kernel errors")
+@pytest.mark.parametrize("desc, fn, inputs, errors, needles", RUNTIME_ERRORS, ids=[e[0] for e in RUNTIME_ERRORS])
+def test_runtime_errors_traced(desc, fn, inputs, errors, needles):
     with pytest.raises(Exception) as info:
         tc.trace(fn)(*inputs)
     _check_error(info, fn, errors, needles, "traced")
+
+
+# Errors raised inside a composite's decomposition should name the op the user called.
+COMPOSITE_ERRORS = [
+    ("softmax", lambda a: a.softmax(2), [X23], ValueErr, ["softmax", "'dim'", "(2, 3)"]),
+    ("log_softmax", lambda a: tc.log_softmax(a, -3), [X23], ValueErr, ["log_softmax", "'dim'", "(2, 3)"]),
+    ("logsumexp", lambda a: a.logsumexp(2), [X23], ValueErr, ["logsumexp", "'dim'", "(2, 3)"]),
+    ("view", lambda a: a.view(5), [X23], ValueErr, ["view", "'size' (5,)", "(2, 3)"]),
+    ("stack", lambda a, b: tc.stack([a, b]), [X23, X4], ValueErr, ["stack", "tensors[1]", "(4,)", "(2, 3)"]),
+    ("mT", lambda a: a.mT, [X4], ValueErr, ["mT", "(4,)"]),
+    ("cross_entropy", lambda a, t: tc.cross_entropy(a, t, reduction="avg"), [X23, np.array([0, 1], np.int64)],
+     TypeErr, ["cross_entropy", "'reduction'", "'avg'"]),
+    ("linear", lambda a, w: tc.linear(a, w), [X23, X23], ValueErr, ["linear", "'weight' (2, 3)", "(2, 3)"]),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="composites.py runs a decomposition without naming the composite: "
+                   "the error names the inner primitive (amax, reshape, cat, transpose, ...)")
+@pytest.mark.parametrize("desc, fn, inputs, errors, needles", COMPOSITE_ERRORS, ids=[e[0] for e in COMPOSITE_ERRORS])
+def test_composite_errors_name_the_called_op(desc, fn, inputs, errors, needles):
+    with pytest.raises(Exception) as info:
+        fn(*[tc.tensor(a) for a in inputs])
+    _check_error(info, fn, errors, needles, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="dtypes.to_dtype maps float16 (and int8/uint8/int16) to a wider "
+                   "dtype instead of refusing a dtype tracecomp does not have")
+@pytest.mark.parametrize("name", ["float16", "int8", "uint8"])
+def test_unsupported_dtype_is_refused(name):
+    with pytest.raises(tc.TracecompError, match=name):
+        tc.tensor(X4).to(name)

@@ -35,22 +35,30 @@ def infer(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
 
 # ---------------------------------------------------------------- shared helpers
 
-def normalize_dim(op: OpDef, dim: int, ndim: int, arg: str = "dim", extra: int = 0) -> int:
-    """Map a possibly negative dim into [0, ndim + extra); 0-d tensors accept dim 0 and -1."""
+def normalize_dim(op: OpDef, dim: int, ndim: int | tuple[int, ...], arg: str = "dim", extra: int = 0) -> int:
+    """Map a possibly negative dim into [0, ndim + extra); 0-d tensors accept dim 0 and -1.
+
+    `ndim` may be the tensor's shape instead, so that the error can show it."""
+    shape = ndim if isinstance(ndim, tuple) else None
+    ndim = len(shape) if shape is not None else ndim
     size = max(ndim + extra, 1)
     if not -size <= dim < size:
+        what = f"of shape {shape}" if shape is not None else f"with {ndim} dims"
         raise ShapeError(f"{op.full_name}: argument '{arg}' is {dim}, out of range for a tensor "
-                         f"with {ndim} dims (expected {-size} <= {arg} < {size})")
+                         f"{what} (expected {-size} <= {arg} < {size})")
     return dim % size
 
 
-def normalize_dims(op: OpDef, dims, ndim: int, arg: str = "dim") -> tuple[int, ...]:
-    """None or () means all dims (PyTorch's sum(dim=None)); duplicates are an error."""
+def normalize_dims(op: OpDef, dims, ndim: int | tuple[int, ...], arg: str = "dim") -> tuple[int, ...]:
+    """None or () means all dims (PyTorch's sum(dim=None)); duplicates are an error.
+
+    `ndim` may be the tensor's shape instead, so that errors can show it."""
+    shape, ndim = (ndim, len(ndim)) if isinstance(ndim, tuple) else (ndim, ndim)
     if dims is None or (isinstance(dims, (tuple, list)) and len(dims) == 0):
         return tuple(range(ndim))
     if isinstance(dims, int):
         dims = (dims,)
-    out = tuple(normalize_dim(op, d, ndim, arg) for d in dims)
+    out = tuple(normalize_dim(op, d, shape, arg) for d in dims)
     if len(set(out)) != len(out):
         raise ShapeError(f"{op.full_name}: argument '{arg}' repeats a dim: {tuple(dims)}")
     return tuple(d for d in out if ndim > 0)
@@ -137,8 +145,9 @@ def _reduction_dtype(op: OpDef, x: TensorType, requested: DType | None) -> DType
     if op.impl in ("sum", "prod") and not x.dtype.is_floating_point:
         return dt.INT64
     if op.impl in ("mean", "var", "std") and not x.dtype.is_floating_point:
-        raise DTypeError(f"{op.full_name}: input dtype must be floating point, got {x.dtype.label}"
-                         " (cast with .float() or pass dtype=)")
+        hint = ".float() or pass dtype=" if any(a.name == "dtype" for a in op.schema.arguments) else ".float()"
+        raise DTypeError(f"{op.full_name}: argument 'self' must have a floating point dtype, got "
+                         f"{x.dtype.label} of shape {x.shape} (cast with {hint})")
     return x.dtype
 
 
@@ -146,7 +155,7 @@ def _reduction_dtype(op: OpDef, x: TensorType, requested: DType | None) -> DType
 def _reduction(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
     x = _tensor(op, args, "self")
     _check_accepts(op, x.dtype, "'self'")
-    dims = normalize_dims(op, args.get("dim"), x.ndim)
+    dims = normalize_dims(op, args.get("dim"), x.shape)
     if op.impl in ("amax", "amin") and any(x.shape[d] == 0 for d in dims):
         raise ShapeError(f"{op.full_name}: cannot reduce over an empty dim of shape {x.shape}")
     shape = reduced_shape(op, x.shape, dims, bool(args.get("keepdim", False)))
@@ -162,7 +171,7 @@ def _arg_reduction(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
         shape = (1,) * x.ndim if args.get("keepdim") else ()
         dims = tuple(range(x.ndim))
     else:
-        d = normalize_dim(op, dim, x.ndim)
+        d = normalize_dim(op, dim, x.shape)
         dims = (d,) if x.ndim else ()       # a 0-d tensor takes dim 0 or -1 and stays 0-d
         shape = reduced_shape(op, x.shape, dims, bool(args.get("keepdim")))
     if any(x.shape[d] == 0 for d in dims):
@@ -174,7 +183,7 @@ def _arg_reduction(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
 @rule("variance")
 def _variance(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
     x = _tensor(op, args, "self")
-    dims = normalize_dims(op, args.get("dim"), x.ndim)
+    dims = normalize_dims(op, args.get("dim"), x.shape)
     shape = reduced_shape(op, x.shape, dims, bool(args.get("keepdim", False)))
     return [TensorType(shape, _reduction_dtype(op, x, None))]
 
@@ -229,7 +238,7 @@ def _reshape(op: OpDef, args):
 @rule("permute")
 def _permute(op: OpDef, args):
     x = _tensor(op, args, "self")
-    dims = tuple(normalize_dim(op, d, x.ndim, "dims") for d in args["dims"])
+    dims = tuple(normalize_dim(op, d, x.shape, "dims") for d in args["dims"])
     if sorted(dims) != list(range(x.ndim)):
         raise ShapeError(f"{op.full_name}: 'dims' {tuple(args['dims'])} is not a permutation of "
                          f"the {x.ndim} dims of a tensor of shape {x.shape}")
@@ -260,14 +269,14 @@ def _expand(op: OpDef, args):
 @rule("squeeze")
 def _squeeze(op: OpDef, args):
     x = _tensor(op, args, "self")
-    dims = normalize_dims(op, args.get("dim"), x.ndim)
+    dims = normalize_dims(op, args.get("dim"), x.shape)
     return [TensorType(tuple(d for i, d in enumerate(x.shape) if not (i in dims and d == 1)), x.dtype)]
 
 
 @rule("unsqueeze")
 def _unsqueeze(op: OpDef, args):
     x = _tensor(op, args, "self")
-    d = normalize_dim(op, args["dim"], x.ndim, extra=1)
+    d = normalize_dim(op, args["dim"], x.shape, extra=1)
     return [TensorType(x.shape[:d] + (1,) + x.shape[d:], x.dtype)]
 
 
@@ -276,7 +285,7 @@ def _select(op: OpDef, args):
     x = _tensor(op, args, "self")
     if x.ndim == 0:
         raise ShapeError(f"{op.full_name}: cannot index a 0-d tensor")
-    d = normalize_dim(op, args["dim"], x.ndim)
+    d = normalize_dim(op, args["dim"], x.shape)
     i = args["index"]
     if not -x.shape[d] <= i < x.shape[d]:
         raise ShapeError(f"{op.full_name}: index {i} is out of bounds for dim {d} with size {x.shape[d]}")
@@ -292,7 +301,7 @@ def slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
 @rule("slice")
 def _slice(op: OpDef, args):
     x = _tensor(op, args, "self")
-    d = normalize_dim(op, args["dim"], x.ndim)
+    d = normalize_dim(op, args["dim"], x.shape)
     if args["step"] <= 0:
         raise ShapeError(f"{op.full_name}: 'step' must be greater than zero, got {args['step']}")
     start, end, step = slice_bounds(x.shape[d], args["start"], args["end"], args["step"])
@@ -306,7 +315,7 @@ def _cat(op: OpDef, args):
     if not ts:
         raise ShapeError(f"{op.full_name}: expects a non-empty list of tensors")
     first = ts[0]
-    d = normalize_dim(op, args["dim"], first.ndim)
+    d = normalize_dim(op, args["dim"], first.shape)
     dtype = first.dtype
     for i, t in enumerate(ts):
         if t.ndim != first.ndim or any(a != b for j, (a, b) in enumerate(zip(t.shape, first.shape)) if j != d):
@@ -331,7 +340,7 @@ def split_sizes(op: OpDef, size: int, split) -> list[int]:
 @rule("split")
 def _split(op: OpDef, args):
     x = _tensor(op, args, "self")
-    d = normalize_dim(op, args["dim"], x.ndim)
+    d = normalize_dim(op, args["dim"], x.shape)
     sizes = split_sizes(op, x.shape[d], args["split_size"])
     return [TensorType(x.shape[:d] + (s,) + x.shape[d + 1:], x.dtype) for s in sizes]
 
@@ -347,7 +356,7 @@ def _index_select(op: OpDef, args):
     _check_index(op, index)
     if index.ndim > 1:
         raise ShapeError(f"{op.full_name}: 'index' must be 0-D or 1-D, got shape {index.shape}")
-    d = normalize_dim(op, args["dim"], x.ndim)
+    d = normalize_dim(op, args["dim"], x.shape)
     n = index.shape[0] if index.ndim else 1
     return [TensorType(x.shape[:d] + (n,) + x.shape[d + 1:] if x.ndim else (), x.dtype)]
 
@@ -356,7 +365,7 @@ def _index_select(op: OpDef, args):
 def _gather(op: OpDef, args):
     x, index = _tensor(op, args, "self"), _tensor(op, args, "index")
     _check_index(op, index)
-    d = normalize_dim(op, args["dim"], x.ndim)
+    d = normalize_dim(op, args["dim"], x.shape)
     if index.ndim != x.ndim or any(i > s for j, (i, s) in enumerate(zip(index.shape, x.shape)) if j != d):
         raise ShapeError(f"{op.full_name}: 'index' shape {index.shape} must have the same number of "
                          f"dims as 'self' {x.shape} and be no larger outside dim {d}")
