@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, TracecompError, add_location
 from ..ir import Graph
 from ..kernels import numpy_kernels
 from ..ops.table import by_ir_name
@@ -29,6 +29,9 @@ def run_graph(graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
             raise BackendError(f"the interpreter cannot run '{op.name}' (at {op.loc}): "
                                "unknown op, or a composite that was not decomposed")
         args = opdef.arguments_from([env[v] for v in op.operands], op.attrs)
-        outs = numpy_kernels.run(opdef, args, [r.type for r in op.results])
+        try:
+            outs = numpy_kernels.run(opdef, args, [r.type for r in op.results])
+        except TracecompError as e:     # data-dependent errors surface at run time: name the line
+            raise add_location(e, str(op.loc) if op.loc else None) from None
         env.update(zip(op.results, outs))
     return [env[v] for v in graph.outputs]
