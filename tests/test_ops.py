@@ -309,6 +309,9 @@ ERRORS = [
     ("mT 1-D", lambda a: a.mT, [X4], ValueErr, ["dim -2", "1 dims"]),
     ("flatten dims", lambda a: a.flatten(1, 0), [X23], ValueErr, ["flatten", "start_dim", "(2, 3)"]),
     ("cat shapes", lambda a, b: tc.cat([a, b]), [X23, X4], ValueErr, ["cat", "tensors[1]", "(4,)", "(2, 3)"]),
+    ("cat 0-d", lambda a: tc.cat([a, a]), [np.array(1.0, np.float32)], ValueErr, ["cat", "tensors[0]", "0-d"]),
+    ("add float alpha int", lambda a: a.add(a, alpha=2.5), [I3], tc.DTypeError, ["add", "'alpha'", "int64"]),
+    ("sub bool alpha", lambda a: tc.sub(a, a, alpha=True), [X4], tc.DTypeError, ["sub", "'alpha'", "float32"]),
     ("cat empty", lambda: tc.cat([]), [], (tc.TracecompError,), ["cat", "tensors"]),
     ("stack dim", lambda a, b: tc.stack([a, b], 3), [X23, X23], ValueErr, ["'dim'", "3"]),
     ("split sizes", lambda a: a.split([1, 1], dim=1), [X23], ValueErr, ["split.sizes", "(1, 1)", "3"]),
@@ -381,12 +384,6 @@ def test_runtime_errors(desc, fn, inputs, errors, needles):
     with pytest.raises(Exception) as info:
         fn(*[tc.tensor(a) for a in inputs])
     _check_error(info, fn, errors, needles, "eager")
-
-
-@pytest.mark.xfail(strict=True, reason="the interpreter (runtime/interpreter.py) does not append the "
-                   "failing op's source location to kernel errors")
-@pytest.mark.parametrize("desc, fn, inputs, errors, needles", RUNTIME_ERRORS, ids=[e[0] for e in RUNTIME_ERRORS])
-def test_runtime_errors_traced(desc, fn, inputs, errors, needles):
     with pytest.raises(Exception) as info:
         tc.trace(fn)(*inputs)
     _check_error(info, fn, errors, needles, "traced")

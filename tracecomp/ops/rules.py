@@ -126,7 +126,19 @@ def _elementwise(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
     if not tensors:
         raise ShapeError(f"{op.full_name}: needs at least one Tensor argument, got only scalars")
     shape = broadcast_shapes(op, [(n, t.shape) for n, t in tensors])
-    return [TensorType(shape, elementwise_dtypes(op, args)[1])]
+    result = elementwise_dtypes(op, args)[1]
+    _check_alpha(op, args.get("alpha"), result)
+    return [TensorType(shape, result)]
+
+
+def _check_alpha(op: OpDef, alpha, result: DType) -> None:
+    """PyTorch's alpha_check: an integral result would silently truncate a float alpha."""
+    if isinstance(alpha, bool) and result is not dt.BOOL:
+        raise DTypeError(f"{op.full_name}: a bool 'alpha' is only supported for bool results, "
+                         f"got a {result.label} result")
+    if isinstance(alpha, float) and not result.is_floating_point:
+        raise DTypeError(f"{op.full_name}: argument 'alpha' must not be a float ({alpha}) when the "
+                         f"result dtype is {result.label}; use an int alpha or floating point inputs")
 
 
 # ---------------------------------------------------------------- reductions
@@ -315,6 +327,10 @@ def _cat(op: OpDef, args):
     if not ts:
         raise ShapeError(f"{op.full_name}: expects a non-empty list of tensors")
     first = ts[0]
+    for i, t in enumerate(ts):
+        if t.ndim == 0:
+            raise ShapeError(f"{op.full_name}: tensors[{i}] is 0-d (shape ()); a zero-dimensional "
+                             "tensor cannot be concatenated (use stack, or unsqueeze it first)")
     d = normalize_dim(op, args["dim"], first.shape)
     dtype = first.dtype
     for i, t in enumerate(ts):
