@@ -14,7 +14,8 @@ from tracecomp.ir.parser import parse_graph
 from tracecomp.ir.printer import print_graph
 from tracecomp.ops.table import default_table
 
-from op_samples import SAMPLES, Sample, all_samples, reference_inputs, torch_result_type
+from op_samples import (SAMPLES, Sample, all_samples, assert_close, expected_dtypes, leaves,
+                        reference_inputs, torch_result_type)
 
 ALL_SAMPLES = all_samples()
 DETERMINISTIC = [s for s in ALL_SAMPLES if not s.nondeterministic]
@@ -34,13 +35,6 @@ def params(samples: list[Sample]):
     return pytest.mark.parametrize("s", samples, ids=_ids(samples))
 
 
-def leaves(result) -> list:
-    """The result tensors of a call, in order (ops return one tensor, tuples or named tuples)."""
-    if isinstance(result, (tuple, list)):
-        return [t for r in result for t in leaves(r)]
-    return [result]
-
-
 def run_eager(s: Sample) -> list[np.ndarray]:
     outs = leaves(s.call(*[tc.tensor(a) for a in s.inputs]))
     assert all(isinstance(t, tc.Tensor) for t in outs), f"{s.id}: result is not made of Tensors: {outs!r}"
@@ -51,31 +45,6 @@ def run_traced(s: Sample) -> list[np.ndarray]:
     outs = leaves(tc.trace(s.call)(*s.inputs))
     assert all(isinstance(t, tc.Tensor) for t in outs), f"{s.id}: traced result is not Tensors: {outs!r}"
     return [np.asarray(t) for t in outs]
-
-
-def expected_dtypes(s: Sample) -> list[str]:
-    return list(s.dtype) if isinstance(s.dtype, tuple) else [s.dtype]
-
-
-def tolerance(s: Sample, dtype: np.dtype) -> tuple[float, float]:
-    if dtype.kind != "f":
-        return 0.0, 0.0
-    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-10, 1e-12)
-    return (s.rtol if s.rtol is not None else rtol), (s.atol if s.atol is not None else atol)
-
-
-def assert_close(s: Sample, got: np.ndarray, want: np.ndarray, i: int) -> None:
-    want = np.asarray(want)
-    assert got.shape == want.shape, f"{s.id}: result {i} has shape {got.shape}, reference {want.shape}"
-    if got.dtype.kind != "f":
-        # exact: the reference is computed in int64/bool/float64 and must be representable
-        np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=s.id)
-        return
-    rtol, atol = tolerance(s, got.dtype)
-    with np.errstate(all="ignore"):
-        want = want.astype(got.dtype).astype(np.float64)   # values outside float32's range become inf
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=atol, equal_nan=True,
-                               err_msg=s.id)
 
 
 # ---------------------------------------------------------------- coverage
