@@ -661,6 +661,7 @@ def _shape_samples():
     sample("t", tc.t, [arr((2, 3))], lambda x: x.T, F32, "tc.t 2-D")
     sample("t", lambda x: x.t(), [arr((3,), I32)], lambda x: x, I32, "x.t() 1-D")
     sample("t", lambda x: x.t(), [np.array(2.0, F64)], lambda x: x, F64, "0-d")
+    sample("t", lambda x: x.t(), [arr((1, 4), B)], lambda x: x.T, B, "x.t() bool (1, 4)")
     sample("numpy_T", lambda x: x.T, [arr((2, 3))], lambda x: x.T, F32, "x.T 2-D")
     sample("numpy_T", lambda x: x.T, [x], lambda x: x.transpose(2, 1, 0), F32, "x.T 3-D reverses dims")
     sample("numpy_T", lambda x: x.T, [np.array(1, I32)], lambda x: x, I32, "x.T 0-d")
@@ -743,8 +744,8 @@ def _index_samples():
     idx = np.array([2, 0, 2], np.int64)
     sample("index_select", lambda x, i: tc.index_select(x, 1, i), [x, idx], lambda x, i: x[:, i], F32,
            "tc.index_select dim 1")
-    sample("index_select", lambda x, i: x.index_select(0, i), [arr((4, 2), I64), np.array([3, -1, 0], np.int32)],
-           lambda x, i: x[i], I64, "x.index_select(0, i) int32, negative")
+    sample("index_select", lambda x, i: x.index_select(0, i), [arr((4, 2), I64), np.array([3, 1, 0, 3], np.int32)],
+           lambda x, i: x[i], I64, "x.index_select(0, i) int32 index")
     sample("index_select", lambda x, i: x.index_select(-1, i), [arr((5,), B), np.array(4, np.int64)],
            lambda x, i: x[[int(i)]], B, "0-d index")
     sample("index_select", lambda x, i: x.index_select(0, i), [arr((3,)), np.zeros((0,), np.int64)],

@@ -275,6 +275,10 @@ ERRORS = [
     ("expand", lambda a: a.expand(3, 3), [X23], ValueErr, ["expand", "(2, 3)", "(3, 3)"]),
     ("squeeze dim", lambda a: a.squeeze(4), [X23], ValueErr, ["squeeze", "'dim'", "4", "(2, 3)"]),
     ("unsqueeze dim", lambda a: a.unsqueeze(3), [X23], ValueErr, ["unsqueeze", "'dim'", "3", "(2, 3)"]),
+    ("t 3-D", lambda a: a.t(), [np.zeros((2, 3, 4), np.float32)], ValueErr, ["(2, 3, 4)", "(1, 0)"]),
+    ("int scalar too big", lambda a: a + 2**70, [I3], ValueErr, ["add", "'other'", str(2**70), "int64"]),
+    ("int scalar overflows int32", lambda a: a * 2**40, [I3.astype(np.int32)], (tc.TracecompError,),
+     ["mul", str(2**40)]),
     ("mT 1-D", lambda a: a.mT, [X4], ValueErr, ["dim -2", "1 dims"]),
     ("flatten dims", lambda a: a.flatten(1, 0), [X23], ValueErr, ["flatten", "start_dim", "(2, 3)"]),
     ("cat shapes", lambda a, b: tc.cat([a, b]), [X23, X4], ValueErr, ["cat", "tensors[1]", "(4,)", "(2, 3)"]),
@@ -323,6 +327,10 @@ RUNTIME_ERRORS = [   # found only when the values are seen (eagerly, or when the
     ("gather bounds", lambda a, i: a.gather(1, i), [X23, np.array([[3], [0]], np.int64)], ValueErr,
      ["gather", "index 3", "size 3"]),
     ("pow negative int", lambda a: a ** -1, [I3], ValueErr, ["pow", "negative"]),
+    ("index_select negative", lambda a, i: a.index_select(0, i), [X4, np.array([0, -1], np.int64)], ValueErr,
+     ["index_select", "index -1", "size 4"]),
+    ("gather negative", lambda a, i: a.gather(0, i), [X4, np.array([-4], np.int64)], ValueErr,
+     ["gather", "index -4", "size 4"]),
 ]
 _THIS_FILE = os.path.basename(__file__)
 
@@ -366,6 +374,7 @@ COMPOSITE_ERRORS = [
     ("view", lambda a: a.view(5), [X23], ValueErr, ["view", "'size' (5,)", "(2, 3)"]),
     ("stack", lambda a, b: tc.stack([a, b]), [X23, X4], ValueErr, ["stack", "tensors[1]", "(4,)", "(2, 3)"]),
     ("mT", lambda a: a.mT, [X4], ValueErr, ["mT", "(4,)"]),
+    ("t", lambda a: a.t(), [np.zeros((2, 3, 4), np.float32)], ValueErr, ["t()", "(2, 3, 4)"]),
     ("cross_entropy", lambda a, t: tc.cross_entropy(a, t, reduction="avg"), [X23, np.array([0, 1], np.int64)],
      TypeErr, ["cross_entropy", "'reduction'", "'avg'"]),
     ("linear", lambda a, w: tc.linear(a, w), [X23, X23], ValueErr, ["linear", "'weight' (2, 3)", "(2, 3)"]),

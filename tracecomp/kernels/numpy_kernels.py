@@ -68,7 +68,7 @@ def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np
         if op.kind not in KERNELS:
             raise BackendError(f"{op.full_name}: no NumPy kernel for kind '{op.kind}'") from None
         raise
-    except (ValueError, IndexError, TypeError) as e:
+    except (ValueError, IndexError, TypeError, OverflowError) as e:   # e.g. int32 tensor + 2**40
         if isinstance(e, ShapeError):
             raise
         raise BackendError(f"{op.full_name}: {e}") from None
@@ -228,7 +228,8 @@ def _split(op: OpDef, args, out_types):
 
 
 def _check_bounds(op: OpDef, index: np.ndarray, size: int, d: int) -> None:
-    if index.size and (index.min() < -size or index.max() >= size):
+    """PyTorch's index_select/gather take indices in [0, size): a negative one is an error, not a wrap."""
+    if index.size and (index.min() < 0 or index.max() >= size):
         bad = index.max() if index.max() >= size else index.min()
         raise ShapeError(f"{op.full_name}: index {bad} is out of bounds for dim {d} with size {size}")
 

@@ -107,6 +107,9 @@ def elementwise_dtypes(op: OpDef, args: dict[str, Any]) -> tuple[DType, DType]:
         if isinstance(v, TensorType):
             (dims if v.ndim else zero).append(v.dtype)
         elif v is not None:
+            if isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63:
+                raise DTypeError(f"{op.full_name}: argument '{name}' is the Python int {v}, which "
+                                 "does not fit in int64")
             scalars.append(dt.scalar_dtype(v))
     common = dt.result_type(dims, zero, scalars)
     if op.dtype_rule == "logical":
