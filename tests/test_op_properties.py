@@ -1,6 +1,7 @@
-"""Randomized op checks with hypothesis: every binary elementwise op on random broadcastable
-shapes, dtypes and Python-scalar operands, and every reduction over random dims (int,
-tuple, negative) with and without keepdim; eager against NumPy float64, traced against eager."""
+"""Randomized op checks with hypothesis: every unary elementwise op on random shapes and
+dtypes; every binary elementwise op (and where, clamp) on random broadcastable shapes,
+dtypes and Python-scalar operands; every reduction over random dims (int, tuple,
+negative) with and without keepdim. Eager against NumPy float64, traced against eager."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis.extra import numpy as hnp
 import tracecomp as tc
 from tracecomp.ops.table import default_table
 
-from op_samples import (ALL, B, BINARY, F32, F64, FLOATS, I64, INTS, NUMERIC, Sample, assert_close,
+from op_samples import (ALL, B, BINARY, FLOATS, I64, INTS, NUMERIC, UNARY, Sample, assert_close,
                         binary_result, floating, leaves, reference_inputs, torch_result_type)
 
 TABLE = default_table()
@@ -63,6 +64,35 @@ def check(case: Sample) -> None:
         np.testing.assert_array_equal(t, e, err_msg=f"{case.id}: traced result {i}", strict=True)
 
 
+# ---------------------------------------------------------------- unary elementwise
+
+UNARY_OPS = [n for n, op in TABLE.items() if op.kind == "elementwise" and len(_tensor_args(op)) == 1]
+
+
+def test_unary_ops_have_references():
+    assert sorted(UNARY_OPS) == sorted(UNARY), "a unary elementwise op needs an entry in op_samples.UNARY"
+
+
+@pytest.mark.parametrize("name", UNARY_OPS)
+@PROFILE
+@given(data=st.data())
+def test_unary_shapes_and_dtypes(name, data):
+    ref, domain, rule, dtypes, method = UNARY[name]
+    shape = data.draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))
+    dtype = data.draw(st.sampled_from(dtypes))
+    lo, hi = {"sqrt": (0, 4), "rsqrt": (0.1, 4), "log": (0.1, 4), "log2": (0.1, 4), "log1p": (-0.9, 4),
+              "reciprocal": (0.1, 4), "tan": (-1.2, 1.2)}.get(name, (-4, 4))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x = values(rng, shape, dtype, lo, hi if dtype not in INTS else hi + 1)
+    if dtype in INTS and lo > 0:
+        x = np.asarray(np.maximum(x, 1), dtype=dtype)
+    out = dtype if rule == "same" else B if rule == "bool" else floating(dtype)
+    use_method = method and data.draw(st.booleans())
+    call = (lambda t: getattr(t, name)()) if use_method else getattr(tc, name)
+    reference = (lambda v: ref(np.asarray(v, np.float64))) if rule == "float" else ref
+    check(Sample(name, call, (x,), reference, out, f"{name}({dtype}{shape})"))
+
+
 # ---------------------------------------------------------------- binary elementwise
 
 def test_binary_ops_have_references():
@@ -83,7 +113,8 @@ def _domains(name: str):
 @given(data=st.data())
 def test_binary_broadcasting(name, data):
     ref, _, dtypes, _ = BINARY[name]
-    shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4)).input_shapes
+    shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, min_side=0,
+                                                         max_side=4)).input_shapes
     da, db = data.draw(st.sampled_from(dtypes)), data.draw(st.sampled_from(dtypes))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     (alo, ahi), (blo, bhi) = _domains(name)
