@@ -12,6 +12,7 @@ import tracecomp as tc
 from tracecomp.ir.mlir_tool import check_with_mlir_opt, find_mlir_opt
 from tracecomp.ir.parser import parse_graph
 from tracecomp.ir.printer import print_graph
+from tracecomp.ir.verifier import verify
 from tracecomp.ops.table import default_table
 
 from op_samples import (SAMPLES, Sample, all_samples, assert_close, expected_dtypes, leaves,
@@ -186,8 +187,10 @@ def lowered(s: Sample):
 
 @params(ALL_SAMPLES)
 def test_printed_graph_round_trip(s: Sample):
+    """The traced and the optimized graph verify, and print then parse back to an equal graph."""
     low = lowered(s)
     for stage, graph in (("graph", low.graph), ("optimized", low.optimized)):
+        verify(graph)
         text = print_graph(graph)
         assert parse_graph(text) == graph, f"{s.id}: {stage} does not round trip:\n{text}"
     assert any(op.name == f"tc.{s.op}" for op in low.graph.ops) or s.desc.startswith("x[") \
@@ -317,6 +320,8 @@ ERRORS = [
     ("missing arg", lambda a: tc.add(a), [X4], TypeErr, ["add()", "missing", "'other'"]),
     ("unknown kwarg", lambda a: a.sum(keepdims=True), [X4], TypeErr, ["sum()", "unexpected keyword", "keepdims"]),
     ("duplicate kwarg", lambda a: tc.add(a, a, other=a), [X4], TypeErr, ["add()", "multiple values", "'other'"]),
+    ("only scalars", lambda: tc.add(2, 3.5), [], TypeErr, ["add", "'self'", "'other'", "3.5"]),
+    ("only scalars where", lambda: tc.where(True, 1, 0), [], TypeErr, ["where", "'condition'"]),
     ("no overload", lambda a: tc.max(a, "x"), [X4], TypeErr, ["max()", "max.dim", "max.other", "str"]),
     ("no overload arange", lambda: tc.arange(), [], TypeErr, ["arange()", "arange.start", "'end'"]),
     ("keepdim type", lambda a: a.sum(0, 1), [X23], TypeErr, ["sum()", "'keepdim'", "bool", "int"]),

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..errors import DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir.types import TensorType
 from .table import OpDef
 
@@ -127,7 +127,9 @@ def _elementwise(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
     tensors = [(a.name, args[a.name]) for a in op.schema.tensor_arguments
                if isinstance(args.get(a.name), TensorType)]
     if not tensors:
-        raise ShapeError(f"{op.full_name}: needs at least one Tensor argument, got only scalars")
+        names = ", ".join(f"'{a.name}'" for a in op.schema.tensor_arguments)
+        raise ArgumentError(f"{op.full_name}: needs at least one Tensor among {names}, got only "
+                            f"Python scalars ({', '.join(repr(args.get(a.name)) for a in op.schema.tensor_arguments)})")
     shape = broadcast_shapes(op, [(n, t.shape) for n, t in tensors])
     result = elementwise_dtypes(op, args)[1]
     _check_alpha(op, args.get("alpha"), result)
