@@ -539,7 +539,9 @@ def _matmul_samples():
     sample("matmul", tc.matmul, [arr((2, 0)), arr((0, 3))], np.matmul, F32, "empty inner dim")
     sample("mm", tc.mm, [arr((2, 3)), arr((3, 4))], np.matmul, F32, "tc.mm", atol=1e-5)
     sample("mm", lambda a, b: a.mm(b), [arr((1, 2), F64), arr((2, 2), F64)], np.matmul, F64, "a.mm(b)")
+    sample("mm", tc.mm, [arr((3, 2), I32), arr((2, 1), I32)], np.matmul, I32, "tc.mm int32")
     sample("bmm", tc.bmm, [arr((2, 2, 3)), arr((2, 3, 4))], np.matmul, F32, "tc.bmm", atol=1e-5)
+    sample("bmm", tc.bmm, [arr((1, 3, 2), F64), arr((1, 2, 2), F64)], np.matmul, F64, "tc.bmm f64")
     sample("bmm", lambda a, b: a.bmm(b), [arr((3, 1, 2), I64), arr((3, 2, 2), I64)], np.matmul, I64,
            "a.bmm(b) int64")
 
@@ -639,6 +641,7 @@ def _shape_samples():
     sample("reshape", lambda x: x.reshape([0, 5]), [np.zeros((5, 0), F64)], lambda x: x.reshape(0, 5), F64, "empty")
     sample("view", lambda x: x.view(6, 4), [x], lambda x: x.reshape(6, 4), F32, "x.view(6, 4)")
     sample("view", lambda x: x.view((-1,)), [arr((2, 2), I64)], lambda x: x.reshape(-1), I64, "x.view((-1,))")
+    sample("view", lambda x: x.view(1, 1), [np.array(True)], lambda x: x.reshape(1, 1), B, "x.view(1, 1) 0-d bool")
     sample("flatten", tc.flatten, [x], lambda x: x.reshape(-1), F32, "tc.flatten(x)")
     sample("flatten", lambda x: x.flatten(1), [x], lambda x: x.reshape(2, 12), F32, "x.flatten(1)")
     sample("flatten", lambda x: x.flatten(0, -2), [arr((2, 3, 2), B)], lambda x: x.reshape(6, 2), B,
@@ -656,6 +659,8 @@ def _shape_samples():
     sample("permute", lambda x: tc.permute(x, (2, 0, 1)), [x], lambda x: x.transpose(2, 0, 1), F32, "tc.permute")
     sample("permute", lambda x: x.permute(-1, 0, 1), [arr((2, 3, 2), B)], lambda x: x.transpose(2, 0, 1), B,
            "x.permute(-1, 0, 1) bool")
+    sample("permute", lambda x: x.permute(()), [np.array(3, I32)], lambda x: x, I32, "x.permute(()) 0-d")
+    sample("transpose", lambda x: tc.transpose(x, 0, -1), [np.array(2.5, F64)], lambda x: x, F64, "0-d")
     sample("transpose", lambda x: tc.transpose(x, 0, 2), [x], lambda x: x.swapaxes(0, 2), F32, "tc.transpose")
     sample("transpose", lambda x: x.transpose(-1, -2), [arr((2, 3), I64)], lambda x: x.T, I64, "x.transpose(-1, -2)")
     sample("t", tc.t, [arr((2, 3))], lambda x: x.T, F32, "tc.t 2-D")
@@ -674,6 +679,8 @@ def _shape_samples():
            lambda x: np.broadcast_to(x, (2, 4, 3)), I32, "new dim and -1")
     sample("expand", lambda x: x.expand(2, 2), [np.array(True)], lambda x: np.broadcast_to(x, (2, 2)), B,
            "0-d bool")
+    sample("broadcast_to", lambda x: tc.broadcast_to(x, [2]), [np.array(1.5, F64)],
+           lambda x: np.broadcast_to(x, (2,)), F64, "0-d to (2,)")
     sample("broadcast_to", lambda x: tc.broadcast_to(x, (2, 3)), [arr((3,))],
            lambda x: np.broadcast_to(x, (2, 3)), F32, "tc.broadcast_to")
     sample("broadcast_to", lambda x: x.broadcast_to((2, 1, 3)), [arr((1, 3), I64)],
