@@ -118,3 +118,15 @@ def test_every_op_has_semantics_and_a_known_kind():
         if op.kind != "composite":
             assert op.kind in RULES, f"{op.full_name}: no shape rule for kind {op.kind}"
             assert op.kind in KERNELS, f"{op.full_name}: no NumPy kernel for kind {op.kind}"
+
+
+def test_choices_are_checked(tmp_path):
+    with pytest.raises(TableError, match=r"ops.yaml:2: .*'choices' names 'mode', which is not a str argument"):
+        _load(tmp_path, """
+        - func: neg(Tensor self) -> Tensor
+          choices: {mode: [a, b]}
+          elementwise: -self
+        """)
+    import tracecomp as tc
+    with pytest.raises(tc.ArgumentError, match="'approximate' must be one of 'none', 'tanh', got 'bogus'"):
+        tc.gelu(tc.ones(2), approximate="bogus")

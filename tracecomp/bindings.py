@@ -86,8 +86,8 @@ def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
     elif base == "ScalarType":
         try:
             return dt.to_dtype(v)
-        except TracecompError:
-            pass
+        except TracecompError as e:
+            raise _Mismatch(f"argument '{arg.name}': {e}") from None
     raise _Mismatch(f"argument '{arg.name}' must be {t}, not {_type_name(v)}")
 
 

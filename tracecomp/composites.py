@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from . import dtypes as dt
-from .errors import ArgumentError, ShapeError
+from .errors import ArgumentError, ShapeError, TracecompError
 from .ops import formula
 from .ops.table import OpDef
 
@@ -31,7 +31,7 @@ def _reduce_loss(x, reduction: str):
         return x.sum()
     if reduction == "none":
         return x
-    raise ArgumentError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise ArgumentError(f"argument 'reduction' must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def _flatten_shape(shape, start: int, end: int) -> list[int]:
@@ -83,6 +83,24 @@ def _call(name: str, args: list, kwargs: dict):
     return fn(*args, **kwargs)
 
 
+def _describe_args(args: dict[str, Any]) -> str:
+    """Arguments as the user gave them, tensors by shape: `'input' (2, 3), 'dim' 1`."""
+    parts = []
+    for k, v in args.items():
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            v = tuple(v.shape)
+        elif isinstance(v, (list, tuple)) and v and all(hasattr(t, "shape") for t in v):
+            v = f"[{', '.join(str(tuple(t.shape)) for t in v)}]"
+        if v is not None:
+            parts.append(f"'{k}' {v!s}" if not isinstance(v, str) or v.startswith("[") else f"'{k}' {v!r}")
+    return ", ".join(parts)
+
+
 def run_composite(op: OpDef, args: dict[str, Any]):
     env = {**{k: v for k, v in HELPERS.items() if not callable(v) or isinstance(v, dt.DType)}, **args}
-    return formula.Evaluator(env, _call).run_program(op.program)
+    try:
+        return formula.Evaluator(env, _call).run_program(op.program)
+    except TracecompError as e:
+        # The failing op is inside the decomposition; say which op the user called, with what.
+        e.args = (f"{op.name}() failed for {_describe_args(args)}: {e.args[0]}",) + e.args[1:]
+        raise

@@ -74,8 +74,10 @@ def to_dtype(x) -> DType:
     """Accept a DType, a NumPy dtype/type, or a name like 'float32'."""
     if isinstance(x, DType):
         return x
-    if isinstance(x, str) and x in DType.__members__:
-        return DType[x]
+    if isinstance(x, str):
+        if x in DType.__members__:
+            return DType[x]
+        raise DTypeError(f"unsupported dtype '{x}': tracecomp has bool, int32, int64, float32, float64")
     if x is float:
         return DEFAULT_FLOAT
     if x is int:
@@ -83,9 +85,13 @@ def to_dtype(x) -> DType:
     if x is bool:
         return BOOL
     try:
-        return from_numpy(x)
+        np_dtype = np.dtype(x)
     except TypeError:
         raise DTypeError(f"not a dtype: {x!r}") from None
+    if np_dtype not in _BY_NUMPY:     # an explicit request for a dtype we lack is refused
+        raise DTypeError(f"unsupported dtype '{np_dtype}': tracecomp has bool, int32, int64, "
+                         "float32, float64")
+    return _BY_NUMPY[np_dtype]
 
 
 def promote_types(a: DType, b: DType) -> DType:

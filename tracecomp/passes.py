@@ -1,8 +1,8 @@
 """The optimization pipeline run on every traced graph: a plain list of named passes.
 
 decompose -> fold -> simplify -> cse -> dce (see tracecomp/ir/passes for each pass).
-Every pass's result is verified when TRACECOMP_VERIFY=1 is set or under pytest; the final
-graph is always verified, so a backend only ever receives a verified graph.
+Every pass's result is verified when TRACECOMP_VERIFY=1 is set (the test suite sets it);
+the final graph is always verified, so a backend only ever receives a verified graph.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .kernels import numpy_kernels
 
 
 def _verify_each() -> bool:
-    return os.environ.get("TRACECOMP_VERIFY") == "1" or "PYTEST_CURRENT_TEST" in os.environ
+    return os.environ.get("TRACECOMP_VERIFY") == "1"
 
 
 def pipeline(verify_each: bool | None = None, record: bool = False) -> PassManager:

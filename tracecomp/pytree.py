@@ -14,6 +14,8 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
         if is_leaf(x):
             leaves.append(x)
             return LEAF
+        if isinstance(x, tuple) and hasattr(x, "_fields"):     # named tuples keep their class
+            return (type(x), tuple(walk(y) for y in x))
         if isinstance(x, (tuple, list)):
             return (type(x).__name__, tuple(walk(y) for y in x))
         if isinstance(x, dict):
@@ -34,6 +36,8 @@ def unflatten(structure: Any, leaves: list) -> Any:
         if kind == "dict":
             return {k: build(v) for k, v in body}
         items = [build(v) for v in body]
+        if isinstance(kind, type):
+            return kind(*items)
         return tuple(items) if kind == "tuple" else items
     return build(structure)
 

@@ -30,6 +30,10 @@ def rule(*kinds: str):
 def infer(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
     if op.kind not in RULES:
         raise ShapeError(f"{op.full_name}: no shape rule for kind '{op.kind}'")
+    for name, allowed in op.choices:
+        if args.get(name) not in allowed:
+            raise ArgumentError(f"{op.full_name}: argument '{name}' must be one of "
+                                f"{', '.join(map(repr, allowed))}, got {args.get(name)!r}")
     return RULES[op.kind](op, args)
 
 

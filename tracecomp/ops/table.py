@@ -24,7 +24,7 @@ ELEMENTWISE_DTYPE_RULES = ("promote", "float", "bool", "logical")
 ACCEPTED_DTYPES = ("any", "numeric", "float", "integral")
 KNOWN_KEYS = {"func", "variants", "operators", "reflected", "properties", "elementwise",
               "composite", "kind", "dtype", "promote", "accepts", "nondeterministic",
-              "doc", "impl"}
+              "doc", "impl", "choices"}
 VARIANTS = ("function", "method")
 OPERATORS = {"__add__", "__sub__", "__mul__", "__truediv__", "__pow__", "__matmul__", "__neg__",
              "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__",
@@ -51,6 +51,7 @@ class OpDef:
     accepts: str = "any"
     impl: str | None = None                    # which member of a kind family (sum, amax, ...)
     nondeterministic: bool = False
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()   # allowed values of str arguments
     doc: str = ""
     source: str = field(default="", compare=False)   # the schema text, for round-trip tests
 
@@ -160,6 +161,10 @@ def _build(entry: dict, file: str) -> OpDef:
     accepts = entry.get("accepts", "any")
     if accepts not in ACCEPTED_DTYPES:
         err(f"'accepts' must be one of {', '.join(ACCEPTED_DTYPES)}, not '{accepts}'")
+    choices = {k: v for k, v in entry.get("choices", {}).items() if k != "__line__"}
+    for name, allowed in choices.items():
+        if name not in {a.name for a in schema.arguments if a.type.base == "str"}:
+            err(f"'choices' names '{name}', which is not a str argument")
     variants = _as_tuple(entry, "variants", set(VARIANTS), err) or ("function",)
     if ("method" in variants or entry.get("properties")) and "self" not in {a.name for a in schema.arguments}:
         err("a method or property variant needs an argument named 'self'")
@@ -171,6 +176,7 @@ def _build(entry: dict, file: str) -> OpDef:
         dtype_rule=dtype_rule, promote=promote, accepts=accepts,
         impl=entry.get("impl"),
         nondeterministic=bool(entry.get("nondeterministic", False)),
+        choices=tuple((k, tuple(map(str, v))) for k, v in choices.items()),
         doc=str(entry.get("doc", "")), source=label, **sem)
 
 
