@@ -23,14 +23,19 @@ def package(op: OpDef, tensors: list):
     return _named_tuple(op.name, names)(*tensors)
 
 
-def type_args(args: dict) -> dict:
-    """An op's arguments with each Tensor replaced by its TensorType (for the shape rules)."""
+def map_tensors(args: dict, fn) -> dict:
+    """An op's arguments with every Tensor (also inside a Tensor[]) replaced by fn(tensor)."""
     from .tensor import Tensor
     out = {}
     for k, v in args.items():
         if isinstance(v, Tensor):
-            v = v._type
+            v = fn(v)
         elif isinstance(v, (list, tuple)) and v and isinstance(v[0], Tensor):
-            v = [t._type for t in v]
+            v = [fn(t) for t in v]
         out[k] = v
     return out
+
+
+def type_args(args: dict) -> dict:
+    """The arguments with each Tensor replaced by its TensorType (for the shape rules)."""
+    return map_tensors(args, lambda t: t._type)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..ops import rules
 from ..ops.table import OpDef
-from ..results import package, type_args
+from ..results import map_tensors, package, type_args
 from . import numpy_kernels
 
 
@@ -20,12 +20,5 @@ def cpu_kernel(op: OpDef, args: dict[str, Any]):
     if op.kind == "composite":
         return run_composite(op, args)
     out_types = rules.infer(op, type_args(args))
-    arrays = {}
-    for k, v in args.items():
-        if isinstance(v, Tensor):
-            v = v._data
-        elif isinstance(v, (list, tuple)) and v and isinstance(v[0], Tensor):
-            v = [t._data for t in v]
-        arrays[k] = v
-    outs = numpy_kernels.run(op, arrays, out_types)
+    outs = numpy_kernels.run(op, map_tensors(args, lambda t: t._data), out_types)
     return package(op, [Tensor.from_numpy(o) for o in outs])
