@@ -22,6 +22,7 @@ int = int32
 
 def _install() -> None:
     from . import bindings
+    from .autograd.kernels import autograd_kernel, forward_ad_kernel
     from .dispatch import DispatchKey, dispatcher
     from .kernels.eager import cpu_kernel
     from .ops.table import default_table
@@ -30,9 +31,16 @@ def _install() -> None:
     for op in table.values():
         dispatcher.register(DispatchKey.CPU, op, cpu_kernel)
         dispatcher.register(DispatchKey.Tracer, op, trace_kernel)
+        dispatcher.register(DispatchKey.Autograd, op, autograd_kernel)
+        dispatcher.register(DispatchKey.ForwardAD, op, forward_ad_kernel)
     bindings.install(table, globals())
 
 
 _install()
 
-from .trace import trace  # noqa: E402  (needs the generated API)
+# These need the generated API.
+from . import autograd  # noqa: E402
+from .autograd.functional import grad, jvp, value_and_grad, vjp  # noqa: E402
+from .autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
+from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
+from .trace import trace  # noqa: E402

@@ -1,7 +1,7 @@
 """The dispatcher: ordered dispatch keys, kernels registered per (key, op), redispatch.
 
 A call computes its key set from the arguments (a traced tensor adds Tracer, a tensor
-that requires grad adds Autograd while grad mode is on) and from thread-local state
+that requires grad adds Autograd while grad mode is on, a tensor with a tangent ForwardAD) and from thread-local state
 (an active trace adds Tracer), then runs the kernel of the highest-priority key that has
 one.  A kernel may handle the call entirely or `redispatch` it to the keys below its own,
 as seed 003 describes for PyTorch (Autograd records history, then redispatches to CPU).
@@ -17,10 +17,16 @@ from .ops.table import OpDef
 
 
 class DispatchKey(enum.IntEnum):
-    """Higher priority first. New keys (e.g. CUDA) slot in by value."""
-    Tracer = 0
+    """Higher priority first. New keys (e.g. CUDA) slot in by value.
+
+    Autograd sits above Tracer (unlike PyTorch's tracer, ours computes no values: traced
+    tensors are symbolic, so Tracer acts as their backend); recording autograd history on
+    traced tensors is what turns the eager engine into symbolic differentiation.
+    """
+    ForwardAD = 0
     Autograd = 1
-    CPU = 2
+    Tracer = 2
+    CPU = 3
 
 
 Kernel = Callable[[OpDef, dict[str, Any]], Any]
@@ -60,6 +66,8 @@ class Dispatcher:
                         keys.add(DispatchKey.Tracer)
                     if t.requires_grad and state.grad_enabled:
                         keys.add(DispatchKey.Autograd)
+                    if t._tangent is not None:
+                        keys.add(DispatchKey.ForwardAD)
         return sorted(keys)
 
     def call(self, op: OpDef, args: dict[str, Any]) -> Any:

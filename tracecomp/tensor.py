@@ -17,7 +17,7 @@ from .ir.types import TensorType
 
 class Tensor:
     __slots__ = ("_data", "_type", "_value", "_trace", "requires_grad", "grad", "grad_fn",
-                 "__weakref__")
+                 "_output_nr", "_accumulator", "_retains_grad", "_tangent", "__weakref__")
     __array_priority__ = 1000     # NumPy defers `ndarray + Tensor` to Tensor.__radd__
     __array_ufunc__ = None
 
@@ -29,7 +29,11 @@ class Tensor:
         self._trace = trace       # the TraceContext that owns _value
         self.requires_grad = requires_grad
         self.grad = None
-        self.grad_fn = None
+        self.grad_fn = None         # the autograd Node that made this tensor (None for leaves)
+        self._output_nr = 0         # which output of grad_fn this tensor is
+        self._accumulator = None    # a leaf's AccumulateGrad node, made on first use
+        self._retains_grad = False
+        self._tangent = None        # forward-mode tangent (tc.jvp)
 
     @classmethod
     def from_numpy(cls, array: np.ndarray, requires_grad: bool = False) -> "Tensor":
@@ -76,6 +80,37 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     __hash__ = object.__hash__      # __eq__ is elementwise, identity hashing as in PyTorch
+
+    # -------------------------------------------------------------- autograd
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def detach(self) -> "Tensor":
+        """The same values (shared, also while traced) with no autograd history."""
+        return Tensor(self._data, self._type, self._value, self._trace)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and not self.dtype.is_floating_point:
+            from .errors import DTypeError
+            raise DTypeError(f"only floating point tensors can require gradients, got {self.dtype.label}")
+        if not requires_grad and self.grad_fn is not None:
+            raise RuntimeError("requires_grad can only be turned off on leaf tensors; use detach()")
+        self.requires_grad = requires_grad
+        return self
+
+    def retain_grad(self) -> None:
+        """Keep `.grad` for this non-leaf tensor after backward (leaves always keep it)."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on a tensor that has requires_grad=False")
+        if self.grad_fn is not None:
+            self.grad_fn.retained[self._output_nr] = self
+        self._retains_grad = True
+
+    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's `.grad` (PyTorch semantics)."""
+        from .autograd.functional import backward
+        backward([self], None if gradient is None else [gradient], retain_graph, create_graph)
 
     # -------------------------------------------------------------- concrete values
     def _concrete(self, why: str) -> np.ndarray:

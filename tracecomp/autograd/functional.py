@@ -1,0 +1,184 @@
+"""The user-facing autodiff API: backward, autograd.grad, and JAX-style grad/value_and_grad/vjp/jvp.
+
+All of them run the one engine (backward.py) or the ForwardAD key, so they work eagerly
+and under tc.trace alike: on traced tensors the formulas record backward ops into the
+graph, giving one graph with the forward and the backward pass.  Values the backward pass
+needs are the forward pass's own SSA values (saved by the nodes), never recomputed.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from ..errors import ArgumentError
+from ..tensor import Tensor, as_tensor
+from .backward import run_backward
+from .grad_mode import enable_grad, is_grad_enabled
+from .kernels import primal
+
+
+def _ones_like(t):
+    import tracecomp
+    return tracecomp.ones_like(t)
+
+
+def _root_grads(tensors: list, grads: Sequence | None) -> list:
+    if grads is None:
+        out = []
+        for t in tensors:
+            if t.numel() != 1:
+                raise ArgumentError(f"grad can be implicitly created only for scalar outputs; got a "
+                                    f"tensor of shape {t.shape}: pass gradient= (a tensor of that shape)")
+            out.append(_ones_like(t))
+        return out
+    out = []
+    for t, g in zip(tensors, grads):
+        g = _ones_like(t) if g is None else as_tensor(g)
+        if tuple(g.shape) != tuple(t.shape):
+            raise ArgumentError(f"gradient has shape {g.shape}, but the tensor has shape {t.shape}")
+        out.append(g)
+    return out
+
+
+def backward(tensors: list, grad_tensors=None, retain_graph: bool | None = None,
+             create_graph: bool = False) -> None:
+    """Accumulate gradients of `tensors` into the `.grad` of every leaf that requires grad."""
+    retain = create_graph if retain_graph is None else retain_graph
+    run_backward(list(tensors), _root_grads(list(tensors), grad_tensors), retain, create_graph)
+
+
+def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
+                  create_graph: bool = False, allow_unused: bool = False) -> tuple:
+    """torch.autograd.grad: gradients of `outputs` w.r.t. `inputs`, returned, not accumulated."""
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    retain = create_graph if retain_graph is None else retain_graph
+    grads = run_backward(outputs, _root_grads(outputs, grad_outputs), retain, create_graph, inputs)
+    for i, g in enumerate(grads):
+        if g is None and not allow_unused:
+            raise ArgumentError(f"input {i} was not used to compute the outputs; pass allow_unused=True")
+    return tuple(grads)
+
+
+def _argnums(argnums, nargs: int) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for n in nums:
+        if not isinstance(n, int) or not -nargs <= n < nargs:
+            raise ArgumentError(f"argnums {n!r} is out of range for a function called with "
+                                f"{nargs} positional argument(s)")
+    return tuple(n % nargs for n in nums)
+
+
+def _differentiable_input(x, i: int) -> Tensor:
+    """A leaf that requires grad for argument `i`; an input already tracked (nested grad) stays."""
+    t = as_tensor(x)
+    if not t.dtype.is_floating_point:
+        raise ArgumentError(f"can only differentiate with respect to floating point inputs; "
+                            f"argument {i} has dtype {t.dtype.label}")
+    if t.requires_grad and is_grad_enabled():
+        return t
+    leaf = t.detach()
+    leaf._tangent = t._tangent          # keep forward-mode tangents (jvp of grad)
+    leaf.requires_grad = True
+    return leaf
+
+
+def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """fn -> (value, gradient(s)) of its scalar result w.r.t. the arguments in `argnums`."""
+    def wrapped(*args, **kwargs):
+        nums = _argnums(argnums, len(args))
+        args = list(args)
+        nested = any(isinstance(args[i], Tensor) and args[i].requires_grad for i in nums) and is_grad_enabled()
+        inputs = []
+        for i in nums:
+            args[i] = _differentiable_input(args[i], i)
+            inputs.append(args[i])
+        with enable_grad():
+            out = fn(*args, **kwargs)
+        value, aux = _split_aux(out, has_aux)
+        if not isinstance(value, Tensor) or value.numel() != 1 or value.ndim != 0:
+            shape = getattr(value, "shape", type(value).__name__)
+            raise ArgumentError(f"grad needs fn to return a scalar (0-d) tensor, got {shape}"
+                                + ("; with has_aux=True return (scalar, aux)" if not has_aux else ""))
+        if not value.requires_grad:
+            grads = [None] * len(inputs)
+        else:
+            grads = run_backward([value], [_ones_like(value)], nested, nested, inputs)
+        grads = [g if g is not None else _zeros_like(x) for g, x in zip(grads, inputs)]
+        result = grads[0] if isinstance(argnums, int) else tuple(grads)
+        value = value if nested else value.detach()
+        return ((value, aux), result) if has_aux else (value, result)
+    wrapped.__name__ = f"value_and_grad_{getattr(fn, '__name__', 'fn')}"
+    return wrapped
+
+
+def _zeros_like(t):
+    import tracecomp
+    return tracecomp.zeros_like(t)
+
+
+def _split_aux(out, has_aux: bool):
+    if not has_aux:
+        return out, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise ArgumentError("with has_aux=True, fn must return a pair (scalar, aux)")
+    return out[0], out[1]
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """fn -> the gradient of its scalar result (JAX's calling convention)."""
+    vg = value_and_grad(fn, argnums, has_aux)
+
+    def wrapped(*args, **kwargs):
+        (value_aux, g) = vg(*args, **kwargs)
+        return (g, value_aux[1]) if has_aux else g
+    wrapped.__name__ = f"grad_{getattr(fn, '__name__', 'fn')}"
+    return wrapped
+
+
+def vjp(fn: Callable, *primals) -> tuple[Any, Callable]:
+    """(fn(*primals), vjp_fn) where vjp_fn(cotangent) gives one gradient per primal."""
+    nested = is_grad_enabled() and any(isinstance(p, Tensor) and p.requires_grad for p in primals)
+    inputs = [_differentiable_input(p, i) for i, p in enumerate(primals)]
+    with enable_grad():
+        out = fn(*inputs)
+    outs = [out] if isinstance(out, Tensor) else list(out)
+
+    def vjp_fn(*cotangents):
+        cts = list(cotangents[0]) if len(cotangents) == 1 and isinstance(cotangents[0], (tuple, list)) \
+            else list(cotangents)
+        if len(cts) != len(outs):
+            raise ArgumentError(f"vjp_fn takes one cotangent per output ({len(outs)}), got {len(cts)}")
+        live = [(o, c) for o, c in zip(outs, cts) if o.requires_grad]
+        if not live:
+            return tuple(_zeros_like(x) for x in inputs)
+        grads = run_backward([o for o, _ in live], _root_grads([o for o, _ in live], [c for _, c in live]),
+                             True, nested, inputs)
+        return tuple(g if g is not None else _zeros_like(x) for g, x in zip(grads, inputs))
+    if nested:
+        return out, vjp_fn
+    detached = out.detach() if isinstance(out, Tensor) else type(out)(o.detach() for o in outs)
+    return detached, vjp_fn
+
+
+def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
+    """(fn(*primals), the directional derivative along `tangents`), by forward mode."""
+    if len(primals) != len(tangents):
+        raise ArgumentError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    duals = []
+    for i, (p, t) in enumerate(zip(primals, tangents)):
+        p, t = as_tensor(p), as_tensor(t)
+        if tuple(p.shape) != tuple(t.shape) or p.dtype != t.dtype:
+            raise ArgumentError(f"jvp: tangent {i} is {t.dtype.label}{list(t.shape)} but its primal is "
+                                f"{p.dtype.label}{list(p.shape)}; they must match")
+        if not p.dtype.is_floating_point:
+            raise ArgumentError(f"jvp: primal {i} has dtype {p.dtype.label}; only floating point inputs")
+        dual = primal(p)
+        dual._tangent = t
+        duals.append(dual)
+    out = fn(*duals)
+    outs = [out] if isinstance(out, Tensor) else list(out)
+    tangent_outs = [o._tangent if o._tangent is not None else _zeros_like(o) for o in outs]
+    plain = [primal(o) for o in outs]
+    if isinstance(out, Tensor):
+        return plain[0], tangent_outs[0]
+    return type(out)(plain), type(out)(tangent_outs)

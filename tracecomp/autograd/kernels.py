@@ -1,0 +1,124 @@
+"""The Autograd and ForwardAD dispatch keys' kernels.
+
+Autograd: when a differentiable input requires grad, run the op below this key, then give
+its outputs a FormulaNode (grad_fn) whose next edges lead to the inputs' nodes.
+ForwardAD: when an input carries a tangent, run the op below this key, then compute the
+output's tangent from the op's `result:` formula (or auto_linear / auto_element_wise).
+Composite ops run their decomposition at these keys, so both see only primitive ops.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..dispatch import DispatchKey, dispatcher
+from ..ops.table import OpDef
+from .derivatives import default_derivatives
+from .formulas import evaluate, output_env
+from .node import AutogradError, node_class
+
+
+def _outputs(result) -> list:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _slots(op: OpDef, args: dict[str, Any]) -> list[tuple[str, int | None]]:
+    """One slot per Tensor passed to a Tensor argument (Tensor[] elements each get one)."""
+    from ..tensor import Tensor
+    slots = []
+    for a in op.schema.tensor_arguments:
+        v = args[a.name]
+        if isinstance(v, Tensor):
+            slots.append((a.name, None))
+        elif isinstance(v, list):
+            slots.extend((a.name, i) for i in range(len(v)))
+    return slots
+
+
+def _slot_tensor(args, slot):
+    name, index = slot
+    return args[name] if index is None else args[name][index]
+
+
+def autograd_kernel(op: OpDef, args: dict[str, Any]):
+    if op.kind == "composite":
+        from ..composites import run_composite
+        return run_composite(op, args)
+    derivative = default_derivatives().get(op.full_name)
+    slots = _slots(op, args)
+    non_diff = set(derivative.non_differentiable) if derivative else set()
+    wants = [_slot_tensor(args, s).requires_grad and s[0] not in non_diff
+             and _slot_tensor(args, s).dtype.is_floating_point for s in slots]
+    result = dispatcher.redispatch(op, args, DispatchKey.Autograd)
+    if not any(wants):
+        return result
+    if derivative is None:
+        raise AutogradError(f"{op.full_name}: no derivative formula in derivatives.yaml, "
+                            "but an input requires grad")
+    from .backward import gradient_edge
+    from ..tracer import user_location
+    edges = [gradient_edge(_slot_tensor(args, s)) if w else None for s, w in zip(slots, wants)]
+    outputs = _outputs(result)
+    node = node_class(derivative.node_name)(derivative, args, outputs, slots, edges, user_location())
+    for i, (out, diff) in enumerate(zip(outputs, derivative.differentiable_outputs() * len(outputs))):
+        if diff and out.dtype.is_floating_point:
+            out.requires_grad = True
+            out.grad_fn = node
+            out._output_nr = i
+    return result
+
+
+def primal(t):
+    """`t` without its tangent (same value and autograd history), for use inside formulas."""
+    from ..tensor import Tensor
+    from .backward import gradient_edge
+    if t.requires_grad and t.grad_fn is None:
+        gradient_edge(t)          # create the leaf's accumulator on `t` itself, then share it
+    p = Tensor(t._data, t._type, t._value, t._trace, t.requires_grad)
+    p.grad_fn, p._output_nr, p._accumulator = t.grad_fn, t._output_nr, t._accumulator
+    return p
+
+
+def _tangent(t):
+    import tracecomp
+    return t._tangent if t._tangent is not None else tracecomp.zeros_like(t)
+
+
+def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
+    from ..tensor import Tensor
+    if op.kind == "composite":
+        from ..composites import run_composite
+        return run_composite(op, args)
+    stripped = {k: (primal(v) if isinstance(v, Tensor) else
+                    [primal(t) for t in v] if isinstance(v, list) and v and isinstance(v[0], Tensor) else v)
+                for k, v in args.items()}
+    result = dispatcher.call(op, stripped)
+    outputs = _outputs(result)
+    if not outputs or not outputs[0].dtype.is_floating_point:
+        return result
+    derivative = default_derivatives().get(op.full_name)
+    if derivative is None or derivative.forward is None:
+        raise AutogradError(f"{op.full_name}: no forward-mode formula ('result:') in derivatives.yaml")
+    tangent = _forward_tangent(op, derivative, args, stripped, outputs)
+    outputs[0]._tangent = tangent
+    return result
+
+
+def _forward_tangent(op: OpDef, derivative, args, stripped, outputs):
+    from ..tensor import Tensor
+    env = dict(stripped)
+    env.update(output_env(op, outputs))
+    for k, v in args.items():
+        env[f"{k}_p"] = stripped[k]
+        if isinstance(v, Tensor):
+            env[f"{k}_t"] = _tangent(v)
+        elif isinstance(v, list) and v and isinstance(v[0], Tensor):
+            env[f"{k}_t"] = [_tangent(t) for t in v]
+    if derivative.forward == "auto_linear":
+        linear_args = {k: env.get(f"{k}_t", v) for k, v in stripped.items()}
+        return _outputs(dispatcher.call(op, linear_args))[0]
+    if derivative.forward == "auto_element_wise":
+        env["grad"] = env["self_t"]
+        env["grads"] = [env["self_t"]]
+        env["grad_input_mask"] = [True]
+        return evaluate(derivative.formula_for("self").expr, env)
+    return evaluate(derivative.forward, env)

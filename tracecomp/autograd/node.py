@@ -1,0 +1,98 @@
+"""Nodes of the eager autograd graph (seeds 002 and 004): Node, Edge, AccumulateGrad.
+
+A tensor made by a differentiable op points at the op's node (`grad_fn`) and says which
+output it is (`_output_nr`); a node's `next_edges` lead, per differentiable tensor input
+of the forward op, to the node that made that input (or to the leaf's AccumulateGrad).
+Running a node turns gradients of its forward outputs into gradients of its inputs by
+the op's derivatives.yaml formulas.  Node classes are named like PyTorch's (`MulBackward0`).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+from ..errors import TracecompError
+from .derivatives import Derivative
+
+
+class AutogradError(TracecompError, RuntimeError):
+    """Backward through a freed graph, a missing formula, a root that needs no grad, ..."""
+
+
+class Edge(NamedTuple):
+    node: "Node"
+    input_nr: int
+
+
+class Node:
+    """One backward function; subclasses only rename it."""
+
+    def __init__(self, next_edges: list[Edge | None], num_outputs: int, loc=None):
+        self.next_edges = next_edges
+        self.num_outputs = num_outputs     # how many gradients flow in (the forward op's outputs)
+        self.loc = loc                     # the forward op's source location
+        self.retained: dict[int, Any] = {}  # output_nr -> tensor that called retain_grad()
+
+    @property
+    def next_functions(self) -> tuple:
+        return tuple((e.node, e.input_nr) if e else (None, 0) for e in self.next_edges)
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+    def apply(self, grads: list) -> list:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        pass
+
+
+class AccumulateGrad(Node):
+    """The sink for a leaf tensor: gradients arriving here are added to `variable.grad`."""
+
+    def __init__(self, variable):
+        super().__init__([], 1)
+        self.variable = variable
+
+    def apply(self, grads: list) -> list:
+        return []
+
+
+class FormulaNode(Node):
+    """Backward of one op call: saved arguments and outputs, formulas from derivatives.yaml."""
+
+    def __init__(self, derivative: Derivative, args: dict[str, Any], outputs: list,
+                 slots: list[tuple[str, int | None]], next_edges: list[Edge | None], loc=None):
+        super().__init__(next_edges, len(outputs), loc)
+        self.derivative = derivative
+        self.slots = slots                  # slot i: (argument name, index into a Tensor[] or None)
+        self.saved: dict[str, Any] | None = dict(args)
+        self.saved_outputs: list | None = list(outputs)
+        self.input_types = [_slot_value(args, s)._type for s in slots]
+
+    def release(self) -> None:
+        self.saved = self.saved_outputs = None
+
+    def apply(self, grads: list) -> list:
+        from .backward import apply_formulas
+        if self.saved is None:
+            raise AutogradError(
+                f"trying to backward through the graph a second time (or to read the saved "
+                f"tensors of {self.name()} after they were freed): its saved values were released "
+                "by the first backward. Pass retain_graph=True to the first backward() if you "
+                "need to backward through it again.")
+        return apply_formulas(self, grads)
+
+
+def _slot_value(args: dict[str, Any], slot: tuple[str, int | None]):
+    name, index = slot
+    return args[name] if index is None else args[name][index]
+
+
+@functools.cache
+def node_class(name: str) -> type:
+    """A FormulaNode subclass per derivatives.yaml entry, so type(t.grad_fn).__name__ reads well."""
+    return type(name, (FormulaNode,), {})
