@@ -45,20 +45,25 @@ def _describe_leaf(x) -> str:
 class Lowered:
     """One signature of a traced function and its stages as text."""
 
-    def __init__(self, graph: Graph, optimized: Graph, out_structure):
+    def __init__(self, graph: Graph, optimized: Graph, out_structure, backward_ops: set):
         self.graph = graph
         self.optimized = optimized
         self.out_structure = out_structure
+        self.backward_ops = backward_ops
 
-    STAGES = ("graph", "optimized")
+    STAGES = ("graph", "backward", "optimized")
+
+    @property
+    def backward(self) -> Graph:
+        """The ops the autograd engine recorded, cut out as a function of the forward values."""
+        from .ir.subgraph import extract
+        return extract(self.graph, self.backward_ops, self.graph.name + "_backward")
 
     def as_text(self, stage: str = "optimized") -> str:
         from .ir.printer import print_graph
-        if stage == "graph":
-            return print_graph(self.graph)
-        if stage == "optimized":
-            return print_graph(self.optimized)
-        raise ArgumentError(f"unknown stage {stage!r}; available: {', '.join(self.STAGES)}")
+        if stage not in self.STAGES:
+            raise ArgumentError(f"unknown stage {stage!r}; available: {', '.join(self.STAGES)}")
+        return print_graph(getattr(self, stage))
 
     def run(self, inputs: list[np.ndarray]):
         from .runtime.interpreter import run_graph
@@ -111,7 +116,7 @@ class TracedFunction:
             result = self.fn(*args, **kwargs)
             out_leaves, out_structure = pytree.flatten(result, lambda x: isinstance(x, (Tensor, np.ndarray)))
             graph.outputs = [ctx.value_of(as_tensor(t)) for t in out_leaves]
-        return Lowered(graph, optimize(graph), out_structure)
+        return Lowered(graph, optimize(graph), out_structure, ctx.backward_ops)
 
     def _note_retrace(self, key) -> None:
         if self._history:

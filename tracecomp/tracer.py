@@ -49,7 +49,15 @@ class TraceContext:
         self.graph = graph
         self.inline_composites = inline_composites
         self.location_override: Location | None = None
+        self.backward_depth = 0            # > 0 while the autograd engine runs
+        self.backward_ops: set = set()     # ops recorded by the engine: the backward pass
         self._constants: dict[int, tuple[Any, Value]] = {}
+
+    def record(self, name: str, operands: list, attrs: dict, types: list):
+        op = self.graph.add_op(name, operands, attrs, types, self.location())
+        if self.backward_depth:
+            self.backward_ops.add(op)
+        return op
 
     def location(self) -> Location | None:
         return self.location_override or user_location()
@@ -62,7 +70,7 @@ class TraceContext:
             return t._value
         key = id(t)
         if key not in self._constants:
-            op = self.graph.add_op(CONSTANT, [], {"value": np.array(t._data)}, [t._type], self.location())
+            op = self.record(CONSTANT, [], {"value": np.array(t._data)}, [t._type])
             self._constants[key] = (t, op.result)    # keep t alive so its id stays unique
         return self._constants[key][1]
 
@@ -142,5 +150,5 @@ def trace_kernel(op: OpDef, args: dict[str, Any]):
     else:
         out_types = rules.infer(op, type_args(args))
     operands, attrs = operands_and_attrs(op, args, ctx.value_of)
-    recorded = ctx.graph.add_op(op.ir_name, operands, attrs, out_types, ctx.location())
+    recorded = ctx.record(op.ir_name, operands, attrs, out_types)
     return package(op, [ctx.wrap(v) for v in recorded.results])

@@ -8,6 +8,7 @@ functional `tc.grad`, the gradients reaching the requested inputs are captured i
 from __future__ import annotations
 
 import collections
+import contextlib
 from typing import Any
 
 from ..errors import TracecompError, add_location
@@ -137,7 +138,7 @@ def run_backward(roots: list, grad_roots: list, retain_graph: bool = False,
     for e, g in zip(edges, grad_roots):
         _accumulate(buffers.setdefault(e.node, [None] * e.node.num_outputs), e.input_nr, g)
     ready = collections.deque(n for n in root_nodes if deps[n] == 0)
-    with set_grad_enabled(create_graph):
+    with set_grad_enabled(create_graph), _backward_phase():
         while ready:
             node = ready.popleft()
             grads = buffers.pop(node, [None] * node.num_outputs)
@@ -153,6 +154,20 @@ def run_backward(roots: list, grad_roots: list, retain_graph: bool = False,
                 if deps[e.node] == 0:
                     ready.append(e.node)
     return captured if inputs is not None else None
+
+
+@contextlib.contextmanager
+def _backward_phase():
+    """Tell an active trace that the ops it records now belong to the backward pass."""
+    from ..tracer import current
+    ctx = current()
+    if ctx is not None:
+        ctx.backward_depth += 1
+    try:
+        yield
+    finally:
+        if ctx is not None:
+            ctx.backward_depth -= 1
 
 
 def _deliver(node: Node, grads: list, targets, captured: list, create_graph: bool) -> None:
