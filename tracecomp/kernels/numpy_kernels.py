@@ -16,8 +16,8 @@ import numpy as np
 
 from ..errors import BackendError, ShapeError
 from ..ir.types import TensorType
-from ..ops import formula, rules
-from ..ops.table import OpDef, default_table
+from ..ops import elementwise, rules
+from ..ops.table import OpDef
 from .. import random as tc_random
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -64,7 +64,7 @@ def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np
     try:
         with np.errstate(all="ignore"):
             outs = KERNELS[op.kind](op, args, out_types)
-    except KeyError as e:
+    except KeyError:
         if op.kind not in KERNELS:
             raise BackendError(f"{op.full_name}: no NumPy kernel for kind '{op.kind}'") from None
         raise
@@ -87,29 +87,8 @@ def _conform(value, t: TensorType) -> np.ndarray:
 
 # ---------------------------------------------------------------- elementwise
 
-def _bind(op: OpDef, values: list, kwargs: dict) -> dict[str, Any]:
-    """Arguments of a nested elementwise call by name, defaults filled in."""
-    env = {}
-    params = op.schema.arguments
-    for i, a in enumerate(params):
-        if i < len(values):
-            env[a.name] = values[i]
-        elif a.name in kwargs:
-            env[a.name] = kwargs[a.name]
-        else:
-            env[a.name] = a.default_value()
-    return env
-
-
 def evaluate_elementwise(op: OpDef, env: dict[str, Any]) -> Any:
-    """Evaluate an elementwise formula, expanding calls of other elementwise ops inline."""
-    table = default_table()
-
-    def call(name, values, kwargs):
-        if name in PRIMITIVES:
-            return PRIMITIVES[name](*values, **kwargs)
-        return evaluate_elementwise(table[name], _bind(table[name], values, kwargs))
-    return formula.Evaluator(env, call).eval(op.expr)
+    return elementwise.evaluate(op, env, PRIMITIVES)
 
 
 @kernel("elementwise")
