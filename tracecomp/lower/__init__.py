@@ -1,0 +1,1 @@
+"""Lowering: graph -> kernels (fusion, scheduling) -> loop IR -> LLVM IR (CPU) / NVPTX (PTX)."""

@@ -1,0 +1,82 @@
+"""Index arithmetic for views: the input index an output index of a view op reads.
+
+Views never copy: reshape, permute, expand, squeeze/unsqueeze, select, slice and split
+become integer expressions on loop indices (loop-IR `index` dtype), which the producer's
+expression is then evaluated at.
+"""
+from __future__ import annotations
+
+from . import loops as L
+
+Index = tuple[L.Expr, ...]
+
+
+def ic(value: int) -> L.Const:
+    return L.Const(int(value), L.INDEX)
+
+
+def _op(fn: str, a: L.Expr, b) -> L.Expr:
+    b = ic(b) if isinstance(b, int) else b
+    if isinstance(a, L.Const) and isinstance(b, L.Const):
+        x, y = a.value, b.value
+        return ic({"add": x + y, "sub": x - y, "mul": x * y, "floordiv": x // y, "mod": x % y,
+                   "minimum": min(x, y), "maximum": max(x, y)}[fn])
+    if fn == "mul" and isinstance(b, L.Const) and b.value == 1:
+        return a
+    if fn in ("add", "sub") and isinstance(b, L.Const) and b.value == 0:
+        return a
+    return L.Binary(fn, a, b, L.INDEX)
+
+
+def add(a, b): return _op("add", a, b)
+def sub(a, b): return _op("sub", a, b)
+def mul(a, b): return _op("mul", a, b)
+def clamp(a, lo: int, hi: int): return _op("minimum", _op("maximum", a, lo), hi)
+
+
+def broadcast(index: Index, out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> Index:
+    """NumPy broadcasting: trailing dims align; size-1 input dims read element 0."""
+    lead = len(out_shape) - len(in_shape)
+    return tuple(ic(0) if n == 1 and out_shape[lead + j] != 1 else index[lead + j]
+                 for j, n in enumerate(in_shape))
+
+
+def linearize(index: Index, shape: tuple[int, ...]) -> L.Expr:
+    flat: L.Expr = ic(0)
+    for i, n in zip(index, shape):
+        flat = add(mul(flat, n), i)
+    return flat
+
+
+def delinearize(flat: L.Expr, shape: tuple[int, ...]) -> Index:
+    out = []
+    for j in reversed(range(len(shape))):
+        n = shape[j]
+        out.append(ic(0) if n == 1 else _op("mod", flat, n) if j else flat)
+        flat = _op("floordiv", flat, n) if n != 1 else flat
+    return tuple(reversed(out))
+
+
+def reshape(index: Index, out_shape, in_shape) -> Index:
+    """Drop/insert size-1 dims directly; anything else through the flat index."""
+    squeezed_out = [i for i, n in zip(index, out_shape) if n != 1]
+    if [n for n in out_shape if n != 1] == [n for n in in_shape if n != 1]:
+        it = iter(squeezed_out)
+        return tuple(ic(0) if n == 1 else next(it) for n in in_shape)
+    return delinearize(linearize(index, out_shape), tuple(in_shape))
+
+
+def permute(index: Index, dims: tuple[int, ...]) -> Index:
+    out = [None] * len(dims)
+    for k, d in enumerate(dims):
+        out[d] = index[k]
+    return tuple(out)
+
+
+def select(index: Index, dim: int, at: int) -> Index:
+    return index[:dim] + (ic(at),) + index[dim:]
+
+
+def offset(index: Index, dim: int, start: int, step: int = 1) -> Index:
+    """A strided window along `dim`: element i reads start + i * step."""
+    return index[:dim] + (add(mul(index[dim], step), start),) + index[dim + 1:]
