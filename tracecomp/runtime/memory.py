@@ -1,0 +1,67 @@
+"""Buffers for compiled code: 64-byte aligned allocation and workspace planning.
+
+Outputs are fresh, 64-byte aligned arrays; big ones come from an anonymous mmap with
+transparent huge pages requested (first-touching a fresh 64 MiB buffer costs far more than
+the kernel that fills it with 4 KiB pages).  Temporaries live in one workspace per compiled
+function, kept across calls; temps whose lifetimes do not overlap share memory (greedy
+best fit over the kernels' order), and no slot is reused while a live value still reads it.
+"""
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+
+import numpy as np
+
+ALIGN = 64
+HUGE = 2 << 20          # from this size on, ask for transparent huge pages
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes >= HUGE:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            try:
+                region.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:
+                pass           # THP disabled: plain pages still work
+        return np.frombuffer(region, dtype=dtype, count=nbytes // dtype.itemsize).reshape(shape)
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def is_aligned(a: np.ndarray) -> bool:
+    return a.ctypes.data % ALIGN == 0
+
+
+@dataclass
+class Slot:
+    nbytes: int
+    free_after: int = -1      # index of the last kernel that reads the slot's current value
+
+
+def plan_workspace(temps: dict[str, int], first: dict[str, int],
+                   last: dict[str, int]) -> tuple[dict[str, int], list[int]]:
+    """Assign each temp (name -> nbytes, live from kernel `first` to kernel `last`) a slot;
+    two temps share a slot only if one dies before the other is written.
+    Returns (temp -> slot index, slot sizes in bytes)."""
+    slots: list[Slot] = []
+    assignment: dict[str, int] = {}
+    for name in sorted(temps, key=lambda n: first[n]):
+        need, start = temps[name], first[name]
+        free = [i for i, s in enumerate(slots) if s.free_after < start]
+        fitting = [i for i in free if slots[i].nbytes >= need]
+        if fitting:
+            i = min(fitting, key=lambda i: slots[i].nbytes)
+        elif free:
+            i = max(free, key=lambda i: slots[i].nbytes)
+            slots[i].nbytes = need
+        else:
+            slots.append(Slot(need))
+            i = len(slots) - 1
+        slots[i].free_after = last[name]
+        assignment[name] = i
+    return assignment, [s.nbytes for s in slots]
