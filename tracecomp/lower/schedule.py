@@ -224,6 +224,7 @@ def _pointwise(sched: Scheduler, op: Op, args: dict) -> list:
 
 def _reduced_index(out_index, in_shape, dims, keepdim, r: L.Var):
     """The input index of a reduction: reduced dims walk the flattened reduce var `r`."""
+    dims = sorted(dims)
     red = iter(I.delinearize(r, tuple(in_shape[d] for d in dims)))
     outs = iter(out_index)
     index = []
