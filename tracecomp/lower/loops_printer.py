@@ -1,0 +1,368 @@
+"""Print loop-IR Kernels as upstream MLIR (`func`, `arith`, `math`, `scf`, `memref`), text
+that `mlir-opt` parses and verifies without `--allow-unregistered-dialect`.
+
+A Kernel becomes `func.func @name(%buf: memref<4x?xf32>, ..., %n: index)`: every buffer is
+an argument (dynamic dims print as `?`), then one `index` argument per size parameter.
+Loop -> `scf.for` (`scf.parallel` when parallel), Reduce -> `scf.for` with `iter_args`
+and `scf.yield` (its results take the accumulators' names), Let -> the SSA value of its
+expression (named after the Let), Load/Store -> `memref.load`/`memref.store`.
+
+Unary, Binary and Cast lower through tables keyed by fn and operand kind (f float,
+i integer, x index, b bool; see loops_check.UNARY_KINDS): an MLIR op name, a comparison
+predicate, or a short expansion.  The semantics they fix, for every code generator:
+`div` on integers truncates (arith.divsi), `floordiv` floors (arith.floordivsi, floor of
+divf), `mod` is the truncated remainder with the dividend's sign (remsi, remf, like C);
+`maximum`/`minimum` propagate NaN; `ne` on floats is true for NaN (une), the other
+comparisons are false for NaN (ordered); bools compare unsigned (false < true); `round`
+rounds half to even; `sign` keeps 0, -0 and NaN; a Cast to bool is `!= 0` (NaN -> true).
+
+Names: `%` + the IR name where there is one (loop variables, Lets, accumulators, buffers,
+sizes), `%vN` for other values, `%cN`/`%cN_i32`/`%cst`/`%true` for constants, made unique
+among the names visible at that point.  Constants are emitted once per scope, where first
+used.  One op per line, two spaces of indent per nesting level.
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+from typing import Callable, Iterable, Union
+
+from ..dtypes import DType
+from ..errors import IRError
+from .loops import (COMPARISONS, INDEX, Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load,
+                    Loop, Reduce, Select, Store, Unary, Var)
+from .loops_check import check_kernel, dtype_kind
+
+DTypeLike = Union[DType, str]
+# A lowering: an op name ("arith.addf"), a comparison ("arith.cmpf", "olt"), or an
+# expansion f(printer, operands, dtype, result name) -> SSA value.
+Lowering = Union[str, tuple[str, str], Callable]
+
+
+def print_kernel(kernel: Kernel) -> str:
+    """The kernel as one `func.func` (checked first with check_kernel)."""
+    check_kernel(kernel)
+    return _Printer().kernel(kernel, depth=0)
+
+
+def print_kernels(kernels: Iterable[Kernel]) -> str:
+    """Several kernels (distinct names) as one `module { ... }`."""
+    kernels = list(kernels)
+    seen: set[str] = set()
+    for k in kernels:
+        if k.name in seen:
+            raise IRError(f"two kernels are named '{k.name}'; a module needs distinct names")
+        seen.add(k.name)
+        check_kernel(k)
+    return "module {\n" + "".join(_Printer().kernel(k, depth=1) for k in kernels) + "}\n"
+
+
+def mlir_type(dtype: DTypeLike) -> str:
+    """`f32`, `i64`, `i1`, `index`."""
+    return "index" if dtype == INDEX else dtype.mlir
+
+
+def memref_type(buffer: Buffer) -> str:
+    """`memref<4x?xf32>`; a 0-d buffer is `memref<f32>`."""
+    dims = "".join(f"{d}x" if isinstance(d, int) else "?x" for d in buffer.shape)
+    return f"memref<{dims}{buffer.dtype.mlir}>"
+
+
+# --- expansions: ops that take more than one MLIR op --------------------------------------
+def _identity(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    return args[0]
+
+
+def _float_sign(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    x, ty = args[0], mlir_type(t)
+    ones = p.op(f"math.copysign {p.const(1.0, t)}, {x} : {ty}")
+    nonzero = p.op(f"arith.cmpf one, {x}, {p.const(0.0, t)} : {ty}")      # false for 0, -0, NaN
+    return p.op(f"arith.select {nonzero}, {ones}, {x} : {ty}", name)
+
+
+def _int_sign(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    x, ty, zero = args[0], mlir_type(t), p.const(0, t)
+    positive = p.op(f"arith.cmpi sgt, {x}, {zero} : {ty}")
+    negative = p.op(f"arith.cmpi slt, {x}, {zero} : {ty}")
+    one_or_zero = p.op(f"arith.select {positive}, {p.const(1, t)}, {zero} : {ty}")
+    return p.op(f"arith.select {negative}, {p.const(-1, t)}, {one_or_zero} : {ty}", name)
+
+
+def _int_neg(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    return p.op(f"arith.subi {p.const(0, t)}, {args[0]} : {mlir_type(t)}", name)
+
+
+def _bitwise_not(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    ones = p.const(True if t == DType.bool else -1, t)
+    return p.op(f"arith.xori {args[0]}, {ones} : {mlir_type(t)}", name)
+
+
+def _float_floordiv(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    ty = mlir_type(t)
+    return p.op(f"math.floor {p.op(f'arith.divf {args[0]}, {args[1]} : {ty}')} : {ty}", name)
+
+
+_MATH_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf",
+               "sqrt", "rsqrt", "floor", "ceil")
+_UNARY_BY_KIND: dict[str, dict[str, Lowering]] = {
+    "f": {**{fn: f"math.{fn}" for fn in _MATH_UNARY},
+          "neg": "arith.negf", "abs": "math.absf", "round": "math.roundeven", "sign": _float_sign},
+    "i": {"neg": _int_neg, "abs": "math.absi", "sign": _int_sign, "not": _bitwise_not},
+    "b": {"sign": _identity, "not": _bitwise_not, "logical_not": _bitwise_not},
+}
+_UNARY_BY_KIND["x"] = _UNARY_BY_KIND["i"]
+
+_PREDICATES = {"f": ("arith.cmpf", ("oeq", "une", "olt", "ole", "ogt", "oge")),
+               "i": ("arith.cmpi", ("eq", "ne", "slt", "sle", "sgt", "sge")),
+               "x": ("arith.cmpi", ("eq", "ne", "slt", "sle", "sgt", "sge")),
+               "b": ("arith.cmpi", ("eq", "ne", "ult", "ule", "ugt", "uge"))}
+_BITWISE = {"and": "arith.andi", "or": "arith.ori", "xor": "arith.xori"}
+_BINARY_BY_KIND: dict[str, dict[str, Lowering]] = {
+    "f": {"add": "arith.addf", "sub": "arith.subf", "mul": "arith.mulf", "div": "arith.divf",
+          "pow": "math.powf", "maximum": "arith.maximumf", "minimum": "arith.minimumf",
+          "atan2": "math.atan2", "floordiv": _float_floordiv, "mod": "arith.remf"},
+    "i": {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "div": "arith.divsi",
+          "pow": "math.ipowi", "maximum": "arith.maxsi", "minimum": "arith.minsi",
+          "floordiv": "arith.floordivsi", "mod": "arith.remsi", **_BITWISE},
+    "b": {"maximum": "arith.ori", "minimum": "arith.andi", **_BITWISE},
+}
+_BINARY_BY_KIND["x"] = _BINARY_BY_KIND["i"]
+for _kind, (_cmp, _preds) in _PREDICATES.items():
+    _BINARY_BY_KIND[_kind].update({fn: (_cmp, pred) for fn, pred in zip(COMPARISONS, _preds)})
+
+UNARY_OPS: dict[tuple[str, str], Lowering] = {
+    (fn, kind): low for kind, table in _UNARY_BY_KIND.items() for fn, low in table.items()}
+BINARY_OPS: dict[tuple[str, str], Lowering] = {
+    (fn, kind): low for kind, table in _BINARY_BY_KIND.items() for fn, low in table.items()}
+
+# Casts by (source kind, target kind): an op name, "resize" (ext/trunc by width), "nonzero"
+# (compare with 0), or a DType to go through.  A cast to the same dtype prints nothing.
+_CASTS: dict[tuple[str, str], Union[str, DType]] = {
+    ("f", "f"): "resize", ("i", "i"): "resize",
+    ("i", "f"): "arith.sitofp", ("f", "i"): "arith.fptosi",
+    ("b", "f"): "arith.uitofp", ("b", "i"): "arith.extui", ("b", "x"): "arith.index_castui",
+    ("i", "x"): "arith.index_cast", ("x", "i"): "arith.index_cast",
+    ("x", "f"): DType.int64, ("f", "x"): DType.int64,
+    ("f", "b"): "nonzero", ("i", "b"): "nonzero", ("x", "b"): "nonzero",
+}
+_RESIZE = {"f": ("arith.extf", "arith.truncf"), "i": ("arith.extsi", "arith.trunci")}
+
+
+def _float_literal(value: float, dtype: DType) -> str:
+    """A decimal MLIR float literal (it needs a '.'), or the bit pattern for inf and NaN."""
+    if not math.isfinite(value):
+        packed = struct.pack(">f" if dtype == DType.float32 else ">d", value)
+        return "0x" + packed.hex().upper()
+    text = repr(float(value))
+    return text if "." in text else text.replace("e", ".0e")
+
+
+_BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*\Z")
+
+
+def _ssa_base(name: str) -> str:
+    """`name` with characters MLIR does not allow in SSA names replaced by '_'."""
+    base = re.sub(r"[^A-Za-z0-9_$.\-]", "_", name)
+    return base if base and not base[0].isdigit() and base[0] != "-" else "v" + base
+
+
+class _Scope:
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}              # IR name -> SSA value
+        self.used: set[str] = set()                  # SSA names defined here
+        self.consts: dict[tuple[str, str], str] = {}  # (literal, type) -> SSA value
+
+
+class _Printer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+        self.scopes = [_Scope()]
+        self.counter = 0
+        self.buffers: dict[str, tuple[str, str]] = {}     # IR name -> (SSA value, memref type)
+
+    # --- names and lines -------------------------------------------------------------
+    def visible(self, name: str) -> bool:
+        return any(name in s.used for s in self.scopes)
+
+    def fresh(self, base: str | None = None) -> str:
+        """A new SSA value: `%base` (or `%base_N`), or `%vN` without a base."""
+        if base is None:
+            while self.visible(f"v{self.counter}"):
+                self.counter += 1
+            name, self.counter = f"v{self.counter}", self.counter + 1
+        else:
+            name, n = _ssa_base(base), 0
+            while self.visible(name):
+                name, n = f"{_ssa_base(base)}_{n}", n + 1
+        self.scopes[-1].used.add(name)
+        return "%" + name
+
+    def bind(self, ir_name: str, ssa: str) -> None:
+        self.scopes[-1].names[ir_name] = ssa
+
+    def lookup(self, ir_name: str) -> str:
+        return next(s.names[ir_name] for s in reversed(self.scopes) if ir_name in s.names)
+
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def op(self, text: str, name: str | None = None) -> str:
+        """Emit `%result = text`; return the result."""
+        result = self.fresh(name)
+        self.line(f"{result} = {text}")
+        return result
+
+    def const(self, value: Union[int, float, bool], dtype: DTypeLike) -> str:
+        """The SSA value of a constant, emitted once per scope."""
+        ty, kind = mlir_type(dtype), dtype_kind(dtype)
+        literal = {"b": lambda v: "true" if v else "false", "i": lambda v: str(int(v)),
+                   "x": lambda v: str(int(v)), "f": lambda v: _float_literal(v, dtype)}[kind](value)
+        for scope in reversed(self.scopes):
+            if (literal, ty) in scope.consts:
+                return scope.consts[(literal, ty)]
+        base = {"b": literal, "i": f"c{literal}_{ty}", "x": f"c{literal}", "f": "cst"}[kind]
+        result = self.op(f"arith.constant {literal}" + ("" if kind == "b" else f" : {ty}"), base)
+        self.scopes[-1].consts[(literal, ty)] = result
+        return result
+
+    def push(self) -> None:
+        self.scopes.append(_Scope())
+        self.depth += 1
+
+    def pop(self) -> None:
+        self.scopes.pop()
+        self.depth -= 1
+
+    # --- kernels and statements ------------------------------------------------------
+    def kernel(self, k: Kernel, depth: int) -> str:
+        self.depth = depth
+        args = []
+        for b in k.buffers:
+            self.buffers[b.name] = (self.fresh(b.name), memref_type(b))
+            args.append(f"{self.buffers[b.name][0]}: {self.buffers[b.name][1]}")
+        for size in k.sizes:
+            self.bind(size, self.fresh(size))
+            args.append(f"{self.lookup(size)}: index")
+        symbol = k.name if _BARE_ID.match(k.name) else '"' + k.name.replace('"', '\\"') + '"'
+        self.line(f"func.func @{symbol}({', '.join(args)}) {{")
+        self.push()
+        self.block(k.body)
+        self.line("func.return")
+        self.pop()
+        self.line("}")
+        return "\n".join(self.lines) + "\n"
+
+    def block(self, stmts: list) -> None:
+        for s in stmts:
+            _STMT_RULES[type(s)](self, s)
+
+    def let(self, s: Let) -> None:
+        self.bind(s.name, self.expr(s.value, s.name))
+
+    def store(self, s: Store) -> None:
+        value = self.expr(s.value)
+        buf, ty = self.buffers[s.buffer]
+        self.line(f"memref.store {value}, {buf}[{self.indices(s.index)}] : {ty}")
+
+    def indices(self, index: tuple[Expr, ...]) -> str:
+        return ", ".join(self.expr(i) for i in index)
+
+    def extent(self, extent: Union[int, str]) -> str:
+        return self.const(extent, INDEX) if isinstance(extent, int) else self.lookup(extent)
+
+    def loop(self, s: Loop) -> None:
+        lo, hi, step = self.const(0, INDEX), self.extent(s.extent), self.const(1, INDEX)
+        self.push()
+        var = self.fresh(s.var)
+        self.bind(s.var, var)
+        header = (f"scf.parallel ({var}) = ({lo}) to ({hi}) step ({step}) {{" if s.parallel
+                  else f"scf.for {var} = {lo} to {hi} step {step} {{")
+        self.lines.append("  " * (self.depth - 1) + header)
+        self.block(s.body)
+        self.pop()
+        self.line("}")
+
+    def reduce(self, s: Reduce) -> None:
+        inits = [self.expr(a.init) for a in s.accumulators]
+        lo, hi, step = self.const(0, INDEX), self.extent(s.extent), self.const(1, INDEX)
+        results = [self.fresh(a.name) for a in s.accumulators]
+        types = ", ".join(mlir_type(a.dtype) for a in s.accumulators)
+        self.push()
+        var = self.fresh(s.var)
+        self.bind(s.var, var)
+        carried = []
+        for a, init in zip(s.accumulators, inits):
+            self.bind(a.name, self.fresh(f"{a.name}_iter"))
+            carried.append(f"{self.lookup(a.name)} = {init}")
+        header = f"scf.for {var} = {lo} to {hi} step {step}"
+        if results:
+            header = f"{', '.join(results)} = {header} iter_args({', '.join(carried)}) -> ({types})"
+        self.lines.append("  " * (self.depth - 1) + header + " {")
+        self.block(s.body)
+        if results:
+            updates = [self.expr(u, f"{a.name}_next") for a, u in zip(s.accumulators, s.update)]
+            self.line(f"scf.yield {', '.join(updates)} : {types}")
+        self.pop()
+        self.line("}")
+        for a, result in zip(s.accumulators, results):
+            self.bind(a.name, result)
+
+    # --- expressions -----------------------------------------------------------------
+    def expr(self, e: Expr, name: str | None = None) -> str:
+        """Emit `e`; the op that computes it is named `name` when given."""
+        return _EXPR_RULES[type(e)](self, e, name)
+
+    def e_const(self, e: Const, name: str | None) -> str:
+        return self.const(e.value, e.dtype)
+
+    def e_var(self, e: Var, name: str | None) -> str:
+        return self.lookup(e.name)
+
+    def e_load(self, e: Load, name: str | None) -> str:
+        buf, ty = self.buffers[e.buffer]
+        return self.op(f"memref.load {buf}[{self.indices(e.index)}] : {ty}", name)
+
+    def e_unary(self, e: Unary, name: str | None) -> str:
+        x = self.expr(e.x)
+        return self.apply(UNARY_OPS[(e.fn, dtype_kind(e.x.dtype))], [x], e.x.dtype, name)
+
+    def e_binary(self, e: Binary, name: str | None) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        return self.apply(BINARY_OPS[(e.fn, dtype_kind(e.a.dtype))], [a, b], e.a.dtype, name)
+
+    def apply(self, low: Lowering, args: list[str], t: DTypeLike, name: str | None) -> str:
+        """Emit one table entry on operands of dtype `t`."""
+        if callable(low):
+            return low(self, args, t, name)
+        if isinstance(low, tuple):
+            return self.op(f"{low[0]} {low[1]}, {', '.join(args)} : {mlir_type(t)}", name)
+        return self.op(f"{low} {', '.join(args)} : {mlir_type(t)}", name)
+
+    def e_select(self, e: Select, name: str | None) -> str:
+        c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
+        return self.op(f"arith.select {c}, {a}, {b} : {mlir_type(e.dtype)}", name)
+
+    def e_cast(self, e: Cast, name: str | None) -> str:
+        return self.cast(self.expr(e.x), e.x.dtype, e.dtype, name)
+
+    def cast(self, x: str, src: DTypeLike, dst: DTypeLike, name: str | None = None) -> str:
+        if src == dst:
+            return x
+        how = _CASTS.get((dtype_kind(src), dtype_kind(dst)))
+        if isinstance(how, DType):
+            return self.cast(self.cast(x, src, how), how, dst, name)
+        if how == "nonzero":
+            return self.apply(BINARY_OPS[("ne", dtype_kind(src))], [x, self.const(0, src)], src, name)
+        if how == "resize":
+            how = _RESIZE[dtype_kind(src)][0 if dst.itemsize > src.itemsize else 1]
+        return self.op(f"{how} {x} : {mlir_type(src)} to {mlir_type(dst)}", name)
+
+
+_STMT_RULES: dict[type, Callable] = {Let: _Printer.let, Store: _Printer.store,
+                                     Loop: _Printer.loop, Reduce: _Printer.reduce}
+_EXPR_RULES: dict[type, Callable] = {Const: _Printer.e_const, Var: _Printer.e_var,
+                                     Load: _Printer.e_load, Unary: _Printer.e_unary,
+                                     Binary: _Printer.e_binary, Select: _Printer.e_select,
+                                     Cast: _Printer.e_cast}
