@@ -766,6 +766,63 @@ def _index_samples():
            lambda x, i: np.take_along_axis(x[:2], i, 1), F64, "index smaller than self")
 
 
+    def scatter_add_ref(x, d, i, src):
+        out = x.copy()
+        where = list(np.indices(i.shape, sparse=True))
+        where[d] = i
+        np.add.at(out, tuple(where), src[tuple(slice(0, n) for n in i.shape)])
+        return out
+    sample("scatter_add", lambda x, i, s: tc.scatter_add(x, 1, i, s), [arr((2, 3)), g, arr((2, 3))],
+           lambda x, i, s: scatter_add_ref(x, 1, i, s), F32, "tc.scatter_add dim 1, repeated index")
+    sample("scatter_add", lambda x, i, s: x.scatter_add(0, i, s), [arr((3, 4), F64), g, arr((3, 3), F64)],
+           lambda x, i, s: scatter_add_ref(x, 0, i, s), F64, "x.scatter_add(0, i, src) src larger than index")
+    sample("scatter_add", lambda x, i, s: x.scatter_add(-1, i, s), [arr((2, 2), I32), g[:, :2].astype(np.int32) % 2,
+           arr((2, 2), I32)], lambda x, i, s: scatter_add_ref(x, 1, i, s), I32, "int32, dim -1")
+    sample("scatter_add", lambda x, i, s: tc.scatter_add(x, 0, i, s), [np.array(1.5, F64), np.array(0, np.int64),
+           np.array(2.0, F64)], lambda x, i, s: x + s, F64, "0-d")
+
+    def index_add_ref(x, d, i, src, alpha=1):
+        out = x.copy()
+        i = np.asarray(i).reshape(-1)
+        np.add.at(out, (slice(None),) * d + (i,), alpha * src.reshape(x.shape[:d] + (i.size,) + x.shape[d + 1:]))
+        return out
+    sample("index_add", lambda x, i, s: tc.index_add(x, 1, i, s), [arr((3, 4)), idx, arr((3, 3))],
+           lambda x, i, s: index_add_ref(x, 1, i, s), F32, "tc.index_add dim 1, repeated index")
+    sample("index_add", lambda x, i, s: x.index_add(0, i, s, alpha=2), [arr((4, 2), F64),
+           np.array([3, 1, 3], np.int32), arr((3, 2), F64)], lambda x, i, s: index_add_ref(x, 0, i, s, 2), F64,
+           "x.index_add(0, i, s, alpha=2) int32 index")
+    sample("index_add", lambda x, i, s: x.index_add(-1, i, s), [arr((5,), I64), np.array(4, np.int64),
+           np.array([7], np.int64)], lambda x, i, s: index_add_ref(x, 0, i, s), I64, "0-d index, int64")
+    sample("index_add", lambda x, i, s: tc.index_add(x, 0, i, s), [arr((3,)), np.array([1], np.int64),
+           np.array(2.0, F32)], lambda x, i, s: index_add_ref(x, 0, i, s), F32, "0-d source")
+    sample("index_add", lambda x, i, s: tc.index_add(x, 0, i, s), [arr((3, 2)), np.zeros((0,), np.int64),
+           np.zeros((0, 2), F32)], lambda x, i, s: x, F32, "empty index")
+
+    def select_backward_ref(g, sizes, d, i):
+        out = np.zeros(sizes, g.dtype)
+        out[(slice(None),) * d + (i,)] = g
+        return out
+    sample("select_backward", lambda g: tc.select_backward(g, (3, 4, 5), 1, 2), [arr((3, 5))],
+           lambda g: select_backward_ref(g, (3, 4, 5), 1, 2), F32, "dim 1, index 2")
+    sample("select_backward", lambda g: tc.select_backward(g, [4], -1, -1), [np.array(2.5, F64)],
+           lambda g: select_backward_ref(g, (4,), 0, -1), F64, "0-d grad, negative dim and index")
+    sample("select_backward", lambda g: tc.select_backward(g, (2, 3), 0, 1), [arr((3,), I32)],
+           lambda g: select_backward_ref(g, (2, 3), 0, 1), I32, "int32")
+
+    def slice_backward_ref(g, sizes, d, start, end, step):
+        out = np.zeros(sizes, g.dtype)
+        out[(slice(None),) * d + (slice(start, end, step),)] = g
+        return out
+    sample("slice_backward", lambda g: tc.slice_backward(g, (3, 4, 5), 1, 1, 3, 1), [arr((3, 2, 5))],
+           lambda g: slice_backward_ref(g, (3, 4, 5), 1, 1, 3, 1), F32, "dim 1, 1:3")
+    sample("slice_backward", lambda g: tc.slice_backward(g, (5, 2), 0, 0, 5, 2), [arr((3, 2), F64)],
+           lambda g: slice_backward_ref(g, (5, 2), 0, 0, 5, 2), F64, "step 2")
+    sample("slice_backward", lambda g: tc.slice_backward(g, [4], -1, -3, 100, 1), [arr((3,), I64)],
+           lambda g: slice_backward_ref(g, (4,), 0, -3, 100, 1), I64, "negative start, end past the size")
+    sample("slice_backward", lambda g: tc.slice_backward(g, (3,), 0, 2, 2, 1), [np.zeros((0,), F32)],
+           lambda g: np.zeros(3, F32), F32, "empty slice")
+
+
 _index_samples()
 
 

@@ -1,12 +1,35 @@
 """Named helper functions that derivative formulas may call, besides the ops of ops.yaml.
 
 Each is written once, in terms of tensor ops (so it works eagerly, traced, and under
-autograd for higher derivatives).  Formulas stay one line; the logic lives here.
+autograd for higher derivatives: every op a helper calls has a derivatives.yaml entry or
+is composite).  Formulas stay one line; the logic lives here.  Helpers that serve several
+inputs (`self, other: f(..., grad_input_mask)`) return one gradient per input, None where
+the mask says it is not needed.  Arguments declared `Tensor` in ops.yaml may arrive as
+Python numbers (`x * 2`, `tc.maximum(x, 0.5)`) or None (`clamp(x, max=1)`); helpers that
+read them say so and cope.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Callable
 
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+SQRT1_2 = math.sqrt(0.5)
+GELU_BETA = math.sqrt(2.0 / math.pi)
+GELU_KAPPA = 0.044715
+
+
+def _tc():
+    import tracecomp
+    return tracecomp
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, numbers.Number)
+
+
+# ---------------------------------------------------------------- broadcasting and reductions
 
 def sum_to(grad, shape: tuple[int, ...]):
     """Undo broadcasting: sum `grad` over the dims that broadcasting added or expanded to `shape`."""
@@ -28,6 +51,11 @@ def reduced_dims(shape: tuple[int, ...], dim) -> list[int]:
     return sorted(d % n for d in dims) if n else []
 
 
+def reduced_numel(shape: tuple[int, ...], dim) -> int:
+    """How many input elements meet in each output element of a reduction over `dim`."""
+    return math.prod(shape[d] for d in reduced_dims(shape, dim))
+
+
 def unsqueeze_reduced(grad, shape: tuple[int, ...], dim, keepdim: bool):
     """Give a reduction's gradient back the reduced dims (size 1) that keepdim=False removed."""
     if keepdim:
@@ -38,12 +66,375 @@ def unsqueeze_reduced(grad, shape: tuple[int, ...], dim, keepdim: bool):
 
 
 def sum_backward(grad, shape: tuple[int, ...], dim, keepdim: bool):
+    """sum: every input element gets its output element's gradient."""
     return unsqueeze_reduced(grad, shape, dim, keepdim).expand(tuple(shape))
 
 
+def mean_backward(grad, shape: tuple[int, ...], dim, keepdim: bool):
+    """mean: the sum's gradient divided by the number of elements reduced."""
+    return sum_backward(grad, shape, dim, keepdim) / reduced_numel(shape, dim)
+
+
+def _max_mask(self, result, dim, keepdim: bool):
+    """Where `self` equals its reduction's (restored) `result`; NaN matches a NaN result."""
+    tc = _tc()
+    r = unsqueeze_reduced(result, self.shape, dim, keepdim)
+    return tc.logical_or(self == r, tc.logical_and(self != self, r != r))
+
+
+def amax_backward(grad, self, result, dim, keepdim: bool):
+    """amax/amin/max()/min(): the gradient is split evenly among the tied extreme elements,
+    as PyTorch does (the subgradient that treats ties symmetrically)."""
+    tc = _tc()
+    mask = _max_mask(self, result, dim, keepdim)
+    count = mask.sum(reduced_dims(self.shape, dim), keepdim=True)
+    return tc.where(mask, unsqueeze_reduced(grad, self.shape, dim, keepdim) / count, 0)
+
+
+def amax_jvp(self_p, self_t, result, dim, keepdim: bool):
+    """Forward mode of amax/amin: the mean of the tangents of the tied extreme elements."""
+    tc = _tc()
+    mask = _max_mask(self_p, result, dim, keepdim)
+    dims = reduced_dims(self_p.shape, dim)
+    return tc.where(mask, self_t, 0).sum(dims, keepdim=keepdim) / mask.sum(dims, keepdim=keepdim)
+
+
+def prod_backward(grad, self, dim, keepdim: bool):
+    """prod: d prod / d x_i = product of the other elements, computed without dividing by
+    zero: (product of the nonzero elements, divided by x_i if x_i != 0) times (the zero
+    element itself when it is the only zero and not x_i; 1 without zeros or when x_i is the
+    only zero; 0 with two or more zeros).  First derivatives are exact everywhere; second
+    derivatives are exact except where a reduced group holds two or more zeros (there
+    they come out as 0, as in PyTorch's prod of all elements)."""
+    tc = _tc()
+    dims = reduced_dims(self.shape, dim)
+    is_zero = self == 0
+    safe = tc.where(is_zero, 1, self)
+    zeros = is_zero.sum(dims, keepdim=True)
+    nonzero_prod = safe.prod(dims, keepdim=True)
+    the_zero = tc.where(is_zero, self, 0).sum(dims, keepdim=True)      # value 0, gradient 1 to it
+    factor = tc.where(zeros == 0, 1, tc.where(zeros == 1, tc.where(is_zero, 1, the_zero), 0))
+    return unsqueeze_reduced(grad, self.shape, dim, keepdim) * (nonzero_prod / safe) * factor
+
+
+def prod_jvp(self_p, self_t, dim, keepdim: bool):
+    """Forward mode of prod: sum over the reduced dims of (d prod / d x_i) * x_t_i."""
+    tc = _tc()
+    dims = reduced_dims(self_p.shape, dim)
+    ones = tc.ones(unsqueeze_reduced_shape(self_p.shape, dims, keepdim), dtype=self_t.dtype)
+    return (prod_backward(ones, self_p, dim, keepdim) * self_t).sum(dims, keepdim=keepdim)
+
+
+def unsqueeze_reduced_shape(shape: tuple[int, ...], dims: list[int], keepdim: bool) -> tuple[int, ...]:
+    """The result shape of a reduction over `dims` (already normalized)."""
+    if keepdim:
+        return tuple(1 if i in dims else n for i, n in enumerate(shape))
+    return tuple(n for i, n in enumerate(shape) if i not in dims)
+
+
+def _var_scale(shape, dim, correction) -> float:
+    """2 / (N - correction), inf where N - correction <= 0 (the variance is then inf/nan too)."""
+    n = reduced_numel(shape, dim) - (1 if correction is None else correction)
+    return 2.0 / n if n > 0 else math.inf
+
+
+def var_backward(grad, self, dim, correction, keepdim: bool):
+    """var: 2 / (N - correction) * grad * (x - mean(x))."""
+    dims = reduced_dims(self.shape, dim)
+    centered = self - self.mean(dims, keepdim=True)
+    return unsqueeze_reduced(grad, self.shape, dim, keepdim) * centered * _var_scale(self.shape, dim, correction)
+
+
+def var_jvp(self_p, self_t, dim, correction, keepdim: bool):
+    """Forward mode of var: 2 / (N - correction) * sum(x_t * (x - mean(x)))."""
+    dims = reduced_dims(self_p.shape, dim)
+    centered = self_p - self_p.mean(dims, keepdim=True)
+    return (self_t * centered).sum(dims, keepdim=keepdim) * _var_scale(self_p.shape, dim, correction)
+
+
+def _safe_half_over(grad, result):
+    """grad / (2 * result), 0 where result == 0 (PyTorch's std_backward masks those)."""
+    tc = _tc()
+    is_zero = result == 0
+    return tc.where(is_zero, 0, grad / (2 * tc.where(is_zero, 1, result)))
+
+
+def std_backward(grad, self, result, dim, correction, keepdim: bool):
+    """std = sqrt(var): var's gradient with grad / (2 std); 0 where std == 0."""
+    return var_backward(_safe_half_over(grad, result), self, dim, correction, keepdim)
+
+
+def std_jvp(self_p, self_t, result, dim, correction, keepdim: bool):
+    return _safe_half_over(var_jvp(self_p, self_t, dim, correction, keepdim), result)
+
+
+def value_selecting_reduction_backward(grad, dim: int, indices, shape: tuple[int, ...], keepdim: bool):
+    """max.dim/min.dim: the gradient goes to the selected element (scatter at `indices`)."""
+    tc = _tc()
+    if len(shape) == 0:
+        return grad
+    if not keepdim:
+        grad, indices = grad.unsqueeze(dim), indices.unsqueeze(dim)
+    return tc.scatter_add(tc.zeros(tuple(shape), dtype=grad.dtype), dim, indices, grad)
+
+
+def gather_with_keepdimed_indices(self_t, dim: int, indices, keepdim: bool):
+    """Forward mode of max.dim/min.dim: the tangent at the selected elements."""
+    tc = _tc()
+    if self_t.ndim == 0:
+        return self_t
+    if keepdim:
+        return tc.gather(self_t, dim, indices)
+    return tc.gather(self_t, dim, indices.unsqueeze(dim)).squeeze(dim)
+
+
+# ---------------------------------------------------------------- elementwise
+
+def pow_backward_self(grad, self, exponent):
+    """d x**e / dx = e * x**(e-1); 0 where e == 0 (so 0**0 has gradient 0, not nan).
+    `self` may be a Python number (`2 ** x`) and `exponent` a Python number (`x ** 2`)."""
+    tc = _tc()
+    if _is_number(exponent):
+        return grad * 0 if exponent == 0 else grad * exponent * tc.pow(self, exponent - 1)
+    return tc.where(exponent == 0, 0, grad * exponent * tc.pow(self, exponent - 1))
+
+
+def pow_backward_exponent(grad, self, exponent, result):
+    """d x**e / de = x**e * log(x); 0 where x == 0 and e >= 0 (PyTorch's convention), computed
+    without log(0) so that second derivatives stay finite.  `self` may be a Python number."""
+    tc = _tc()
+    if _is_number(self):
+        return grad * 0 if self == 0 else grad * result * math.log(self)
+    cond = tc.logical_and(self == 0, exponent >= 0)
+    return tc.where(cond, 0, grad * result * tc.log(tc.where(cond, 1, self)))
+
+
+def pow_jvp(self_p, self_t, exponent_p, exponent_t, result):
+    """Forward mode of pow: x_t * d/dx + e_t * d/de (tangents of Python numbers are 0)."""
+    out = pow_backward_self(self_t, self_p, exponent_p)
+    if not _is_number(exponent_t) or exponent_t != 0:
+        out = out + pow_backward_exponent(exponent_t, self_p, exponent_p, result)
+    return out
+
+
+def _split_ties(grad, self, other, chosen_if_greater: bool):
+    """maximum/minimum's gradient for `self`: all of it where self wins, half on ties (PyTorch)."""
+    tc = _tc()
+    wins = self > other if chosen_if_greater else self < other
+    return tc.where(self == other, grad / 2, tc.where(wins, grad, 0))
+
+
+def maximum_backward(grad, self, other, grad_input_mask):
+    """maximum: the larger input gets the gradient; ties split it evenly, as PyTorch does.
+    NaN compares false everywhere here: neither input of a NaN pair gets a gradient."""
+    return (_split_ties(grad, self, other, True) if grad_input_mask[0] else None,
+            _split_ties(grad, other, self, True) if grad_input_mask[1] else None)
+
+
+def minimum_backward(grad, self, other, grad_input_mask):
+    """minimum: the smaller input gets the gradient; ties split it evenly, as PyTorch does."""
+    return (_split_ties(grad, self, other, False) if grad_input_mask[0] else None,
+            _split_ties(grad, other, self, False) if grad_input_mask[1] else None)
+
+
+def maximum_jvp(self_p, self_t, other_p, other_t, greater: bool = True):
+    """Forward mode of maximum (minimum with greater=False): the winner's tangent, the mean on ties."""
+    tc = _tc()
+    wins = self_p > other_p if greater else self_p < other_p
+    weight = tc.where(self_p == other_p, 0.5, tc.where(wins, 1.0, 0.0))
+    return other_t + weight * (self_t - other_t)
+
+
+def atan2_backward(grad, self, other, grad_input_mask):
+    """atan2(y, x): dy = x / (x^2 + y^2), dx = -y / (x^2 + y^2)."""
+    denom = self * self + other * other
+    return (grad * other / denom if grad_input_mask[0] else None,
+            -grad * self / denom if grad_input_mask[1] else None)
+
+
+def _clamp_masks(self, min, max):
+    """(self kept, min chosen, max chosen) for minimum(maximum(self, min), max), as PyTorch:
+    ties go to self; if min > max the result is max everywhere."""
+    tc = _tc()
+    if min is not None and max is not None:
+        keep = tc.logical_and(self >= min, self <= max)
+        min_chosen = tc.logical_and(self < min, min < max)
+        max_chosen = tc.logical_or(self > max, max < min)
+        return keep, min_chosen, max_chosen
+    if min is not None:
+        return self >= min, self < min, None
+    if max is not None:
+        return self <= max, None, self > max
+    return None, None, None
+
+
+def clamp_backward(grad, self, min, max, grad_input_mask):
+    """clamp with optional (Tensor or number) bounds: each element's gradient goes to whichever
+    of self, min, max the result took it from."""
+    tc = _tc()
+    keep, min_chosen, max_chosen = _clamp_masks(self, min, max)
+    out = [None, None, None]
+    if grad_input_mask[0]:
+        out[0] = grad if keep is None else tc.where(keep, grad, 0)
+    if grad_input_mask[1] and min_chosen is not None:
+        out[1] = tc.where(min_chosen, grad, 0)
+    if grad_input_mask[2] and max_chosen is not None:
+        out[2] = tc.where(max_chosen, grad, 0)
+    return tuple(out)
+
+
+def clamp_jvp(self_p, self_t, min_p, min_t, max_p, max_t):
+    """Forward mode of clamp: the tangent of whichever of self, min, max was chosen."""
+    tc = _tc()
+    keep, min_chosen, max_chosen = _clamp_masks(self_p, min_p, max_p)
+    out = self_t if keep is None else tc.where(keep, self_t, 0)
+    if min_chosen is not None and not (_is_number(min_t) and min_t == 0):
+        out = out + tc.where(min_chosen, min_t, 0)
+    if max_chosen is not None and not (_is_number(max_t) and max_t == 0):
+        out = out + tc.where(max_chosen, max_t, 0)
+    return out
+
+
+def where_backward(grad, condition, grad_input_mask):
+    """where(condition, self, other): the chosen side gets the gradient."""
+    tc = _tc()
+    return (tc.where(condition, grad, 0) if grad_input_mask[0] else None,
+            tc.where(condition, 0, grad) if grad_input_mask[1] else None)
+
+
+def gelu_backward(grad, self, approximate: str):
+    """gelu: exact, Phi(x) + x phi(x); with approximate='tanh', PyTorch's derivative of the
+    tanh formula."""
+    tc = _tc()
+    if approximate == "tanh":
+        x_sq = self * self
+        inner = GELU_BETA * (self + GELU_KAPPA * x_sq * self)
+        t = tc.tanh(inner)
+        left_derivative = 0.5 * (1 + t)
+        right_derivative = 0.5 * self * (1 - t * t) * GELU_BETA * (1 + 3 * GELU_KAPPA * x_sq)
+        return grad * (left_derivative + right_derivative)
+    cdf = 0.5 * (1 + tc.erf(self * SQRT1_2))
+    pdf = tc.exp(-0.5 * self * self) * INV_SQRT_2PI
+    return grad * (cdf + self * pdf)
+
+
+def silu_backward(grad, self):
+    """silu = x sigmoid(x): sigmoid(x) (1 + x (1 - sigmoid(x)))."""
+    tc = _tc()
+    s = tc.sigmoid(self)
+    return grad * s * (1 + self * (1 - s))
+
+
+# ---------------------------------------------------------------- matmul
+
+def matmul_backward(grad, self, other, grad_input_mask):
+    """torch.matmul's backward for every rank combination: 1-D operands are a row (self) or a
+    column (other) vector, batch dims broadcast (the engine sums the gradient back to each
+    input's shape)."""
+    tc = _tc()
+    need_self, need_other = grad_input_mask[0], grad_input_mask[1]
+    if self.ndim == 1 and other.ndim == 1:                      # dot product, 0-d result
+        return (grad * other if need_self else None, grad * self if need_other else None)
+    if self.ndim == 1:                                          # (k,) @ (..., k, m) -> (..., m)
+        g = grad.unsqueeze(-2)
+        return (tc.matmul(g, other.mT).squeeze(-2) if need_self else None,
+                tc.matmul(self.unsqueeze(-1), g) if need_other else None)
+    if other.ndim == 1:                                         # (..., n, k) @ (k,) -> (..., n)
+        g = grad.unsqueeze(-1)
+        return (tc.matmul(g, other.unsqueeze(-2)) if need_self else None,
+                tc.matmul(self.mT, g).squeeze(-1) if need_other else None)
+    return (tc.matmul(grad, other.mT) if need_self else None,
+            tc.matmul(self.mT, grad) if need_other else None)
+
+
+# ---------------------------------------------------------------- shapes and indexing
+
+def permute_backwards(grad, dims):
+    """permute: apply the inverse permutation."""
+    n = grad.ndim
+    inverse = [0] * n
+    for i, d in enumerate(dims):
+        inverse[d % n if n else 0] = i
+    return grad.permute(inverse)
+
+
+def cat_backward(grad, tensors, dim: int):
+    """cat: each input gets its slice of the gradient along `dim`."""
+    tc = _tc()
+    sizes = [t.shape[dim] for t in tensors]
+    return list(tc.split(grad, sizes, dim))
+
+
+def split_backward(grads, dim: int):
+    """split: concatenate the pieces' gradients (the engine supplies zeros for unused pieces)."""
+    tc = _tc()
+    return tc.cat(list(grads), dim)
+
+
+def _normalize_dim(dim: int, ndim: int) -> int:
+    return dim % ndim if ndim else 0
+
+
+def slice_grad(grad, shape: tuple[int, ...], dim: int, start, end, step: int):
+    """slice: zeros of the input's shape with the gradient written into the slice
+    (`slice_backward` with the bounds normalized the way slice applies them)."""
+    tc = _tc()
+    d = _normalize_dim(dim, len(shape))
+    start, end, _ = slice(start, end, step).indices(shape[d])
+    return tc.slice_backward(grad, tuple(shape), d, start, max(end, start), step)
+
+
+def select_grad(grad, shape: tuple[int, ...], dim: int, index: int):
+    """select: zeros of the input's shape with the gradient written at `index`."""
+    tc = _tc()
+    d = _normalize_dim(dim, len(shape))
+    return tc.select_backward(grad, tuple(shape), d, index % shape[d])
+
+
+def index_select_backward(grad, shape: tuple[int, ...], dim: int, index):
+    """index_select: add each selected slice's gradient back at its index (repeats add up)."""
+    tc = _tc()
+    if len(shape) == 0:
+        return grad
+    return tc.index_add(tc.zeros(tuple(shape), dtype=grad.dtype), dim, index, grad)
+
+
+def gather_backward(grad, shape: tuple[int, ...], dim: int, index):
+    """gather: scatter-add the gradient back to the gathered positions (repeats add up)."""
+    tc = _tc()
+    if len(shape) == 0:
+        return grad
+    return tc.scatter_add(tc.zeros(tuple(shape), dtype=grad.dtype), dim, index, grad)
+
+
+def pad_to(grad, shape: tuple[int, ...]):
+    """`grad` written into the leading corner of zeros of `shape` (each dim at least as large)."""
+    tc = _tc()
+    for d, (have, want) in enumerate(zip(grad.shape, shape)):
+        if have != want:
+            target = tuple(grad.shape[:d]) + (want,) + tuple(grad.shape[d + 1:])
+            grad = tc.slice_backward(grad, target, d, 0, have, 1)
+    return grad
+
+
+def scatter_add_src_backward(grad, dim: int, index, src):
+    """scatter_add: src's gradient is gathered at the index (src may be larger than the index
+    in any dim; its elements beyond the index were not used and get zeros)."""
+    tc = _tc()
+    if grad.ndim == 0:
+        return grad if src.ndim == 0 else grad.reshape(src.shape)
+    return pad_to(tc.gather(grad, dim, index), tuple(src.shape))
+
+
+def index_add_source_backward(grad, dim: int, index, source, alpha):
+    """index_add: source's gradient is the output gradient at the index, times alpha."""
+    tc = _tc()
+    g = grad if grad.ndim == 0 else tc.index_select(grad, dim, index)
+    g = g.reshape(source.shape) if tuple(g.shape) != tuple(source.shape) else g
+    return g if alpha == 1 else g * alpha
+
+
 HELPERS: dict[str, Callable[..., Any]] = {
-    "sum_to": sum_to,
-    "reduced_dims": reduced_dims,
-    "unsqueeze_reduced": unsqueeze_reduced,
-    "sum_backward": sum_backward,
+    name: fn for name, fn in list(globals().items())
+    if callable(fn) and not name.startswith("_") and getattr(fn, "__module__", None) == __name__
 }

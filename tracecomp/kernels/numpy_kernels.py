@@ -236,6 +236,55 @@ def _gather(op: OpDef, args, out_types):
     return [np.take_along_axis(x[window], index.astype(np.int64), axis=d)]
 
 
+@kernel("scatter_add")
+def _scatter_add(op: OpDef, args, out_types):
+    x, index, src = args["self"], args["index"].astype(np.int64), args["src"]
+    out = np.array(x, dtype=out_types[0].dtype.np, copy=True)
+    if x.ndim == 0:
+        _check_bounds(op, index, 1, 0)
+        return [out + src]
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    _check_bounds(op, index, x.shape[d], d)
+    where = list(np.indices(index.shape, sparse=True))
+    where[d] = index
+    np.add.at(out, tuple(where), src[tuple(slice(0, n) for n in index.shape)])
+    return [out]
+
+
+@kernel("index_add")
+def _index_add(op: OpDef, args, out_types):
+    x, index, src = args["self"], args["index"].reshape(-1).astype(np.int64), args["source"]
+    alpha = args.get("alpha", 1)
+    out = np.array(x, dtype=out_types[0].dtype.np, copy=True)
+    if x.ndim == 0:
+        _check_bounds(op, index, 1, 0)
+        return [out + alpha * src.reshape(())]
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    _check_bounds(op, index, x.shape[d], d)
+    src = src.reshape(x.shape[:d] + (index.size,) + x.shape[d + 1:])
+    np.add.at(out, (slice(None),) * d + (index,), src if alpha == 1 else src * alpha)
+    return [out]
+
+
+@kernel("select_backward")
+def _select_backward(op: OpDef, args, out_types):
+    t = out_types[0]
+    out = np.zeros(t.shape, t.dtype.np)
+    d = rules.normalize_dim(op, args["dim"], t.ndim)
+    out[(slice(None),) * d + (args["index"],)] = args["grad_output"]
+    return [out]
+
+
+@kernel("slice_backward")
+def _slice_backward(op: OpDef, args, out_types):
+    t = out_types[0]
+    out = np.zeros(t.shape, t.dtype.np)
+    d = rules.normalize_dim(op, args["dim"], t.ndim)
+    start, end, step = rules.slice_bounds(t.shape[d], args["start"], args["end"], args["step"])
+    out[(slice(None),) * d + (slice(start, end, step),)] = args["grad_output"]
+    return [out]
+
+
 @kernel("cast")
 def _cast(op: OpDef, args, out_types):
     return [args["self"].astype(out_types[0].dtype.np)]

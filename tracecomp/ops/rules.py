@@ -397,6 +397,82 @@ def _gather(op: OpDef, args):
     return [TensorType(index.shape, x.dtype)]
 
 
+@rule("scatter_add")
+def _scatter_add(op: OpDef, args):
+    """torch.scatter_add: index, src and self have the same number of dims; index is no larger
+    than src in any dim and no larger than self outside `dim`; self and src share a dtype."""
+    x, index, src = _tensor(op, args, "self"), _tensor(op, args, "index"), _tensor(op, args, "src")
+    _check_index(op, index)
+    d = normalize_dim(op, args["dim"], x.shape)
+    if src.dtype != x.dtype:
+        raise DTypeError(f"{op.full_name}: 'self' ({x.dtype.label}) and 'src' ({src.dtype.label}) "
+                         "must have the same dtype")
+    if not index.ndim == src.ndim == x.ndim or \
+            any(i > s for i, s in zip(index.shape, src.shape)) or \
+            any(i > s for j, (i, s) in enumerate(zip(index.shape, x.shape)) if j != d):
+        raise ShapeError(f"{op.full_name}: 'index' {index.shape} must have as many dims as 'self' "
+                         f"{x.shape} and 'src' {src.shape}, be no larger than 'src' in any dim and "
+                         f"no larger than 'self' outside dim {d}")
+    return [TensorType(x.shape, x.dtype)]
+
+
+@rule("index_add")
+def _index_add(op: OpDef, args):
+    """torch.index_add: source has self's shape with dim's size replaced by the index's length."""
+    x, index, src = _tensor(op, args, "self"), _tensor(op, args, "index"), _tensor(op, args, "source")
+    _check_index(op, index)
+    if index.ndim > 1:
+        raise ShapeError(f"{op.full_name}: 'index' must be 0-D or 1-D, got shape {index.shape}")
+    d = normalize_dim(op, args["dim"], x.shape)
+    if src.dtype != x.dtype:
+        raise DTypeError(f"{op.full_name}: 'self' ({x.dtype.label}) and 'source' ({src.dtype.label}) "
+                         "must have the same dtype")
+    n = index.shape[0] if index.ndim else 1
+    want = x.shape[:d] + (n,) + x.shape[d + 1:] if x.ndim else ()
+    if src.shape != want and not (src.ndim == 0 and n == 1 and x.ndim <= 1):
+        raise ShapeError(f"{op.full_name}: 'source' has shape {src.shape}, expected {want} ('self' "
+                         f"{x.shape} with dim {d} of the index's length {n})")
+    _check_alpha(op, args.get("alpha"), x.dtype)
+    return [TensorType(x.shape, x.dtype)]
+
+
+def _backward_input_sizes(op: OpDef, args) -> tuple[int, ...]:
+    sizes = tuple(args["input_sizes"])
+    if any(s < 0 for s in sizes):
+        raise ShapeError(f"{op.full_name}: 'input_sizes' {sizes} has a negative dim")
+    return sizes
+
+
+@rule("select_backward")
+def _select_backward(op: OpDef, args):
+    """The gradient of select: grad_output has input_sizes without `dim`."""
+    g, sizes = _tensor(op, args, "grad_output"), _backward_input_sizes(op, args)
+    if not sizes:
+        raise ShapeError(f"{op.full_name}: 'input_sizes' must have at least one dim")
+    d = normalize_dim(op, args["dim"], sizes)
+    if not -sizes[d] <= args["index"] < sizes[d]:
+        raise ShapeError(f"{op.full_name}: index {args['index']} is out of bounds for dim {d} with size {sizes[d]}")
+    if g.shape != sizes[:d] + sizes[d + 1:]:
+        raise ShapeError(f"{op.full_name}: 'grad_output' has shape {g.shape}, but selecting dim {d} of "
+                         f"{sizes} gives {sizes[:d] + sizes[d + 1:]}")
+    return [TensorType(sizes, g.dtype)]
+
+
+@rule("slice_backward")
+def _slice_backward(op: OpDef, args):
+    """The gradient of slice: grad_output has input_sizes with `dim` sliced start:end:step."""
+    g, sizes = _tensor(op, args, "grad_output"), _backward_input_sizes(op, args)
+    d = normalize_dim(op, args["dim"], sizes)
+    if args["step"] <= 0:
+        raise ShapeError(f"{op.full_name}: 'step' must be greater than zero, got {args['step']}")
+    start, end, step = slice_bounds(sizes[d], args["start"], args["end"], args["step"])
+    want = sizes[:d] + ((end - start + step - 1) // step,) + sizes[d + 1:]
+    if g.shape != want:
+        raise ShapeError(f"{op.full_name}: 'grad_output' has shape {g.shape}, but slicing dim {d} of "
+                         f"{sizes} by {args['start']}:{args['end']}:{args['step']} gives {want}")
+    return [TensorType(sizes, g.dtype)]
+
+
 @rule("cast")
 def _cast(op: OpDef, args):
     x = _tensor(op, args, "self")
