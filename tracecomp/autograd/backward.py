@@ -27,6 +27,8 @@ def apply_formulas(node: FormulaNode, grads: list) -> list:
     """Gradients for the node's input slots (None where none is needed or defined)."""
     d = node.derivative
     diff = d.differentiable_outputs()
+    if len(diff) < len(grads):                 # Tensor[] returns (split): every piece
+        diff = diff * len(grads)
     if all(g is None for g, ok in zip(grads, diff) if ok):
         return [None] * len(node.slots)
     outputs = node.saved_outputs

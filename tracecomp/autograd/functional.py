@@ -156,7 +156,7 @@ def vjp(fn: Callable, *primals) -> tuple[Any, Callable]:
         return tuple(g if g is not None else _zeros_like(x) for g, x in zip(grads, inputs))
     if nested:
         return out, vjp_fn
-    detached = out.detach() if isinstance(out, Tensor) else type(out)(o.detach() for o in outs)
+    detached = out.detach() if isinstance(out, Tensor) else _rebuild(out, [o.detach() for o in outs])
     return detached, vjp_fn
 
 
@@ -181,4 +181,9 @@ def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
     plain = [primal(o) for o in outs]
     if isinstance(out, Tensor):
         return plain[0], tangent_outs[0]
-    return type(out)(plain), type(out)(tangent_outs)
+    return _rebuild(out, plain), _rebuild(out, tangent_outs)
+
+
+def _rebuild(like, items: list):
+    """A tuple/list/named tuple like `like` holding `items` (named tuples take them by position)."""
+    return type(like)(*items) if hasattr(type(like), "_fields") else type(like)(items)

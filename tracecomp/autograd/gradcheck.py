@@ -54,6 +54,13 @@ def _numeric(fn, arrays, diff, eps) -> list[np.ndarray]:
     return jac
 
 
+def _float_outputs(out):
+    """fn's result without its non-floating outputs (max.dim's indices): only those get cotangents."""
+    if isinstance(out, Tensor):
+        return out
+    return tuple(o for o in out if o.dtype.is_floating_point)
+
+
 def _vjp_function(fn, arrays, diff, traced: bool) -> Callable:
     """(cotangents per float output) -> gradients per differentiable input."""
     from .functional import vjp
@@ -66,7 +73,7 @@ def _vjp_function(fn, arrays, diff, traced: bool) -> Callable:
             call = [consts[i] if i in consts else None for i in range(len(arrays))]
             for i, x in zip(diff, diff_inputs):
                 call[i] = x
-            return fn(*call)
+            return _float_outputs(fn(*call))
         out, pullback = vjp(f, *xs)
         return pullback(*cts)
     if traced:
@@ -133,7 +140,7 @@ def gradgradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float
             call = list(full)
             for i, x in zip(diff, diff_inputs):
                 call[i] = x
-            return fn(*call)
+            return _float_outputs(fn(*call))
         _, pullback = vjp(f, *xs)
         return pullback(*cts)
     return gradcheck(first_derivative, [arrays[i] for i in diff], eps, atol, rtol, traced)

@@ -95,12 +95,27 @@ def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
     outputs = _outputs(result)
     if not outputs or not outputs[0].dtype.is_floating_point:
         return result
+    _save_duals(outputs, args, stripped)
     derivative = default_derivatives().get(op.full_name)
     if derivative is None or derivative.forward is None:
         raise AutogradError(f"{op.full_name}: no forward-mode formula ('result:') in derivatives.yaml")
     tangent = _forward_tangent(op, derivative, args, stripped, outputs)
-    outputs[0]._tangent = tangent
+    if op.schema.returns[0].type.is_list:          # split: one tangent per piece
+        for out, t in zip(outputs, tangent):
+            out._tangent = t
+    else:
+        outputs[0]._tangent = tangent
     return result
+
+
+def _save_duals(outputs, args, stripped) -> None:
+    """The Autograd node made below this key saved the primals; let it save the tensors with
+    their tangents instead, so that its backward formulas carry tangents (forward-over-reverse,
+    e.g. tc.jvp(tc.grad(f), ...))."""
+    node = getattr(outputs[0], "grad_fn", None)
+    saved = getattr(node, "saved", None)
+    if saved is not None and saved.keys() == args.keys() and all(saved[k] is stripped[k] for k in args):
+        node.saved = dict(args)
 
 
 def _forward_tangent(op: OpDef, derivative, args, stripped, outputs):
@@ -113,9 +128,12 @@ def _forward_tangent(op: OpDef, derivative, args, stripped, outputs):
             env[f"{k}_t"] = _tangent(v)
         elif isinstance(v, list) and v and isinstance(v[0], Tensor):
             env[f"{k}_t"] = [_tangent(t) for t in v]
+    for a in op.schema.tensor_arguments:           # a Python number's tangent is 0; None stays None
+        env.setdefault(f"{a.name}_t", None if args[a.name] is None else 0)
     if derivative.forward == "auto_linear":
         linear_args = {k: env.get(f"{k}_t", v) for k, v in stripped.items()}
-        return _outputs(dispatcher.call(op, linear_args))[0]
+        tangents = _outputs(dispatcher.call(op, linear_args))
+        return tangents if op.schema.returns[0].type.is_list else tangents[0]
     if derivative.forward == "auto_element_wise":
         env["grad"] = env["self_t"]
         env["grads"] = [env["self_t"]]
