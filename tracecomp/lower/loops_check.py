@@ -29,22 +29,23 @@ from ..errors import IRError
 from .loops import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, Const, Expr, Kernel,
                     Let, Load, Loop, Reduce, Select, Store, Unary, Var)
 
-ROLES = ("input", "output", "temp")
+ROLES = ("input", "output", "temp", "constant")
+READ_ONLY = ("input", "constant")
 
 # The kind of a dtype: f(loat: f32, f64), i(nteger: i32, i64), x (index), b(ool).
 KIND_NAMES = {"f": "float", "i": "integer", "x": "index", "b": "bool"}
 
 # Which operand kinds each fn is defined for: the contract every code generator implements.
 UNARY_KINDS: dict[str, str] = {
-    "neg": "fix", "abs": "fix", "sign": "fixb",
+    "neg": "fi", "abs": "fi", "sign": "fib", "floor": "fi", "ceil": "fi", "round": "fi",
     **{fn: "f" for fn in ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
-                          "tanh", "erf", "sqrt", "rsqrt", "floor", "ceil", "round")},
-    "not": "ixb", "logical_not": "b",
+                          "tanh", "erf", "sqrt", "rsqrt")},
+    "not": "b", "logical_not": "b",
 }
 BINARY_KINDS: dict[str, str] = {
-    "add": "fix", "sub": "fix", "mul": "fix", "div": "fix", "pow": "fix",
+    "add": "fixb", "sub": "fix", "mul": "fixb", "div": "fi", "pow": "fi",
     "maximum": "fixb", "minimum": "fixb", "atan2": "f", "floordiv": "fix", "mod": "fix",
-    "and": "ixb", "or": "ixb", "xor": "ixb",
+    "and": "b", "or": "b", "xor": "b",
     **{fn: "fixb" for fn in COMPARISONS},
 }
 assert set(UNARY_KINDS) == set(UNARY) and set(BINARY_KINDS) == set(BINARY)
@@ -206,8 +207,8 @@ class _Checker:
 
     def store(self, s: Store) -> None:
         b = self.access(s.buffer, s.index, "Store")
-        if b.role == "input":
-            self.fail(f"writes buffer '{b.name}', whose role is 'input'")
+        if b.role in READ_ONLY:
+            self.fail(f"writes buffer '{b.name}', whose role is '{b.role}' (read-only)")
         self.expr(s.value)
         if s.value.dtype != b.dtype:
             self.fail(f"the stored value {describe_expr(s.value)} has dtype {dtype_name(s.value.dtype)}, "
@@ -255,8 +256,9 @@ class _Checker:
             self.fail(f"{len(s.accumulators)} accumulators but {len(s.update)} updates; "
                       "give one update per accumulator")
         for a in s.accumulators:
-            if not isinstance(a.dtype, DType):
-                self.fail(f"accumulator '{a.name}' has dtype {a.dtype!r}, expected a tracecomp DType")
+            if not isinstance(a.dtype, DType) and a.dtype != INDEX:
+                self.fail(f"accumulator '{a.name}' has dtype {a.dtype!r}, expected a tracecomp DType "
+                          "or 'index'")
             self.expr(a.init)
             if a.init.dtype != a.dtype:
                 self.fail(f"accumulator '{a.name}' of dtype {dtype_name(a.dtype)} has init "

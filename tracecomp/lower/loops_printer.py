@@ -11,15 +11,18 @@ Unary, Binary and Cast lower through tables keyed by fn and operand kind (f floa
 i integer, x index, b bool; see loops_check.UNARY_KINDS): an MLIR op name, a comparison
 predicate, or a short expansion.  The semantics they fix, for every code generator:
 `div` on integers truncates (arith.divsi), `floordiv` floors (arith.floordivsi, floor of
-divf), `mod` is the truncated remainder with the dividend's sign (remsi, remf, like C);
-`maximum`/`minimum` propagate NaN; `ne` on floats is true for NaN (une), the other
-comparisons are false for NaN (ordered); bools compare unsigned (false < true); `round`
-rounds half to even; `sign` keeps 0, -0 and NaN; a Cast to bool is `!= 0` (NaN -> true).
+divf), `mod` is the floored remainder with the divisor's sign (Python's %, NumPy's mod),
+matching loops_interp; `maximum`/`minimum` propagate NaN; `ne` on floats is true for NaN
+(une), the other comparisons are false for NaN (ordered); bools compare unsigned
+(false < true), add/maximum are `or`, mul/minimum are `and`; `round` rounds half to even;
+`sign` keeps 0, -0 and NaN; floor/ceil/round of integers and sign of bools are the
+identity; a Cast to bool is `!= 0` (NaN -> true).
 
 Names: `%` + the IR name where there is one (loop variables, Lets, accumulators, buffers,
 sizes), `%vN` for other values, `%cN`/`%cN_i32`/`%cst`/`%true` for constants, made unique
-among the names visible at that point.  Constants are emitted once per scope, where first
-used.  One op per line, two spaces of indent per nesting level.
+among the names visible at that point.  Each constant is emitted once, at the function's
+entry (as mlir-opt's own output has them).  One op per line, two spaces of indent per
+nesting level.
 """
 from __future__ import annotations
 
@@ -93,9 +96,25 @@ def _int_neg(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> st
     return p.op(f"arith.subi {p.const(0, t)}, {args[0]} : {mlir_type(t)}", name)
 
 
-def _bitwise_not(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
-    ones = p.const(True if t == DType.bool else -1, t)
-    return p.op(f"arith.xori {args[0]}, {ones} : {mlir_type(t)}", name)
+def _logical_not(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    return p.op(f"arith.xori {args[0]}, {p.const(True, t)} : i1", name)
+
+
+def _int_mod(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    a, b, ty = args[0], args[1], mlir_type(t)                  # a - floordiv(a, b) * b
+    quotient = p.op(f"arith.floordivsi {a}, {b} : {ty}")
+    return p.op(f"arith.subi {a}, {p.op(f'arith.muli {quotient}, {b} : {ty}')} : {ty}", name)
+
+
+def _float_mod(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    a, b, ty, zero = args[0], args[1], mlir_type(t), p.const(0.0, t)
+    r = p.op(f"arith.remf {a}, {b} : {ty}")                     # the dividend's sign
+    r_negative = p.op(f"arith.cmpf olt, {r}, {zero} : {ty}")
+    b_negative = p.op(f"arith.cmpf olt, {b}, {zero} : {ty}")
+    differ = p.op(f"arith.xori {r_negative}, {b_negative} : i1")
+    nonzero = p.op(f"arith.cmpf one, {r}, {zero} : {ty}")
+    fix = p.op(f"arith.andi {differ}, {nonzero} : i1")
+    return p.op(f"arith.select {fix}, {p.op(f'arith.addf {r}, {b} : {ty}')}, {r} : {ty}", name)
 
 
 def _float_floordiv(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
@@ -108,26 +127,28 @@ _MATH_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "ta
 _UNARY_BY_KIND: dict[str, dict[str, Lowering]] = {
     "f": {**{fn: f"math.{fn}" for fn in _MATH_UNARY},
           "neg": "arith.negf", "abs": "math.absf", "round": "math.roundeven", "sign": _float_sign},
-    "i": {"neg": _int_neg, "abs": "math.absi", "sign": _int_sign, "not": _bitwise_not},
-    "b": {"sign": _identity, "not": _bitwise_not, "logical_not": _bitwise_not},
+    "i": {"neg": _int_neg, "abs": "math.absi", "sign": _int_sign,
+          "floor": _identity, "ceil": _identity, "round": _identity},
+    "b": {"sign": _identity, "not": _logical_not, "logical_not": _logical_not},
+    "x": {},
 }
-_UNARY_BY_KIND["x"] = _UNARY_BY_KIND["i"]
 
 _PREDICATES = {"f": ("arith.cmpf", ("oeq", "une", "olt", "ole", "ogt", "oge")),
                "i": ("arith.cmpi", ("eq", "ne", "slt", "sle", "sgt", "sge")),
                "x": ("arith.cmpi", ("eq", "ne", "slt", "sle", "sgt", "sge")),
                "b": ("arith.cmpi", ("eq", "ne", "ult", "ule", "ugt", "uge"))}
-_BITWISE = {"and": "arith.andi", "or": "arith.ori", "xor": "arith.xori"}
 _BINARY_BY_KIND: dict[str, dict[str, Lowering]] = {
     "f": {"add": "arith.addf", "sub": "arith.subf", "mul": "arith.mulf", "div": "arith.divf",
           "pow": "math.powf", "maximum": "arith.maximumf", "minimum": "arith.minimumf",
-          "atan2": "math.atan2", "floordiv": _float_floordiv, "mod": "arith.remf"},
+          "atan2": "math.atan2", "floordiv": _float_floordiv, "mod": _float_mod},
     "i": {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "div": "arith.divsi",
           "pow": "math.ipowi", "maximum": "arith.maxsi", "minimum": "arith.minsi",
-          "floordiv": "arith.floordivsi", "mod": "arith.remsi", **_BITWISE},
-    "b": {"maximum": "arith.ori", "minimum": "arith.andi", **_BITWISE},
+          "floordiv": "arith.floordivsi", "mod": _int_mod},
+    "b": {"add": "arith.ori", "mul": "arith.andi", "maximum": "arith.ori", "minimum": "arith.andi",
+          "and": "arith.andi", "or": "arith.ori", "xor": "arith.xori"},
 }
-_BINARY_BY_KIND["x"] = _BINARY_BY_KIND["i"]
+_BINARY_BY_KIND["x"] = {fn: _BINARY_BY_KIND["i"][fn]
+                        for fn in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum")}
 for _kind, (_cmp, _preds) in _PREDICATES.items():
     _BINARY_BY_KIND[_kind].update({fn: (_cmp, pred) for fn, pred in zip(COMPARISONS, _preds)})
 
@@ -171,7 +192,6 @@ class _Scope:
     def __init__(self) -> None:
         self.names: dict[str, str] = {}              # IR name -> SSA value
         self.used: set[str] = set()                  # SSA names defined here
-        self.consts: dict[tuple[str, str], str] = {}  # (literal, type) -> SSA value
 
 
 class _Printer:
@@ -180,23 +200,28 @@ class _Printer:
         self.depth = 0
         self.scopes = [_Scope()]
         self.counter = 0
+        self.ever: set[str] = set()                       # every SSA name of the function
         self.buffers: dict[str, tuple[str, str]] = {}     # IR name -> (SSA value, memref type)
+        self.consts: dict[tuple[str, str], str] = {}      # (literal, type) -> SSA value
+        self.const_lines: list[str] = []                  # hoisted to the function's entry
 
     # --- names and lines -------------------------------------------------------------
-    def visible(self, name: str) -> bool:
-        return any(name in s.used for s in self.scopes)
+    def taken(self, name: str, everywhere: bool) -> bool:
+        return name in self.ever if everywhere else any(name in s.used for s in self.scopes)
 
-    def fresh(self, base: str | None = None) -> str:
-        """A new SSA value: `%base` (or `%base_N`), or `%vN` without a base."""
+    def fresh(self, base: str | None = None, everywhere: bool = False, scope: int = -1) -> str:
+        """A new SSA value `%base` (or `%base_N`; `%vN` without a base), unique among the
+        visible names, or among all names of the function if `everywhere`."""
         if base is None:
-            while self.visible(f"v{self.counter}"):
+            while self.taken(f"v{self.counter}", everywhere):
                 self.counter += 1
             name, self.counter = f"v{self.counter}", self.counter + 1
         else:
             name, n = _ssa_base(base), 0
-            while self.visible(name):
+            while self.taken(name, everywhere):
                 name, n = f"{_ssa_base(base)}_{n}", n + 1
-        self.scopes[-1].used.add(name)
+        self.scopes[scope].used.add(name)
+        self.ever.add(name)
         return "%" + name
 
     def bind(self, ir_name: str, ssa: str) -> None:
@@ -215,17 +240,17 @@ class _Printer:
         return result
 
     def const(self, value: Union[int, float, bool], dtype: DTypeLike) -> str:
-        """The SSA value of a constant, emitted once per scope."""
+        """The SSA value of a constant; each is emitted once, at the function's entry."""
         ty, kind = mlir_type(dtype), dtype_kind(dtype)
         literal = {"b": lambda v: "true" if v else "false", "i": lambda v: str(int(v)),
                    "x": lambda v: str(int(v)), "f": lambda v: _float_literal(v, dtype)}[kind](value)
-        for scope in reversed(self.scopes):
-            if (literal, ty) in scope.consts:
-                return scope.consts[(literal, ty)]
-        base = {"b": literal, "i": f"c{literal}_{ty}", "x": f"c{literal}", "f": "cst"}[kind]
-        result = self.op(f"arith.constant {literal}" + ("" if kind == "b" else f" : {ty}"), base)
-        self.scopes[-1].consts[(literal, ty)] = result
-        return result
+        if (literal, ty) not in self.consts:
+            base = {"b": literal, "i": f"c{literal}_{ty}", "x": f"c{literal}", "f": "cst"}[kind]
+            result = self.fresh(base, everywhere=True, scope=1)     # the function body's scope
+            self.const_lines.append(f"{result} = arith.constant {literal}"
+                                    + ("" if kind == "b" else f" : {ty}"))
+            self.consts[(literal, ty)] = result
+        return self.consts[(literal, ty)]
 
     def push(self) -> None:
         self.scopes.append(_Scope())
@@ -237,6 +262,7 @@ class _Printer:
 
     # --- kernels and statements ------------------------------------------------------
     def kernel(self, k: Kernel, depth: int) -> str:
+        """The `func.func` of `k`, its lines indented by `depth` levels."""
         self.depth = depth
         args = []
         for b in k.buffers:
@@ -250,6 +276,7 @@ class _Printer:
         self.push()
         self.block(k.body)
         self.line("func.return")
+        self.lines[1:1] = ["  " * (depth + 1) + c for c in self.const_lines]
         self.pop()
         self.line("}")
         return "\n".join(self.lines) + "\n"
