@@ -1,0 +1,180 @@
+"""The JIT: LLVM modules to callable machine code through llvmlite's LLJIT (OrcJIT).
+
+Each compiled module becomes its own JIT library (a uniquely named JITDylib) owned by a
+`JitLibrary`; when the last reference to that object goes, llvmlite's ResourceTracker
+frees the library's code and data.  No C compiler runs at JIT time: the module is
+optimized by target.optimize, turned into an object by the host target machine, and
+linked in memory.
+
+Invariants:
+- a function pointer from a library is valid only while its `JitLibrary` lives; the
+  ctypes functions `JitLibrary.function` returns hold a reference to it;
+- one LLJIT instance serves at most `libraries_per_jit` libraries, then a fresh one takes
+  over.  llvmlite frees a library's code but never removes the emptied JITDylib from its
+  session (~9 KiB each), so a long-lived LLJIT would grow without bound over thousands of
+  compiles; a retired LLJIT is freed with all its JITDylibs once its last library dies;
+- libraries resolve external symbols in the current process (libc, libm) and in the
+  system libraries loaded with `load_system_library` (libgomp for parallel loops);
+- every failure (bad IR, a symbol no library defines) is a BackendError, never a crash.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import itertools
+import threading
+from typing import Iterable, Optional, Union
+
+import llvmlite.binding as llvm
+import llvmlite.ir as lir
+
+from ..errors import BackendError
+from . import target
+
+ModuleLike = Union[lir.Module, llvm.ModuleRef, str]
+
+# Libraries a module needs when it references one of these symbol prefixes.
+_SYSTEM_LIBRARIES = {"GOMP_": "gomp", "omp_": "gomp"}
+_loaded_libraries: dict[str, str] = {}
+_load_lock = threading.Lock()
+
+
+def load_system_library(name: str) -> str:
+    """Make the symbols of system library `name` ("gomp") visible to JIT code, once;
+    returns its file name.  BackendError if the library is not installed."""
+    with _load_lock:
+        if name not in _loaded_libraries:
+            path = ctypes.util.find_library(name)
+            if path is None:
+                raise BackendError(f"the system library lib{name} is not installed, but compiled "
+                                   f"code needs it (e.g. apt-get install lib{name}1)")
+            try:
+                llvm.load_library_permanently(path)
+            except RuntimeError as e:
+                raise BackendError(f"cannot load lib{name} ({path}): {e}") from None
+            _loaded_libraries[name] = path
+        return _loaded_libraries[name]
+
+
+class JitLibrary:
+    """Machine code of one module, alive as long as this object (or a function from it)."""
+
+    def __init__(self, name: str, tracker: llvm.ResourceTracker, lljit: llvm.LLJIT,
+                 symbols: Iterable[str]):
+        self.name = name
+        self.symbols = tuple(symbols)
+        self._tracker = tracker      # dropping it unloads the code
+        self._lljit = lljit          # the LLJIT that owns the JITDylib outlives it
+
+    def address(self, symbol: str) -> int:
+        if symbol not in self.symbols:
+            raise BackendError(f"JIT library '{self.name}' exports no symbol '{symbol}' "
+                               f"(exports: {', '.join(self.symbols) or 'none'})")
+        return self._tracker[symbol]
+
+    def function(self, symbol: str, restype, *argtypes) -> ctypes._CFuncPtr:
+        """A ctypes function calling `symbol` with the C ABI (it keeps this library alive)."""
+        fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(symbol))
+        fn._tracecomp_library = self
+        return fn
+
+    def __repr__(self) -> str:
+        return f"<JitLibrary {self.name}: {', '.join(self.symbols)}>"
+
+
+class JitEngine:
+    """Compiles modules into JitLibraries for the host (or a given target machine)."""
+
+    def __init__(self, tm: Optional[llvm.TargetMachine] = None, libraries_per_jit: int = 256):
+        self.tm = tm if tm is not None else target.host_target_machine(3)
+        self.libraries_per_jit = libraries_per_jit
+        self._lock = threading.Lock()
+        self._names = itertools.count()
+        self._lljit: Optional[llvm.LLJIT] = None
+        self._linked = 0
+
+    def compile(self, module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
+                opt: int = 3) -> JitLibrary:
+        """Optimize `module` at `opt` and link it; exports default to its defined external
+        functions."""
+        module_ref = as_module_ref(module)
+        target.optimize(module_ref, self.tm, opt)
+        exports = _exported_functions(module_ref) if exports is None else list(exports)
+        for lib in _needed_system_libraries(module_ref):
+            load_system_library(lib)
+        _check_external_symbols(module_ref)
+        return self.add_object(target.emit_object(module_ref, self.tm), exports)
+
+    def add_object(self, obj: bytes, exports: Iterable[str]) -> JitLibrary:
+        """Link host object code (from `target.emit_object`) into a new library."""
+        exports = list(exports)
+        with self._lock:
+            lljit = self._current_lljit()
+            name = f"tracecomp_{next(self._names)}"
+            builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+            for symbol in exports:
+                builder.export_symbol(symbol)
+            try:
+                tracker = builder.link(lljit, name)
+            except RuntimeError as e:
+                raise BackendError(f"JIT linking of library '{name}' failed: {_clean(e)}") from None
+        return JitLibrary(name, tracker, lljit, exports)
+
+    def _current_lljit(self) -> llvm.LLJIT:
+        if self._lljit is None or self._linked >= self.libraries_per_jit:
+            # The old LLJIT stays alive through its libraries' references and goes with them.
+            self._lljit = llvm.create_lljit_compiler(self.tm, suppress_errors=True)
+            self._linked = 0
+        self._linked += 1
+        return self._lljit
+
+
+@functools.lru_cache(maxsize=None)
+def default_engine() -> JitEngine:
+    return JitEngine()
+
+
+def compile_module(module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
+                   opt: int = 3) -> JitLibrary:
+    """Compile `module` with the process-wide engine for the host CPU."""
+    return default_engine().compile(module, exports, opt=opt)
+
+
+def as_module_ref(module: ModuleLike) -> llvm.ModuleRef:
+    """A fresh, verified llvmlite binding module from IR text or an llvmlite.ir.Module."""
+    if isinstance(module, llvm.ModuleRef):
+        return module
+    name = getattr(module, "name", "<tracecomp>")
+    try:
+        return target.parse(str(module), name)
+    except RuntimeError as e:
+        raise BackendError(f"LLVM rejected module '{name}': {_clean(e)}") from None
+
+
+def _exported_functions(module_ref: llvm.ModuleRef) -> list[str]:
+    return [f.name for f in module_ref.functions
+            if not f.is_declaration and f.linkage == llvm.Linkage.external]
+
+
+def _needed_system_libraries(module_ref: llvm.ModuleRef) -> set[str]:
+    needed = set()
+    for f in module_ref.functions:
+        if f.is_declaration:
+            needed.update(lib for prefix, lib in _SYSTEM_LIBRARIES.items() if f.name.startswith(prefix))
+    return needed
+
+
+def _check_external_symbols(module_ref: llvm.ModuleRef) -> None:
+    """Name a function the module calls that no loaded library defines, before linking:
+    ORC's own report ("failed to materialize") does not say which symbol is missing."""
+    missing = [f.name for f in module_ref.functions
+               if f.is_declaration and not f.name.startswith("llvm.")
+               and not llvm.address_of_symbol(f.name)]
+    if missing:
+        raise BackendError(f"module '{module_ref.name}' calls {', '.join(sorted(missing))}, which no "
+                           "loaded library defines (load it with load_system_library)")
+
+
+def _clean(e: Exception) -> str:
+    return " ".join(str(e).split())

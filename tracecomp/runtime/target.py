@@ -1,0 +1,130 @@
+"""The host CPU as an LLVM target: triple, CPU name, features, target machines, the O3
+pipeline and assembly output.
+
+Invariants:
+- llvmlite's native target, asm printer and asm parser are initialized once, on first use
+  (`initialize()`), before any target machine exists;
+- target machines are cached per (opt, reloc, code model): building one costs a few ms
+  and they are immutable once made; calls that emit code through one hold `TM_LOCK`
+  (an LLVM TargetMachine is not safe to drive from two threads at once);
+- `optimize` stamps the module with the machine's triple and data layout before running
+  the pipeline, so the vectorizer's cost model sees the host's vector width (AVX-512 on
+  Zen 5) rather than a generic target's;
+- `optimize` builds a fresh PassBuilder and pipeline per module and frees the pipeline
+  itself (see _dispose_pass_manager).  llvmlite 0.50 never frees a PassBuilder's
+  instrumentation callbacks, so about 3 KiB stay behind per optimized module; reusing one
+  builder instead makes every later run slower (its callbacks pile up), which is worse.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite.binding import newpassmanagers
+
+TM_LOCK = threading.RLock()
+_INIT_LOCK = threading.Lock()
+_initialized = False
+
+
+def initialize() -> None:
+    """Initialize llvmlite's native target once per process (idempotent, thread-safe)."""
+    global _initialized
+    with _INIT_LOCK:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            llvm.initialize_native_asmparser()
+            _initialized = True
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    triple: str
+    cpu: str
+    features: str     # "+avx2,+avx512f,-amx-tile,..." as LLVM's subtarget feature string
+
+
+@functools.lru_cache(maxsize=None)
+def host_target() -> HostTarget:
+    """The process's triple and the host CPU's name and features, as LLVM reports them."""
+    initialize()
+    return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                      llvm.get_host_cpu_features().flatten())
+
+
+@functools.lru_cache(maxsize=None)
+def host_target_machine(opt: int = 3, reloc: str = "default",
+                        codemodel: str = "jitdefault") -> llvm.TargetMachine:
+    """A target machine for the host CPU with all its features (cached).
+
+    The defaults suit the JIT; an exporter of shared objects asks for reloc="pic" and
+    codemodel="default"."""
+    host = host_target()
+    target = llvm.Target.from_triple(host.triple)
+    return target.create_target_machine(cpu=host.cpu, features=host.features, opt=opt,
+                                        reloc=reloc, codemodel=codemodel, jit=True)
+
+
+def prepare(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> llvm.ModuleRef:
+    """Stamp `module_ref` with `tm`'s triple and data layout (in place) and verify it."""
+    module_ref.triple = tm.triple
+    module_ref.data_layout = str(tm.target_data)
+    module_ref.verify()
+    return module_ref
+
+
+def optimize(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int = 3) -> llvm.ModuleRef:
+    """Run LLVM's default per-module pipeline at `opt` (O3: loop and SLP vectorization,
+    interleaving and unrolling on) for `tm` over `module_ref`, in place; returns it."""
+    prepare(module_ref, tm)
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+    pto.loop_vectorization = opt >= 2
+    pto.slp_vectorization = opt >= 2
+    pto.loop_interleaving = opt >= 2
+    pto.loop_unrolling = opt >= 2
+    pass_builder = llvm.create_pass_builder(tm, pto)
+    with TM_LOCK:
+        # A fresh PassBuilder per run: llvmlite registers each run's instrumentation
+        # callbacks on the builder, so a reused one slows down and grows with every module.
+        pipeline = pass_builder.getModulePassManager()
+        try:
+            pipeline.run(module_ref, pass_builder)
+        finally:
+            _dispose_pass_manager(pipeline)
+    return module_ref
+
+
+def _dispose_pass_manager(pipeline: llvm.ModulePassManager) -> None:
+    """Free a pass pipeline now.  llvmlite 0.50's ModulePassManager inherits ObjectRef's
+    no-op `_dispose` ahead of NewPassManager's real one (base-class order), so without
+    this every optimized module leaks its pipeline (~32 KiB)."""
+    dispose = getattr(newpassmanagers.NewPassManager, "_dispose", None)
+    if dispose is not None and not pipeline.closed:
+        dispose(pipeline)
+        pipeline.detach()
+
+
+def emit_assembly(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
+    """The host assembly of `module_ref` (the "asm" stage), in AT&T syntax."""
+    prepare(module_ref, tm)
+    with TM_LOCK:
+        return tm.emit_assembly(module_ref)
+
+
+def emit_object(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:
+    """The ELF object code of `module_ref` for `tm`."""
+    prepare(module_ref, tm)
+    with TM_LOCK:
+        return tm.emit_object(module_ref)
+
+
+def parse(llvm_ir: str, name: str = "<tracecomp>") -> llvm.ModuleRef:
+    """Parse LLVM IR text into a module of llvmlite's global context (verified)."""
+    initialize()
+    module_ref = llvm.parse_assembly(llvm_ir)     # RuntimeError on malformed IR
+    module_ref.name = name
+    module_ref.verify()
+    return module_ref
