@@ -8,10 +8,13 @@ kernels gives the IRError message each must produce.
 """
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import math
 import re
 import subprocess
 
+import numpy as np
 import pytest
 
 from tracecomp.dtypes import DType
@@ -20,6 +23,7 @@ from tracecomp.ir.mlir_tool import find_mlir_opt
 from tracecomp.lower import loops as L
 from tracecomp.lower.loops import (INDEX, Accumulator, Binary, Buffer, Cast, Const, Kernel, Let,
                                    Load, Loop, Reduce, Select, Store, Unary, Var)
+from tracecomp.lower.loops_interp import LoopInterpreter
 from tracecomp.lower.loops_check import (BINARY_KINDS, UNARY_KINDS, check_kernel, dtype_kind,
                                          dtype_name)
 from tracecomp.lower.loops_printer import BINARY_OPS, UNARY_OPS, print_kernel, print_kernels
@@ -28,7 +32,7 @@ F32, F64, I32, I64, BOOL = DType.float32, DType.float64, DType.int32, DType.int6
 DTYPES = (F32, F64, I32, I64, BOOL, INDEX)
 MLIR_OPT = find_mlir_opt()
 needs_mlir_opt = pytest.mark.skipif(
-    MLIR_OPT is None, reason="mlir-opt not found (neither /usr/lib/llvm-22/bin/mlir-opt nor on PATH)")
+    MLIR_OPT is None, reason="mlir-opt not found (not in /usr/lib/llvm-22/bin nor on PATH)")
 
 
 def mlir_opt_accepts(text: str) -> None:
@@ -74,22 +78,18 @@ def _cases(table: dict[str, str]):
     return [(fn, d) for fn, kinds in table.items() for d in DTYPES if dtype_kind(d) in kinds]
 
 
-def _label(d) -> str:
-    return dtype_name(d)
-
-
-UNARY_CASES = {f"unary-{fn}-{_label(d)}": elementwise(
-    f"unary_{fn}_{_label(d)}", [d], lambda x, fn=fn, d=d: Unary(fn, x, d))
+UNARY_CASES = {f"unary-{fn}-{dtype_name(d)}": elementwise(
+    f"unary_{fn}_{dtype_name(d)}", [d], lambda x, fn=fn, d=d: Unary(fn, x, d))
     for fn, d in _cases(UNARY_KINDS)}
-BINARY_CASES = {f"binary-{fn}-{_label(d)}": elementwise(
-    f"binary_{fn}_{_label(d)}", [d, d],
+BINARY_CASES = {f"binary-{fn}-{dtype_name(d)}": elementwise(
+    f"binary_{fn}_{dtype_name(d)}", [d, d],
     lambda a, b, fn=fn, d=d: Binary(fn, a, b, BOOL if fn in L.COMPARISONS else d))
     for fn, d in _cases(BINARY_KINDS)}
-CAST_CASES = {f"cast-{_label(s)}-{_label(t)}": elementwise(
-    f"cast_{_label(s)}_{_label(t)}", [s], lambda x, t=t: Cast(x, t))
+CAST_CASES = {f"cast-{dtype_name(s)}-{dtype_name(t)}": elementwise(
+    f"cast_{dtype_name(s)}_{dtype_name(t)}", [s], lambda x, t=t: Cast(x, t))
     for s in DTYPES for t in DTYPES}
-SELECT_CASES = {f"select-{_label(d)}": elementwise(
-    f"select_{_label(d)}", [BOOL, d, d], lambda c, a, b, d=d: Select(c, a, b, d))
+SELECT_CASES = {f"select-{dtype_name(d)}": elementwise(
+    f"select_{dtype_name(d)}", [BOOL, d, d], lambda c, a, b, d=d: Select(c, a, b, d))
     for d in DTYPES}
 SPECIAL = {F32: (0.0, -0.0, 1e-5, 0.1, 3.4028234663852886e38, math.inf, -math.inf, math.nan, 2),
            F64: (1e-300, 1e300, -math.inf, math.nan), I32: (-2 ** 31, 2 ** 31 - 1),
@@ -104,7 +104,7 @@ def _chain(d):
     return e
 
 
-CONST_CASES = {f"const-{_label(d)}": elementwise(f"const_{_label(d)}", [], lambda d=d: _chain(d))
+CONST_CASES = {f"const-{dtype_name(d)}": elementwise(f"const_{dtype_name(d)}", [], lambda d=d: _chain(d))
                for d in SPECIAL}
 
 
@@ -113,16 +113,17 @@ def broadcast_2d() -> Kernel:
     zero = Const(0, INDEX)
     body = Binary("add", Load("x", (i_, j_), F32), Binary(
         "mul", Load("row", (zero, j_), F32), Load("col", (i_, zero), F32), F32), F32)
-    return Kernel("broadcast_2d", [Buffer("x", F32, (4, 8), "input"), Buffer("row", F32, (1, 8), "input"),
-                                   Buffer("col", F32, (4, 1), "input"), Buffer("y", F32, (4, 8), "output")],
-                  [Loop("i", 4, [Loop("j", 8, [Store("y", (i_, j_), body)])])])
+    buffers = [Buffer("x", F32, (4, 8), "input"), Buffer("row", F32, (1, 8), "input"),
+               Buffer("col", F32, (4, 1), "input"), Buffer("y", F32, (4, 8), "output")]
+    return Kernel("broadcast_2d", buffers, [Loop("i", 4, [Loop("j", 8, [Store("y", (i_, j_), body)])])])
 
 
 def flat_index() -> Kernel:
     """A reshape view: y[i, j] = x[i * 8 + j], and back: z[k] = y[k // 8, k % 8]."""
     flat = Binary("add", Binary("mul", i_, Const(8, INDEX), INDEX), j_, INDEX)
     k = idx("k")
-    unflat = (Binary("floordiv", k, Const(8, INDEX), INDEX), Binary("mod", k, Const(8, INDEX), INDEX))
+    eight = Const(8, INDEX)
+    unflat = (Binary("floordiv", k, eight, INDEX), Binary("mod", k, eight, INDEX))
     return Kernel("flat_index", [Buffer("x", F64, (32,), "input"), Buffer("y", F64, (4, 8), "temp"),
                                  Buffer("z", F64, (32,), "output")],
                   [Loop("i", 4, [Loop("j", 8, [Store("y", (i_, j_), Load("x", (flat,), F64))])]),
@@ -135,8 +136,10 @@ def transpose() -> Kernel:
 
 
 def row_reduce(parallel: bool = False, sizes=()) -> Kernel:
-    """Row sums and row argmax (a pair of accumulators: best value and its index)."""
+    """Row means and row argmax (a pair of accumulators: best value and its index); with
+    `sizes`, the dims are runtime sizes and the mean divides by the size parameter m."""
     n, m = (sizes or (4, 8))
+    count = Cast(Var(m, INDEX) if sizes else Const(m, INDEX), F32)
     v, best, at = Var("v", F32), Var("best", F32), idx("at")
     take = Var("take", BOOL)
     total = Reduce("j", m, [Accumulator("s", F32, Const(0.0, F32))],
@@ -146,9 +149,10 @@ def row_reduce(parallel: bool = False, sizes=()) -> Kernel:
                     [Let("v", Load("x", (i_, j_), F32)), Let("take", Binary("gt", v, best, BOOL))],
                     [Select(take, v, best, F32), Select(take, j_, at, INDEX)])
     return Kernel(f"row_reduce{'_parallel' if parallel else ''}{'_dynamic' if sizes else ''}",
-                  [Buffer("x", F32, (n, m), "input"), Buffer("sum", F32, (n,), "output"),
+                  [Buffer("x", F32, (n, m), "input"), Buffer("mean", F32, (n,), "output"),
                    Buffer("arg", I64, (n,), "output"), Buffer("max", F32, (n,), "output")],
-                  [Loop("i", n, [total, Store("sum", (i_,), Var("s", F32)), argmax,
+                  [Loop("i", n, [total, Store("mean", (i_,), Binary("div", Var("s", F32), count, F32)),
+                                 argmax,
                                  Store("arg", (i_,), Cast(at, I64)), Store("max", (i_,), best)],
                         parallel=parallel)], sizes=list(sizes))
 
@@ -159,8 +163,9 @@ def matmul_dynamic() -> Kernel:
     acc = Reduce("k", "K", [Accumulator("acc", F64, Const(0, F64))], [],
                  [Binary("add", Var("acc", F64), Binary("mul", Load("a", (i_, k), F64),
                                                         Load("b", (k, j_), F64), F64), F64)])
-    return Kernel("matmul", [Buffer("a", F64, ("M", "K"), "input"), Buffer("b", F64, ("K", "N"), "input"),
-                             Buffer("c", F64, ("M", "N"), "output")],
+    buffers = [Buffer("a", F64, ("M", "K"), "input"), Buffer("b", F64, ("K", "N"), "input"),
+               Buffer("c", F64, ("M", "N"), "output")]
+    return Kernel("matmul", buffers,
                   [Loop("i", "M", [Loop("j", "N", [acc, Store("c", (i_, j_), Var("acc", F64))])],
                         parallel=True)], sizes=["M", "K", "N"])
 
@@ -191,7 +196,9 @@ def scoping_and_names() -> Kernel:
 STRUCTURE_CASES = {k.name: k for k in (
     broadcast_2d(), flat_index(), transpose(), row_reduce(), row_reduce(parallel=True),
     row_reduce(sizes=("n", "m")), matmul_dynamic(), nested_reduce_0d(), scoping_and_names())}
-ALL = {**STRUCTURE_CASES, **UNARY_CASES, **BINARY_CASES, **CAST_CASES, **SELECT_CASES, **CONST_CASES}
+GROUPS = {"structure": STRUCTURE_CASES, "unary": UNARY_CASES, "binary": BINARY_CASES,
+          "cast": CAST_CASES, "select": SELECT_CASES, "const": CONST_CASES}
+ALL = {name: k for group in GROUPS.values() for name, k in group.items()}
 
 
 @pytest.mark.parametrize("name", list(ALL))
@@ -216,9 +223,7 @@ def test_mlir_opt_accepts_kernel(name):
 @pytest.mark.parametrize("group", ["structure", "unary", "binary", "cast", "select", "const"])
 def test_mlir_opt_accepts_module(group):
     """One mlir-opt run per group of kernels (a module of them; failures name the function)."""
-    kernels = {"structure": STRUCTURE_CASES, "unary": UNARY_CASES, "binary": BINARY_CASES,
-               "cast": CAST_CASES, "select": SELECT_CASES, "const": CONST_CASES}[group]
-    text = print_kernels(kernels.values())
+    text = print_kernels(GROUPS[group].values())
     assert text.startswith("module {\n  func.func @") and text.endswith("}\n")
     mlir_opt_accepts(text)
 
@@ -271,3 +276,285 @@ def test_golden_text():
                               Store("y", (i_,), Binary("mul", s, Const(0.5, F32), F32))],
                       parallel=True)])
     assert print_kernel(k) == GOLDEN
+
+
+
+# --- executing the printed MLIR: mlir-opt -> LLVM dialect -> mlir-translate -> llvmlite JIT ----
+LOWER_TO_LLVM = ("--llvm-request-c-wrappers", "--convert-scf-to-cf", "--convert-math-to-funcs",
+                 "--convert-math-to-llvm", "--convert-math-to-libm", "--expand-strided-metadata",
+                 "--finalize-memref-to-llvm", "--convert-arith-to-llvm", "--convert-cf-to-llvm",
+                 "--convert-func-to-llvm", "--reconcile-unrealized-casts")
+A = {"f": [0.0, -0.0, 1.5, -2.5, 0.5, -7.25, math.nan, 3.0], "i": [0, -1, 5, -7, 3, 2, -2, 9]}
+B = {"f": [2.0, 3.0, -1.5, -2.5, 0.5, 2.0, 1.0, -0.0], "i": [3, 2, -3, 2, -2, 2, 1, 4]}
+
+
+def _jit(kernels):
+    """Compile kernels through upstream MLIR's own lowering into an llvmlite MCJIT engine."""
+    llvm = pytest.importorskip("llvmlite.binding")
+    translate = MLIR_OPT.replace("mlir-opt", "mlir-translate")
+    run = lambda cmd, text: subprocess.run(cmd, input=text, capture_output=True, text=True,
+                                           timeout=120, check=True).stdout
+    try:
+        version = run([translate, "--version"], "")
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip(f"{translate} not found")
+    if f"version {llvm.llvm_version_info[0]}." not in version:
+        pytest.skip(f"llvmlite's LLVM {llvm.llvm_version_info} differs from mlir-translate's")
+    ir = run([translate, "--mlir-to-llvmir", "-"],
+             run([MLIR_OPT, "-", *LOWER_TO_LLVM], print_kernels(kernels)))
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine = llvm.Target.from_default_triple().create_target_machine()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), machine)
+    engine.finalize_object()
+    return engine
+
+
+def _call(engine, kernel: Kernel, arrays: dict, sizes: dict) -> None:
+    """Call `_mlir_ciface_<name>` with a memref descriptor per buffer, then the sizes."""
+    descs = []
+    for a in (arrays[b.name] for b in kernel.buffers):
+        rank, i64 = a.ndim, ctypes.c_int64
+        desc = type("Desc", (ctypes.Structure,), {"_fields_": [
+            ("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", i64),
+            ("sizes", i64 * rank), ("strides", i64 * rank)]})
+        strides = [st // a.itemsize for st in a.strides]
+        descs.append(desc(a.ctypes.data, a.ctypes.data, 0, (i64 * rank)(*a.shape),
+                          (i64 * rank)(*strides)))
+    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(descs), *[ctypes.c_int64] * len(sizes))
+    fn(engine.get_function_address("_mlir_ciface_" + kernel.name))(
+        *[ctypes.addressof(d) for d in descs], *sizes.values())
+
+
+def _inputs(kernel: Kernel, rng) -> dict:
+    """Operands with zeros, -0, NaN and negatives; divisors nonzero; no NaN into int casts."""
+    arrays = {}
+    for k, b in enumerate(kernel.buffers):
+        kind, shape = dtype_kind(b.dtype), tuple(8 if isinstance(d, str) else d for d in b.shape)
+        if b.role != "input" or kind == "b" or math.prod(shape) != 8:
+            data = rng.standard_normal(shape) if kind == "f" else rng.integers(0, 2, shape)
+        else:
+            data = np.reshape((B if k else A)[kind], shape)
+            if kernel.name.startswith("cast_float") or kernel.name.startswith("binary_pow_int"):
+                data = np.abs(np.nan_to_num(data))
+        arrays[b.name] = np.array(data if b.role == "input" else np.zeros(shape), b.dtype.np)
+    return arrays
+
+
+def _static(kernel: Kernel, size: int) -> Kernel:
+    """The kernel with every extent and dim that is a size parameter replaced by `size`."""
+    fix = lambda e: size if isinstance(e, str) else e
+    def stmt(s):
+        if isinstance(s, (Loop, Reduce)):
+            return dataclasses.replace(s, extent=fix(s.extent), body=[stmt(t) for t in s.body])
+        return s
+    return Kernel(kernel.name, [dataclasses.replace(b, shape=tuple(map(fix, b.shape)))
+                                for b in kernel.buffers], [stmt(s) for s in kernel.body])
+
+
+@needs_mlir_opt
+@pytest.mark.mlir
+@pytest.mark.parametrize("group", ["structure", "unary", "binary", "cast", "select", "const"])
+def test_compiled_mlir_agrees_with_the_loop_interpreter(group):
+    """The printed MLIR, compiled by MLIR's own lowering, computes what loops_interp does:
+    the semantics the printer's tables claim (floored mod, NaN rules, casts, sign...)."""
+    kernels = [k for k in GROUPS[group].values() if k.name != "unary_sign_bool"]  # np.sign(bool)
+    engine, rng = _jit(kernels), np.random.default_rng(0)
+    for k in kernels:
+        arrays = _inputs(k, rng)
+        expected = {n: a.copy() for n, a in arrays.items()}
+        static = _static(k, 8)
+        with np.errstate(all="ignore"):      # size parameters used as values are 8 too
+            LoopInterpreter(static, expected).block(static.body, {s: 8 for s in k.sizes})
+        _call(engine, k, arrays, {s: 8 for s in k.sizes})
+        for b in k.buffers:
+            np.testing.assert_allclose(arrays[b.name].astype(float), expected[b.name].astype(float),
+                                       rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=k.name)
+
+
+# --- broken kernels ------------------------------------------------------------------------
+X = Load("x", (i_,), F32)
+
+
+def bad(*body, buffers=(), sizes=()) -> Kernel:
+    """Kernel 'bad': x f32[8] input, c f32[8] constant, y f32[8] and m i64[4, 8] outputs."""
+    return Kernel("bad", [Buffer("x", F32, (8,), "input"), Buffer("c", F32, (8,), "constant"),
+                          Buffer("y", F32, (8,), "output"), Buffer("m", I64, (4, 8), "output"),
+                          *buffers], list(body), sizes=list(sizes))
+
+
+def loop(*body, var="i", extent=8, parallel=False) -> Loop:
+    return Loop(var, extent, list(body), parallel)
+
+
+def put(value) -> Loop:
+    return loop(Store("y", (i_,), value))
+
+
+def acc(name="s", dtype=F32, init=None) -> Accumulator:
+    return Accumulator(name, dtype, Const(0.0, F32) if init is None else init)
+
+
+def total(var="j", body=(), init=None) -> Reduce:
+    """A sum over `var` in range(8) into accumulator s."""
+    return Reduce(var, 8, [acc(init=init)], list(body), [Var("s", F32)])
+
+
+# (id, kernel, the IRError message after "kernel 'bad'")
+BROKEN = [
+    ("use-before-def", bad(loop(Store("y", (i_,), Var("t", F32)), Let("t", X))),
+     " at Loop i in range(8) > Store y[i]: 't' is used before it is defined"),
+    ("let-twice", bad(Let("t", Const(1.0, F32)), Let("t", Const(2.0, F32))),
+     " at Let t: 't' is defined twice: by Let t and by Let t"),
+    ("shadowed-loop-var", bad(loop(loop(Store("y", (i_,), X)))),
+     " at Loop i in range(8) > Loop i in range(8): 'i' is defined twice: by Loop i in range(8)"
+     " and by Loop i in range(8)"),
+    ("let-shadows-size", bad(Let("n", Const(0, INDEX)), sizes=["n"]),
+     " at Let n: 'n' is defined twice: by size parameter and by Let n"),
+    ("loop-body-is-local", bad(loop(Let("t", X)), Let("u", Var("t", F32))),
+     " at Let u: 't' is used before it is defined"),
+    ("reduce-var-is-local", bad(total(), Let("u", idx("j"))),
+     " at Let u: 'j' is used before it is defined"),
+    ("acc-in-own-init", bad(total(init=Var("s", F32))),
+     " at Reduce j in range(8) -> (s): 's' is used before it is defined"),
+    ("acc-clashes-with-let", bad(Let("s", Const(1.0, F32)), total()),
+     " at Reduce j in range(8) -> (s): 's' is defined twice: by Let s and by Reduce j in "
+     "range(8) -> (s)"),
+    ("acc-twice-after", bad(total(), total("k")),
+     " at Reduce k in range(8) -> (s): 's' is defined twice: by Reduce j in range(8) -> (s) "
+     "and by Reduce k in range(8) -> (s)"),
+    ("load-unknown-buffer", bad(put(Load("w", (i_,), F32))),
+     " at Loop i in range(8) > Store y[i]: Load w[i] names an unknown buffer 'w' (buffers: x, "
+     "c, y, m)"),
+    ("store-unknown-buffer", bad(loop(Store("w", (i_,), X))),
+     " at Loop i in range(8) > Store w[i]: Store w[i] names an unknown buffer 'w' (buffers: x,"
+     " c, y, m)"),
+    ("load-index-count", bad(loop(Store("y", (i_,), Cast(Load("m", (i_,), I64), F32)))),
+     " at Loop i in range(8) > Store y[i]: Load m[i] has 1 index, but buffer 'm' has 2 dims "
+     "(shape (4, 8))"),
+    ("store-index-count", bad(loop(Store("y", (i_, i_), X))),
+     " at Loop i in range(8) > Store y[i, i]: Store y[i, i] has 2 indices, but buffer 'y' has "
+     "1 dim (shape (8,))"),
+    ("store-dtype", bad(put(Cast(X, F64))),
+     " at Loop i in range(8) > Store y[i]: the stored value cast<float64>(x[i]) has dtype "
+     "float64, but buffer 'y' holds float32 (Cast the value)"),
+    ("store-input", bad(loop(Store("x", (i_,), X))),
+     " at Loop i in range(8) > Store x[i]: writes buffer 'x', whose role is 'input' (read-only)"),
+    ("store-constant", bad(loop(Store("c", (i_,), X))),
+     " at Loop i in range(8) > Store c[i]: writes buffer 'c', whose role is 'constant' "
+     "(read-only)"),
+    ("index-not-index", bad(loop(Store("y", (Cast(i_, I64),), X))),
+     ' at Loop i in range(8) > Store y[cast<int64>(i)]: index 0 of Store y[cast<int64>(i)] has'
+     ' dtype int64, expected index (Cast it to index)'),
+    ("load-dtype", bad(put(Load("x", (i_,), F64))),
+     " at Loop i in range(8) > Store y[i]: Load x[i] has dtype float64, but buffer 'x' holds "
+     "float32"),
+    ("var-dtype", bad(loop(Store("y", (Var("i", I64),), X))),
+     " at Loop i in range(8) > Store y[i]: Var 'i' has dtype int64, but Loop i in range(8) "
+     "defines it with dtype index"),
+    ("binary-dtypes", bad(put(Binary("add", X, Const(1.0, F64), F32))),
+     ' at Loop i in range(8) > Store y[i]: operand dtypes of add(x[i], 1.0) disagree: float32 '
+     'vs float64 (Cast one of them)'),
+    ("binary-result", bad(put(Binary("add", X, X, F64))),
+     ' at Loop i in range(8) > Store y[i]: add(x[i], x[i]) has dtype float64, expected float32'),
+    ("comparison-result", bad(put(Binary("lt", X, X, F32))),
+     ' at Loop i in range(8) > Store y[i]: lt(x[i], x[i]) has dtype float32, expected bool'),
+    ("select-cond", bad(put(Select(X, X, X, F32))),
+     ' at Loop i in range(8) > Store y[i]: the condition of select(x[i], x[i], x[i]) has dtype'
+     ' float32, expected bool'),
+    ("select-arms", bad(put(Select(Const(True, BOOL), X, Const(1, I32), F32))),
+     ' at Loop i in range(8) > Store y[i]: select(True, x[i], 1) has dtype float32 but its '
+     'arms have float32 and int32'),
+    ("unknown-unary", bad(put(Unary("relu", X, F32))),
+     " at Loop i in range(8) > Store y[i]: unknown Unary fn 'relu' in relu(x[i]) (known: neg, "
+     "abs, sign, floor, ceil, round, exp, exp2, expm1, log, log2, log1p, sin, cos, tan, tanh, "
+     "erf, sqrt, rsqrt, not, logical_not)"),
+    ("unknown-binary", bad(put(Binary("hypot", X, X, F32))),
+     " at Loop i in range(8) > Store y[i]: unknown Binary fn 'hypot' in hypot(x[i], x[i]) "
+     "(known: add, sub, mul, div, pow, maximum, minimum, atan2, floordiv, mod, and, or, xor, "
+     "eq, ne, lt, le, gt, ge)"),
+    ("unary-kind", bad(put(Cast(Unary("exp", Const(1, I32), I32), F32))),
+     " at Loop i in range(8) > Store y[i]: Unary 'exp' is not defined for int32 in exp(1) (it "
+     "takes float; Cast the operand)"),
+    ("binary-kind", bad(put(Select(Binary("and", X, X, F32), X, X, F32))),
+     " at Loop i in range(8) > Store y[i]: Binary 'and' is not defined for float32 in "
+     "and(x[i], x[i]) (it takes bool; Cast the operand)"),
+    ("index-kind", bad(loop(Store("y", (Binary("div", i_, i_, INDEX),), X))),
+     " at Loop i in range(8) > Store y[div(i, i)]: Binary 'div' is not defined for index in "
+     "div(i, i) (it takes float or integer; Cast the operand)"),
+    ("unary-dtype", bad(put(Unary("neg", X, F64))),
+     " at Loop i in range(8) > Store y[i]: neg(x[i]) has dtype float64, but Unary 'neg' keeps "
+     "its operand's dtype float32"),
+    ("update-count", bad(Reduce("j", 8, [acc(), acc("t")], [], [Var("s", F32)])),
+     ' at Reduce j in range(8) -> (s, t): 2 accumulators but 1 update; give one update per '
+     'accumulator'),
+    ("update-dtype", bad(Reduce("j", 8, [acc()], [], [Const(1, I64)])),
+     " at Reduce j in range(8) -> (s): accumulator 's' of dtype float32 has update 1 of dtype "
+     "int64"),
+    ("init-dtype", bad(Reduce("j", 8, [acc(init=Const(0, I64))], [], [Var("s", F32)])),
+     " at Reduce j in range(8) -> (s): accumulator 's' of dtype float32 has init 0 of dtype int64"),
+    ("reduce-body-store", bad(total(body=[Store("y", (idx("j"),), X)])),
+     ' at Reduce j in range(8) -> (s) > Store y[j]: a Reduce body holds only Let and Reduce '
+     'statements, not Store'),
+    ("extent-negative", bad(loop(extent=-1)),
+     ' at Loop i in range(-1): extent -1 is neither an int >= 0 nor a size parameter (no sizes'
+     ' declared)'),
+    ("extent-unknown-size", bad(loop(extent="n"), sizes=["m"]),
+     " at Loop i in range(n): extent 'n' is neither an int >= 0 nor a size parameter (sizes: m)"),
+    ("extent-float", bad(Reduce("j", 2.0, [], [], [])),
+     ' at Reduce j in range(2.0) -> (): extent 2.0 is neither an int >= 0 nor a size parameter'
+     ' (no sizes declared)'),
+    ("parallel-in-parallel", bad(loop(loop(var="j", parallel=True), parallel=True)),
+     ' at parallel Loop i in range(8) > parallel Loop j in range(8): parallel Loop j is nested'
+     ' inside parallel Loop i in range(8); only one loop of a nest may be parallel (make the '
+     'inner one sequential)'),
+    ("const-kind", bad(put(Cast(Const(1.5, I32), F32))),
+     ' at Loop i in range(8) > Store y[i]: Const 1.5 is not an integer value, but has dtype int32'),
+    ("const-int-range", bad(put(Cast(Const(2 ** 31, I32), F32))),
+     ' at Loop i in range(8) > Store y[i]: Const 2147483648 is out of range for int32'),
+    ("const-float-range", bad(put(Const(1e39, F32))),
+     ' at Loop i in range(8) > Store y[i]: Const 1e+39 is out of range for float32 (use inf '
+     'explicitly)'),
+    ("const-bool-for-float", bad(put(Const(True, F32))),
+     ' at Loop i in range(8) > Store y[i]: Const True is not a float value, but has dtype float32'),
+    ("bad-dtype", bad(put(Cast(Const(1.0, "float16"), F32))),
+     " at Loop i in range(8) > Store y[i]: 1.0 has dtype 'float16'; expected a tracecomp DType"
+     " or 'index'"),
+    ("not-a-statement", bad(X),
+     ': x[i] (Load) is not a statement (expected Let, Store, Loop or Reduce)'),
+    ("not-an-expression", bad(put(1.0)),
+     ' at Loop i in range(8) > Store y[i]: 1.0 (float) is not an expression (expected Const, '
+     'Var, Load, Unary, Binary, Select or Cast)'),
+    ("buffer-twice", bad(buffers=[Buffer("x", F32, (8,), "output")]),
+     ": two buffers are named 'x'"),
+    ("buffer-dim", bad(buffers=[Buffer("w", F32, ("n", 8), "output")]),
+     ": buffer 'w' has dim 'n' in shape ('n', 8), neither an int >= 0 nor a size parameter (no"
+     " sizes declared)"),
+    ("buffer-role", bad(buffers=[Buffer("w", F32, (8,), "scratch")]),
+     ": buffer 'w' has role 'scratch', expected one of input, output, temp, constant"),
+    ("buffer-dtype", bad(buffers=[Buffer("w", INDEX, (8,), "temp")]),
+     ": buffer 'w' has dtype 'index'; buffers hold a tracecomp DType"),
+    ("empty-kernel-name", Kernel("", [], []),
+     ": the kernel name must be a non-empty string"),
+]
+
+
+@pytest.mark.parametrize("kernel, message", [(k, m) for _, k, m in BROKEN],
+                         ids=[name for name, _, _ in BROKEN])
+def test_broken_kernel_message(kernel, message):
+    with pytest.raises(IRError) as info:
+        check_kernel(kernel)
+    assert str(info.value) == f"kernel '{kernel.name}'" + message
+    with pytest.raises(IRError):          # the printer checks first
+        print_kernel(kernel)
+
+
+def test_valid_scoping_is_accepted():
+    """Accumulators are visible after their Reduce; sibling scopes may reuse names."""
+    check_kernel(bad(total(), Let("u", Var("s", F32)), loop(Let("t", X)), loop(Let("t", X)),
+                     loop(Store("y", (i_,), X), parallel=True), loop(parallel=True)))
+
+
+def test_module_needs_distinct_kernel_names():
+    with pytest.raises(IRError, match="two kernels are named 'transpose'"):
+        print_kernels([transpose(), transpose()])

@@ -7,9 +7,11 @@ Every Expr carries its dtype; nothing is inferred, every recorded dtype is check
   Reduce's body is a scope of its own; a Reduce's accumulators are visible in its body
   and updates (as the running values) and after it (as the final values);
 - buffers: Loads and Stores name a known buffer and index each of its dims with `index`
-  expressions; a Store's value has the buffer's dtype; no Store writes an "input" buffer;
+  expressions; a Store's value has the buffer's dtype; no Store writes a read-only
+  ("input" or "constant") buffer;
 - ops: Unary/Binary fns are known and defined for the operand kind (UNARY_KINDS,
-  BINARY_KINDS below, which every code generator implements); Binary operands agree and
+  BINARY_KINDS below, which every code generator implements; `index` values only take
+  add, sub, mul, floordiv, mod, maximum, minimum and comparisons); Binary operands agree and
   the result has their dtype, bool for comparisons; Unary keeps its operand's dtype;
   Select's condition is bool and both arms have the Select's dtype;
 - loops: extents are ints >= 0 or kernel.sizes; a Reduce has one update per accumulator
@@ -24,9 +26,11 @@ import numbers
 from dataclasses import dataclass
 from typing import Callable, NoReturn, Union
 
+import numpy as np
+
 from ..dtypes import DType
 from ..errors import IRError
-from .loops import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, Const, Expr, Kernel,
+from .loops import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, Const, Kernel,
                     Let, Load, Loop, Reduce, Select, Store, Unary, Var)
 
 ROLES = ("input", "output", "temp", "constant")
@@ -34,6 +38,7 @@ READ_ONLY = ("input", "constant")
 
 # The kind of a dtype: f(loat: f32, f64), i(nteger: i32, i64), x (index), b(ool).
 KIND_NAMES = {"f": "float", "i": "integer", "x": "index", "b": "bool"}
+_A_KIND = {"f": "a float", "i": "an integer", "x": "an index", "b": "a bool"}
 
 # Which operand kinds each fn is defined for: the contract every code generator implements.
 UNARY_KINDS: dict[str, str] = {
@@ -95,6 +100,10 @@ def _expr_text(e: object) -> str:
     if isinstance(e, Cast):
         return f"cast<{dtype_name(e.dtype)}>({_expr_text(e.x)})"
     return repr(e)
+
+
+def _count(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def _access_text(buffer: str, index: tuple) -> str:
@@ -172,7 +181,8 @@ class _Checker:
         return (isinstance(d, int) and d >= 0) or (isinstance(d, str) and d in self.kernel.sizes)
 
     def sizes_hint(self) -> str:
-        return f" (sizes: {', '.join(self.kernel.sizes)})" if self.kernel.sizes else " (no sizes declared)"
+        sizes = self.kernel.sizes
+        return f" (sizes: {', '.join(sizes)})" if sizes else " (no sizes declared)"
 
     # --- names -----------------------------------------------------------------------
     def lookup(self, name: str) -> _Name | None:
@@ -194,10 +204,12 @@ class _Checker:
         for s in stmts:
             rule = _STMT_RULES.get(type(s))
             if rule is None:
-                self.fail(f"{s!r} is not a statement (expected Let, Store, Loop or Reduce)")
+                self.fail(f"{describe_expr(s)} ({type(s).__name__}) is not a statement "
+                          "(expected Let, Store, Loop or Reduce)")
             self.path.append(describe_stmt(s))
             if not isinstance(s, allowed):
-                self.fail(f"a Reduce body holds only Let and Reduce statements, not {type(s).__name__}")
+                self.fail("a Reduce body holds only Let and Reduce statements, "
+                          f"not {type(s).__name__}")
             rule(self, s)
             self.path.pop()
 
@@ -211,30 +223,32 @@ class _Checker:
             self.fail(f"writes buffer '{b.name}', whose role is '{b.role}' (read-only)")
         self.expr(s.value)
         if s.value.dtype != b.dtype:
-            self.fail(f"the stored value {describe_expr(s.value)} has dtype {dtype_name(s.value.dtype)}, "
-                      f"but buffer '{b.name}' holds {dtype_name(b.dtype)} (Cast the value)")
+            self.fail(f"the stored value {describe_expr(s.value)} has dtype "
+                      f"{dtype_name(s.value.dtype)}, but buffer '{b.name}' holds "
+                      f"{dtype_name(b.dtype)} (Cast the value)")
 
     def access(self, buffer: str, index: tuple, what: str) -> Buffer:
         """Check a Load's or Store's buffer and indices; return the buffer."""
         b = self.buffers.get(buffer)
         if b is None:
             known = ", ".join(self.buffers) or "none"
-            self.fail(f"{what} of unknown buffer '{buffer}' (buffers: {known})")
+            self.fail(f"{what} {_access_text(buffer, index)} names an unknown buffer '{buffer}' "
+                      f"(buffers: {known})")
         if len(index) != len(b.shape):
-            count = f"{len(index)} {'index' if len(index) == 1 else 'indices'}"
-            self.fail(f"{what} {_access_text(buffer, index)} has {count}, but buffer '{buffer}' has "
-                      f"{len(b.shape)} dims (shape {tuple(b.shape)})")
+            count = _count(len(index), "index", "indices")
+            self.fail(f"{what} {_access_text(buffer, index)} has {count}, but buffer '{buffer}' "
+                      f"has {_count(len(b.shape), 'dim')} (shape {tuple(b.shape)})")
         for n, i in enumerate(index):
             self.expr(i)
             if i.dtype != INDEX:
-                self.fail(f"index {n} of {what} {_access_text(buffer, index)} "
-                          f"is {describe_expr(i)} of dtype {dtype_name(i.dtype)}, expected index "
-                          "(Cast it to index)")
+                self.fail(f"index {n} of {what} {_access_text(buffer, index)} has dtype "
+                          f"{dtype_name(i.dtype)}, expected index (Cast it to index)")
         return b
 
     def extent(self, extent: object) -> None:
         if not self.is_extent(extent):
-            self.fail(f"extent {extent!r} is neither an int >= 0 nor a size parameter{self.sizes_hint()}")
+            self.fail(f"extent {extent!r} is neither an int >= 0 nor a size parameter"
+                      f"{self.sizes_hint()}")
 
     def loop(self, s: Loop) -> None:
         self.extent(s.extent)
@@ -253,12 +267,12 @@ class _Checker:
     def reduce(self, s: Reduce) -> None:
         self.extent(s.extent)
         if len(s.update) != len(s.accumulators):
-            self.fail(f"{len(s.accumulators)} accumulators but {len(s.update)} updates; "
-                      "give one update per accumulator")
+            self.fail(f"{_count(len(s.accumulators), 'accumulator')} but "
+                      f"{_count(len(s.update), 'update')}; give one update per accumulator")
         for a in s.accumulators:
             if not isinstance(a.dtype, DType) and a.dtype != INDEX:
-                self.fail(f"accumulator '{a.name}' has dtype {a.dtype!r}, expected a tracecomp DType "
-                          "or 'index'")
+                self.fail(f"accumulator '{a.name}' has dtype {a.dtype!r}, expected a tracecomp "
+                          "DType or 'index'")
             self.expr(a.init)
             if a.init.dtype != a.dtype:
                 self.fail(f"accumulator '{a.name}' of dtype {dtype_name(a.dtype)} has init "
@@ -272,8 +286,8 @@ class _Checker:
         for a, u in zip(s.accumulators, s.update):
             self.expr(u)
             if u.dtype != a.dtype:
-                self.fail(f"the update {describe_expr(u)} of accumulator '{a.name}' has dtype "
-                          f"{dtype_name(u.dtype)}, expected {dtype_name(a.dtype)}")
+                self.fail(f"accumulator '{a.name}' of dtype {dtype_name(a.dtype)} has update "
+                          f"{describe_expr(u)} of dtype {dtype_name(u.dtype)}")
         self.scopes.pop()
         for a in s.accumulators:
             self.define(a.name, a.dtype, origin)
@@ -282,23 +296,25 @@ class _Checker:
     def expr(self, e: object) -> None:
         rule = _EXPR_RULES.get(type(e))
         if rule is None:
-            self.fail(f"{e!r} is not an expression (expected Const, Var, Load, Unary, Binary, "
-                      "Select or Cast)")
+            self.fail(f"{describe_expr(e)} ({type(e).__name__}) is not an expression (expected "
+                      "Const, Var, Load, Unary, Binary, Select or Cast)")
         try:
             dtype_kind(e.dtype)
         except ValueError:
-            self.fail(f"{describe_expr(e)} has dtype {e.dtype!r}; expected a tracecomp DType or 'index'")
+            self.fail(f"{describe_expr(e)} has dtype {e.dtype!r}; expected a tracecomp DType "
+                      "or 'index'")
         rule(self, e)
 
     def const(self, e: Const) -> None:
         kind, v = dtype_kind(e.dtype), e.value
-        is_bool = isinstance(v, bool) or type(v).__name__ == "bool_"
+        is_bool = isinstance(v, (bool, np.bool_))
         ok = {"b": is_bool,
               "i": isinstance(v, numbers.Integral) and not is_bool,
               "x": isinstance(v, numbers.Integral) and not is_bool,
               "f": isinstance(v, numbers.Real) and not is_bool}[kind]
         if not ok:
-            self.fail(f"Const {v!r} is not a {KIND_NAMES[kind]} value, but has dtype {dtype_name(e.dtype)}")
+            self.fail(f"Const {v!r} is not {_A_KIND[kind]} value, but has dtype "
+                      f"{dtype_name(e.dtype)}")
         if kind in "ix" and not -_INT_RANGE[e.dtype] <= int(v) < _INT_RANGE[e.dtype]:
             self.fail(f"Const {v!r} is out of range for {dtype_name(e.dtype)}")
         if kind == "f" and not _fits_float(v, _FLOAT_MAX[e.dtype]):
@@ -321,7 +337,8 @@ class _Checker:
     def fn_kind(self, e: Unary | Binary, table: dict[str, str], operand: DTypeLike) -> None:
         what = type(e).__name__
         if e.fn not in table:
-            self.fail(f"unknown {what} fn '{e.fn}' in {describe_expr(e)} (known: {', '.join(table)})")
+            self.fail(f"unknown {what} fn '{e.fn}' in {describe_expr(e)} "
+                      f"(known: {', '.join(table)})")
         kind = dtype_kind(operand)
         if kind not in table[e.fn]:
             takes = " or ".join(KIND_NAMES[k] for k in table[e.fn])
@@ -332,8 +349,8 @@ class _Checker:
         self.expr(e.x)
         self.fn_kind(e, UNARY_KINDS, e.x.dtype)
         if e.dtype != e.x.dtype:
-            self.fail(f"{describe_expr(e)} has dtype {dtype_name(e.dtype)}, but Unary '{e.fn}' keeps "
-                      f"its operand's dtype {dtype_name(e.x.dtype)}")
+            self.fail(f"{describe_expr(e)} has dtype {dtype_name(e.dtype)}, but Unary '{e.fn}' "
+                      f"keeps its operand's dtype {dtype_name(e.x.dtype)}")
 
     def binary(self, e: Binary) -> None:
         self.expr(e.a)

@@ -381,7 +381,8 @@ class _Printer:
         if isinstance(how, DType):
             return self.cast(self.cast(x, src, how), how, dst, name)
         if how == "nonzero":
-            return self.apply(BINARY_OPS[("ne", dtype_kind(src))], [x, self.const(0, src)], src, name)
+            ne = BINARY_OPS[("ne", dtype_kind(src))]
+            return self.apply(ne, [x, self.const(0, src)], src, name)
         if how == "resize":
             how = _RESIZE[dtype_kind(src)][0 if dst.itemsize > src.itemsize else 1]
         return self.op(f"{how} {x} : {mlir_type(src)} to {mlir_type(dst)}", name)
