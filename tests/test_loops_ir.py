@@ -23,9 +23,9 @@ from tracecomp.ir.mlir_tool import find_mlir_opt
 from tracecomp.lower import loops as L
 from tracecomp.lower.loops import (INDEX, Accumulator, Binary, Buffer, Cast, Const, Kernel, Let,
                                    Load, Loop, Reduce, Select, Store, Unary, Var)
-from tracecomp.lower.loops_interp import LoopInterpreter
 from tracecomp.lower.loops_check import (BINARY_KINDS, UNARY_KINDS, check_kernel, dtype_kind,
                                          dtype_name)
+from tracecomp.lower.loops_interp import LoopInterpreter
 from tracecomp.lower.loops_printer import BINARY_OPS, UNARY_OPS, print_kernel, print_kernels
 
 F32, F64, I32, I64, BOOL = DType.float32, DType.float64, DType.int32, DType.int64, DType.bool
@@ -242,6 +242,33 @@ def test_cases_cover_every_fn_and_statement_kind():
     for op in ("scf.for", "scf.parallel", "iter_args", "scf.yield", "memref.load", "memref.store",
                "memref<?x?xf64>", "memref<f32>", "index"):
         assert op in text
+
+
+def _scheduled_kernels() -> list[Kernel]:
+    """Every kernel the scheduler makes for the shared op samples, renamed to be unique."""
+    import tracecomp as tc
+    from op_samples import SAMPLES
+    from tracecomp.lower.schedule import schedule
+    kernels = []
+    for s in (s for samples in SAMPLES.values() for s in samples):
+        try:
+            program = schedule(tc.trace(s.call).lower(*s.inputs).optimized)
+        except Exception:     # an error case of the op, or one the scheduler cannot do yet:
+            continue          # test_schedule's business; here only what it emits is checked
+        kernels += [dataclasses.replace(k, name=f"s{len(kernels) + n}_{k.name}")
+                    for n, k in enumerate(program.kernels)]
+    return kernels
+
+
+@pytest.mark.mlir
+def test_every_scheduled_kernel_checks_and_mlir_opt_accepts_it():
+    """The contract from the scheduler's side: what it emits for every op sample is valid."""
+    kernels = _scheduled_kernels()
+    assert len(kernels) > 100
+    for k in kernels:
+        check_kernel(k)
+    if MLIR_OPT is not None:
+        mlir_opt_accepts(print_kernels(kernels))
 
 
 GOLDEN = """\
