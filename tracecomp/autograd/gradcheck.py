@@ -50,7 +50,10 @@ def _numeric(fn, arrays, diff, eps) -> list[np.ndarray]:
             minus = _outputs_flat(fn(*[as_tensor(a) for a in arrays]))
             flat[j] = orig
             cols.append((plus - minus) / (2 * eps))
-        jac.append(np.stack(cols, axis=1) if cols else np.zeros((0, 0)))
+        if cols:
+            jac.append(np.stack(cols, axis=1))
+        else:                           # an empty input: (n_out, 0), like the analytic side
+            jac.append(np.zeros((_outputs_flat(fn(*[as_tensor(a) for a in arrays])).size, 0)))
     return jac
 
 
