@@ -15,12 +15,14 @@ def ic(value: int) -> L.Const:
     return L.Const(int(value), L.INDEX)
 
 
+_FOLD = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+         "floordiv": lambda x, y: x // y, "mod": lambda x, y: x % y, "minimum": min, "maximum": max}
+
+
 def _op(fn: str, a: L.Expr, b) -> L.Expr:
     b = ic(b) if isinstance(b, int) else b
-    if isinstance(a, L.Const) and isinstance(b, L.Const):
-        x, y = a.value, b.value
-        return ic({"add": x + y, "sub": x - y, "mul": x * y, "floordiv": x // y, "mod": x % y,
-                   "minimum": min(x, y), "maximum": max(x, y)}[fn])
+    if isinstance(a, L.Const) and isinstance(b, L.Const) and (fn not in ("floordiv", "mod") or b.value):
+        return ic(_FOLD[fn](a.value, b.value))
     if fn == "mul" and isinstance(b, L.Const) and b.value == 1:
         return a
     if fn in ("add", "sub") and isinstance(b, L.Const) and b.value == 0:

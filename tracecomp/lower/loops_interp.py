@@ -14,7 +14,7 @@ from .. import dtypes as dt
 from . import loops as L
 
 _UNARY = {
-    "neg": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "exp2": np.exp2,
+    "neg": np.negative, "abs": np.abs, "sign": lambda x: x if isinstance(x, np.bool_) else np.sign(x), "exp": np.exp, "exp2": np.exp2,
     "expm1": np.expm1, "log": np.log, "log2": np.log2, "log1p": np.log1p, "sin": np.sin,
     "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt, "floor": np.floor,
     "ceil": np.ceil, "round": np.round, "not": np.logical_not, "logical_not": np.logical_not,

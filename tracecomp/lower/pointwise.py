@@ -126,6 +126,27 @@ class Inliner:
             expr = e if expr is None else L.Select(end, e, expr, out.dtype)
         return expr
 
+    def _select_backward(self, opdef, args, out, index):
+        d = args["dim"] % out.ndim
+        at = args["index"] % out.shape[d]
+        inside = L.Binary("eq", index[d], I.ic(at), dt.BOOL)
+        g = cast(self.value_at(args["grad_output"], index[:d] + index[d + 1:]), out.dtype)
+        return L.Select(inside, g, const(0, out.dtype), out.dtype)
+
+    def _slice_backward(self, opdef, args, out, index):
+        d = args["dim"] % out.ndim
+        grad = args["grad_output"]
+        n, step = grad.type.shape[d], args["step"]
+        start, _, _ = rules.slice_bounds(out.shape[d], args["start"], args["end"], step)
+        j = I.sub(index[d], start)
+        k = I.clamp(L.Binary("floordiv", j, I.ic(step), L.INDEX), 0, max(n - 1, 0))
+        inside = L.Binary("and", L.Binary("and", L.Binary("ge", j, I.ic(0), dt.BOOL),
+                                          L.Binary("eq", L.Binary("mod", j, I.ic(step), L.INDEX), I.ic(0), dt.BOOL),
+                                          dt.BOOL),
+                          L.Binary("lt", j, I.ic(n * step), dt.BOOL), dt.BOOL)
+        g = cast(self.value_at(grad, index[:d] + (k,) + index[d + 1:]), out.dtype)
+        return L.Select(inside, g, const(0, out.dtype), out.dtype) if n else const(0, out.dtype)
+
     def _full(self, opdef, args, out, index):
         return const(args["fill_value"], out.dtype)
 

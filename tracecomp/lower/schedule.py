@@ -24,7 +24,7 @@ from .exprs import cast, const
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 
 PARALLEL_MIN_WORK = 1 << 15        # smaller loop nests stay on one core
-REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul")
+REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add")
 
 
 @dataclass
@@ -126,8 +126,8 @@ class Scheduler:
             r = op.result
             self.program.fills.append(HostFill(self.names[r], opdef.impl, r.type.dtype, r.type.shape))
             return
-        builder = {"reduction": _reduction, "arg_reduction": _arg_reduction,
-                   "variance": _variance, "matmul": _matmul}.get(opdef.kind, _pointwise)
+        builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
+                   "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter}.get(opdef.kind, _pointwise)
         body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
         name = f"k{len(self.program.kernels)}_{op.name.split('.')[1]}"
         self.program.kernels.append(L.Kernel(name, self._kernel_buffers(body), body))
@@ -148,7 +148,7 @@ class Scheduler:
         runtime bounds-checks them, so out-of-range indices raise as they do eagerly."""
         for op in self.graph.ops:
             opdef = self.table.get(op.name)
-            if opdef is None or opdef.kind not in ("gather", "index_select"):
+            if opdef is None or opdef.kind not in ("gather", "index_select", "scatter_add", "index_add"):
                 continue
             args = opdef.arguments_from(op.operands, op.attrs)
             src, idx = args["self"].type, self._view_source(args["index"])
@@ -351,3 +351,31 @@ def _matmul(sched: Scheduler, op: Op, args: dict) -> list:
                         [L.Binary("add", L.Var("acc", t), prod, t)])
         return [loop, L.Store(sched.names[op.result], index, L.Var("acc", t))]
     return _loops(out.shape, inner)
+
+
+def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
+    """scatter_add / index_add: copy `self`, then add each source element at its index.
+    Serial on purpose: two source elements may hit the same output element."""
+    opdef, out = sched.table[op.name], op.result.type
+    name, t = sched.names[op.result], out.dtype
+    copy = _loops(out.shape, lambda ix: [L.Store(name, ix, cast(sched.inliner.value_at(args["self"], ix), t))], "c")
+    if out.ndim == 0:
+        return copy
+    d = args["dim"] % out.ndim
+    src = args["src"] if opdef.kind == "scatter_add" else args["source"]
+    alpha = args.get("alpha", 1)
+    idx_shape = args["index"].type.shape
+
+    def inner(ix):
+        at = ix if opdef.kind == "scatter_add" else ((ix[d],) if idx_shape else ())
+        target = sched.inliner._indirect(args["index"], at, out.shape[d])
+        where = ix[:d] + (target,) + ix[d + 1:]
+        value = cast(sched.inliner.value_at(src, ix), t)
+        if alpha != 1:
+            value = L.Binary("mul", value, const(alpha, t), t)
+        return [L.Store(name, where, L.Binary("add", L.Load(name, where, t), value, t))]
+    extent = idx_shape if opdef.kind == "scatter_add" else src.type.shape   # scatter_add walks index
+    loops = _loops(extent, inner, "s")
+    if loops and isinstance(loops[0], L.Loop):
+        loops[0].parallel = False
+    return copy + loops
