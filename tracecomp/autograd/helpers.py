@@ -75,24 +75,34 @@ def mean_backward(grad, shape: tuple[int, ...], dim, keepdim: bool):
     return sum_backward(grad, shape, dim, keepdim) / reduced_numel(shape, dim)
 
 
-def _max_mask(self, result, dim, keepdim: bool):
-    """Where `self` equals its reduction's (restored) `result`; NaN matches a NaN result."""
+def _max_mask(self, result, dim, keepdim: bool, nan_matches: bool = False):
+    """Where `self` equals its reduction's (restored) `result`; with nan_matches, NaN
+    elements also match a NaN result."""
     tc = _tc()
     r = unsqueeze_reduced(result, self.shape, dim, keepdim)
-    return tc.logical_or(self == r, tc.logical_and(self != self, r != r))
+    mask = self == r
+    return tc.logical_or(mask, tc.logical_and(self != self, r != r)) if nan_matches else mask
 
 
 def amax_backward(grad, self, result, dim, keepdim: bool):
-    """amax/amin/max()/min(): the gradient is split evenly among the tied extreme elements,
-    as PyTorch does (the subgradient that treats ties symmetrically)."""
+    """amax/amin: the gradient is split evenly among the tied extreme elements, as PyTorch
+    does (scale_grad_by_count: the subgradient that treats ties symmetrically)."""
     tc = _tc()
     mask = _max_mask(self, result, dim, keepdim)
     count = mask.sum(reduced_dims(self.shape, dim), keepdim=True)
     return tc.where(mask, unsqueeze_reduced(grad, self.shape, dim, keepdim) / count, 0)
 
 
+def evenly_distribute_backward(grad, self, result):
+    """max()/min() of all elements: like amax, and a NaN result's gradient is shared by the
+    NaN elements (PyTorch's evenly_distribute_backward)."""
+    tc = _tc()
+    mask = _max_mask(self, result, None, False, nan_matches=True)
+    return tc.where(mask, grad / mask.sum(), 0)
+
+
 def amax_jvp(self_p, self_t, result, dim, keepdim: bool):
-    """Forward mode of amax/amin: the mean of the tangents of the tied extreme elements."""
+    """Forward mode of amax/amin/max()/min(): the mean of the tangents of the tied extreme elements."""
     tc = _tc()
     mask = _max_mask(self_p, result, dim, keepdim)
     dims = reduced_dims(self_p.shape, dim)
@@ -218,15 +228,15 @@ def pow_jvp(self_p, self_t, exponent_p, exponent_t, result):
 
 
 def _split_ties(grad, self, other, chosen_if_greater: bool):
-    """maximum/minimum's gradient for `self`: all of it where self wins, half on ties (PyTorch)."""
+    """maximum/minimum's gradient for `self`: none where self loses, half on ties, else all
+    of it (PyTorch's masks: so where a NaN is involved both inputs get the gradient)."""
     tc = _tc()
-    wins = self > other if chosen_if_greater else self < other
-    return tc.where(self == other, grad / 2, tc.where(wins, grad, 0))
+    loses = self < other if chosen_if_greater else self > other
+    return tc.where(self == other, grad / 2, tc.where(loses, 0, grad))
 
 
 def maximum_backward(grad, self, other, grad_input_mask):
-    """maximum: the larger input gets the gradient; ties split it evenly, as PyTorch does.
-    NaN compares false everywhere here: neither input of a NaN pair gets a gradient."""
+    """maximum: the larger input gets the gradient; ties split it evenly, as PyTorch does."""
     return (_split_ties(grad, self, other, True) if grad_input_mask[0] else None,
             _split_ties(grad, other, self, True) if grad_input_mask[1] else None)
 
