@@ -302,6 +302,9 @@ def test_python_numbers_for_tensor_arguments():
         (lambda x: tc.atan2(x, 2.0).sum(), 2 / (x ** 2 + 4)),
         (lambda x: tc.where(x > 1, x, 0.0).sum(), (x > 1).astype(float)),
         (lambda x: tc.clamp(x, max=2).sum(), (x <= 2).astype(float)),
+        (lambda m: tc.clamp(2.0, m).sum(), (x > 2).astype(float)),         # a number clamped by a tensor
+        (lambda x: tc.maximum(x, 1.0).sum(), (x > 1).astype(float)),
+        (lambda x: x.prod(dtype=tc.float64), np.prod(x) / x),
     ]
     for f, want in checks:
         np.testing.assert_allclose(_grad(f, x)[0], want, rtol=1e-12)

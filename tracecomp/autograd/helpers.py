@@ -127,12 +127,14 @@ def prod_backward(grad, self, dim, keepdim: bool):
     return unsqueeze_reduced(grad, self.shape, dim, keepdim) * (nonzero_prod / safe) * factor
 
 
-def prod_jvp(self_p, self_t, dim, keepdim: bool):
-    """Forward mode of prod: sum over the reduced dims of (d prod / d x_i) * x_t_i."""
+def prod_jvp(self_p, self_t, result, dim, keepdim: bool):
+    """Forward mode of prod: sum over the reduced dims of (d prod / d x_i) * x_t_i, in the
+    result's dtype (prod(x, dtype=...))."""
     tc = _tc()
     dims = reduced_dims(self_p.shape, dim)
     ones = tc.ones(unsqueeze_reduced_shape(self_p.shape, dims, keepdim), dtype=self_t.dtype)
-    return (prod_backward(ones, self_p, dim, keepdim) * self_t).sum(dims, keepdim=keepdim)
+    out = (prod_backward(ones, self_p, dim, keepdim) * self_t).sum(dims, keepdim=keepdim)
+    return out if out.dtype == result.dtype else out.to(result.dtype)
 
 
 def unsqueeze_reduced_shape(shape: tuple[int, ...], dims: list[int], keepdim: bool) -> tuple[int, ...]:
@@ -221,10 +223,12 @@ def pow_backward_exponent(grad, self, exponent, result):
 
 def pow_jvp(self_p, self_t, exponent_p, exponent_t, result):
     """Forward mode of pow: x_t * d/dx + e_t * d/de (tangents of Python numbers are 0)."""
-    out = pow_backward_self(self_t, self_p, exponent_p)
-    if not _is_number(exponent_t) or exponent_t != 0:
-        out = out + pow_backward_exponent(exponent_t, self_p, exponent_p, result)
-    return out
+    terms = []
+    if not _is_number(self_t):
+        terms.append(pow_backward_self(self_t, self_p, exponent_p))
+    if not _is_number(exponent_t):
+        terms.append(pow_backward_exponent(exponent_t, self_p, exponent_p, result))
+    return terms[0] + terms[1] if len(terms) == 2 else terms[0]
 
 
 def _split_ties(grad, self, other, chosen_if_greater: bool):
@@ -294,14 +298,20 @@ def clamp_backward(grad, self, min, max, grad_input_mask):
 
 
 def clamp_jvp(self_p, self_t, min_p, min_t, max_p, max_t):
-    """Forward mode of clamp: the tangent of whichever of self, min, max was chosen."""
+    """Forward mode of clamp: the tangent of whichever of self, min, max was chosen
+    (Python-number arguments have the tangent 0 and add no term)."""
     tc = _tc()
     keep, min_chosen, max_chosen = _clamp_masks(self_p, min_p, max_p)
-    out = self_t if keep is None else tc.where(keep, self_t, 0)
-    if min_chosen is not None and not (_is_number(min_t) and min_t == 0):
-        out = out + tc.where(min_chosen, min_t, 0)
-    if max_chosen is not None and not (_is_number(max_t) and max_t == 0):
-        out = out + tc.where(max_chosen, max_t, 0)
+    terms = []
+    if not _is_number(self_t):
+        terms.append(self_t if keep is None else tc.where(keep, self_t, 0))
+    if min_chosen is not None and not _is_number(min_t):
+        terms.append(tc.where(min_chosen, min_t, 0))
+    if max_chosen is not None and not _is_number(max_t):
+        terms.append(tc.where(max_chosen, max_t, 0))
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
     return out
 
 
