@@ -13,8 +13,8 @@ Invariants:
   over.  llvmlite frees a library's code but never removes the emptied JITDylib from its
   session (~9 KiB each), so a long-lived LLJIT would grow without bound over thousands of
   compiles; a retired LLJIT is freed with all its JITDylibs once its last library dies;
-- libraries resolve external symbols in the current process (libc, libm) and in the
-  system libraries loaded with `load_system_library` (libgomp for parallel loops);
+- libraries resolve external symbols in the current process and in the system libraries
+  loaded with `load_system_library` (libm always, libgomp for parallel loops);
 - every failure (bad IR, a symbol no library defines) is a BackendError, never a crash.
 """
 from __future__ import annotations
@@ -37,6 +37,7 @@ ModuleLike = Union[lir.Module, llvm.ModuleRef, str]
 # Libraries a module needs when it references one of these symbol prefixes.
 _SYSTEM_LIBRARIES = {"GOMP_": "gomp", "omp_": "gomp"}
 _loaded_libraries: dict[str, str] = {}
+_PROCESS = ctypes.CDLL(None)        # dlsym over everything the process has loaded globally
 _load_lock = threading.Lock()
 
 
@@ -93,6 +94,7 @@ class JitEngine:
         self._names = itertools.count()
         self._lljit: Optional[llvm.LLJIT] = None
         self._linked = 0
+        load_system_library("m")     # libm for erf/expm1/...: Python may have it only locally
 
     def compile(self, module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
                 opt: int = 3) -> JitLibrary:
@@ -170,7 +172,7 @@ def _check_external_symbols(module_ref: llvm.ModuleRef) -> None:
     ORC's own report ("failed to materialize") does not say which symbol is missing."""
     missing = [f.name for f in module_ref.functions
                if f.is_declaration and not f.name.startswith("llvm.")
-               and not llvm.address_of_symbol(f.name)]
+               and not llvm.address_of_symbol(f.name) and not hasattr(_PROCESS, f.name)]
     if missing:
         raise BackendError(f"module '{module_ref.name}' calls {', '.join(sorted(missing))}, which no "
                            "loaded library defines (load it with load_system_library)")

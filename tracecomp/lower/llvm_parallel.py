@@ -1,0 +1,146 @@
+"""Parallel loops: the outermost `Loop(parallel=True)` of a kernel runs on all cores.
+
+For such a loop `for i in range(n): body` the kernel gets two internal functions:
+- `<kernel>.par<k>.range(buffers..., sizes..., captured..., lo, hi)` runs `body` for i in
+  [lo, hi).  It takes the buffers as `noalias` arguments again, so the vectorizer sees the
+  same facts as in the kernel itself, and is `noinline` (the serial and the parallel path
+  share one compiled copy);
+- `<kernel>.par<k>.omp(ptr data)` is what every thread runs: it reads the arguments from
+  the struct at `data` and calls `.range` on the thread's contiguous chunk
+  [t * c, min((t + 1) * c, n)) with c = ceil(n / threads), t = omp_get_thread_num().
+"Captured" are the loop-IR names visible at the loop (enclosing loop indices, Lets,
+accumulators): the outlined body reads them as arguments.  At the loop itself the kernel
+estimates the work, n times the innermost iterations of one pass over the body, and below
+PARALLEL_MIN_WORK (or for n < 2) calls `.range(0, n)` directly: waking threads costs
+microseconds, more than a small loop nest takes.
+
+Why libgomp (GCC's OpenMP runtime) rather than a thread pool of our own:
+- `GOMP_parallel(fn, data, nthreads, flags)` is a stable C ABI that GCC-compiled code has
+  used for a decade; it keeps its worker threads alive between calls (a parallel region
+  costs a few microseconds), honours OMP_NUM_THREADS, and runs on the calling thread too;
+- no C compiler is needed at JIT time: the JIT resolves the symbols from libgomp.so.1,
+  loaded into the process (runtime/jit.py), and an exported .so links `-lgomp`;
+- a pool written in LLVM IR or Python would need its own thread creation, work
+  distribution and barrier, all of which libgomp already gets right (and a Python pool
+  would need the GIL, which compiled code runs without).
+The cost: exported libraries depend on libgomp.so.1 as well as libc and libm.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import llvmlite.ir as ir
+
+from . import llvm_scalar as S
+from .llvm_codegen import FunctionEmitter, declare_kernel_function
+from .loops import Loop, Reduce
+
+PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a loop stays serial
+_PTR = ir.PointerType()
+
+
+def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]) -> None:
+    """Emit `loop` into `em`'s function as a branch between a serial call of its outlined
+    body and a GOMP_parallel region over it."""
+    b = em.builder
+    captured = [(name, v) for name, v in env.items() if name not in em.sizes]
+    prefix = f"{em.fn.name}.par{em.parallel_loops}"
+    em.parallel_loops += 1
+    range_fn = _range_function(em, loop, captured, f"{prefix}.range")
+    n = em.extent(loop.extent)
+    leading = list(em.fn.args[:len(em.kernel.buffers) + len(em.kernel.sizes)])
+    args = leading + [v for _, v in captured]
+    work = _mul(b, n, _inner_work(em, loop.body))
+    small = b.or_(b.icmp_signed("<", work, ir.Constant(S.I64, PARALLEL_MIN_WORK)),
+                  b.icmp_signed("<", n, ir.Constant(S.I64, 2)))
+    with b.if_else(small) as (serial, parallel):
+        with serial:
+            b.call(range_fn, args + [ir.Constant(S.I64, 0), n])
+        with parallel:
+            struct = ir.LiteralStructType([a.type for a in args] + [S.I64])
+            data = _entry_alloca(em, struct)
+            for k, value in enumerate(args + [n]):
+                b.store(value, _field(b, data, struct, k))
+            omp_fn = _omp_function(em.module, range_fn, struct, f"{prefix}.omp")
+            gomp = S.declare(em.module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32],
+                             attrs=("nounwind",))
+            zero = ir.Constant(S.I32, 0)        # 0 threads: libgomp's default (OMP_NUM_THREADS)
+            b.call(gomp, [omp_fn, data, zero, zero])
+
+
+def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, ir.Value]],
+                    name: str) -> ir.Function:
+    extra = [(n, v.type) for n, v in captured] + [("lo", S.I64), ("hi", S.I64)]
+    fn = declare_kernel_function(em.module, name, em.kernel.buffers, em.kernel.sizes, em.align,
+                                 "internal", extra)
+    fn.attributes.add("noinline")
+    inner = FunctionEmitter(em.module, em.kernel, fn, em.align, in_parallel=True)
+    env = inner.entry_env()
+    first = len(em.kernel.buffers) + len(em.kernel.sizes)
+    env.update((n, arg) for (n, _), arg in zip(captured, fn.args[first:]))
+    lo, hi = fn.args[-2], fn.args[-1]
+    inner.serial_loop(loop.var, lo, hi, loop.body, env)
+    inner.builder.ret_void()
+    return fn
+
+
+def _omp_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralStructType,
+                  name: str) -> ir.Function:
+    """`void name(ptr data)`: this thread's chunk of the iterations, then return."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    data = fn.args[0]
+    fields = [b.load(_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements)]
+    n = fields[-1]
+    thread_num = S.declare(module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
+    num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
+    tid = b.sext(b.call(thread_num, []), S.I64)
+    threads = b.sext(b.call(num_threads, []), S.I64)
+    chunk = b.udiv(b.add(n, b.sub(threads, ir.Constant(S.I64, 1))), threads)
+    lo = S.intrinsic(b, "smin", [b.mul(tid, chunk), n])
+    hi = S.intrinsic(b, "smin", [b.add(lo, chunk), n])
+    b.call(range_fn, fields[:-1] + [lo, hi])
+    b.ret_void()
+    return fn
+
+
+def _field(b: ir.IRBuilder, data: ir.Value, struct: ir.LiteralStructType, k: int) -> ir.Value:
+    indices = [ir.Constant(S.I32, 0), ir.Constant(S.I32, k)]
+    if data.type.is_opaque:
+        return b.gep(data, indices, inbounds=True, source_etype=struct)
+    return b.gep(data, indices, inbounds=True)     # llvmlite's allocas are typed pointers
+
+
+def _entry_alloca(em: FunctionEmitter, t: ir.Type) -> ir.Value:
+    """A stack slot in the entry block (where LLVM expects allocas), whatever the position."""
+    b, here = em.builder, em.builder.block
+    b.position_at_start(em.fn.entry_basic_block)
+    slot = b.alloca(t)
+    b.position_at_end(here)
+    return slot
+
+
+def _inner_work(em: FunctionEmitter, body: Sequence) -> ir.Value:
+    """Innermost iterations of one pass over `body` (at least 1): the sum over its loops
+    of extent times their own inner work.  A simple estimate; every element costs one."""
+    total: ir.Value = ir.Constant(S.I64, 0)
+    for s in body:
+        if isinstance(s, (Loop, Reduce)):
+            total = _add(em.builder, total, _mul(em.builder, em.extent(s.extent), _inner_work(em, s.body)))
+    if isinstance(total, ir.Constant):
+        return ir.Constant(S.I64, max(total.constant, 1))
+    return S.intrinsic(em.builder, "smax", [total, ir.Constant(S.I64, 1)])
+
+
+def _mul(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    if isinstance(x, ir.Constant) and isinstance(y, ir.Constant):
+        return ir.Constant(S.I64, x.constant * y.constant)
+    return b.mul(x, y, flags=("nsw",))
+
+
+def _add(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    if isinstance(x, ir.Constant) and isinstance(y, ir.Constant):
+        return ir.Constant(S.I64, x.constant + y.constant)
+    return b.add(x, y, flags=("nsw",))
