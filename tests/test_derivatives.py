@@ -138,7 +138,8 @@ BAD = [
      - name: max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
        output_differentiability: [True, False, False]
        self: grad
-     """, r"derivatives.yaml:1: in entry 'max\.dim\(.*indices\)': output_differentiability has 3 entries for 2 outputs"),
+     """, r"derivatives.yaml:1: in entry 'max\.dim\(.*indices\)': output_differentiability has 3 entries "
+          r"for 2 outputs"),
     ("non_differentiable names a non-Tensor", """
      - name: gather(Tensor self, int dim, Tensor index) -> Tensor
        non_differentiable: [dim]
