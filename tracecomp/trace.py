@@ -28,6 +28,7 @@ if os.environ.get("TRACECOMP_LOG"):
     log.setLevel(logging.DEBUG if os.environ["TRACECOMP_LOG"].lower() in ("debug", "2") else logging.INFO)
 
 DEFAULT_MAX_RETRACES = 8
+BACKENDS = ("cpu", "interp")
 
 
 def _is_array_leaf(x: Any) -> bool:
@@ -43,15 +44,44 @@ def _describe_leaf(x) -> str:
 
 
 class Lowered:
-    """One signature of a traced function and its stages as text."""
+    """One signature of a traced function: its graphs, its compiled form, its stages as text.
+    Scheduling and native compilation happen on first use (first call or first look)."""
 
-    def __init__(self, graph: Graph, optimized: Graph, out_structure, backward_ops: set):
+    def __init__(self, graph: Graph, optimized: Graph, out_structure, backward_ops: set,
+                 backend: str = "cpu"):
         self.graph = graph
         self.optimized = optimized
         self.out_structure = out_structure
         self.backward_ops = backward_ops
+        self.backend = backend
 
-    STAGES = ("graph", "backward", "optimized")
+    STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm")
+
+    @functools.cached_property
+    def program(self):
+        from .lower.schedule import schedule
+        return schedule(self.optimized)
+
+    @functools.cached_property
+    def compiled(self):
+        from .runtime.compiled import CompiledProgram
+        return CompiledProgram(self.program)
+
+    @property
+    def loops(self) -> str:
+        from .lower.loops_printer import print_kernels
+        return print_kernels(self.program.kernels)
+
+    @property
+    def llvm(self) -> str:
+        from .runtime import target
+        return str(target.optimize(target.parse(str(self.compiled.module)), target.host_target_machine()))
+
+    @property
+    def asm(self) -> str:
+        from .runtime import target
+        tm = target.host_target_machine()
+        return target.emit_assembly(target.optimize(target.parse(str(self.compiled.module)), tm), tm)
 
     @property
     def backward(self) -> Graph:
@@ -63,18 +93,22 @@ class Lowered:
         from .ir.printer import print_graph
         if stage not in self.STAGES:
             raise ArgumentError(f"unknown stage {stage!r}; available: {', '.join(self.STAGES)}")
-        return print_graph(getattr(self, stage))
+        value = getattr(self, stage)
+        return value if isinstance(value, str) else print_graph(value)
 
     def run(self, inputs: list[np.ndarray]):
-        from .runtime.interpreter import run_graph
-        outs = [Tensor.from_numpy(a) for a in run_graph(self.optimized, inputs)]
-        return pytree.unflatten(self.out_structure, outs)
+        if self.backend == "interp":
+            from .runtime.interpreter import run_graph
+            arrays = run_graph(self.optimized, inputs)
+        else:
+            arrays = self.compiled(inputs)
+        return pytree.unflatten(self.out_structure, [Tensor.from_numpy(a) for a in arrays])
 
 
 class TracedFunction:
     def __init__(self, fn: Callable, backend: str = "interp", max_retraces: int = DEFAULT_MAX_RETRACES):
-        if backend not in ("interp",):
-            raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: 'interp')")
+        if backend not in BACKENDS:
+            raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         self.fn = fn
         self.backend = backend
         self.max_retraces = max_retraces
@@ -116,7 +150,7 @@ class TracedFunction:
             result = self.fn(*args, **kwargs)
             out_leaves, out_structure = pytree.flatten(result, lambda x: isinstance(x, (Tensor, np.ndarray)))
             graph.outputs = [ctx.value_of(as_tensor(t)) for t in out_leaves]
-        return Lowered(graph, optimize(graph), out_structure, ctx.backward_ops)
+        return Lowered(graph, optimize(graph), out_structure, ctx.backward_ops, self.backend)
 
     def _note_retrace(self, key) -> None:
         if self._history:

@@ -110,14 +110,14 @@ class Scheduler:
                                                  equal_nan=flat.dtype.kind == "f")
         if not splat:
             name = self._buffer(op.result, "constant", "c")
-            self.program.constants[name] = np.ascontiguousarray(value)
+            self.program.constants[name] = np.array(value, copy=True, order="C")
 
     def _output_buffer(self, v: Value) -> str:
         if v in self.names:
             return self.names[v]
         # a splat constant returned directly: give it a buffer filled once
         name = self._buffer(v, "constant", "c")
-        self.program.constants[name] = np.ascontiguousarray(v.op.attrs["value"])
+        self.program.constants[name] = np.array(v.op.attrs["value"], copy=True, order="C")
         return name
 
     def _emit(self, op: Op) -> None:
@@ -358,18 +358,21 @@ def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
     Serial on purpose: two source elements may hit the same output element."""
     opdef, out = sched.table[op.name], op.result.type
     name, t = sched.names[op.result], out.dtype
-    copy = _loops(out.shape, lambda ix: [L.Store(name, ix, cast(sched.inliner.value_at(args["self"], ix), t))], "c")
-    if out.ndim == 0:
-        return copy
-    d = args["dim"] % out.ndim
     src = args["src"] if opdef.kind == "scatter_add" else args["source"]
     alpha = args.get("alpha", 1)
+    if out.ndim == 0:          # one element: the index can only be 0
+        value = cast(sched.inliner.value_at(src, ()), t)
+        value = L.Binary("mul", value, const(alpha, t), t) if alpha != 1 else value
+        return [L.Store(name, (), L.Binary("add", cast(sched.inliner.value_at(args["self"], ()), t), value, t))]
+    copy = _loops(out.shape, lambda ix: [L.Store(name, ix, cast(sched.inliner.value_at(args["self"], ix), t))], "c")
+    d = args["dim"] % out.ndim
     idx_shape = args["index"].type.shape
 
     def inner(ix):
-        at = ix if opdef.kind == "scatter_add" else ((ix[d],) if idx_shape else ())
+        pos = ix if ix else (I.ic(0),) * out.ndim        # a 0-d source adds at one position
+        at = ix if opdef.kind == "scatter_add" else ((pos[d],) if idx_shape else ())
         target = sched.inliner._indirect(args["index"], at, out.shape[d])
-        where = ix[:d] + (target,) + ix[d + 1:]
+        where = pos[:d] + (target,) + pos[d + 1:]
         value = cast(sched.inliner.value_at(src, ix), t)
         if alpha != 1:
             value = L.Binary("mul", value, const(alpha, t), t)

@@ -1,0 +1,106 @@
+"""A scheduled Program compiled to native code, with the fast call path.
+
+Built once per traced signature: the kernels are generated into one LLVM module and JIT
+compiled into their own library (freed with this object); temporaries get a workspace that
+is planned by liveness and kept across calls; constants are copied once into aligned
+memory.  A call checks the inputs (shape, dtype, index ranges) before any pointer reaches
+native code, allocates fresh aligned outputs, and runs the kernels in order.
+Not re-entrant: one compiled function must not run in two threads at once (shared workspace).
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from ..errors import ArgumentError, ShapeError
+from ..lower.llvm_codegen import codegen_kernels
+from ..lower.schedule import Program
+from .. import random as tc_random
+from .jit import compile_module
+from .memory import aligned_empty, is_aligned, plan_workspace
+
+
+class CompiledProgram:
+    def __init__(self, program: Program):
+        self.program = program
+        self.module = codegen_kernels(program.kernels, f"tc_{program.name}")
+        self.library = compile_module(self.module)
+        self._lock = threading.Lock()
+        self._fixed: dict[str, np.ndarray] = {}       # temps (workspace views) and constants
+        self._plan_workspace()
+        for name, value in program.constants.items():
+            arr = aligned_empty(value.shape, value.dtype)
+            arr[...] = value
+            self._fixed[name] = arr
+        self._outputs = [n for n, b in program.buffers.items() if b.role == "output"]
+        self._calls = []
+        for k in program.kernels:
+            fn = self.library.function(k.name, None, *([ctypes.c_void_p] * len(k.buffers)))
+            self._calls.append((fn, [b.name for b in k.buffers]))
+
+    def _plan_workspace(self) -> None:
+        p = self.program
+        temps = {n: b for n, b in p.buffers.items() if b.role == "temp"}
+        first, last = {}, {}
+        for i, k in enumerate(p.kernels):
+            for b in k.buffers:
+                if b.name in temps:
+                    first.setdefault(b.name, i)
+                    last[b.name] = i
+        for f in p.fills:                 # filled before kernel 0
+            first[f.buffer] = -1
+            last.setdefault(f.buffer, -1)
+        nbytes = {n: max(1, int(np.prod(b.shape, dtype=np.int64)) * b.dtype.itemsize) for n, b in temps.items()}
+        assignment, sizes = plan_workspace({n: nbytes[n] for n in first}, first, last)
+        slots = [aligned_empty((s,), np.uint8) for s in sizes]
+        for name, slot in assignment.items():
+            b = temps[name]
+            self._fixed[name] = slots[slot][:nbytes[name]].view(b.dtype.np)[:int(np.prod(b.shape, dtype=np.int64))].reshape(b.shape)
+        self.workspace_bytes = sum(sizes)
+
+    def check_inputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        p = self.program
+        if len(inputs) != len(p.inputs):
+            raise ArgumentError(f"compiled function @{p.name} takes {len(p.inputs)} inputs, got {len(inputs)}")
+        ready = []
+        for i, (name, a) in enumerate(zip(p.inputs, inputs)):
+            b = p.buffers[name]
+            a = np.asarray(a)
+            if a.shape != tuple(b.shape) or a.dtype != b.dtype.np:
+                raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(b.shape)}, "
+                                    f"got {a.dtype}{list(a.shape)}")
+            if not (a.flags.c_contiguous and is_aligned(a)):
+                copy = aligned_empty(a.shape, a.dtype)
+                copy[...] = a
+                a = copy
+            if name in p.index_inputs and a.size:
+                bound = p.index_inputs[name]
+                lo, hi = int(a.min()), int(a.max())
+                if lo < 0 or hi >= bound:
+                    bad = lo if lo < 0 else hi
+                    raise ShapeError(f"@{p.name}: input {i} holds index {bad}, out of range for a "
+                                     f"dim of size {bound} (indices must be in [0, {bound}))")
+            ready.append(a)
+        return ready
+
+    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        p = self.program
+        arrays = dict(zip(p.inputs, self.check_inputs(inputs)))
+        for name in self._outputs:
+            b = p.buffers[name]
+            arrays[name] = aligned_empty(tuple(b.shape), b.dtype.np)
+        with self._lock:
+            arrays.update(self._fixed)
+            for f in p.fills:
+                gen = tc_random.generator()
+                draw = gen.random if f.impl == "uniform" else gen.standard_normal
+                arrays[f.buffer][...] = draw(f.shape, dtype=f.dtype.np)
+            for fn, names in self._calls:
+                fn(*[arrays[n].ctypes.data for n in names])
+            return [self._result(arrays, name) for name in p.outputs]
+
+    def _result(self, arrays: dict, name: str) -> np.ndarray:
+        role = self.program.buffers[name].role
+        return arrays[name] if role == "output" else np.array(arrays[name], copy=True)
