@@ -519,3 +519,35 @@ def test_math_functions_come_from_llvm_math_when_it_exists(monkeypatch):
     text = str(codegen_kernels([k], "m"))
     assert calls == [("exp", "f32"), ("erf", "f32")]
     assert "poly_exp_f32" in text and "@\"erff\"" in text
+
+
+_THREADS_SCRIPT = """
+import os, sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+from test_llvm_codegen import _count_writes, aligned, compile_kernels, run
+k = _count_writes("rows", "cols")
+lib = compile_kernels([k])
+def threads_after(rows, cols):
+    arrays = {{"y": aligned(np.zeros((rows, cols)), np.int32), "z": aligned(np.zeros((rows, cols)), np.int64)}}
+    run(lib, k, arrays, sizes=(rows, cols))
+    assert (arrays["y"] == 1).all()
+    return len(os.listdir("/proc/self/task"))
+start = len(os.listdir("/proc/self/task"))
+print(start, threads_after(10, 10), threads_after(1000, 1000))
+"""
+
+
+def test_small_parallel_loops_stay_on_one_thread_large_ones_use_libgomp():
+    """In a fresh process (libgomp's team outlives the call): a 10x10 nest takes the serial
+    path and starts no thread; a 1000x1000 one starts libgomp's workers."""
+    import os
+    import subprocess
+    import sys
+    script = _THREADS_SCRIPT.format(tests=os.path.dirname(__file__))
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    start, small, large = map(int, out.stdout.split())
+    assert small == start and large > start

@@ -146,7 +146,7 @@ class FunctionEmitter:
         for s in body:
             self._cache.clear()        # values are shared within a statement only
             if isinstance(s, Let):
-                env[s.name] = self.expr(s.value, env)
+                env[s.name] = _named(self.expr(s.value, env), s.name)
             elif isinstance(s, Store):
                 self.store(s, env)
             elif isinstance(s, Loop):
@@ -313,6 +313,13 @@ class FunctionEmitter:
             return S.cast(b, self.expr(e.x, env), e.x.dtype, e.dtype)
         raise BackendError(f"kernel '{self.kernel.name}': {e!r} is not an expression")
 
+
+
+def _named(value: ir.Value, name: str) -> ir.Value:
+    """Give an unnamed instruction the loop-IR name it is bound to (readable IR dumps)."""
+    if isinstance(value, ir.Instruction) and value.name[:1] in ("", "."):    # llvmlite's ".N"
+        value.name = name
+    return value
 
 
 def _is_blockable_sum(s: Reduce) -> bool:
