@@ -19,8 +19,13 @@ the strides, constants for static dims and products of size parameters for dynam
 Loops are counted loops in LLVM's canonical shape (preheader, header with the i64
 induction phi and the exit test, body, latch with `i + 1`), which the loop vectorizer
 recognizes.  A Reduce is the same loop with one more header phi per accumulator; floating
-accumulations are marked reassociable (see `_accumulate`).  The outermost parallel Loop
-is outlined and run on all cores through libgomp (llvm_parallel.py).
+accumulations are marked reassociable (see `_accumulate`), and long floating sums are
+summed in blocks (see `_blocked_sum`).  The outermost parallel Loop is outlined and run on
+all cores through libgomp (llvm_parallel.py).  Scalar semantics live in llvm_scalar.py.
+
+A Select evaluates both arms (an LLVM `select`, which vectorizes), unlike loops_interp's
+lazy one: a Load in either arm must be in bounds whatever the condition, which the
+scheduler guarantees by clamping such indices (pointwise.py: cat, gather, *_backward).
 """
 from __future__ import annotations
 
@@ -58,6 +63,7 @@ def codegen_kernels(kernels: Sequence[Kernel], module_name: str, *,
 
 def kernel_function_type(buffers: Sequence[Buffer], sizes: Sequence[str],
                          extra: Sequence[ir.Type] = ()) -> ir.FunctionType:
+    """void (ptr per buffer, i64 per size, extra...): a kernel's C signature."""
     return ir.FunctionType(ir.VoidType(), [ir.PointerType()] * len(buffers) + [S.I64] * len(sizes)
                            + list(extra))
 

@@ -100,13 +100,15 @@ class JitEngine:
                 opt: int = 3) -> JitLibrary:
         """Optimize `module` at `opt` and link it; exports default to its defined external
         functions."""
-        module_ref = as_module_ref(module)
-        target.optimize(module_ref, self.tm, opt)
-        exports = _exported_functions(module_ref) if exports is None else list(exports)
-        for lib in _needed_system_libraries(module_ref):
-            load_system_library(lib)
-        _check_external_symbols(module_ref)
-        return self.add_object(target.emit_object(module_ref, self.tm), exports)
+        with target.LLVM_LOCK:         # one module through parse, passes and codegen at a time
+            module_ref = as_module_ref(module)
+            target.optimize(module_ref, self.tm, opt)
+            exports = _exported_functions(module_ref) if exports is None else list(exports)
+            for lib in _needed_system_libraries(module_ref):
+                load_system_library(lib)
+            _check_external_symbols(module_ref)
+            obj = target.emit_object(module_ref, self.tm)
+        return self.add_object(obj, exports)
 
     def add_object(self, obj: bytes, exports: Iterable[str]) -> JitLibrary:
         """Link host object code (from `target.emit_object`) into a new library."""

@@ -5,8 +5,10 @@ Invariants:
 - llvmlite's native target, asm printer and asm parser are initialized once, on first use
   (`initialize()`), before any target machine exists;
 - target machines are cached per (opt, reloc, code model): building one costs a few ms
-  and they are immutable once made; calls that emit code through one hold `TM_LOCK`
-  (an LLVM TargetMachine is not safe to drive from two threads at once);
+  and they are immutable once made;
+- parsing, optimizing and emitting hold `LLVM_LOCK`: modules live in llvmlite's global
+  LLVMContext and a TargetMachine is not safe to drive from two threads at once (and
+  llvmlite releases the GIL during these calls);
 - `optimize` stamps the module with the machine's triple and data layout before running
   the pipeline, so the vectorizer's cost model sees the host's vector width (AVX-512 on
   Zen 5) rather than a generic target's;
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 from llvmlite.binding import newpassmanagers
 
-TM_LOCK = threading.RLock()
+LLVM_LOCK = threading.RLock()
 _INIT_LOCK = threading.Lock()
 _initialized = False
 
@@ -86,7 +88,7 @@ def optimize(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int = 3) -
     pto.loop_interleaving = opt >= 2
     pto.loop_unrolling = opt >= 2
     pass_builder = llvm.create_pass_builder(tm, pto)
-    with TM_LOCK:
+    with LLVM_LOCK:
         # A fresh PassBuilder per run: llvmlite registers each run's instrumentation
         # callbacks on the builder, so a reused one slows down and grows with every module.
         pipeline = pass_builder.getModulePassManager()
@@ -110,21 +112,22 @@ def _dispose_pass_manager(pipeline: llvm.ModulePassManager) -> None:
 def emit_assembly(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
     """The host assembly of `module_ref` (the "asm" stage), in AT&T syntax."""
     prepare(module_ref, tm)
-    with TM_LOCK:
+    with LLVM_LOCK:
         return tm.emit_assembly(module_ref)
 
 
 def emit_object(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:
     """The ELF object code of `module_ref` for `tm`."""
     prepare(module_ref, tm)
-    with TM_LOCK:
+    with LLVM_LOCK:
         return tm.emit_object(module_ref)
 
 
 def parse(llvm_ir: str, name: str = "<tracecomp>") -> llvm.ModuleRef:
     """Parse LLVM IR text into a module of llvmlite's global context (verified)."""
     initialize()
-    module_ref = llvm.parse_assembly(llvm_ir)     # RuntimeError on malformed IR
-    module_ref.name = name
-    module_ref.verify()
+    with LLVM_LOCK:
+        module_ref = llvm.parse_assembly(llvm_ir)     # RuntimeError on malformed IR
+        module_ref.name = name
+        module_ref.verify()
     return module_ref
