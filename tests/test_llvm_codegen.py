@@ -551,3 +551,37 @@ def test_small_parallel_loops_stay_on_one_thread_large_ones_use_libgomp():
     assert out.returncode == 0, out.stderr
     start, small, large = map(int, out.stdout.split())
     assert small == start and large > start
+
+
+_FORK_SCRIPT = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+from test_llvm_codegen import _count_writes, aligned, compile_kernels, run
+k = _count_writes("rows", "cols")
+lib = compile_kernels([k])
+def ok():
+    arrays = {{"y": aligned(np.zeros((1000, 1000)), np.int32), "z": aligned(np.zeros((1000, 1000)), np.int64)}}
+    run(lib, k, arrays, sizes=(1000, 1000))
+    return bool((arrays["y"] == 1).all())
+assert ok()                      # the parent's libgomp team exists now
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)             # a hang ends the child with SIGALRM
+    os._exit(0 if ok() else 1)
+_, status = os.waitpid(pid, 0)
+print(status)
+"""
+
+
+def test_parallel_kernels_run_in_a_forked_child():
+    """libgomp is not fork-safe; the JIT makes forked children run parallel loops serially."""
+    import os
+    import subprocess
+    import sys
+    script = _FORK_SCRIPT.format(tests=os.path.dirname(__file__))
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0"]

@@ -11,8 +11,8 @@ For such a loop `for i in range(n): body` the kernel gets two internal functions
 "Captured" are the loop-IR names visible at the loop (enclosing loop indices, Lets,
 accumulators): the outlined body reads them as arguments.  At the loop itself the kernel
 estimates the work, n times the innermost iterations of one pass over the body, and below
-PARALLEL_MIN_WORK (or for n < 2) calls `.range(0, n)` directly: waking threads costs
-microseconds, more than a small loop nest takes.
+PARALLEL_MIN_WORK (or for n < 2, or when omp_get_max_threads() is 1) calls `.range(0, n)`
+directly: waking threads costs microseconds, more than a small loop nest takes.
 
 Why libgomp (GCC's OpenMP runtime) rather than a thread pool of our own:
 - `GOMP_parallel(fn, data, nthreads, flags)` is a stable C ABI that GCC-compiled code has
@@ -23,7 +23,10 @@ Why libgomp (GCC's OpenMP runtime) rather than a thread pool of our own:
 - a pool written in LLVM IR or Python would need its own thread creation, work
   distribution and barrier, all of which libgomp already gets right (and a Python pool
   would need the GIL, which compiled code runs without).
-The cost: exported libraries depend on libgomp.so.1 as well as libc and libm.
+The costs: exported libraries depend on libgomp.so.1 as well as libc and libm; and
+libgomp is not fork-safe (a forked child that starts a team on a thread that had one
+hangs), so the JIT sets omp_set_num_threads(1) in forked children (runtime/jit.py) and
+kernels then take the serial path without touching libgomp's thread pool.
 """
 from __future__ import annotations
 
@@ -53,7 +56,9 @@ def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]
     work = _mul(b, n, _inner_work(em, loop.body))
     small = b.or_(b.icmp_signed("<", work, ir.Constant(S.I64, PARALLEL_MIN_WORK)),
                   b.icmp_signed("<", n, ir.Constant(S.I64, 2)))
-    with b.if_else(small) as (serial, parallel):
+    max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
+    one_thread = b.icmp_signed("<", b.call(max_threads, []), ir.Constant(S.I32, 2))
+    with b.if_else(b.or_(small, one_thread)) as (serial, parallel):
         with serial:
             b.call(range_fn, args + [ir.Constant(S.I64, 0), n])
         with parallel:

@@ -14,7 +14,9 @@ Invariants:
   session (~9 KiB each), so a long-lived LLJIT would grow without bound over thousands of
   compiles; a retired LLJIT is freed with all its JITDylibs once its last library dies;
 - libraries resolve external symbols in the current process and in the system libraries
-  loaded with `load_system_library` (libm always, libgomp for parallel loops);
+  loaded with `load_system_library` (libm always, libgomp for parallel loops); a process
+  forked after libgomp was loaded runs parallel loops on one thread (libgomp is not
+  fork-safe);
 - every failure (bad IR, a symbol no library defines) is a BackendError, never a crash.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ import ctypes
 import ctypes.util
 import functools
 import itertools
+import os
 import threading
 from typing import Iterable, Optional, Union
 
@@ -54,8 +57,19 @@ def load_system_library(name: str) -> str:
                 llvm.load_library_permanently(path)
             except RuntimeError as e:
                 raise BackendError(f"cannot load lib{name} ({path}): {e}") from None
+            if name == "gomp":
+                _single_thread_in_forked_children(path)
             _loaded_libraries[name] = path
         return _loaded_libraries[name]
+
+
+def _single_thread_in_forked_children(libgomp_path: str) -> None:
+    """libgomp is not fork-safe: a child that starts a parallel region on the thread that
+    forked (whose worker threads did not survive the fork) waits for them forever.  In the
+    child, one thread: compiled kernels then take their serial path (llvm_parallel.py)."""
+    set_num_threads = ctypes.CDLL(libgomp_path).omp_set_num_threads
+    set_num_threads.argtypes = [ctypes.c_int]
+    os.register_at_fork(after_in_child=lambda: set_num_threads(1))
 
 
 class JitLibrary:
