@@ -4,11 +4,13 @@ libraries (libm, libgomp); assembly output."""
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import gc
 import os
 import weakref
 
 import llvmlite.binding as llvm
+import numpy as np
 import pytest
 
 from tracecomp.errors import BackendError
@@ -175,7 +177,6 @@ def test_assembly_and_optimized_ir():
     if "+avx512f" in target.host_target().features:
         assert "zmm" in asm or "ymm" in asm
     lib = jit.compile_module(SAXPY)
-    import numpy as np
     x, y = np.arange(100, dtype=np.float32), np.ones(100, np.float32)
     lib.function("saxpy", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_int64)(
         x.ctypes.data, y.ctypes.data, 2.0, 100)
