@@ -537,6 +537,8 @@ def _matmul_samples():
            "a.matmul(b) int32")
     sample("matmul", tc.matmul, [arr((2, 3), I64), arr((3,), I64)], np.matmul, I64, "int64")
     sample("matmul", tc.matmul, [arr((2, 0)), arr((0, 3))], np.matmul, F32, "empty inner dim")
+    w = arr((2, 3), F64)
+    sample("matmul", lambda b: w @ b, [arr((3, 2), F64)], lambda b: w @ b, F64, "ndarray @ b (__rmatmul__)")
     sample("mm", tc.mm, [arr((2, 3)), arr((3, 4))], np.matmul, F32, "tc.mm", atol=1e-5)
     sample("mm", lambda a, b: a.mm(b), [arr((1, 2), F64), arr((2, 2), F64)], np.matmul, F64, "a.mm(b)")
     sample("mm", tc.mm, [arr((3, 2), I32), arr((2, 1), I32)], np.matmul, I32, "tc.mm int32")

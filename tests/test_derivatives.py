@@ -181,8 +181,6 @@ def test_malformed_entries_name_file_line_entry_and_input(tmp_path, text, messag
         _load(tmp_path, text)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (ops/table.py _LineLoader): PyYAML keeps the last of two equal "
-                                       "keys, so a repeated `self:` line is silently dropped")
 def test_repeated_key_for_one_input_is_an_error(tmp_path):
     with pytest.raises(TableError, match=r"derivatives.yaml:1: .*'self'"):
         _load(tmp_path, """

@@ -67,7 +67,7 @@ def test_every_variant_is_sampled():
     shows up in the samples' descriptions as `x.name(`, the operator symbol or `.prop`."""
     symbols = {"__add__": "+", "__radd__": "+", "__sub__": "-", "__rsub__": "-", "__mul__": "*",
                "__rmul__": "*", "__truediv__": "/", "__rtruediv__": "/", "__pow__": "**", "__rpow__": "**",
-               "__matmul__": "@", "__neg__": "-x", "__abs__": "abs(", "__eq__": "==", "__ne__": "!=",
+               "__matmul__": "@", "__rmatmul__": "@", "__neg__": "-x", "__abs__": "abs(", "__eq__": "==", "__ne__": "!=",
                "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">="}
     problems = []
     for name, op in default_table().items():

@@ -19,7 +19,7 @@ def _infer_python_dtype(data) -> dt.DType:
 
 def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of `data` (nested lists, scalars, arrays, DLPack objects)."""
-    if isinstance(data, (list, tuple, bool, int, float)):
+    if isinstance(data, (list, tuple, bool, int, float)) and not isinstance(data, np.generic):
         target = dt.to_dtype(dtype) if dtype is not None else _infer_python_dtype(data)
         array = np.array(data, dtype=target.np)
     else:

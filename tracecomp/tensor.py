@@ -202,6 +202,8 @@ def as_tensor(x: Any) -> Tensor:
             return Tensor.from_numpy(np.from_dlpack(x))
         except (TypeError, RuntimeError, BufferError):
             pass
-    if isinstance(x, (bool, int, float, np.generic)):
+    if isinstance(x, np.generic):         # NumPy scalars keep their dtype, as in PyTorch
+        return Tensor.from_numpy(np.asarray(x))
+    if isinstance(x, (bool, int, float)):
         return Tensor.from_numpy(np.asarray(x, dtype=dt.scalar_dtype(x).np))
     return Tensor.from_numpy(np.asarray(x))

@@ -15,11 +15,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from ..errors import TableError
 from ..ops import formula
-from ..ops.table import OpDef, _LineLoader, default_table, table_path
+from ..ops.table import OpDef, default_table, read_entries, table_path
 
 RESERVED = {"name", "non_differentiable", "output_differentiability", "result", "dispatch"}
 AUTO_FORWARD = ("auto_linear", "auto_element_wise")
@@ -160,12 +158,7 @@ def _build(entry: dict, ops: dict[str, OpDef], by_schema: dict[str, OpDef], func
 def load_derivatives(path: str | Path, ops: dict[str, OpDef], functions: set[str]) -> dict[str, Derivative]:
     """Parse derivatives.yaml into {op full name: Derivative}; check coverage of `ops`."""
     path = Path(path)
-    try:
-        entries = yaml.load(path.read_text(), Loader=_LineLoader) or []
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise TableError(f"not valid YAML: {getattr(e, 'problem', e)}", path.name,
-                         mark.line + 1 if mark else None) from None
+    entries = read_entries(path)
     by_schema = {str(op.schema): op for op in ops.values()}
     out: dict[str, Derivative] = {}
     counters: dict[str, int] = {}

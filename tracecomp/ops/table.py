@@ -101,7 +101,17 @@ class OpDef:
 class _LineLoader(yaml.SafeLoader):
     """SafeLoader that records each mapping's line as `__line__`."""
 
+    file_name = "<yaml>"
+
     def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:      # PyYAML would silently keep the last of two keys
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise TableError(f"key '{key}' appears twice in one entry (lines {seen[key]} and {line})",
+                                 self.file_name, node.start_mark.line + 1)
+            seen[key] = line
         mapping = super().construct_mapping(node, deep=deep)
         mapping["__line__"] = node.start_mark.line + 1
         return mapping
@@ -199,15 +209,22 @@ def _check_references(ops: dict[str, OpDef]) -> None:
                                  f"(arguments: {', '.join(sorted(args))})", op.file, op.line, op.source)
 
 
-def load_table(path: str | Path) -> dict[str, OpDef]:
-    """Parse and validate an ops.yaml file into {full_name: OpDef} in file order."""
-    path = Path(path)
+def read_entries(path: Path) -> list:
+    """A YAML table's entries, each mapping with its `__line__`; errors name file and line."""
+    loader = type("Loader", (_LineLoader,), {"file_name": path.name})
     try:
-        entries = yaml.load(path.read_text(), Loader=_LineLoader)
+        entries = yaml.load(path.read_text(), Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise TableError(f"not valid YAML: {getattr(e, 'problem', e)}", path.name,
                          mark.line + 1 if mark else None) from None
+    return [] if entries is None else entries
+
+
+def load_table(path: str | Path) -> dict[str, OpDef]:
+    """Parse and validate an ops.yaml file into {full_name: OpDef} in file order."""
+    path = Path(path)
+    entries = read_entries(path)
     if not isinstance(entries, list):
         raise TableError("the table must be a YAML list of entries", path.name, 1)
     ops: dict[str, OpDef] = {}
