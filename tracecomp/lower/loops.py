@@ -15,6 +15,8 @@ Unary/Binary ops named after ops/scalar.py's primitives plus arithmetic and comp
 Select and Cast.  Extents may be ints or Var names of runtime sizes (dynamic dims).
 Invariants (checked by `check_kernel`): names are defined before use and only once; loads
 and stores index every dim of their buffer; a Store's value has the buffer's dtype.
+Select evaluates both arms (code generators emit branch-free selects), so every Load in
+either arm must be in bounds whatever the condition: the scheduler clamps such indices.
 """
 from __future__ import annotations
 
