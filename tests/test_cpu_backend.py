@@ -27,3 +27,43 @@ def test_compiled_matches_eager(s):
             np.testing.assert_allclose(o, e, rtol=tol * 20, atol=tol, equal_nan=True)
         else:
             np.testing.assert_array_equal(o, e)
+
+
+def test_random_draws_are_fresh_per_call_and_follow_manual_seed():
+    f = tc.trace(lambda x: x + tc.randn(1000), backend="cpu")
+    x = np.zeros(1000, np.float32)
+    a, b = np.asarray(f(x)), np.asarray(f(x))
+    assert a.dtype == np.float32 and not np.array_equal(a, b)
+    assert abs(a.mean()) < 0.2 and 0.8 < a.std() < 1.2
+    tc.manual_seed(5)
+    c = np.asarray(f(x))
+    tc.manual_seed(5)
+    np.testing.assert_array_equal(c, np.asarray(f(x)))
+
+
+def test_out_of_range_indices_raise_before_native_code_runs():
+    f = tc.trace(lambda x, t: tc.cross_entropy(x, t), backend="cpu")
+    with pytest.raises(tc.ShapeError, match="gather: index 3 is out of bounds for dim 1 with size 3"):
+        f(np.ones((2, 3), np.float32), np.array([0, 3]))
+
+
+def test_wrong_inputs_to_a_compiled_program_are_refused():
+    low = tc.trace(lambda x: x + 1, backend="cpu").lower(np.ones(3, np.float32))
+    with pytest.raises(tc.ArgumentError, match=r"input 0 must be float32\[3\], got float64\[3\]"):
+        low.compiled([np.ones(3)])
+    with pytest.raises(tc.ArgumentError, match="takes 1 inputs, got 2"):
+        low.compiled([np.ones(3, np.float32)] * 2)
+
+
+def test_misaligned_and_strided_inputs_are_handled():
+    f = tc.trace(lambda x: x * 2, backend="cpu")
+    base = np.arange(40, dtype=np.float32)
+    for x in (base[1:33], base[::2][:16].reshape(4, 4).T):
+        np.testing.assert_array_equal(np.asarray(f(x)), x * 2)
+
+
+def test_stages_print():
+    low = tc.trace(lambda x: (x * 2).exp().sum(), backend="cpu").lower(np.ones((64, 64), np.float32))
+    assert "scf.for" in low.as_text("loops")
+    assert "define" in low.as_text("llvm")
+    assert "ret" in low.as_text("asm")

@@ -106,7 +106,7 @@ class Lowered:
 
 
 class TracedFunction:
-    def __init__(self, fn: Callable, backend: str = "interp", max_retraces: int = DEFAULT_MAX_RETRACES):
+    def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES):
         if backend not in BACKENDS:
             raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         self.fn = fn
@@ -199,7 +199,7 @@ def _explain_change(old, new) -> str:
     return "; ".join(changes) or "signature changed"
 
 
-def trace(fn: Callable | None = None, *, backend: str = "interp",
+def trace(fn: Callable | None = None, *, backend: str = "cpu",
           max_retraces: int = DEFAULT_MAX_RETRACES):
     """Compile `fn` on its first call per input signature; usable as @trace or trace(fn)."""
     if fn is None:

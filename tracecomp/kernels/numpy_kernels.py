@@ -35,8 +35,15 @@ def _np_sign(x):
 
 
 def _np_pow(a, b):
-    if np.asarray(b).dtype.kind in "iub" and np.any(np.asarray(b) < 0) and np.asarray(a).dtype.kind in "iub":
-        raise ShapeError("pow: integers to negative integer powers are not allowed")
+    """np.power, except integer ** negative integer, which NumPy refuses: as in PyTorch (and
+    the compiled code) it is 1 for a base of 1, +-1 for -1 and 0 otherwise."""
+    a_arr, b_arr = np.asarray(a), np.asarray(b)
+    if b_arr.dtype.kind in "iub" and a_arr.dtype.kind in "iub" and np.any(b_arr < 0):
+        negative = b_arr < 0
+        safe = np.power(a, np.where(negative, 0, b))
+        odd = (b_arr % 2) != 0
+        special = np.where(a_arr == 1, 1, np.where(a_arr == -1, np.where(odd, -1, 1), 0))
+        return np.where(negative, special.astype(safe.dtype), safe)
     return np.power(a, b)
 
 

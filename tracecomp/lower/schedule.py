@@ -36,6 +36,16 @@ class HostFill:
     shape: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class IndexCheck:
+    """A function input whose values index a dim (gather, index_select, scatter): checked
+    before the kernels run, so a bad index raises instead of reading out of bounds."""
+    op: str
+    dim: int
+    size: int
+    loc: object = None
+
+
 @dataclass
 class Program:
     name: str
@@ -45,7 +55,7 @@ class Program:
     outputs: list[str]                         # buffer of each function output (may repeat)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     fills: list[HostFill] = field(default_factory=list)
-    index_inputs: dict[str, int] = field(default_factory=dict)   # input buffer -> bound it indexes
+    index_checks: dict[str, list[IndexCheck]] = field(default_factory=dict)   # by input buffer
 
 
 def _materialized(graph: Graph) -> set[Value]:
@@ -153,9 +163,9 @@ class Scheduler:
             args = opdef.arguments_from(op.operands, op.attrs)
             src, idx = args["self"].type, self._view_source(args["index"])
             if idx in self.names and self.buffers[self.names[idx]].role == "input":
-                size = src.shape[args["dim"] % src.ndim] if src.ndim else 1
-                name = self.names[idx]
-                self.program.index_inputs[name] = min(size, self.program.index_inputs.get(name, size))
+                dim = args["dim"] % src.ndim if src.ndim else 0
+                check = IndexCheck(opdef.full_name, dim, src.shape[dim] if src.ndim else 1, op.loc)
+                self.program.index_checks.setdefault(self.names[idx], []).append(check)
 
     def _view_source(self, v: Value) -> Value:
         while v.op is not None and v.op.name != CONSTANT and \

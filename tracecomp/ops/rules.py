@@ -8,6 +8,8 @@ and the IR verifier all call this, so all three agree on every shape and dtype.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from typing import Any, Callable
 
 from .. import dtypes as dt
@@ -123,7 +125,24 @@ def elementwise_dtypes(op: OpDef, args: dict[str, Any]) -> tuple[DType, DType]:
         return common, dt.BOOL
     if op.dtype_rule == "float" and not common.is_floating_point:
         common = dt.DEFAULT_FLOAT
+    if common.is_integer:
+        _check_int_scalars(op, args, common)
     return common, common
+
+
+def _check_int_scalars(op: OpDef, args: dict[str, Any], dtype: DType) -> None:
+    """A Python int must fit the integer dtype it computes in (PyTorch refuses to wrap it);
+    an integer tensor to a negative Python-int power is refused, as in PyTorch."""
+    info = np.iinfo(dtype.np)
+    for name in op.promote:
+        v = args.get(name)
+        if isinstance(v, int) and not isinstance(v, bool) and not info.min <= v <= info.max:
+            raise DTypeError(f"{op.full_name}: argument '{name}' is the Python int {v}, which does not "
+                             f"fit in {dtype.label} without overflow")
+    exponent = args.get("exponent")
+    if op.name == "pow" and isinstance(exponent, int) and not isinstance(exponent, bool) and exponent < 0:
+        raise DTypeError(f"{op.full_name}: integers to negative integer powers are not allowed "
+                         f"(exponent {exponent}); use a float tensor")
 
 
 @rule("elementwise")

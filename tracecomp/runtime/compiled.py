@@ -14,12 +14,22 @@ import threading
 
 import numpy as np
 
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, ShapeError, add_location
 from ..lower.llvm_codegen import codegen_kernels
 from ..lower.schedule import Program
 from .. import random as tc_random
 from .jit import compile_module
 from .memory import aligned_empty, is_aligned, plan_workspace
+
+
+def _check_indices(a: np.ndarray, checks) -> None:
+    """Index values must lie in [0, size) of the dim they index, as eager execution demands."""
+    lo, hi = int(a.min()), int(a.max())
+    for c in checks:
+        if lo < 0 or hi >= c.size:
+            bad = lo if lo < 0 else hi
+            err = ShapeError(f"{c.op}: index {bad} is out of bounds for dim {c.dim} with size {c.size}")
+            raise add_location(err, str(c.loc) if c.loc else None)
 
 
 class CompiledProgram:
@@ -75,13 +85,8 @@ class CompiledProgram:
                 copy = aligned_empty(a.shape, a.dtype)
                 copy[...] = a
                 a = copy
-            if name in p.index_inputs and a.size:
-                bound = p.index_inputs[name]
-                lo, hi = int(a.min()), int(a.max())
-                if lo < 0 or hi >= bound:
-                    bad = lo if lo < 0 else hi
-                    raise ShapeError(f"@{p.name}: input {i} holds index {bad}, out of range for a "
-                                     f"dim of size {bound} (indices must be in [0, {bound}))")
+            if name in p.index_checks and a.size:
+                _check_indices(a, p.index_checks[name])
             ready.append(a)
         return ready
 
