@@ -349,18 +349,10 @@ def _check_error(exc_info, fn, errors, needles, mode):
     assert where in msg, f"{mode}: message lacks the user's line {where}:\n{msg}"
 
 
-@pytest.mark.parametrize("desc, fn, inputs, errors, needles", ERRORS, ids=[e[0] for e in ERRORS])
+@pytest.mark.parametrize("desc, fn, inputs, errors, needles", ERRORS + RUNTIME_ERRORS,
+                         ids=[e[0] for e in ERRORS + RUNTIME_ERRORS])
 def test_errors(desc, fn, inputs, errors, needles):
-    with pytest.raises(Exception) as info:
-        fn(*[tc.tensor(a) for a in inputs])
-    _check_error(info, fn, errors, needles, "eager")
-    with pytest.raises(Exception) as info:
-        tc.trace(fn)(*inputs)
-    _check_error(info, fn, errors, needles, "traced")
-
-
-@pytest.mark.parametrize("desc, fn, inputs, errors, needles", RUNTIME_ERRORS, ids=[e[0] for e in RUNTIME_ERRORS])
-def test_runtime_errors(desc, fn, inputs, errors, needles):
+    """Eagerly, and traced (compiled: found at trace time, or when the inputs are checked)."""
     with pytest.raises(Exception) as info:
         fn(*[tc.tensor(a) for a in inputs])
     _check_error(info, fn, errors, needles, "eager")
