@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .llvm_math_coeffs import F32 as C32
 from .llvm_math_consts import PIO2, TWO_OVER_PI, parts, round_to, two_over_pi_bits
 from .llvm_math_core import F64, Emit
 from .llvm_math_exp import coeffs
@@ -172,8 +173,8 @@ def _kernels(e: Emit, r: ir.Value, lo: ir.Value | None) -> tuple[ir.Value, ir.Va
 
 
 def _f32_trig(name: str) -> list[float]:
-    from .llvm_math_coeffs import F32
-    return F32[name][0]
+    """The f32 kernels' (shorter) polynomials, stored rounded to double."""
+    return C32[name][0]
 
 
 def _assemble(e: Emit, n: ir.Value, s: ir.Value, c: ir.Value, fn: str) -> ir.Value:
