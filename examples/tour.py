@@ -28,3 +28,19 @@ print(np.asarray(out).sum(axis=1))            # each row sums to 1
 lowered = f.lower(*args)
 print(lowered.as_text("graph"))               # as traced, MLIR generic syntax in a `tc` dialect
 print(lowered.as_text("optimized"))           # composites decomposed, graph simplified
+
+# Autodiff: eager (PyTorch) and functional (JAX); both work under tc.trace.
+w = tc.tensor(rng.standard_normal((4, 3)).astype(np.float32), requires_grad=True)
+xb = tc.tensor(rng.standard_normal((2, 4)).astype(np.float32))
+
+
+def loss(w, x):
+    return (tc.tanh(x @ w) ** 2).mean()
+
+
+loss(w, xb).backward()
+print(w.grad.shape, type(loss(w, xb).grad_fn).__name__)      # (4, 3) MeanBackward0
+step = tc.trace(tc.value_and_grad(loss))                      # forward + backward, compiled
+value, grad = step(w.detach(), xb)
+print(np.allclose(np.asarray(grad), w.grad.numpy(), atol=1e-6))   # True
+print(step.lower(w.detach(), xb).as_text("backward"))         # the backward ops alone
