@@ -256,6 +256,7 @@ SIMPLIFIED_TO_INPUT = {
         %1 = "tc.add"(%0, %arg0) {alpha = 1 : i64} : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>"""),
     "x-0": ("tensor<4xf32>", '%0 = "tc.sub"(%arg0) {other = 0.0 : f64, alpha = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>'),
     "x/1": ("tensor<4xf64>", '%0 = "tc.div"(%arg0) {other = 1 : i64} : (tensor<4xf64>) -> tensor<4xf64>'),
+    "x**1": ("tensor<4xf32>", '%0 = "tc.pow"(%arg0) {exponent = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>'),
     "neg(neg(x))": ("tensor<4xf32>", """
         %0 = "tc.neg"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
         %1 = "tc.neg"(%0) : (tensor<4xf32>) -> tensor<4xf32>"""),
@@ -303,6 +304,8 @@ STAYS = {   # looks like a pattern, but the replacement would change the type or
     "permute that swaps equal dims": ("tensor<3x3xf32>", '%0 = "tc.permute"(%arg0) {dims = array<i64: 1, 0>} : (tensor<3x3xf32>) -> tensor<3x3xf32>', "tensor<3x3xf32>"),
     "squeeze that removes a dim": ("tensor<1x3xf32>", '%0 = "tc.squeeze"(%arg0) {dim} : (tensor<1x3xf32>) -> tensor<3xf32>', "tensor<3xf32>"),
     "cast to another dtype": ("tensor<4xi32>", '%0 = "tc.to"(%arg0) {dtype = f32} : (tensor<4xi32>) -> tensor<4xf32>', "tensor<4xf32>"),
+    "x ** 1.0 on ints changes dtype": ("tensor<4xi32>", '%0 = "tc.pow"(%arg0) {exponent = 1.0 : f64} : (tensor<4xi32>) -> tensor<4xf32>', "tensor<4xf32>"),
+    "x ** 3": ("tensor<4xf32>", '%0 = "tc.pow"(%arg0) {exponent = 3 : i64} : (tensor<4xf32>) -> tensor<4xf32>', "tensor<4xf32>"),
     "expand to a larger shape": ("tensor<3xf32>", '%0 = "tc.expand"(%arg0) {size = array<i64: 2, 3>} : (tensor<3xf32>) -> tensor<2x3xf32>', "tensor<2x3xf32>"),
 }
 
@@ -311,6 +314,13 @@ STAYS = {   # looks like a pattern, but the replacement would change the type or
 def test_simplify_leaves(name):
     in_type, ops, out_type = STAYS[name]
     unchanged(simplify_dce, _unary_graph(in_type, ops, out_type))
+
+
+def test_simplify_squares_become_products():
+    check(simplify_dce, _unary_graph("tensor<4xf32>", '%0 = "tc.pow"(%arg0) {exponent = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>',
+                                     "tensor<4xf32>"),
+          _unary_graph("tensor<4xf32>", '%0 = "tc.mul"(%arg0, %arg0) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>',
+                       "tensor<4xf32>"))
 
 
 def test_simplify_merges_reshape_chains_into_one_reshape():

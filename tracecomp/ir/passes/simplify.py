@@ -82,6 +82,18 @@ def div_by_one(op: Op, args: Args, rw: Rewriter) -> Replacement:
     return None
 
 
+def pow_small(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    """x ** 1 -> x, x ** 2 -> x * x (both exact; the square is what backward of pow makes)."""
+    x = args["self"]
+    if not isinstance(x, Value) or isinstance(args["exponent"], Value):
+        return None
+    if _is_all(args["exponent"], 1):
+        return [x]
+    if _is_all(args["exponent"], 2):
+        return rw.add("tc.mul", [x, x], {}, [op.results[0].type], op.loc).results
+    return None
+
+
 def neg_neg(op: Op, args: Args, rw: Rewriter) -> Replacement:
     inner = _producer(args["self"], "tc.neg")
     return [inner.operands[0]] if inner is not None else None
@@ -142,6 +154,7 @@ PATTERNS: dict[str, list[Pattern]] = {
     "tc.sub": [sub_zero],
     "tc.div": [div_by_one],
     "tc.neg": [neg_neg],
+    "tc.pow": [pow_small],
     "tc.reshape": [same_type_identity, reshape_of_view],
     "tc.squeeze": [same_type_identity, view_chain_undone],
     "tc.unsqueeze": [view_chain_undone],
