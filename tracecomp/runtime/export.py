@@ -1,0 +1,377 @@
+"""Ahead-of-time export: a traced function as a shared library and a C header.
+
+`export(fn, example_inputs, "libmodel.so", name=None)` traces and schedules `fn` for the
+example inputs' shapes and dtypes (static shapes only), then builds one LLVM module with
+
+- the kernels (internal linkage, so two exported libraries in one process never bind each
+  other's kernels), generated without the 64-byte pointer-alignment assumption so a C
+  caller may pass any `malloc`ed buffer;
+- the constants as global arrays and one zero-initialized, 64-byte aligned global
+  workspace for temporaries, laid out by the same liveness plan as runtime/compiled.py
+  (so the library is not re-entrant: one call at a time per process);
+- `int NAME(const void* const* inputs, void* const* outputs)`: checks that no pointer is
+  NULL and that every index input lies in range, runs the kernels in order, copies outputs
+  that are inputs, constants, temps or repeats of another output, and returns 0 or an
+  error code;
+- `const char* NAME_error_string(int code)` and `const char* NAME_metadata(void)` (a JSON
+  text: tracecomp version, signature, target triple, CPU name and features).
+
+The object comes from a PIC target machine for the host CPU; `cc -shared` links it with
+libm and libgomp only.  `libNAME.h` next to it declares everything with comments.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Any, Callable, Optional, Sequence
+
+import llvmlite.ir as ir
+import numpy as np
+
+from ..errors import ArgumentError, BackendError
+
+I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+WORKSPACE_ALIGN = 64
+
+OK, ERR_NULL = 0, 1
+ERR_INDEX_BASE = 16          # 16 + j: index check j failed
+
+C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
+           "bool": "uint8_t"}
+ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+
+
+def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
+           dynamic: Optional[dict] = None, *, _metadata_overrides: Optional[dict] = None) -> dict:
+    """Write the shared library `path` and its header (same stem, `.h`) for `fn` at the
+    example inputs' shapes and dtypes.  Returns the metadata written into the library."""
+    from .. import __version__
+    from ..trace import TracedFunction, trace
+    from . import target
+
+    if dynamic:
+        raise ArgumentError("tc.export: dynamic dimensions are not supported yet; export one "
+                            "library per shape (static shapes only)")
+    if not isinstance(example_inputs, (list, tuple)):
+        raise ArgumentError("tc.export: example_inputs must be a list or tuple of the function's "
+                            "positional arguments")
+    traced = fn if isinstance(fn, TracedFunction) else trace(fn)
+    lowered = traced.lower(*example_inputs)
+    program = lowered.program
+    name = name or _default_name(path)
+    if not name.isidentifier():
+        raise ArgumentError(f"tc.export: name {name!r} is not a C identifier")
+    if program.fills:
+        raise ArgumentError("tc.export: functions that draw random numbers (rand/randn) cannot "
+                            "be exported yet")
+    for k in program.kernels:
+        if k.sizes:
+            raise ArgumentError("tc.export: kernels with dynamic sizes are not supported yet")
+
+    host = target.host_target()
+    metadata = {
+        "format": 1,
+        "tracecomp_version": __version__,
+        "name": name,
+        "inputs": [_describe(program, n, i) for i, n in enumerate(program.inputs)],
+        "outputs": [_describe(program, n, i) for i, n in enumerate(program.outputs)],
+        "dynamic": [],
+        "target": {"triple": host.triple, "cpu": host.cpu, "features": host.features},
+    }
+    if _metadata_overrides:            # tests only: fabricate a library for another machine
+        metadata = _merge(metadata, _metadata_overrides)
+    checks = [(i, n, c) for i, n in enumerate(program.inputs) for c in program.index_checks.get(n, [])]
+
+    module = build_module(program, name, metadata, checks)
+    tm = target.host_target_machine(3, reloc="pic", codemodel="default")
+    module_ref = target.optimize(target.parse(str(module), name), tm)
+    obj = target.emit_object(module_ref, tm)
+    _link(obj, path)
+    header = os.path.splitext(path)[0] + ".h"
+    with open(header, "w") as f:
+        f.write(render_header(name, metadata, checks))
+    return metadata
+
+
+def _default_name(path: str) -> str:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    stem = stem[3:] if stem.startswith("lib") and len(stem) > 3 else stem
+    cleaned = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in stem)
+    return cleaned if cleaned and not cleaned[0].isdigit() else "model_" + cleaned
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def _describe(program, buf_name: str, i: int) -> dict:
+    b = program.buffers[buf_name]
+    return {"index": i, "dtype": b.dtype.label, "shape": [int(s) for s in b.shape]}
+
+
+def _nbytes(b) -> int:
+    return int(np.prod(b.shape, dtype=np.int64)) * b.dtype.itemsize
+
+
+def _cstring(module: ir.Module, gname: str, text: str) -> ir.GlobalVariable:
+    data = bytearray(text.encode("utf-8") + b"\0")
+    g = ir.GlobalVariable(module, ir.ArrayType(I8, len(data)), gname)
+    g.initializer = ir.Constant(ir.ArrayType(I8, len(data)), data)
+    g.global_constant = True
+    g.linkage = "internal"
+    return g
+
+
+def _plan(program) -> tuple[dict[str, int], int]:
+    """Byte offset of every temp in the workspace, and its size (runtime/compiled.py's plan,
+    slots laid end to end at 64-byte boundaries)."""
+    from .memory import plan_workspace
+    temps = {n: b for n, b in program.buffers.items() if b.role == "temp"}
+    first, last = {}, {}
+    for i, k in enumerate(program.kernels):
+        for b in k.buffers:
+            if b.name in temps:
+                first.setdefault(b.name, i)
+                last[b.name] = i
+    nbytes = {n: max(1, _nbytes(temps[n])) for n in first}
+    assignment, sizes = plan_workspace(nbytes, first, last)
+    starts, at = [], 0
+    for s in sizes:
+        starts.append(at)
+        at += -(-s // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+    return {n: starts[slot] for n, slot in assignment.items()}, at
+
+
+def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
+    from ..lower import llvm_scalar as S
+    from ..lower.llvm_codegen import codegen_kernels
+
+    module = codegen_kernels(program.kernels, f"tc_export_{name}", align=None)
+    kernels = {f.name: f for f in module.functions if not f.is_declaration}
+    for f in kernels.values():
+        f.linkage = "internal"
+
+    offsets, ws_bytes = _plan(program)
+    ws_type = ir.ArrayType(I8, max(ws_bytes, WORKSPACE_ALIGN))
+    workspace = ir.GlobalVariable(module, ws_type, f"{name}__workspace")
+    workspace.initializer = ir.Constant(ws_type, None)
+    workspace.linkage = "internal"
+    workspace.align = WORKSPACE_ALIGN
+
+    consts = {}
+    for cname, value in program.constants.items():
+        b = program.buffers[cname]
+        raw = bytearray(np.ascontiguousarray(value, dtype=b.dtype.np).tobytes()) or bytearray(1)
+        t = ir.ArrayType(I8, len(raw))
+        g = ir.GlobalVariable(module, t, f"{name}__const_{len(consts)}")
+        g.initializer = ir.Constant(t, raw)
+        g.global_constant = True
+        g.linkage = "internal"
+        g.align = WORKSPACE_ALIGN
+        consts[cname] = g
+
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    entry = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), name)
+    entry.args[0].name, entry.args[1].name = "inputs", "outputs"
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    fail = entry.append_basic_block("fail")
+    code_phi_incoming = []
+
+    def check(cond, code: int):
+        nonlocal b
+        ok = entry.append_basic_block()
+        code_phi_incoming.append((ir.Constant(I32, code), b.block))
+        b.cbranch(cond, fail, ok)
+        b.position_at_end(ok)
+
+    def slot_ptr(array, i: int):
+        return b.load(b.gep(array, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
+
+    null = ir.Constant(PTR, None)
+    check(b.icmp_unsigned("==", entry.args[0], null) if program.inputs else ir.Constant(ir.IntType(1), 0), ERR_NULL)
+    check(b.icmp_unsigned("==", entry.args[1], null) if program.outputs else ir.Constant(ir.IntType(1), 0), ERR_NULL)
+    ptrs: dict[str, Any] = {}
+    for i, n in enumerate(program.inputs):
+        p = slot_ptr(entry.args[0], i)
+        if _nbytes(program.buffers[n]):
+            check(b.icmp_unsigned("==", p, null), ERR_NULL)
+        ptrs.setdefault(n, p)
+    out_ptrs = []
+    for i, n in enumerate(program.outputs):
+        p = slot_ptr(entry.args[1], i)
+        if _nbytes(program.buffers[n]):
+            check(b.icmp_unsigned("==", p, null), ERR_NULL)
+        out_ptrs.append(p)
+        if program.buffers[n].role == "output":
+            ptrs.setdefault(n, p)
+    for n, off in offsets.items():
+        ptrs[n] = b.gep(workspace, [ir.Constant(I64, 0), ir.Constant(I64, off)], inbounds=True)
+    ptrs.update(consts)
+
+    # index checks: every element of an index input within [0, size)
+    for j, (i, n, c) in enumerate(checks):
+        buf = program.buffers[n]
+        count = int(np.prod(buf.shape, dtype=np.int64))
+        if not count:
+            continue
+        et = S.memory_type(buf.dtype)
+        pre = b.block
+        head = entry.append_basic_block(f"idx{j}")
+        body = entry.append_basic_block(f"idx{j}.body")
+        done = entry.append_basic_block(f"idx{j}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        iv = b.phi(I64)
+        iv.add_incoming(ir.Constant(I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", iv, ir.Constant(I64, count)), body, done)
+        b.position_at_end(body)
+        v = b.load(b.gep(ptrs[n], [iv], inbounds=True, source_etype=et), typ=et)
+        v = b.sext(v, I64) if et.width < 64 else v
+        # unsigned compare: negative values wrap to huge ones and fail too
+        check(b.icmp_unsigned(">=", v, ir.Constant(I64, c.size)), ERR_INDEX_BASE + j)
+        nxt = b.add(iv, ir.Constant(I64, 1))
+        iv.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    for k in program.kernels:
+        b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers])
+    written = set()
+    for i, n in enumerate(program.outputs):
+        role = program.buffers[n].role
+        if role == "output" and n not in written:
+            written.add(n)
+            continue
+        size = _nbytes(program.buffers[n])
+        if size:
+            b.call(memcpy, [out_ptrs[i], ptrs[n], ir.Constant(I64, size), ir.Constant(ir.IntType(1), 0)])
+    b.ret(ir.Constant(I32, OK))
+
+    b.position_at_end(fail)
+    if code_phi_incoming:
+        phi = b.phi(I32)
+        for value, block in code_phi_incoming:
+            phi.add_incoming(value, block)
+        b.ret(phi)
+    else:
+        b.ret(ir.Constant(I32, ERR_NULL))
+
+    # error strings
+    messages = {OK: "ok", ERR_NULL: "a NULL pointer was passed for the inputs or outputs array "
+                                    "or for a non-empty input or output"}
+    for j, (i, n, c) in enumerate(checks):
+        buf = program.buffers[n]
+        messages[ERR_INDEX_BASE + j] = (f"input {i} ({buf.dtype.label}{list(buf.shape)}): an index is "
+                                        f"out of bounds for dim {c.dim} with size {c.size} ({c.op})")
+    es = ir.Function(module, ir.FunctionType(PTR, [I32]), f"{name}_error_string")
+    eb = ir.IRBuilder(es.append_basic_block("entry"))
+    unknown = es.append_basic_block("unknown")
+    sw = eb.switch(es.args[0], unknown)
+    for code, text in messages.items():
+        blk = es.append_basic_block()
+        sw.add_case(ir.Constant(I32, code), blk)
+        ir.IRBuilder(blk).ret(_cstring(module, f"{name}__msg{code}", text))
+    ir.IRBuilder(unknown).ret(_cstring(module, f"{name}__msg_unknown", "unknown error code"))
+
+    md = _cstring(module, f"{name}__metadata_json", json.dumps(metadata, sort_keys=True))
+    mf = ir.Function(module, ir.FunctionType(PTR, []), f"{name}_metadata")
+    ir.IRBuilder(mf.append_basic_block("entry")).ret(md)
+    return module
+
+
+def _link(obj: bytes, path: str) -> None:
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        raise BackendError(f"tc.export needs a C compiler to link the shared library; '{cc}' was "
+                           "not found (install gcc or set CC)")
+    with tempfile.TemporaryDirectory(prefix="tracecomp_export_") as tmp:
+        obj_path = os.path.join(tmp, "model.o")
+        with open(obj_path, "wb") as f:
+            f.write(obj)
+        out_tmp = os.path.join(tmp, "lib.so")
+        cmd = [cc, "-shared", "-o", out_tmp, obj_path, "-lm", "-lgomp"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BackendError(f"linking {path} failed ({' '.join(cmd)}): {r.stderr.strip()}")
+        shutil.move(out_tmp, os.path.abspath(path))
+
+
+def render_header(name: str, metadata: dict, checks: list) -> str:
+    guard = f"TRACECOMP_{name.upper()}_H"
+    t = metadata["target"]
+
+    def rows(items, kind):
+        lines = []
+        for d in items:
+            ctype = C_TYPES[d["dtype"]]
+            n = int(np.prod(d["shape"], dtype=np.int64))
+            lines.append(f" *   {kind}[{d['index']}]: {d['dtype']}{d['shape']}  "
+                         f"-> {ctype}[{n}], {n * ITEMSIZE[d['dtype']]} bytes")
+        return "\n".join(lines) or f" *   (no {kind})"
+
+    check_lines = "\n".join(
+        f" *   {ERR_INDEX_BASE + j}: inputs[{i}] has an index outside [0, {c.size}) ({c.op}, dim {c.dim})"
+        for j, (i, _, c) in enumerate(checks)) or " *   (this function takes no index inputs)"
+    return f"""/* lib{name}: generated by tracecomp {metadata['tracecomp_version']} (tc.export).
+ *
+ * Link with:  cc main.c -L. -l{name} -Wl,-rpath,'$ORIGIN'   (the library needs libc, libm, libgomp)
+ * Compiled for {t['triple']}, CPU '{t['cpu']}': it may use every instruction that CPU has
+ * (see {name}_metadata() for the exact feature list); do not run it on an older CPU.
+ */
+#ifndef {guard}
+#define {guard}
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+#define {name.upper()}_NUM_INPUTS {len(metadata['inputs'])}
+#define {name.upper()}_NUM_OUTPUTS {len(metadata['outputs'])}
+
+/* Run the function once.
+ *
+ * inputs:  an array of {len(metadata['inputs'])} pointers, one per input, in this order:
+{rows(metadata['inputs'], 'inputs')}
+ * outputs: an array of {len(metadata['outputs'])} pointers to buffers the caller allocated, in this order:
+{rows(metadata['outputs'], 'outputs')}
+ * Shapes are fixed (the library was compiled for exactly these shapes); the element type
+ * of each buffer is the C type shown; buffers are dense, row-major, need no particular
+ * alignment, and outputs must not overlap each other or any input.
+ *
+ * Returns 0 on success, otherwise an error code ({name}_error_string(code) says what went
+ * wrong) and the outputs are unspecified:
+ *   1: a NULL pointer was passed
+{check_lines}
+ * The library cannot check the sizes of the buffers: pass buffers of the sizes above.
+ * Not re-entrant: the library keeps its temporaries in one static workspace, so at most
+ * one call may run at a time in a process (use a mutex if several threads call it).
+ * Loops run in parallel on all cores through libgomp (OMP_NUM_THREADS limits it).
+ */
+int {name}(const void* const* inputs, void* const* outputs);
+
+/* A static, NUL-terminated English message for an error code returned by {name}(). */
+const char* {name}_error_string(int code);
+
+/* A static, NUL-terminated JSON text describing the library:
+ *   {{"format": 1, "tracecomp_version": ..., "name": "{name}",
+ *    "inputs":  [{{"index": 0, "dtype": "float32", "shape": [..]}}, ...],
+ *    "outputs": [...], "dynamic": [],
+ *    "target": {{"triple": ..., "cpu": ..., "features": "+avx2,+fma,-avx512f,..."}}}}
+ * tc.load() in Python reads it to check inputs and the CPU. */
+const char* {name}_metadata(void);
+
+#ifdef __cplusplus
+}}
+#endif
+
+#endif /* {guard} */
+"""

@@ -1,0 +1,106 @@
+"""tc.load: call a library written by tc.export from Python.
+
+`load("libmodel.so", name=None)` opens the library, reads NAME_metadata() (JSON), refuses a
+library compiled for CPU features this host lacks, and returns an ExportedFunction: called
+with the inputs (tc.Tensors, NumPy arrays or anything array-like) it checks each one's
+shape and dtype against the metadata, allocates the outputs and calls NAME(inputs, outputs)
+through ctypes.  It returns the outputs as a tuple of tc.Tensors in the order of the
+exported function's flattened outputs (a single Tensor if there is one output).
+
+Reading the metadata runs only a function that returns a pointer to a constant string,
+so it is safe before the CPU check; no kernel runs until the check passed.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ArgumentError, BackendError
+
+
+def host_cpu_features() -> set[str]:
+    """The features this host's CPU has, as LLVM names them ("avx2", "fma", ...)."""
+    from .target import host_target
+    return _enabled(host_target().features)
+
+
+def _enabled(features: str) -> set[str]:
+    return {f[1:] for f in features.split(",") if f.startswith("+")}
+
+
+class ExportedFunction:
+    def __init__(self, path: str, lib: ctypes.CDLL, name: str, metadata: dict):
+        self.path, self._lib, self.name, self.metadata = path, lib, name, metadata
+        self._entry = getattr(lib, name)
+        self._entry.restype = ctypes.c_int
+        self._entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self._error_string = getattr(lib, f"{name}_error_string")
+        self._error_string.restype = ctypes.c_char_p
+        self._error_string.argtypes = [ctypes.c_int]
+        self._in = [(np.dtype(d["dtype"]), tuple(d["shape"])) for d in metadata["inputs"]]
+        self._out = [(np.dtype(d["dtype"]), tuple(d["shape"])) for d in metadata["outputs"]]
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{dt}{list(s)}" for dt, s in self._in)
+        return f"<tc.load'ed {self.name}({sig}) from {self.path}>"
+
+    def error_string(self, code: int) -> str:
+        return self._error_string(code).decode()
+
+    def __call__(self, *inputs):
+        from ..tensor import Tensor
+        if len(inputs) != len(self._in):
+            raise ArgumentError(f"{self.name} takes {len(self._in)} inputs, got {len(inputs)}")
+        arrays = []
+        for i, (x, (dtype, shape)) in enumerate(zip(inputs, self._in)):
+            a = x.numpy() if isinstance(x, Tensor) else np.asarray(x)
+            if a.shape != shape or a.dtype != dtype:
+                raise ArgumentError(f"{self.name}: input {i} must be {dtype}{list(shape)}, "
+                                    f"got {a.dtype}{list(a.shape)}")
+            arrays.append(np.ascontiguousarray(a))
+        outs = [np.empty(shape, dtype) for dtype, shape in self._out]
+        in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+        out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
+        code = self._entry(in_ptrs, out_ptrs)
+        if code != 0:
+            raise ArgumentError(f"{self.name} failed with error {code}: {self.error_string(code)}")
+        result = tuple(Tensor.from_numpy(o) for o in outs)
+        return result[0] if len(result) == 1 else result
+
+
+def load(path: str, name: Optional[str] = None) -> ExportedFunction:
+    """Open a library written by tc.export (see module docstring)."""
+    from .. import __version__
+    from .export import _default_name
+    if not os.path.exists(path):
+        raise ArgumentError(f"tc.load: no such file: {path}")
+    name = name or _default_name(path)
+    try:
+        lib = ctypes.CDLL(os.path.abspath(path))
+    except OSError as e:
+        raise BackendError(f"tc.load: cannot open {path}: {e}") from None
+    try:
+        md_fn = getattr(lib, f"{name}_metadata")
+    except AttributeError:
+        raise ArgumentError(f"tc.load: {path} has no function {name}_metadata; is it a library "
+                            f"written by tc.export, and is its name {name!r}? (pass name=...)") from None
+    md_fn.restype = ctypes.c_char_p
+    md_fn.argtypes = []
+    try:
+        metadata = json.loads(md_fn().decode())
+    except ValueError as e:
+        raise BackendError(f"tc.load: {path} has unreadable metadata: {e}") from None
+    if metadata.get("format") != 1:
+        raise BackendError(f"tc.load: {path} has metadata format {metadata.get('format')!r}; "
+                           f"tracecomp {__version__} reads format 1")
+    target = metadata["target"]
+    missing = sorted(_enabled(target["features"]) - host_cpu_features())
+    if missing:
+        raise BackendError(f"tc.load: {path} was compiled for CPU '{target['cpu']}' and uses features "
+                           f"this host's CPU lacks: {', '.join(missing)}; export it again on (or for) "
+                           "this machine")
+    return ExportedFunction(path, lib, name, metadata)
