@@ -1,8 +1,42 @@
-"""The `tracecomp` command line: wires the library's pieces together, holds no logic."""
+"""The `tracecomp` command line: wires the library's pieces together, holds no logic.
+
+Errors a user can make (bad MODULE:FUNCTION, input spec, stage, format) end in one line
+`tracecomp: error: ...` on stderr and exit status 2, never a traceback.
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import shutil
 import sys
+import time
+
+STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm")
+GRAPH_STAGES = ("graph", "backward", "optimized")
+DTYPES = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "bool": "bool",
+          "float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64"}
+SUFFIX = {"graph": "txt", "backward": "txt", "optimized": "txt", "loops": "mlir", "llvm": "ll",
+          "asm": "s"}
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def _add_function_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("function", metavar="MODULE:FUNCTION",
+                   help="the function to trace: a dotted module (importable from the current "
+                        "folder) or a .py file, a colon, and the function's name")
+    p.add_argument("--input", action="append", default=[], metavar="SPEC",
+                   help='one per positional argument, in order: dtype[shape], e.g. "f32[256,784]", '
+                        '"i64[4]", "f32[]" (dtypes f32 f64 i32 i64 bool). Floats are filled with '
+                        "random normals, integers and bools with zeros")
+    p.add_argument("--grad", metavar="ARGNUMS",
+                   help="trace tc.value_and_grad(FUNCTION, argnums=...) instead, e.g. --grad 0,1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ops = sub.add_parser("ops", help="list the operators of ops.yaml with their schemas")
     ops.add_argument("pattern", nargs="?", default="", help="only ops whose name contains this")
+
+    dump = sub.add_parser("dump", help="print or write one stage (or all) of the compiler for a function")
+    _add_function_args(dump)
+    dump.add_argument("--stage", default="optimized", metavar="STAGE",
+                      help=f"one of {', '.join(STAGES)}, all (default: optimized). 'all' writes every "
+                           "stage into the folder -o (default ./tracecomp_dump) and prints a time per stage")
+    dump.add_argument("--format", default="text", metavar="FORMAT",
+                      help="text (every stage), dot or svg (graph stages; svg needs Graphviz's dot)")
+    dump.add_argument("-o", "--output", metavar="PATH", help="write here instead of printing")
+
+    export = sub.add_parser("export", help="compile a function into a shared library and C header")
+    _add_function_args(export)
+    export.add_argument("-o", "--output", required=True, metavar="LIB.so",
+                        help="the library to write; the header goes next to it with the .h suffix")
+    export.add_argument("--name", help="the C entry point's name (default: from the file name)")
     return parser
 
 
@@ -26,11 +75,176 @@ def _list_ops(pattern: str) -> int:
     return 0
 
 
+def load_function(spec: str):
+    module_name, sep, fn_name = spec.rpartition(":")
+    if not sep or not module_name or not fn_name:
+        raise CliError(f"expected MODULE:FUNCTION, got {spec!r}")
+    try:
+        if module_name.endswith(".py") or os.path.sep in module_name:
+            if not os.path.isfile(module_name):
+                raise CliError(f"no such file: {module_name}")
+            mod_spec = importlib.util.spec_from_file_location(
+                os.path.splitext(os.path.basename(module_name))[0], module_name)
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except CliError:
+        raise
+    except ModuleNotFoundError as e:
+        raise CliError(f"cannot import module {module_name!r}: {e}") from None
+    except Exception as e:
+        raise CliError(f"importing {module_name!r} failed: {type(e).__name__}: {e}") from None
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        raise CliError(f"module {module_name!r} has no attribute {fn_name!r}")
+    if not callable(fn):
+        raise CliError(f"{module_name}:{fn_name} is not callable")
+    return fn
+
+
+def parse_input(spec: str, rng):
+    import numpy as np
+    import tracecomp as tc
+    m = re.fullmatch(r"\s*([a-z0-9]+)\s*\[\s*([0-9,\s]*)\]\s*", spec)
+    if not m or m.group(1) not in DTYPES:
+        raise CliError(f"bad input spec {spec!r}: expected dtype[shape] such as \"f32[4,8]\" or "
+                       f"\"i64[]\" (dtypes: f32, f64, i32, i64, bool)")
+    dims = [d.strip() for d in m.group(2).split(",")] if m.group(2).strip() else []
+    if any(not d.isdigit() for d in dims):
+        raise CliError(f"bad input spec {spec!r}: dims must be non-negative integers")
+    shape, dtype = tuple(int(d) for d in dims), np.dtype(DTYPES[m.group(1)])
+    if dtype.kind == "f":
+        return tc.tensor(rng.standard_normal(shape).astype(dtype))
+    return tc.tensor(np.zeros(shape, dtype))
+
+
+def _prepare(args):
+    import numpy as np
+    import tracecomp as tc
+    fn = load_function(args.function)
+    rng = np.random.default_rng(0)
+    inputs = [parse_input(s, rng) for s in args.input]
+    try:
+        inspect.signature(fn).bind(*inputs)
+    except TypeError as e:
+        raise CliError(f"{args.function} cannot take {len(inputs)} inputs (--input): {e}") from None
+    except ValueError:
+        pass                       # no signature (a builtin): let tracing tell
+    if args.grad is not None:
+        try:
+            argnums = tuple(int(a) for a in args.grad.split(","))
+        except ValueError:
+            raise CliError(f"--grad takes comma-separated argument numbers, got {args.grad!r}") from None
+        if any(a < 0 or a >= len(inputs) for a in argnums):
+            raise CliError(f"--grad {args.grad}: the function gets {len(inputs)} inputs")
+        fn = tc.value_and_grad(fn, argnums=argnums if len(argnums) > 1 else argnums[0])
+    return fn, inputs
+
+
+def _render(lowered, stage: str, fmt: str) -> str | bytes:
+    if fmt == "text":
+        return lowered.as_text(stage)
+    from tracecomp.ir.nx import to_dot
+    dot = to_dot(getattr(lowered, stage))
+    if fmt == "dot":
+        return dot
+    exe = shutil.which("dot")
+    if exe is None:
+        raise CliError("--format svg needs Graphviz's 'dot' (Debian/Ubuntu: apt-get install graphviz; "
+                       "macOS: brew install graphviz); --format dot works without it")
+    import subprocess
+    r = subprocess.run([exe, "-Tsvg"], input=dot, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CliError(f"dot failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+def _lower(fn, inputs, spec: str):
+    import tracecomp as tc
+    from tracecomp.errors import TracecompError
+    try:
+        return tc.trace(fn).lower(*inputs)
+    except TracecompError:
+        raise
+    except Exception as e:
+        raise CliError(f"tracing {spec} failed: {type(e).__name__}: {e}") from None
+
+
+def _dump(args) -> int:
+    import tracecomp as tc
+    if args.stage not in STAGES + ("all",):
+        raise CliError(f"unknown stage {args.stage!r}; available: {', '.join(STAGES)}, all")
+    if args.format not in ("text", "dot", "svg"):
+        raise CliError(f"unknown format {args.format!r}; available: text, dot, svg")
+    if args.format != "text" and args.stage not in GRAPH_STAGES + ("all",):
+        raise CliError(f"--format {args.format} draws graph stages ({', '.join(GRAPH_STAGES)}); "
+                       f"stage {args.stage} is text only")
+    fn, inputs = _prepare(args)
+    t0 = time.perf_counter()
+    lowered = _lower(fn, inputs, args.function)
+    trace_time = time.perf_counter() - t0
+    if args.stage != "all":
+        text = _render(lowered, args.stage, args.format)
+        if args.output:
+            with open(args.output, "w") as f:
+                f.write(text)
+        else:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    folder = args.output or "tracecomp_dump"
+    os.makedirs(folder, exist_ok=True)
+    print(f"{'trace+optimize':>16}  {trace_time * 1e3:9.1f} ms")
+    for stage in STAGES:
+        t0 = time.perf_counter()
+        text = lowered.as_text(stage)
+        elapsed = time.perf_counter() - t0
+        path = os.path.join(folder, f"{stage}.{SUFFIX[stage]}")
+        with open(path, "w") as f:
+            f.write(text)
+        extra = ""
+        if stage in GRAPH_STAGES and args.format != "text":
+            picture = _render(lowered, stage, args.format)
+            with open(os.path.join(folder, f"{stage}.{args.format}"), "w") as f:
+                f.write(picture)
+            extra = f" (+ {stage}.{args.format})"
+        print(f"{stage:>16}  {elapsed * 1e3:9.1f} ms  {path}{extra}")
+    return 0
+
+
+def _export(args) -> int:
+    import tracecomp as tc
+    fn, inputs = _prepare(args)
+    t0 = time.perf_counter()
+    md = tc.export(fn, inputs, args.output, name=args.name)
+    header = os.path.splitext(args.output)[0] + ".h"
+    print(f"wrote {args.output} and {header} (entry point {md['name']}, "
+          f"{time.perf_counter() - t0:.2f} s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from tracecomp.errors import TracecompError
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "ops":
-        return _list_ops(args.pattern)
+    try:
+        if args.command == "ops":
+            return _list_ops(args.pattern)
+        if args.command == "dump":
+            return _dump(args)
+        if args.command == "export":
+            return _export(args)
+    except (CliError, TracecompError) as e:
+        lines = str(e).split("\n")
+        where = [ln.strip() for ln in lines[1:] if ln.strip().startswith("at ")]
+        msg = " ".join(lines[0].split()) + (f" ({where[0]})" if where else "")
+        print(f"tracecomp: error: {msg}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"tracecomp: error: {e}", file=sys.stderr)
+        return 2
     parser.print_help()
     return 0
 

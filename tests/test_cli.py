@@ -1,0 +1,135 @@
+"""The `tracecomp dump` and `tracecomp export` commands, run as a user would: as subprocesses."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.ir.mlir_tool import check_with_mlir_opt, find_mlir_opt
+
+MODEL = textwrap.dedent('''
+    import tracecomp as tc
+
+    def loss(w, x, idx):
+        return (tc.index_select(x, 0, idx) @ w).tanh().sum()
+
+    NOT_A_FUNCTION = 3
+''')
+INPUTS = ["--input", "f32[8,3]", "--input", "f32[5,8]", "--input", "i64[4]"]
+
+
+def cli() -> list[str]:
+    script = shutil.which("tracecomp", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-m", "tracecomp.cli"]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "mymodel.py").write_text(MODEL)
+    return tmp_path
+
+
+def run(workdir, *args, ok=True):
+    proc = subprocess.run(cli() + list(args), cwd=workdir, capture_output=True, text=True, timeout=300)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_dump_text_stages(workdir):
+    out = run(workdir, "dump", "mymodel:loss", *INPUTS, "--stage", "optimized").stdout
+    assert out.startswith("func.func @loss(") and "tc.index_select" in out
+    grad = run(workdir, "dump", "mymodel.py:loss", *INPUTS, "--grad", "0", "--stage", "backward").stdout
+    assert "func.func" in grad
+    asm = run(workdir, "dump", "mymodel:loss", *INPUTS, "--stage", "asm").stdout
+    assert "ret" in asm
+    llvm = run(workdir, "dump", "mymodel:loss", *INPUTS, "--stage", "llvm").stdout
+    assert "define" in llvm
+
+
+@pytest.mark.skipif(find_mlir_opt() is None, reason="mlir-opt is not installed")
+def test_dump_loops_is_accepted_by_mlir_opt(workdir):
+    run(workdir, "dump", "mymodel:loss", *INPUTS, "--grad", "0,1", "--stage", "loops", "-o", "loops.mlir")
+    check_with_mlir_opt((workdir / "loops.mlir").read_text(), "loops.mlir")
+
+
+def test_dump_dot_and_svg(workdir):
+    run(workdir, "dump", "mymodel:loss", *INPUTS, "--stage", "graph", "--format", "dot", "-o", "g.dot")
+    dot = (workdir / "g.dot").read_text()
+    assert dot.startswith("digraph") and dot.count("->") >= 4
+    if shutil.which("dot") is None:
+        proc = run(workdir, "dump", "mymodel:loss", *INPUTS, "--format", "svg", ok=False)
+        assert proc.returncode == 2 and "apt-get install graphviz" in proc.stderr
+        return
+    subprocess.run(["dot", "-Tsvg", str(workdir / "g.dot")], check=True, capture_output=True)
+    run(workdir, "dump", "mymodel:loss", *INPUTS, "--stage", "optimized", "--format", "svg", "-o", "g.svg")
+    root = ET.parse(workdir / "g.svg").getroot()
+    svg = "{http://www.w3.org/2000/svg}"
+    nodes = [g.find(svg + "title").text for g in root.iter(svg + "g") if g.get("class") == "node"]
+    assert sorted(n for n in nodes if n.startswith("op")) == ["op0", "op1", "op2", "op3"]  # 4 ops
+
+
+def test_dump_all_writes_every_stage_with_times(workdir):
+    out = run(workdir, "dump", "mymodel:loss", *INPUTS, "--grad", "0", "--stage", "all", "-o", "dumps").stdout
+    for stage, suffix in [("graph", "txt"), ("backward", "txt"), ("optimized", "txt"), ("loops", "mlir"),
+                          ("llvm", "ll"), ("asm", "s")]:
+        assert (workdir / "dumps" / f"{stage}.{suffix}").stat().st_size > 0
+        assert any(line.split()[0] == stage and "ms" in line for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["dump", "nomodule:loss", *INPUTS], "cannot import module 'nomodule'"),
+    (["dump", "missing.py:loss", *INPUTS], "no such file: missing.py"),
+    (["dump", "mymodel:nope", *INPUTS], "module 'mymodel' has no attribute 'nope'"),
+    (["dump", "mymodel:NOT_A_FUNCTION", *INPUTS], "is not callable"),
+    (["dump", "mymodel", *INPUTS], "expected MODULE:FUNCTION"),
+    (["dump", "mymodel:loss", "--input", "f33[8,3]"], "bad input spec 'f33[8,3]'"),
+    (["dump", "mymodel:loss", "--input", "f32[8,x]"], "bad input spec"),
+    (["dump", "mymodel:loss", "--input", "f32[8,3]"], "cannot take 1 inputs"),
+    (["dump", "mymodel:loss", *INPUTS, "--stage", "ptx"], "unknown stage 'ptx'"),
+    (["dump", "mymodel:loss", *INPUTS, "--format", "png"], "unknown format 'png'"),
+    (["dump", "mymodel:loss", *INPUTS, "--stage", "asm", "--format", "dot"], "stage asm is text only"),
+    (["dump", "mymodel:loss", *INPUTS, "--grad", "7"], "--grad 7"),
+    (["dump", "mymodel:loss", "--input", "f32[8,3]", "--input", "f32[5,9]", "--input", "i64[4]"],
+     "matmul: inner dims do not match"),
+])
+def test_user_errors_are_one_line(workdir, args, message):
+    proc = run(workdir, *args, ok=False)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracecomp: error:") and message in lines[0], proc.stderr
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="export needs 'cc'")
+def test_export_command(workdir):
+    out = run(workdir, "export", "mymodel:loss", *INPUTS, "--grad", "0", "-o", "libloss.so").stdout
+    assert "wrote libloss.so and libloss.h" in out
+    assert (workdir / "libloss.h").exists()
+    f = tc.load(str(workdir / "libloss.so"))
+    rng = np.random.default_rng(5)
+    w, x = rng.standard_normal((8, 3)).astype(np.float32), rng.standard_normal((5, 8)).astype(np.float32)
+    idx = np.array([4, 0, 1, 1])
+    value, grad = f(w, x, idx)
+    sys.path.insert(0, str(workdir))
+    try:
+        import mymodel
+        want_value, want_grad = tc.trace(tc.value_and_grad(mymodel.loss, argnums=0))(
+            tc.tensor(w), tc.tensor(x), tc.tensor(idx))
+    finally:
+        sys.path.remove(str(workdir))
+        sys.modules.pop("mymodel", None)
+    np.testing.assert_allclose(value.numpy(), want_value.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(grad.numpy(), want_grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_subcommands_have_help(workdir):
+    for sub in ("dump", "export", "ops"):
+        assert "usage: tracecomp " + sub in run(workdir, sub, "--help").stdout
