@@ -21,7 +21,8 @@ induction phi and the exit test, body, latch with `i + 1`), which the loop vecto
 recognizes.  A Reduce is the same loop with one more header phi per accumulator; floating
 accumulations are marked reassociable (see `_accumulate`), and long floating sums are
 summed in blocks (see `_blocked_sum`).  The outermost parallel Loop is outlined and run on
-all cores through libgomp (llvm_parallel.py).  Scalar semantics live in llvm_scalar.py.
+all cores through libgomp (llvm_parallel.py).  A Matmul is a packed, blocked, parallel
+kernel (llvm_matmul.py).  Scalar semantics live in llvm_scalar.py.
 
 A Select evaluates both arms (an LLVM `select`, which vectorizes), unlike loops_interp's
 lazy one: a Load in either arm must be in bounds whatever the condition, which the
@@ -38,8 +39,9 @@ import llvmlite.ir as ir
 from ..dtypes import DType
 from ..errors import BackendError
 from . import llvm_scalar as S
-from .loops import (Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load, Loop, Reduce,
-                    Select, Store, Unary, Var)
+from .loops import (Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load, Loop, Matmul,
+                    Reduce, Select, Store, Unary, Var)
+from .matmul_loops import flat_name
 
 BUFFER_ALIGN = 64
 SUM_BLOCK = 4096        # terms per block of a blocked floating sum (see _blocked_sum)
@@ -159,6 +161,9 @@ class FunctionEmitter:
                 self.loop(s, env)
             elif isinstance(s, Reduce):
                 self.reduce(s, env)
+            elif isinstance(s, Matmul):
+                from .llvm_matmul import emit_matmul       # it builds on this module
+                emit_matmul(self, s, env)
             else:
                 raise BackendError(f"kernel '{self.kernel.name}': {s!r} is not a statement")
 
@@ -245,6 +250,14 @@ class FunctionEmitter:
         except KeyError:
             raise BackendError(f"kernel '{self.kernel.name}' has no buffer '{name}' "
                                f"(buffers: {', '.join(self.buffers)})") from None
+
+    def flat_alias(self, name: str) -> str:
+        """Make `name.flat` (matmul_loops.flat_name) address buffer `name` as 1-D."""
+        buf, ptr = self._buffer(name)
+        flat = flat_name(name)
+        self.buffers[flat] = (Buffer(flat, buf.dtype, (0,), buf.role), ptr)   # extent unused
+        self.strides[flat] = [ir.Constant(S.I64, 1)]
+        return flat
 
     def _strides(self, buf: Buffer) -> list[ir.Value]:
         """Row-major strides in elements, computed once at the function's entry."""

@@ -9,7 +9,9 @@ in the Loads) through a body of statements:
   Reduce    a counted loop that carries accumulators (scf.for with iter_args): each
             iteration evaluates `body` then sets every accumulator to its `update` expr;
             after it, the accumulator names hold the final values;
-  Store     writes one element.
+  Store     writes one element;
+  Matmul    a (batched) matrix product over strided views of buffers, with an optional
+            accumulate and a per-element epilogue (below).
 Expressions are typed scalars: Const, Var (loop indices are int64 `index` values), Load,
 Unary/Binary ops named after ops/scalar.py's primitives plus arithmetic and comparisons,
 Select and Cast.  Extents may be ints or Var names of runtime sizes (dynamic dims).
@@ -17,11 +19,31 @@ Invariants (checked by `check_kernel`): names are defined before use and only on
 and stores index every dim of their buffer; a Store's value has the buffer's dtype.
 Select evaluates both arms (code generators emit branch-free selects), so every Load in
 either arm must be in bounds whatever the condition: the scheduler clamps such indices.
+
+Matmul.  A View is a strided window on a buffer's elements in row-major (flat) order:
+element (d0, d1, ...) of the view is flat element `offset + sum(d * stride)` of the buffer,
+offset and strides being `index` expressions (a stride may be 0: broadcasting; transposes
+and slices are just other strides, so a permuted operand is read in place, never copied).
+With batch extents B = (b0, b1, ...), a Matmul computes, for every batch index bt, i < m
+and j < n:
+    acc = sum(a[bt, i, p] * b[bt, p, j] for p < k)      (+ out[bt, i, j] if accumulate)
+    out[bt, i, j] = epilogue   (or acc when there is no epilogue)
+where `a` is a View of rank len(B) + 2 over (bt, i, p), `b` over (bt, p, j) and `out` over
+(bt, i, j).  All three buffers share one dtype (f32, f64, i32 or i64), which is also the
+accumulator's; float sums are taken in an unspecified order (like a Reduce's).  The
+epilogue is any expression of that dtype in the accumulator `Var(acc)` and the output
+index `Var(index[d])` (one name per batch dim, then i, then j): loads of other buffers at
+those indices fuse elementwise consumers (bias, activation, residual) into the store.
+`workspace` names a temp buffer the CPU code generator packs panels into (its size comes
+from matmul_tiles.workspace_elements); without one, code generators use plain loops.
+Checked: ranks, dtypes, names, views inside their buffers and `out` one-to-one (for
+static views), out/a/b/workspace distinct, the epilogue reads neither out nor workspace,
+and no Matmul inside a parallel Loop (it parallelizes itself).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Optional, Union
 
 from ..dtypes import DType
 
@@ -124,7 +146,37 @@ class Reduce:
     update: list[Expr]               # new value of each accumulator, may read the old ones
 
 
-Stmt = Union[Let, Store, Loop, Reduce]
+@dataclass(frozen=True)
+class View:
+    """A strided window on `buffer` (see the module docstring): index expressions."""
+    buffer: str
+    offset: Expr
+    strides: tuple[Expr, ...]
+
+
+@dataclass
+class Matmul:
+    out: View                              # (batch..., m, n)
+    a: View                                # (batch..., m, k)
+    b: View                                # (batch..., k, n)
+    m: Union[int, str]
+    n: Union[int, str]
+    k: Union[int, str]
+    batch: tuple[Union[int, str], ...] = ()
+    accumulate: bool = False               # add the product to out's old value
+    epilogue: Optional[Expr] = None        # the stored value, in Var(acc) and Var(index[d])
+    acc: str = "acc"
+    index: tuple[str, ...] = ()            # names of (batch..., i, j) in the epilogue
+    workspace: Optional[str] = None        # temp buffer for packed panels (CPU codegen)
+
+    def views(self) -> tuple[View, View, View]:
+        return self.out, self.a, self.b
+
+    def extents(self) -> tuple[Union[int, str], ...]:
+        return (*self.batch, self.m, self.n, self.k)
+
+
+Stmt = Union[Let, Store, Loop, Reduce, Matmul]
 
 
 @dataclass(frozen=True)

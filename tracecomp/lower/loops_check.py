@@ -15,7 +15,8 @@ Every Expr carries its dtype; nothing is inferred, every recorded dtype is check
   the result has their dtype, bool for comparisons; Unary keeps its operand's dtype;
   Select's condition is bool and both arms have the Select's dtype;
 - loops: extents are ints >= 0 or kernel.sizes; a Reduce has one update per accumulator
-  and its body holds only Lets and Reduces; no parallel Loop is nested in another.
+  and its body holds only Lets and Reduces; no parallel Loop is nested in another;
+- Matmul: views, dtypes, aliasing and the epilogue (loops_check_matmul.py).
 Failures raise IRError naming the kernel, the statement (with the loops around it) and
 what is wrong.
 """
@@ -31,7 +32,8 @@ import numpy as np
 from ..dtypes import DType
 from ..errors import IRError
 from .loops import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, Const, Kernel,
-                    Let, Load, Loop, Reduce, Select, Store, Unary, Var)
+                    Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
+from .loops_check_matmul import check_matmul
 
 ROLES = ("input", "output", "temp", "constant")
 READ_ONLY = ("input", "constant")
@@ -121,6 +123,9 @@ def describe_stmt(s: object) -> str:
     if isinstance(s, Reduce):
         accs = ", ".join(getattr(a, "name", "?") for a in s.accumulators)
         return f"Reduce {s.var} in range({s.extent}) -> ({accs})"
+    if isinstance(s, Matmul):
+        dims = "x".join(str(d) for d in s.extents())
+        return f"Matmul {s.out.buffer} = {s.a.buffer} @ {s.b.buffer} ({dims})"
     return type(s).__name__
 
 
@@ -200,12 +205,12 @@ class _Checker:
         self.scopes[-1][name] = _Name(dtype, origin)
 
     # --- statements ------------------------------------------------------------------
-    def block(self, stmts: list, allowed: tuple[type, ...] = (Let, Store, Loop, Reduce)) -> None:
+    def block(self, stmts: list, allowed: tuple[type, ...] = (Let, Store, Loop, Reduce, Matmul)) -> None:
         for s in stmts:
             rule = _STMT_RULES.get(type(s))
             if rule is None:
                 self.fail(f"{describe_expr(s)} ({type(s).__name__}) is not a statement "
-                          "(expected Let, Store, Loop or Reduce)")
+                          "(expected Let, Store, Loop, Reduce or Matmul)")
             self.path.append(describe_stmt(s))
             if not isinstance(s, allowed):
                 self.fail("a Reduce body holds only Let and Reduce statements, "
@@ -379,7 +384,8 @@ class _Checker:
 
 
 _STMT_RULES: dict[type, Callable] = {Let: _Checker.let, Store: _Checker.store,
-                                     Loop: _Checker.loop, Reduce: _Checker.reduce}
+                                     Loop: _Checker.loop, Reduce: _Checker.reduce,
+                                     Matmul: check_matmul}
 _EXPR_RULES: dict[type, Callable] = {Const: _Checker.const, Var: _Checker.var, Load: _Checker.load,
                                      Unary: _Checker.unary, Binary: _Checker.binary,
                                      Select: _Checker.select, Cast: _Checker.cast}

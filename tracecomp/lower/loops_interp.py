@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import loops as L
+from .matmul_loops import expand_matmul, flat_name
 
 _UNARY = {
     "neg": np.negative, "abs": np.abs, "sign": lambda x: x if isinstance(x, np.bool_) else np.sign(x), "exp": np.exp, "exp2": np.exp2,
@@ -68,6 +69,17 @@ class LoopInterpreter:
                     new = [self.expr(u, inner) for u in s.update]
                     accs = {a.name: _typed(v, a.dtype) for a, v in zip(s.accumulators, new)}
                 env.update(accs)
+            elif isinstance(s, L.Matmul):
+                self.matmul(s, env)
+
+    def matmul(self, s: L.Matmul, env: dict) -> None:
+        """Run the statement's loop expansion on flat views of its buffers."""
+        for view in s.views():
+            flat = self.arrays[view.buffer].reshape(-1)
+            if view is s.out and flat.size and not np.shares_memory(flat, self.arrays[view.buffer]):
+                raise ValueError(f"Matmul out buffer '{view.buffer}' is not contiguous")
+            self.arrays[flat_name(view.buffer)] = flat
+        self.block(expand_matmul(s, self.kernel.buffer(s.out.buffer).dtype), dict(env))
 
     def expr(self, e: L.Expr, env: dict):
         if isinstance(e, L.Const):

@@ -5,7 +5,8 @@ A Kernel becomes `func.func @name(%buf: memref<4x?xf32>, ..., %n: index)`: every
 an argument (dynamic dims print as `?`), then one `index` argument per size parameter.
 Loop -> `scf.for` (`scf.parallel` when parallel), Reduce -> `scf.for` with `iter_args`
 and `scf.yield` (its results take the accumulators' names), Let -> the SSA value of its
-expression (named after the Let), Load/Store -> `memref.load`/`memref.store`.
+expression (named after the Let), Load/Store -> `memref.load`/`memref.store`, Matmul ->
+its loop expansion (matmul_loops.py) on 1-D `memref.reinterpret_cast` views of its buffers.
 
 Unary, Binary and Cast lower through tables keyed by fn and operand kind (f float,
 i integer, x index, b bool; see loops_check.UNARY_KINDS): an MLIR op name, a comparison
@@ -34,8 +35,9 @@ from typing import Callable, Iterable, Union
 from ..dtypes import DType
 from ..errors import IRError
 from .loops import (COMPARISONS, INDEX, Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load,
-                    Loop, Reduce, Select, Store, Unary, Var)
+                    Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from .loops_check import check_kernel, dtype_kind
+from .matmul_loops import expand_matmul, flat_name
 
 DTypeLike = Union[DType, str]
 # A lowering: an op name ("arith.addf"), a comparison ("arith.cmpf", "olt"), or an
@@ -263,7 +265,7 @@ class _Printer:
     # --- kernels and statements ------------------------------------------------------
     def kernel(self, k: Kernel, depth: int) -> str:
         """The `func.func` of `k`, its lines indented by `depth` levels."""
-        self.depth = depth
+        self.depth, self.kernel_ir = depth, k
         args = []
         for b in k.buffers:
             self.buffers[b.name] = (self.fresh(b.name), memref_type(b))
@@ -336,6 +338,23 @@ class _Printer:
         for a, result in zip(s.accumulators, results):
             self.bind(a.name, result)
 
+    def matmul(self, s: Matmul) -> None:
+        """The loop expansion, reading and writing 1-D views of the three buffers."""
+        for name in dict.fromkeys(v.buffer for v in s.views()):
+            buf = self.kernel_ir.buffer(name)
+            ssa, ty = self.buffers[name]
+            dynamic = [self.lookup(d) for d in buf.shape if isinstance(d, str)]
+            size = str(math.prod(d for d in buf.shape if isinstance(d, int)))
+            if dynamic:
+                size = self.const(int(size), INDEX)
+                for d in dynamic:
+                    size = self.op(f"arith.muli {size}, {d} : index")
+            flat_ty = f"memref<{'?' if dynamic else size}x{buf.dtype.mlir}>"
+            flat = self.op(f"memref.reinterpret_cast {ssa} to offset: [0], sizes: [{size}], "
+                           f"strides: [1] : {ty} to {flat_ty}", f"{name}_flat")
+            self.buffers[flat_name(name)] = (flat, flat_ty)
+        self.block(expand_matmul(s, self.kernel_ir.buffer(s.out.buffer).dtype))
+
     # --- expressions -----------------------------------------------------------------
     def expr(self, e: Expr, name: str | None = None) -> str:
         """Emit `e`; the op that computes it is named `name` when given."""
@@ -389,7 +408,8 @@ class _Printer:
 
 
 _STMT_RULES: dict[type, Callable] = {Let: _Printer.let, Store: _Printer.store,
-                                     Loop: _Printer.loop, Reduce: _Printer.reduce}
+                                     Loop: _Printer.loop, Reduce: _Printer.reduce,
+                                     Matmul: _Printer.matmul}
 _EXPR_RULES: dict[type, Callable] = {Const: _Printer.e_const, Var: _Printer.e_var,
                                      Load: _Printer.e_load, Unary: _Printer.e_unary,
                                      Binary: _Printer.e_binary, Select: _Printer.e_select,

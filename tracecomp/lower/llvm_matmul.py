@@ -1,0 +1,293 @@
+"""CPU code for the loop IR's Matmul statement: a blocked, packed, parallel kernel.
+
+`emit_matmul(em, s, env)` emits statement `s` into the function `em` is building.
+- Integer products, vector cases (m or n == 1), empty ones, dynamic extents and Matmuls
+  without a workspace run the statement's loop expansion (matmul_loops.py) through the
+  ordinary emitter: ikj order, whose inner loop LLVM vectorizes, or ijk (a vectorized
+  dot product per element) when n == 1.
+- Float products with a workspace run the GotoBLAS/BLIS loop nest (block sizes and their
+  reasons in matmul_tiles.py), per work item:
+      for jc in n-range step NC:           B panel  KC x NC  -> workspace (L3)
+        for pc in 0..k step KC:            pack B[pc:pc+kc, jc:jc+nc]
+          for ic in m-range step MC:       A block  MC x KC  -> workspace (L2)
+            for jr step NR, ir step MR:    micro-kernel on the L1-resident micro-panels
+  The micro-kernel (llvm_microkernel.py) writes full tiles straight into C; partial tiles
+  (and C with a non-unit column stride) go through a stack tile that `merge` copies out.
+  After the last K-block the epilogue runs over the tile just stored, while it is in L1:
+  a loop over its elements that reads the accumulated value as `acc`, binds the index
+  names, and evaluates the loop-IR epilogue with the ordinary emitter (so every Unary,
+  Binary and math function works there, vectorized along j).
+
+Parallelism: a work item is one part of one batch matrix; each matrix splits into `parts`
+ranges of register tiles along its longer dim (matmul_tiles.Blocks.split_m).  With T
+threads (min(omp_get_max_threads(), what the workspace holds)), parts is 1 when T divides
+the batch count and T otherwise, so every thread gets the same number of items.  Each
+thread packs into its own slice of the workspace; no barriers are needed because threads
+write disjoint parts of C.  The items run in an outlined `<kernel>.mm<k>.part` function
+(buffers, sizes and visible names as arguments, like llvm_parallel's outlined loops),
+called directly for small products or from `GOMP_parallel` through `.omp`, which takes
+the thread's chunk of items and workspace slice.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from ..errors import BackendError
+from . import llvm_scalar as S
+from .llvm_codegen import FunctionEmitter, counted_loop, declare_kernel_function
+from .llvm_microkernel import merge_function, microkernel, pack_function
+from .llvm_parallel import _entry_alloca, _field
+from .loops import Const, Let, Load, Matmul, Store, Var, INDEX
+from .matmul_loops import expand_matmul, flat_index, flat_name, index_names
+from .matmul_tiles import TILES, Blocks, blocks, flops
+
+PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
+_PTR = ir.PointerType()
+
+
+@dataclass(frozen=True)
+class Plan:
+    blocks: Blocks
+    capacity: int          # threads the workspace holds panels for
+    batch_count: int
+
+
+def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> None:
+    dtype = em.kernel.buffer(s.out.buffer).dtype
+    for view in s.views():
+        em.flat_alias(view.buffer)
+    plan = _plan(em, s, dtype)
+    if plan is None:
+        order = "ijk" if s.n == 1 else "ikj"
+        em.emit_body(expand_matmul(s, dtype, order, parallel=not em.in_parallel), dict(env))
+    else:
+        _emit_packed(em, s, env, plan)
+
+
+def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
+    if s.workspace is None or dtype not in TILES:
+        return None
+    if not all(isinstance(d, int) for d in s.extents()) or min(s.m, s.n, s.k) == 0:
+        return None
+    ws = em.kernel.buffer(s.workspace)
+    if not isinstance(ws.shape[0], int):
+        return None
+    bl = blocks(dtype, s.m, s.n, s.k)
+    capacity = ws.shape[0] // bl.thread_elements
+    if capacity < 1:
+        raise BackendError(f"kernel '{em.kernel.name}': Matmul workspace '{s.workspace}' holds "
+                           f"{ws.shape[0]} elements, a thread needs {bl.thread_elements} "
+                           "(size it with matmul_tiles.workspace_elements)")
+    return Plan(bl, capacity, math.prod(s.batch))
+
+
+def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan: Plan) -> None:
+    b = em.builder
+    captured = [(name, v) for name, v in env.items() if name not in em.sizes]
+    prefix = f"{em.fn.name}.mm{em.parallel_loops}"
+    em.parallel_loops += 1
+    part = _part_function(em, s, captured, plan, f"{prefix}.part")
+    leading = list(em.fn.args[:len(em.kernel.buffers) + len(em.kernel.sizes)])
+    args = leading + [v for _, v in captured] + [em.buffers[s.workspace][1]]
+    batch = ir.Constant(S.I64, plan.batch_count)
+
+    def serial():
+        b.call(part, args + [ir.Constant(S.I64, 0), batch, ir.Constant(S.I64, 1)])
+    if em.in_parallel or flops(s.m, s.n, s.k, plan.batch_count) < PARALLEL_MIN_FLOPS or plan.capacity < 2:
+        serial()
+        return
+    max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
+    threads = S.intrinsic(b, "smin", [b.sext(b.call(max_threads, []), S.I64),
+                                      ir.Constant(S.I64, plan.capacity)])
+    with b.if_else(b.icmp_signed("<", threads, ir.Constant(S.I64, 2))) as (one, many):
+        with one:
+            serial()
+        with many:
+            split = ir.Constant(S.I64, plan.blocks.split_tiles(s.m, s.n))
+            divides = b.icmp_signed("==", b.srem(batch, threads), ir.Constant(S.I64, 0))
+            parts = b.select(divides, ir.Constant(S.I64, 1), S.intrinsic(b, "smin", [threads, split]))
+            items = b.mul(batch, parts)
+            struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64])
+            data = _entry_alloca(em, struct)
+            for k, value in enumerate(args + [items, parts]):
+                b.store(value, _field(b, data, struct, k))
+            omp = _omp_function(em.module, part, struct, plan.blocks.thread_elements, em.kernel, s,
+                                f"{prefix}.omp")
+            gomp = S.declare(em.module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32],
+                             attrs=("nounwind",))
+            b.call(gomp, [omp, data, b.trunc(threads, S.I32), ir.Constant(S.I32, 0)])
+
+
+def _omp_function(module, part, struct, thread_elements, kernel, s, name) -> ir.Function:
+    """`void name(ptr data)`: this thread's chunk of the work items, in its workspace slice."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fields = [b.load(_field(b, fn.args[0], struct, k), typ=t) for k, t in enumerate(struct.elements)]
+    *args, ws, items, parts = fields
+    thread_num = S.declare(module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
+    num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
+    tid = b.sext(b.call(thread_num, []), S.I64)
+    threads = b.sext(b.call(num_threads, []), S.I64)
+    chunk = b.udiv(b.add(items, b.sub(threads, ir.Constant(S.I64, 1))), threads)
+    lo = S.intrinsic(b, "smin", [b.mul(tid, chunk), items])
+    hi = S.intrinsic(b, "smin", [b.add(lo, chunk), items])
+    dtype = kernel.buffer(s.out.buffer).dtype
+    slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=S.register_type(dtype))
+    b.call(part, args + [slice_, lo, hi, parts])
+    b.ret_void()
+    return fn
+
+
+def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: str) -> ir.Function:
+    """`name(buffers, sizes, captured, ws, lo, hi, parts)`: work items [lo, hi)."""
+    extra = [(n, v.type) for n, v in captured] + [("ws", _PTR), ("lo", S.I64), ("hi", S.I64), ("parts", S.I64)]
+    fn = declare_kernel_function(em.module, name, em.kernel.buffers, em.kernel.sizes, em.align,
+                                 "internal", extra)
+    fn.attributes.add("noinline")
+    inner = FunctionEmitter(em.module, em.kernel, fn, em.align, in_parallel=True)
+    inner.flat_alias(s.out.buffer)
+    env = inner.entry_env()
+    first = len(em.kernel.buffers) + len(em.kernel.sizes)
+    env.update((n, arg) for (n, _), arg in zip(captured, fn.args[first:]))
+    ws, lo, hi, parts = fn.args[-4:]
+    b = inner.builder
+    with counted_loop(b, lo, hi, "mm.item") as item:
+        index = b.sdiv(item.index, parts)
+        env_b = dict(env)
+        names = index_names(s)
+        for name_d, value in zip(names[:-2], _delinearize(b, index, s.batch)):
+            env_b[name_d] = value
+        rng = _item_range(b, b.srem(item.index, parts), parts, s, plan.blocks)
+        _Blocked(inner, s, plan.blocks, env_b, ws).emit(*rng)
+    b.ret_void()
+    return fn
+
+
+def _delinearize(b: ir.IRBuilder, flat: ir.Value, extents: tuple[int, ...]) -> list[ir.Value]:
+    out = []
+    for n in reversed(extents):
+        out.append(b.srem(flat, ir.Constant(S.I64, n)))
+        flat = b.sdiv(flat, ir.Constant(S.I64, n))
+    return out[::-1]
+
+
+def _item_range(b: ir.IRBuilder, part: ir.Value, parts: ir.Value, s: Matmul, bl: Blocks):
+    """(m_lo, m_hi, n_lo, n_hi) of one part: a balanced range of register tiles."""
+    tiles = ir.Constant(S.I64, bl.split_tiles(s.m, s.n))
+    t0 = b.sdiv(b.mul(part, tiles), parts)
+    t1 = b.sdiv(b.mul(b.add(part, ir.Constant(S.I64, 1)), tiles), parts)
+    step, size = (bl.tiles.mr, s.m) if bl.split_m else (bl.tiles.nr, s.n)
+    lo = b.mul(t0, ir.Constant(S.I64, step))
+    hi = S.intrinsic(b, "smin", [b.mul(t1, ir.Constant(S.I64, step)), ir.Constant(S.I64, size)])
+    zero = ir.Constant(S.I64, 0)
+    if bl.split_m:
+        return lo, hi, zero, ir.Constant(S.I64, s.n)
+    return zero, ir.Constant(S.I64, s.m), lo, hi
+
+
+class _Blocked:
+    """The five-loop nest of one work item (rows [m_lo, m_hi), columns [n_lo, n_hi))."""
+
+    def __init__(self, em: FunctionEmitter, s: Matmul, bl: Blocks, env: dict, ws: ir.Value):
+        self.em, self.s, self.bl, self.env, self.b = em, s, bl, env, em.builder
+        self.dtype = em.kernel.buffer(s.out.buffer).dtype
+        self.t = S.register_type(self.dtype)
+        self.a_pack = ws
+        self.b_pack = self.gep(ws, self.c64(bl.a_elements))
+        zeros = (Const(0, INDEX), Const(0, INDEX))
+        names = index_names(s)
+        batch = tuple(Var(n, INDEX) for n in names[:-2])
+        self.ptr, self.rs, self.cs = {}, {}, {}
+        for role, view in zip(("out", "a", "b"), s.views()):
+            base = em.buffers[view.buffer][1]
+            self.ptr[role] = self.gep(base, em.expr(flat_index(view, batch + zeros), env))
+            self.rs[role] = em.expr(view.strides[-2], env)
+            self.cs[role] = em.expr(view.strides[-1], env)
+        tiles = bl.tiles
+        self.kernel = microkernel(em.module, self.dtype, tiles.mr, tiles.nv)
+        self.pack_a = pack_function(em.module, self.dtype, tiles.mr)
+        self.pack_b = pack_function(em.module, self.dtype, tiles.nr)
+        self.merge = merge_function(em.module, self.dtype, tiles.nr)
+        self.tile = _entry_alloca(em, ir.ArrayType(self.t, tiles.mr * tiles.nr))
+        self.tile.align = 64
+
+    def c64(self, v: int) -> ir.Constant:
+        return ir.Constant(S.I64, v)
+
+    def gep(self, ptr: ir.Value, offset: ir.Value) -> ir.Value:
+        return self.b.gep(ptr, [offset], source_etype=self.t)
+
+    def blocks_of(self, lo, hi, step: int, name: str):
+        """A counted_loop over the blocks of [lo, hi), and the function giving a block's
+        (start, length) from the loop's state."""
+        b = self.b
+        count = b.sdiv(b.add(b.sub(hi, lo), self.c64(step - 1)), self.c64(step))
+
+        def block(state):
+            start = b.add(lo, b.mul(state.index, self.c64(step)))
+            return start, S.intrinsic(b, "smin", [self.c64(step), b.sub(hi, start)])
+        return counted_loop(b, self.c64(0), count, name), block
+
+    def emit(self, m_lo, m_hi, n_lo, n_hi) -> None:
+        b, bl, s = self.b, self.bl, self.s
+        k_blocks = -(-s.k // bl.kc)
+        jloop, jblock = self.blocks_of(n_lo, n_hi, bl.nc, "mm.jc")
+        with jloop as jstate:
+            jc, nc = jblock(jstate)
+            with counted_loop(b, self.c64(0), self.c64(k_blocks), "mm.pc") as pstate:
+                pc = b.mul(pstate.index, self.c64(bl.kc))
+                kc = S.intrinsic(b, "smin", [self.c64(bl.kc), b.sub(self.c64(s.k), pc)])
+                src = self.gep(self.ptr["b"], b.add(b.mul(pc, self.rs["b"]), b.mul(jc, self.cs["b"])))
+                b.call(self.pack_b, [self.b_pack, src, nc, kc, self.cs["b"], self.rs["b"]])
+                add = b.icmp_signed(">", pstate.index, self.c64(0))
+                add = b.or_(add, ir.Constant(S.I1, int(s.accumulate)))
+                last = b.icmp_signed("==", pstate.index, self.c64(k_blocks - 1))
+                iloop, iblock = self.blocks_of(m_lo, m_hi, bl.mc, "mm.ic")
+                with iloop as istate:
+                    ic, mc = iblock(istate)
+                    src = self.gep(self.ptr["a"], b.add(b.mul(ic, self.rs["a"]), b.mul(pc, self.cs["a"])))
+                    b.call(self.pack_a, [self.a_pack, src, mc, kc, self.rs["a"], self.cs["a"]])
+                    self.tiles(ic, mc, jc, nc, kc, add, last)
+
+    def tiles(self, ic, mc, jc, nc, kc, add, last) -> None:
+        b, tiles = self.b, self.bl.tiles
+        jloop, jtile = self.blocks_of(self.c64(0), nc, tiles.nr, "mm.jr")
+        with jloop as jstate:
+            jr, nr = jtile(jstate)
+            iloop, itile = self.blocks_of(self.c64(0), mc, tiles.mr, "mm.ir")
+            with iloop as istate:
+                ir_, mr = itile(istate)
+                a_panel = self.gep(self.a_pack, b.mul(ir_, kc))
+                b_panel = self.gep(self.b_pack, b.mul(jr, kc))
+                i0, j0 = b.add(ic, ir_), b.add(jc, jr)
+                c = self.gep(self.ptr["out"], b.add(b.mul(i0, self.rs["out"]), b.mul(j0, self.cs["out"])))
+                full = b.and_(b.and_(b.icmp_signed("==", mr, self.c64(tiles.mr)),
+                                     b.icmp_signed("==", nr, self.c64(tiles.nr))),
+                              b.icmp_signed("==", self.cs["out"], self.c64(1)))
+                with b.if_else(full) as (direct, edge):
+                    with direct:
+                        b.call(self.kernel, [kc, a_panel, b_panel, c, self.rs["out"], add])
+                    with edge:
+                        b.call(self.kernel, [kc, a_panel, b_panel, self.tile, self.c64(tiles.nr),
+                                             ir.Constant(S.I1, 0)])
+                        b.call(self.merge, [self.tile, c, mr, nr, self.rs["out"], self.cs["out"], add])
+                if self.s.epilogue is not None:
+                    with b.if_then(last):
+                        self.epilogue(i0, j0, mr, nr)
+
+    def epilogue(self, i0, j0, mr, nr) -> None:
+        """out[i, j] = epilogue(acc = out[i, j]) over the tile just stored."""
+        b, s = self.b, self.s
+        names = index_names(s)
+        at = flat_index(s.out, tuple(Var(n, INDEX) for n in names))
+        out = flat_name(s.out.buffer)
+        dtype = self.dtype
+        with counted_loop(b, self.c64(0), mr, "mm.r") as r:
+            with counted_loop(b, self.c64(0), nr, "mm.c") as c:
+                env = {**self.env, names[-2]: b.add(i0, r.index), names[-1]: b.add(j0, c.index)}
+                self.em.emit_body([Let(s.acc, Load(out, (at,), dtype)), Store(out, (at,), s.epilogue)], env)

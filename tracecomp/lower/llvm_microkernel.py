@@ -1,0 +1,186 @@
+"""The matmul micro-kernel: one MR x NR register tile of C from packed panels, in LLVM IR.
+
+`microkernel(module, dtype, mr, nv)` defines (once per module) the internal function
+
+    void tracecomp.matmul.uk.<f32|f64>.<MR>x<NR>(i64 kc, ptr a, ptr b, ptr c, i64 ldc, i1 add)
+
+computing  c[r * ldc + j] (+)= sum_p a[p * MR + r] * b[p * NR + j]  for r < MR, j < NR, where
+NR = nv * L and L is the vector width (16 f32 / 8 f64 lanes: one AVX-512 register):
+- `a` is a packed A micro-panel, MR consecutive elements per step p (one column of A's tile);
+- `b` is a packed B micro-panel, NR consecutive elements per step p, 64-byte aligned;
+- the MR * nv accumulators are `<L x T>` vectors carried through the p loop in registers;
+  each step loads nv vectors of b, broadcasts each of the MR elements of a, and issues
+  MR * nv `llvm.fma` calls (the broadcast folds into the FMA's memory operand on x86);
+- `add` chooses between c = tile and c += tile (the K-blocks after the first accumulate).
+The caller handles edges: it zero-pads partial panels, and for a partial (or non-unit
+column stride) tile passes a stack tile as `c` and merges the valid part itself.
+The p loop is unrolled by UNROLL with a remainder loop, so the loop overhead (one compare,
+one branch, two pointer bumps) is paid once per UNROLL steps.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ..dtypes import DType
+from . import llvm_scalar as S
+from .llvm_codegen import counted_loop
+
+UNROLL = 4
+LANES = {DType.float32: 16, DType.float64: 8}
+_PTR = ir.PointerType()
+
+
+def vector_type(dtype: DType) -> ir.VectorType:
+    return ir.VectorType(S.register_type(dtype), LANES[dtype])
+
+
+def fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+    """x * y + z on vectors, rounded once (`llvm.fma.v16f32` / `llvm.fma.v8f64`)."""
+    t = x.type
+    scalar = "f32" if t.element == S.F32 else "f64"
+    fn = S.declare(b.module, f"llvm.fma.v{t.count}{scalar}", t, [t, t, t])
+    return b.call(fn, [x, y, z])
+
+
+def splat(b: ir.IRBuilder, x: ir.Value, t: ir.VectorType) -> ir.Value:
+    one = b.insert_element(ir.Constant(t, ir.Undefined), x, ir.Constant(S.I32, 0))
+    return b.shuffle_vector(one, ir.Constant(t, ir.Undefined), ir.Constant(ir.VectorType(S.I32, t.count), [0] * t.count))
+
+
+def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Function:
+    """The MR x (nv * L) micro-kernel for `dtype` (f32 or f64), defined on first use."""
+    vt, lanes = vector_type(dtype), LANES[dtype]
+    name = f"tracecomp.matmul.uk.{'f32' if dtype is DType.float32 else 'f64'}.{mr}x{nv * lanes}"
+    if name in module.globals:
+        return module.globals[name]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [S.I64, _PTR, _PTR, _PTR, S.I64, S.I1]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")
+    kc, a, bp, c, ldc, add = fn.args
+    for arg, arg_name in zip(fn.args, ("kc", "a", "b", "c", "ldc", "add")):
+        arg.name = arg_name
+    for p in (a, bp, c):
+        p.add_attribute("noalias")
+    bp.attributes.align = 64
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    accs = [ir.Constant(vt, None)] * (mr * nv)
+    t = S.register_type(dtype)
+    steps = b.udiv(kc, ir.Constant(S.I64, UNROLL))
+
+    def step(accs, p):
+        a_row = b.gep(a, [b.mul(p, ir.Constant(S.I64, mr))], source_etype=t)
+        b_row = b.gep(bp, [b.mul(p, ir.Constant(S.I64, nv * lanes))], source_etype=t)
+        bv = [b.load(b.gep(b_row, [ir.Constant(S.I64, v * lanes)], source_etype=t), typ=vt, align=64)
+              for v in range(nv)]
+        out = list(accs)
+        for r in range(mr):
+            x = splat(b, b.load(b.gep(a_row, [ir.Constant(S.I64, r)], source_etype=t), typ=t), vt)
+            for v in range(nv):
+                out[r * nv + v] = fma(b, x, bv[v], out[r * nv + v])
+        return out
+
+    with counted_loop(b, ir.Constant(S.I64, 0), steps, "p4", accs) as loop:
+        p0 = b.mul(loop.index, ir.Constant(S.I64, UNROLL))
+        cur = list(loop.carried)
+        for u in range(UNROLL):
+            cur = step(cur, b.add(p0, ir.Constant(S.I64, u)))
+        loop.next = cur
+    start = b.mul(steps, ir.Constant(S.I64, UNROLL))
+    with counted_loop(b, start, kc, "p", list(loop.carried)) as tail:
+        tail.next = step(list(tail.carried), tail.index)
+    _store_tile(b, list(tail.carried), c, ldc, add, mr, nv, dtype)
+    b.ret_void()
+    return fn
+
+
+def _store_tile(b: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, add: ir.Value,
+                mr: int, nv: int, dtype: DType) -> None:
+    """Row r of the tile goes to c + r * ldc (unaligned: C is any strided view)."""
+    vt, t, lanes, align = accs[0].type, S.register_type(dtype), LANES[dtype], dtype.itemsize
+    ptrs = []
+    for r in range(mr):
+        row = b.gep(c, [b.mul(ldc, ir.Constant(S.I64, r))], source_etype=t)
+        ptrs += [b.gep(row, [ir.Constant(S.I64, v * lanes)], source_etype=t) for v in range(nv)]
+    with b.if_else(add) as (accumulate, overwrite):
+        with accumulate:
+            for acc, p in zip(accs, ptrs):
+                b.store(b.fadd(b.load(p, typ=vt, align=align), acc), p, align=align)
+        with overwrite:
+            for acc, p in zip(accs, ptrs):
+                b.store(acc, p, align=align)
+
+
+def _leaf_function(module: ir.Module, name: str, args: list[tuple[str, ir.Type]]) -> tuple[ir.Function, ir.IRBuilder]:
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [t for _, t in args]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")
+    for arg, (arg_name, _) in zip(fn.args, args):
+        arg.name = arg_name
+        if isinstance(arg.type, ir.PointerType):
+            arg.add_attribute("noalias")
+    return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
+    """`pack(dst, src, count, kc, sx, sp)`: copy `count` rows x of a strided panel
+    (element (x, p) at src[x * sx + p * sp], p < kc) into micro-panels of `width` rows:
+    dst[q * width * kc + p * width + x % width] for q = x / width, zero-filling the rows
+    of the last micro-panel past `count`.  Reads run along whichever of x and p has unit
+    stride (A row-major or B transposed: along p; A transposed or B row-major: along x)."""
+    name = f"tracecomp.matmul.pack.{dtype.label}.{width}"
+    if name in module.globals:
+        return module.globals[name]
+    t = S.register_type(dtype)
+    fn, b = _leaf_function(module, name, [("dst", _PTR), ("src", _PTR), ("count", S.I64),
+                                          ("kc", S.I64), ("sx", S.I64), ("sp", S.I64)])
+    dst, src, count, kc, sx, sp = fn.args
+    w = ir.Constant(S.I64, width)
+    panels = b.udiv(b.add(count, ir.Constant(S.I64, width - 1)), w)
+    zero = S.constant(0.0, dtype)
+    with counted_loop(b, ir.Constant(S.I64, 0), panels, "q") as q:
+        x0 = b.mul(q.index, w)
+        valid = S.intrinsic(b, "smin", [w, b.sub(count, x0)])
+        pdst = b.gep(dst, [b.mul(x0, kc)], source_etype=t)
+        psrc = b.gep(src, [b.mul(x0, sx)], source_etype=t)
+
+        def copy(x, p):
+            value = b.load(b.gep(psrc, [b.add(b.mul(x, sx), b.mul(p, sp))], source_etype=t), typ=t)
+            b.store(value, b.gep(pdst, [b.add(b.mul(p, w), x)], source_etype=t))
+        with b.if_else(b.icmp_signed("==", sp, ir.Constant(S.I64, 1))) as (along_p, along_x):
+            with along_p:
+                with counted_loop(b, ir.Constant(S.I64, 0), valid, "x") as x:
+                    with counted_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
+                        copy(x.index, p.index)
+            with along_x:
+                with counted_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
+                    with counted_loop(b, ir.Constant(S.I64, 0), valid, "x") as x:
+                        copy(x.index, p.index)
+        with counted_loop(b, ir.Constant(S.I64, 0), kc, "zp") as p:
+            with counted_loop(b, valid, w, "zx") as x:
+                b.store(zero, b.gep(pdst, [b.add(b.mul(p.index, w), x.index)], source_etype=t))
+    b.ret_void()
+    return fn
+
+
+def merge_function(module: ir.Module, dtype: DType, nr: int) -> ir.Function:
+    """`merge(tile, c, mr, nr, rs, cs, add)`: the valid mr x nr corner of a stack tile
+    (row length NR) into C at c[r * rs + j * cs], overwriting or adding."""
+    name = f"tracecomp.matmul.merge.{dtype.label}.{nr}"
+    if name in module.globals:
+        return module.globals[name]
+    t = S.register_type(dtype)
+    fn, b = _leaf_function(module, name, [("tile", _PTR), ("c", _PTR), ("mr", S.I64), ("nr", S.I64),
+                                          ("rs", S.I64), ("cs", S.I64), ("add", S.I1)])
+    tile, c, mr, ncols, rs, cs, add = fn.args
+    for accumulate in (True, False):
+        with b.if_then(add if accumulate else b.not_(add)):
+            with counted_loop(b, ir.Constant(S.I64, 0), mr, "r") as r:
+                with counted_loop(b, ir.Constant(S.I64, 0), ncols, "j") as j:
+                    at = b.gep(c, [b.add(b.mul(r.index, rs), b.mul(j.index, cs))], source_etype=t)
+                    src = b.gep(tile, [b.add(b.mul(r.index, ir.Constant(S.I64, nr)), j.index)], source_etype=t)
+                    value = b.load(src, typ=t)
+                    b.store(b.fadd(b.load(at, typ=t), value) if accumulate else value, at)
+    b.ret_void()
+    return fn

@@ -1,0 +1,115 @@
+"""Block sizes of the CPU matmul (llvm_matmul.py) and the workspace they need.
+
+The packed kernel (GotoBLAS/BLIS structure) computes C in register tiles of MR x NR from
+panels it copies into the workspace: a KC x NC panel of B (in micro-panels of NR columns)
+and an MC x KC block of A (in micro-panels of MR rows).  The sizes follow the caches of
+the host this was tuned on, AMD Zen 5 (per core: 48 KB L1d, 1 MB L2; 32 AVX-512 registers,
+two 512-bit FMA pipes with 4 cycles of latency):
+- MR x NR: the accumulators are MR * NR / L vector registers (L = 16 f32 or 8 f64 lanes);
+  two FMA pipes times four cycles need >= 8 independent accumulators, and each step
+  loads NR / L vectors of B and broadcasts MR elements of A, so a taller tile loads less
+  per FMA.  8 x 32 (f32) and 8 x 16 (f64) use 16 accumulators + 2 B vectors (+ broadcasts)
+  and measured best on whole matmuls (6, 10, 12, 14 rows were tried; see the tests' slow
+  benchmark);
+- KC: the B micro-panel (KC x NR) stays in L1 while the A micro-panels stream past it:
+  256 * 32 * 4 bytes = 32 KB of the 48 KB (f64: 256 * 16 * 8 = 32 KB), leaving room for
+  the A micro-panel (8 KB / 16 KB) and the C tile;
+- MC: the A block (MC x KC) stays in L2 while B's micro-panels stream through L1: f32
+  MC = 192 -> 192 KB, f64 MC = 96 -> 192 KB; well under 1 MB, because each core's L2 also
+  holds B micro-panels and C lines in flight;
+- NC: the B panel (KC x NC) is read from L3 (shared) once per A block: NC = 2048 columns
+  -> 2 MB (f32) per thread, a fraction of the 32 MB L3.
+For a small problem each block shrinks to the problem (rounded up to whole tiles), and so
+does the workspace: `workspace_elements` is what the scheduler allocates, per-thread
+panels (each 64-byte aligned) for up to `max_threads()` threads.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..dtypes import DType
+
+MIN_PACKED_FLOPS = 0          # smaller float products use the plain loop expansion
+
+
+@dataclass(frozen=True)
+class Tiles:
+    mr: int           # register tile rows
+    nv: int           # register tile columns, in vectors
+    lanes: int        # elements per vector register
+    mc: int           # A block rows (a multiple of mr)
+    kc: int           # depth of a packed panel
+    nc: int           # B panel columns (a multiple of nr)
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+
+TILES = {DType.float32: Tiles(mr=8, nv=2, lanes=16, mc=192, kc=256, nc=2048),
+         DType.float64: Tiles(mr=8, nv=2, lanes=8, mc=96, kc=256, nc=2048)}
+
+
+def max_threads() -> int:
+    """Threads a packed matmul may use: its workspace holds panels for this many."""
+    return max(1, min(os.cpu_count() or 1, 64))
+
+
+def uses_packed(dtype: DType, m: int, n: int, k: int) -> bool:
+    """Whether the CPU code generator should run the packed kernel (float, no vector case,
+    nothing empty); otherwise the loop expansion is as good or better."""
+    return dtype in TILES and min(m, n, k) > 0 and m > 1 and n > 1 and 2 * m * n * k >= MIN_PACKED_FLOPS
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Block sizes for one problem: the tiles' blocks clipped to it."""
+    tiles: Tiles
+    mc: int
+    kc: int
+    nc: int
+    split_m: bool        # threads split the rows (else the columns) of each matrix
+
+    @property
+    def a_elements(self) -> int:
+        return _aligned(self.mc * self.kc, self.tiles)
+
+    @property
+    def b_elements(self) -> int:
+        return _aligned(self.kc * self.nc, self.tiles)
+
+    @property
+    def thread_elements(self) -> int:
+        """Workspace elements one thread packs into: its A block, then its B panel."""
+        return self.a_elements + self.b_elements
+
+    def split_tiles(self, m: int, n: int) -> int:
+        """Register tiles along the split dim (the most parts worth making)."""
+        return -(-m // self.tiles.mr) if self.split_m else -(-n // self.tiles.nr)
+
+
+def _aligned(elements: int, t: Tiles) -> int:
+    """Rounded up to whole vectors (64 bytes), so every panel starts 64-byte aligned."""
+    return _round_up(elements, t.lanes)
+
+
+def blocks(dtype: DType, m: int, n: int, k: int) -> Blocks:
+    t = TILES[dtype]
+    split_m = -(-m // t.mr) >= -(-n // t.nr)
+    return Blocks(t, min(t.mc, _round_up(m, t.mr)), min(t.kc, k), min(t.nc, _round_up(n, t.nr)), split_m)
+
+
+def _round_up(x: int, step: int) -> int:
+    return -(-x // step) * step
+
+
+def workspace_elements(dtype: DType, m: int, n: int, k: int, batch: int) -> int:
+    """Elements of the workspace buffer for a packed matmul of this size."""
+    bl = blocks(dtype, m, n, k)
+    threads = min(max_threads(), batch * bl.split_tiles(m, n))
+    return bl.thread_elements * max(threads, 1)
+
+
+def flops(m: int, n: int, k: int, batch: int = 1) -> int:
+    return 2 * m * n * k * batch
