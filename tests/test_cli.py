@@ -74,6 +74,13 @@ def test_dump_dot_and_svg(workdir):
     svg = "{http://www.w3.org/2000/svg}"
     nodes = [g.find(svg + "title").text for g in root.iter(svg + "g") if g.get("class") == "node"]
     assert sorted(n for n in nodes if n.startswith("op")) == ["op0", "op1", "op2", "op3"]  # 4 ops
+    run(workdir, "dump", "mymodel:loss", *INPUTS, "--stage", "graph", "--format", "png", "-o", "g.png")
+    assert (workdir / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = run(workdir, "dump", "mymodel:loss", *INPUTS, "--grad", "0", "--stage", "all", "--format", "svg",
+              "-o", "pics").stdout
+    for stage in ("graph", "backward", "optimized"):
+        ET.parse(workdir / "pics" / f"{stage}.svg")
+        assert f"{stage}.svg" in out
 
 
 def test_dump_all_writes_every_stage_with_times(workdir):
@@ -94,7 +101,7 @@ def test_dump_all_writes_every_stage_with_times(workdir):
     (["dump", "mymodel:loss", "--input", "f32[8,x]"], "bad input spec"),
     (["dump", "mymodel:loss", "--input", "f32[8,3]"], "cannot take 1 inputs"),
     (["dump", "mymodel:loss", *INPUTS, "--stage", "ptx"], "unknown stage 'ptx'"),
-    (["dump", "mymodel:loss", *INPUTS, "--format", "png"], "unknown format 'png'"),
+    (["dump", "mymodel:loss", *INPUTS, "--format", "jpeg"], "unknown format 'jpeg'"),
     (["dump", "mymodel:loss", *INPUTS, "--stage", "asm", "--format", "dot"], "stage asm is text only"),
     (["dump", "mymodel:loss", *INPUTS, "--grad", "7"], "--grad 7"),
     (["dump", "mymodel:loss", "--input", "f32[8,3]", "--input", "f32[5,9]", "--input", "i64[4]"],

@@ -170,6 +170,17 @@ int main(void) {
     int code = train_step(inputs, outputs);
     if (code != 0) { fprintf(stderr, "error %%d: %%s\n", code, train_step_error_string(code)); return 1; }
 %(prints)s
+    /* the shape-checking entry point: right shapes run, a wrong one is an error code */
+%(shape_decls)s
+    code = train_step_checked(inputs, in_shapes, outputs, out_shapes);
+    printf("checked %%d\n", code);
+    in_shape_4[0] = 33;      /* inputs[4] claims 33 rows instead of 32 */
+    code = train_step_checked(inputs, in_shapes, outputs, out_shapes);
+    printf("checked_bad %%d %%s\n", code, train_step_error_string(code));
+    in_shape_4[0] = 32;
+    out_shape_3[1] = 5;      /* outputs[3] (d loss / d w2, [16, 4]) claims 5 columns */
+    code = train_step_checked(inputs, in_shapes, outputs, out_shapes);
+    printf("checked_bad_out %%d\n", code);
     /* errors come back as codes, not crashes */
     outputs[1] = NULL;
     code = train_step(inputs, outputs);
@@ -195,10 +206,17 @@ def test_c_program_against_header(mlp_lib, tmp_path):
         out_decls.append(f"    float* out{i} = malloc({max(n, 1)} * sizeof(float));")
         out_names.append(f"out{i}")
         prints.append(f'    printf("out{i}"); for (int j = 0; j < {n}; j++) printf(" %.9g", out{i}[j]); printf("\\n");')
+    decls = []
+    for kind, items in (("in", md["inputs"]), ("out", md["outputs"])):
+        for d in items:
+            dims = ", ".join(str(x) for x in d["shape"]) or "0"
+            decls.append(f"    int64_t {kind}_shape_{d['index']}[] = {{{dims}}};")
+        names = ", ".join(f"{kind}_shape_{d['index']}" for d in items)
+        decls.append(f"    const int64_t* {kind}_shapes[] = {{{names}}};")
     src = tmp_path / "main.c"
     src.write_text(C_PROGRAM % {"arrays": "\n".join(arrays), "in_names": ", ".join(in_names),
                                 "out_decls": "\n".join(out_decls), "out_names": ", ".join(out_names),
-                                "prints": "\n".join(prints)})
+                                "prints": "\n".join(prints), "shape_decls": "\n".join(decls)})
     libdir = os.path.dirname(path)
     exe = tmp_path / "main"
     subprocess.run([os.environ.get("CC", "cc"), "-std=c99", "-Wall", "-Werror", str(src), "-I", libdir,
@@ -211,6 +229,9 @@ def test_c_program_against_header(mlp_lib, tmp_path):
     for i, w in enumerate(want):
         got = np.array([float(v) for v in lines[f"out{i}"].split()], np.float32).reshape(w.shape)
         np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+    assert lines["checked"] == "0"
+    assert lines["checked_bad"].startswith("1004 input 4 must have shape [32, 8]")
+    assert lines["checked_bad_out"] == "2003"
     assert lines["null"].startswith("1 a NULL pointer")
     assert lines["unknown"] == "unknown error code"
     assert json.loads(lines["meta"])["name"] == "train_step"

@@ -17,6 +17,7 @@ import time
 
 STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm")
 GRAPH_STAGES = ("graph", "backward", "optimized")
+FORMATS = ("text", "dot", "svg", "png")
 DTYPES = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "bool": "bool",
           "float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64"}
 SUFFIX = {"graph": "txt", "backward": "txt", "optimized": "txt", "loops": "mlir", "llvm": "ll",
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"one of {', '.join(STAGES)}, all (default: optimized). 'all' writes every "
                            "stage into the folder -o (default ./tracecomp_dump) and prints a time per stage")
     dump.add_argument("--format", default="text", metavar="FORMAT",
-                      help="text (every stage), dot or svg (graph stages; svg needs Graphviz's dot)")
+                      help="text (every stage), dot, svg or png (graph stages; svg and png need "
+                           "Graphviz's dot)")
     dump.add_argument("-o", "--output", metavar="PATH", help="write here instead of printing")
 
     export = sub.add_parser("export", help="compile a function into a shared library and C header")
@@ -144,21 +146,21 @@ def _prepare(args):
     return fn, inputs
 
 
-def _render(lowered, stage: str, fmt: str) -> str | bytes:
+def _render(lowered, stage: str, fmt: str) -> bytes:
     if fmt == "text":
-        return lowered.as_text(stage)
+        return lowered.as_text(stage).encode()
     from tracecomp.ir.nx import to_dot
     dot = to_dot(getattr(lowered, stage))
     if fmt == "dot":
-        return dot
+        return dot.encode()
     exe = shutil.which("dot")
     if exe is None:
-        raise CliError("--format svg needs Graphviz's 'dot' (Debian/Ubuntu: apt-get install graphviz; "
+        raise CliError(f"--format {fmt} needs Graphviz's 'dot' (Debian/Ubuntu: apt-get install graphviz; "
                        "macOS: brew install graphviz); --format dot works without it")
     import subprocess
-    r = subprocess.run([exe, "-Tsvg"], input=dot, capture_output=True, text=True)
+    r = subprocess.run([exe, f"-T{fmt}"], input=dot.encode(), capture_output=True)
     if r.returncode != 0:
-        raise CliError(f"dot failed: {r.stderr.strip()}")
+        raise CliError(f"dot failed: {r.stderr.decode(errors='replace').strip()}")
     return r.stdout
 
 
@@ -177,8 +179,8 @@ def _dump(args) -> int:
     import tracecomp as tc
     if args.stage not in STAGES + ("all",):
         raise CliError(f"unknown stage {args.stage!r}; available: {', '.join(STAGES)}, all")
-    if args.format not in ("text", "dot", "svg"):
-        raise CliError(f"unknown format {args.format!r}; available: text, dot, svg")
+    if args.format not in FORMATS:
+        raise CliError(f"unknown format {args.format!r}; available: {', '.join(FORMATS)}")
     if args.format != "text" and args.stage not in GRAPH_STAGES + ("all",):
         raise CliError(f"--format {args.format} draws graph stages ({', '.join(GRAPH_STAGES)}); "
                        f"stage {args.stage} is text only")
@@ -187,12 +189,14 @@ def _dump(args) -> int:
     lowered = _lower(fn, inputs, args.function)
     trace_time = time.perf_counter() - t0
     if args.stage != "all":
-        text = _render(lowered, args.stage, args.format)
+        data = _render(lowered, args.stage, args.format)
         if args.output:
-            with open(args.output, "w") as f:
-                f.write(text)
+            with open(args.output, "wb") as f:
+                f.write(data)
+        elif args.format == "png":
+            raise CliError("--format png writes binary data: give a file with -o")
         else:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.write(data.decode() if data.endswith(b"\n") else data.decode() + "\n")
         return 0
     folder = args.output or "tracecomp_dump"
     os.makedirs(folder, exist_ok=True)
@@ -207,7 +211,7 @@ def _dump(args) -> int:
         extra = ""
         if stage in GRAPH_STAGES and args.format != "text":
             picture = _render(lowered, stage, args.format)
-            with open(os.path.join(folder, f"{stage}.{args.format}"), "w") as f:
+            with open(os.path.join(folder, f"{stage}.{args.format}"), "wb") as f:
                 f.write(picture)
             extra = f" (+ {stage}.{args.format})"
         print(f"{stage:>16}  {elapsed * 1e3:9.1f} ms  {path}{extra}")

@@ -39,6 +39,8 @@ WORKSPACE_ALIGN = 64
 
 OK, ERR_NULL = 0, 1
 ERR_INDEX_BASE = 16          # 16 + j: index check j failed
+ERR_INPUT_SHAPE = 1000       # 1000 + i: NAME_checked got a wrong shape for input i
+ERR_OUTPUT_SHAPE = 2000      # 2000 + j: ... for output j
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
            "bool": "uint8_t"}
@@ -263,6 +265,8 @@ def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
     else:
         b.ret(ir.Constant(I32, ERR_NULL))
 
+    _checked_entry(module, program, name, entry)
+
     # error strings
     messages = {OK: "ok", ERR_NULL: "a NULL pointer was passed for the inputs or outputs array "
                                     "or for a non-empty input or output"}
@@ -270,6 +274,11 @@ def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
         buf = program.buffers[n]
         messages[ERR_INDEX_BASE + j] = (f"input {i} ({buf.dtype.label}{list(buf.shape)}): an index is "
                                         f"out of bounds for dim {c.dim} with size {c.size} ({c.op})")
+    for kind, names, base in (("input", program.inputs, ERR_INPUT_SHAPE), ("output", program.outputs, ERR_OUTPUT_SHAPE)):
+        for i, n in enumerate(names):
+            buf = program.buffers[n]
+            messages[base + i] = (f"{kind} {i} must have shape {list(buf.shape)} (dtype {buf.dtype.label}); "
+                                  f"the shape passed to {name}_checked differs")
     es = ir.Function(module, ir.FunctionType(PTR, [I32]), f"{name}_error_string")
     eb = ir.IRBuilder(es.append_basic_block("entry"))
     unknown = es.append_basic_block("unknown")
@@ -284,6 +293,48 @@ def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
     mf = ir.Function(module, ir.FunctionType(PTR, []), f"{name}_metadata")
     ir.IRBuilder(mf.append_basic_block("entry")).ret(md)
     return module
+
+
+def _checked_entry(module: ir.Module, program, name: str, entry: ir.Function) -> None:
+    """`int NAME_checked(inputs, input_shapes, outputs, output_shapes)`: compares each
+    shape array (int64_t[rank] per argument) with the compiled shape, then calls NAME."""
+    fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), f"{name}_checked")
+    for arg, n in zip(fn.args, ("inputs", "input_shapes", "outputs", "output_shapes")):
+        arg.name = n
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fail = fn.append_basic_block("fail")
+    incoming = []
+    null = ir.Constant(PTR, None)
+
+    def check(cond, code):
+        ok = fn.append_basic_block()
+        incoming.append((ir.Constant(I32, code), b.block))
+        b.cbranch(cond, fail, ok)
+        b.position_at_end(ok)
+
+    for shapes, names, base in ((fn.args[1], program.inputs, ERR_INPUT_SHAPE),
+                                (fn.args[3], program.outputs, ERR_OUTPUT_SHAPE)):
+        if not names:
+            continue
+        check(b.icmp_unsigned("==", shapes, null), ERR_NULL)
+        for i, n in enumerate(names):
+            shape = program.buffers[n].shape
+            p = b.load(b.gep(shapes, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
+            if not shape:
+                continue                       # a scalar: rank 0, nothing to compare
+            check(b.icmp_unsigned("==", p, null), base + i)
+            for d, size in enumerate(shape):
+                v = b.load(b.gep(p, [ir.Constant(I64, d)], inbounds=True, source_etype=I64), typ=I64)
+                check(b.icmp_signed("!=", v, ir.Constant(I64, int(size))), base + i)
+    b.ret(b.call(entry, [fn.args[0], fn.args[2]]))
+    b.position_at_end(fail)
+    if incoming:
+        phi = b.phi(I32)
+        for value, block in incoming:
+            phi.add_incoming(value, block)
+        b.ret(phi)
+    else:
+        b.unreachable()
 
 
 def _link(obj: bytes, path: str) -> None:
@@ -357,6 +408,14 @@ extern "C" {{
  * Loops run in parallel on all cores through libgomp (OMP_NUM_THREADS limits it).
  */
 int {name}(const void* const* inputs, void* const* outputs);
+
+/* The same, after checking the shapes the caller believes its buffers have:
+ * input_shapes[i] points to inputs[i]'s dims (int64_t[rank], row-major order of dims;
+ * may be NULL for a scalar), output_shapes likewise.  A shape that differs from the one
+ * compiled in returns {ERR_INPUT_SHAPE} + i (input i) or {ERR_OUTPUT_SHAPE} + j (output j) before
+ * any buffer is touched; otherwise returns what {name}() returns. */
+int {name}_checked(const void* const* inputs, const int64_t* const* input_shapes,
+{' ' * (len(name) + 13)}void* const* outputs, const int64_t* const* output_shapes);
 
 /* A static, NUL-terminated English message for an error code returned by {name}(). */
 const char* {name}_error_string(int code);

@@ -4,7 +4,7 @@
 library compiled for CPU features this host lacks, and returns an ExportedFunction: called
 with the inputs (tc.Tensors, NumPy arrays or anything array-like) it checks each one's
 shape and dtype against the metadata, allocates the outputs and calls NAME(inputs, outputs)
-through ctypes.  It returns the outputs as a tuple of tc.Tensors in the order of the
+through ctypes (one call at a time per library file: its workspace is static).  It returns the outputs as a tuple of tc.Tensors in the order of the
 exported function's flattened outputs (a single Tensor if there is one output).
 
 Reading the metadata runs only a function that returns a pointer to a constant string,
@@ -15,11 +15,21 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import threading
 from typing import Optional
 
 import numpy as np
 
 from ..errors import ArgumentError, BackendError
+
+
+_LOCKS: dict[str, threading.Lock] = {}      # per library file: the library is not re-entrant
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock_for(path: str) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(os.path.realpath(path), threading.Lock())
 
 
 def host_cpu_features() -> set[str]:
@@ -35,6 +45,7 @@ def _enabled(features: str) -> set[str]:
 class ExportedFunction:
     def __init__(self, path: str, lib: ctypes.CDLL, name: str, metadata: dict):
         self.path, self._lib, self.name, self.metadata = path, lib, name, metadata
+        self._lock = _lock_for(path)
         self._entry = getattr(lib, name)
         self._entry.restype = ctypes.c_int
         self._entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -65,7 +76,8 @@ class ExportedFunction:
         outs = [np.empty(shape, dtype) for dtype, shape in self._out]
         in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
-        code = self._entry(in_ptrs, out_ptrs)
+        with self._lock:       # one static workspace per library: one call at a time
+            code = self._entry(in_ptrs, out_ptrs)
         if code != 0:
             raise ArgumentError(f"{self.name} failed with error {code}: {self.error_string(code)}")
         result = tuple(Tensor.from_numpy(o) for o in outs)
