@@ -105,7 +105,7 @@ def test_export_writes_library_header_and_metadata(small_lib):
 def test_load_matches_trace(small_lib):
     path, inputs, _ = small_lib
     f = tc.load(path)
-    got = [t.numpy() for t in f(*inputs)]
+    got = flat(f(*inputs))
     want = flat(tc.trace(small_fn)(*inputs))
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -133,7 +133,10 @@ def test_load_checks_inputs(small_lib):
 
 def test_exported_mlp_training_step_matches_trace(mlp_lib):
     path, inputs = mlp_lib
-    got = [t.numpy() for t in tc.load(path)(*inputs)]
+    result = tc.load(path)(*inputs)
+    value, grads = result                     # the structure of value_and_grad: (value, (g0..g3))
+    assert isinstance(grads, tuple) and len(grads) == 4 and isinstance(value, tc.Tensor)
+    got = flat(result)
     want = flat(tc.trace(tc.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3)))(*inputs))
     assert len(got) == 5
     for g, w in zip(got, want):
@@ -280,6 +283,19 @@ def test_export_errors(tmp_path):
         tc.export(lambda x: x * 2.0, [x], str(tmp_path / "libd.so"), name="no-good")
     with pytest.raises(tc.ArgumentError, match="no such file"):
         tc.load(str(tmp_path / "libmissing.so"))
+
+
+def test_output_structure_round_trips(tmp_path):
+    x = tc.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    path = str(tmp_path / "libtree.so")
+    md = tc.export(lambda x: {"double": x * 2.0, "parts": [x.sum(), (x - 1.0, 7)]}, [x], path)
+    got = tc.load(path)(x)
+    assert set(got) == {"double", "parts"} and got["parts"][1][1] == 7
+    np.testing.assert_array_equal(got["parts"][1][0].numpy(), x.numpy() - 1)
+    np.testing.assert_array_equal(got["double"].numpy(), x.numpy() * 2)
+    header = open(path[:-3] + ".h").read()
+    assert "outputs[2]: float32[2, 3]  -> float[6], 24 bytes  = result['parts'][1][0]" in header
+    assert md["output_structure"]["dict"][0][0] == "double"
 
 
 def test_two_libraries_with_same_kernel_names_coexist(tmp_path):

@@ -82,6 +82,7 @@ def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optiona
         "inputs": [_describe(program, n, i) for i, n in enumerate(program.inputs)],
         "outputs": [_describe(program, n, i) for i, n in enumerate(program.outputs)],
         "dynamic": [],
+        "output_structure": structure_to_json(lowered.out_structure),
         "target": {"triple": host.triple, "cpu": host.cpu, "features": host.features},
     }
     if _metadata_overrides:            # tests only: fabricate a library for another machine
@@ -110,6 +111,63 @@ def _merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
         out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def structure_to_json(structure) -> Any:
+    """A pytree structure (pytree.flatten) as JSON: "*" for a tensor leaf, {"tuple": [...]},
+    {"list": [...]}, {"dict": [[key, ...], ...]} (string keys), {"static": value}; None when
+    something (a non-string key, an unserializable static) has no JSON form."""
+    from .. import pytree
+
+    def walk(st):
+        if st == pytree.LEAF:
+            return pytree.LEAF
+        kind, body = st
+        if kind == "static":
+            if body is None or isinstance(body, (bool, int, float, str)):
+                return {"static": body}
+            raise ValueError
+        if kind == "dict":
+            if not all(isinstance(k, str) for k, _ in body):
+                raise ValueError
+            return {"dict": [[k, walk(v)] for k, v in body]}
+        return {"list" if kind == "list" else "tuple": [walk(v) for v in body]}
+    try:
+        return walk(structure)
+    except ValueError:
+        return None
+
+
+def structure_from_json(js):
+    from .. import pytree
+    if js == pytree.LEAF:
+        return pytree.LEAF
+    (kind, body), = js.items()
+    if kind == "static":
+        return ("static", body)
+    if kind == "dict":
+        return ("dict", tuple((k, structure_from_json(v)) for k, v in body))
+    return (kind, tuple(structure_from_json(v) for v in body))
+
+
+def output_paths(js) -> list[str]:
+    """'result[1][0]' for each tensor leaf of a JSON structure, in order."""
+    out: list[str] = []
+
+    def walk(node, path):
+        if node == "*":
+            out.append(path)
+            return
+        (kind, body), = node.items()
+        if kind == "dict":
+            for k, v in body:
+                walk(v, f"{path}[{k!r}]")
+        elif kind != "static":
+            for i, v in enumerate(body):
+                walk(v, f"{path}[{i}]")
+    if js is not None:
+        walk(js, "result")
     return out
 
 
@@ -358,13 +416,16 @@ def render_header(name: str, metadata: dict, checks: list) -> str:
     guard = f"TRACECOMP_{name.upper()}_H"
     t = metadata["target"]
 
+    paths = output_paths(metadata.get("output_structure"))
+
     def rows(items, kind):
         lines = []
         for d in items:
+            where = f"  = {paths[d['index']]} of the Python function" if kind == "outputs" and len(paths) == len(items) else ""
             ctype = C_TYPES[d["dtype"]]
             n = int(np.prod(d["shape"], dtype=np.int64))
             lines.append(f" *   {kind}[{d['index']}]: {d['dtype']}{d['shape']}  "
-                         f"-> {ctype}[{n}], {n * ITEMSIZE[d['dtype']]} bytes")
+                         f"-> {ctype}[{n}], {n * ITEMSIZE[d['dtype']]} bytes{where}")
         return "\n".join(lines) or f" *   (no {kind})"
 
     check_lines = "\n".join(

@@ -4,8 +4,9 @@
 library compiled for CPU features this host lacks, and returns an ExportedFunction: called
 with the inputs (tc.Tensors, NumPy arrays or anything array-like) it checks each one's
 shape and dtype against the metadata, allocates the outputs and calls NAME(inputs, outputs)
-through ctypes (one call at a time per library file: its workspace is static).  It returns the outputs as a tuple of tc.Tensors in the order of the
-exported function's flattened outputs (a single Tensor if there is one output).
+through ctypes (one call at a time per library file: its workspace is static).  It
+returns the outputs in the exported function's own structure (tuples, lists, dicts with
+string keys, as recorded in the metadata), else a tuple of tc.Tensors in flattened order.
 
 Reading the metadata runs only a function that returns a pointer to a constant string,
 so it is safe before the CPU check; no kernel runs until the check passed.
@@ -54,6 +55,9 @@ class ExportedFunction:
         self._error_string.argtypes = [ctypes.c_int]
         self._in = [(np.dtype(d["dtype"]), tuple(d["shape"])) for d in metadata["inputs"]]
         self._out = [(np.dtype(d["dtype"]), tuple(d["shape"])) for d in metadata["outputs"]]
+        from .export import structure_from_json
+        js = metadata.get("output_structure")
+        self._structure = structure_from_json(js) if js is not None else None
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{dt}{list(s)}" for dt, s in self._in)
@@ -63,6 +67,7 @@ class ExportedFunction:
         return self._error_string(code).decode()
 
     def __call__(self, *inputs):
+        from .. import pytree
         from ..tensor import Tensor
         if len(inputs) != len(self._in):
             raise ArgumentError(f"{self.name} takes {len(self._in)} inputs, got {len(inputs)}")
@@ -80,8 +85,10 @@ class ExportedFunction:
             code = self._entry(in_ptrs, out_ptrs)
         if code != 0:
             raise ArgumentError(f"{self.name} failed with error {code}: {self.error_string(code)}")
-        result = tuple(Tensor.from_numpy(o) for o in outs)
-        return result[0] if len(result) == 1 else result
+        result = [Tensor.from_numpy(o) for o in outs]
+        if self._structure is not None:
+            return pytree.unflatten(self._structure, result)
+        return result[0] if len(result) == 1 else tuple(result)
 
 
 def load(path: str, name: Optional[str] = None) -> ExportedFunction:
