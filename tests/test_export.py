@@ -306,3 +306,30 @@ def test_two_libraries_with_same_kernel_names_coexist(tmp_path):
     fa, fb = tc.load(a), tc.load(b)
     np.testing.assert_array_equal(fa(x).numpy(), x.numpy() * 2)
     np.testing.assert_array_equal(fb(x).numpy(), x.numpy() * 3)
+
+
+def test_outputs_that_are_inputs_constants_or_repeats(tmp_path):
+    x = tc.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    mask = tc.tensor(np.array([True, False, True]))
+    s = tc.tensor(np.float64(2.5))
+
+    def f(x, mask, s):
+        y = x * 2.0
+        return x, y, y, tc.tensor(np.array([1.0, 2.0], np.float32)), mask, x > 1.0, s * 2.0
+    path = str(tmp_path / "libedge.so")
+    tc.export(f, [x, mask, s], path)
+    got = flat(tc.load(path)(x, mask, s))
+    want = flat(tc.trace(f)(x, mask, s))
+    assert [g.dtype for g in got] == [w.dtype for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_entry_name_is_checked_against_kernel_names(tmp_path):
+    x = tc.tensor(np.ones((2, 3), np.float32))
+    with pytest.raises(tc.ArgumentError, match="clashes with the kernel 'k0_mul'"):
+        tc.export(lambda x: x * 2.0, [x], str(tmp_path / "libk.so"), name="k0_mul")
+    for name in ("model", "k0", "tc_k0"):
+        tc.export(lambda x: x * 2.0, [x], str(tmp_path / f"lib{name}.so"), name=name)
+        np.testing.assert_array_equal(tc.load(str(tmp_path / f"lib{name}.so"), name=name)(x).numpy(),
+                                      x.numpy() * 2)

@@ -218,6 +218,12 @@ def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
     for f in kernels.values():
         f.linkage = "internal"
 
+    ours = [name, f"{name}_checked", f"{name}_error_string", f"{name}_metadata"]
+    clash = [n for n in ours if n in module.globals] + [k for k in kernels if k.startswith(name + "__")]
+    if clash:
+        raise ArgumentError(f"tc.export: the entry name {name!r} clashes with the kernel "
+                            f"{clash[0]!r}; pass another name=")
+
     offsets, ws_bytes = _plan(program)
     ws_type = ir.ArrayType(I8, max(ws_bytes, WORKSPACE_ALIGN))
     workspace = ir.GlobalVariable(module, ws_type, f"{name}__workspace")
