@@ -333,3 +333,14 @@ def test_entry_name_is_checked_against_kernel_names(tmp_path):
         tc.export(lambda x: x * 2.0, [x], str(tmp_path / f"lib{name}.so"), name=name)
         np.testing.assert_array_equal(tc.load(str(tmp_path / f"lib{name}.so"), name=name)(x).numpy(),
                                       x.numpy() * 2)
+
+
+def test_reexport_to_the_same_path_loads_the_new_library(tmp_path):
+    x = tc.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    path = str(tmp_path / "libagain.so")
+    tc.export(lambda x: x * 2.0, [x], path)
+    first = tc.load(path)
+    tc.export(lambda x: x.sum(dim=0) * 3.0, [x], path)
+    second = tc.load(path)
+    np.testing.assert_array_equal(second(x).numpy(), x.numpy().sum(axis=0) * 3)
+    np.testing.assert_array_equal(first(x).numpy(), x.numpy() * 2)     # the old one still works

@@ -33,6 +33,29 @@ def _lock_for(path: str) -> threading.Lock:
         return _LOCKS.setdefault(os.path.realpath(path), threading.Lock())
 
 
+_SEEN: dict[str, tuple] = {}      # realpath -> (device, inode, mtime, size) when first opened
+_COPIES: list = []                 # temporary folders of private copies, alive for the process
+
+
+def _fresh_path(path: str) -> str:
+    """The path to dlopen.  dlopen hands back the library it already opened under a name,
+    so a file exported again to the same path in this process would run the old code:
+    such a file is opened through a private copy instead."""
+    import shutil
+    import tempfile
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    with _LOCKS_LOCK:
+        if _SEEN.setdefault(real, key) == key:
+            return real
+        folder = tempfile.TemporaryDirectory(prefix="tracecomp_load_")
+        _COPIES.append(folder)
+    copy = os.path.join(folder.name, os.path.basename(real))
+    shutil.copyfile(real, copy)
+    return copy
+
+
 def host_cpu_features() -> set[str]:
     """The features this host's CPU has, as LLVM names them ("avx2", "fma", ...)."""
     from .target import host_target
@@ -99,7 +122,7 @@ def load(path: str, name: Optional[str] = None) -> ExportedFunction:
         raise ArgumentError(f"tc.load: no such file: {path}")
     name = name or _default_name(path)
     try:
-        lib = ctypes.CDLL(os.path.abspath(path))
+        lib = ctypes.CDLL(_fresh_path(path))
     except OSError as e:
         raise BackendError(f"tc.load: cannot open {path}: {e}") from None
     try:
