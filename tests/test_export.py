@@ -344,3 +344,45 @@ def test_reexport_to_the_same_path_loads_the_new_library(tmp_path):
     second = tc.load(path)
     np.testing.assert_array_equal(second(x).numpy(), x.numpy().sum(axis=0) * 3)
     np.testing.assert_array_equal(first(x).numpy(), x.numpy() * 2)     # the old one still works
+
+
+FORK_SCRIPT = r"""
+import multiprocessing, sys
+import numpy as np
+import tracecomp as tc
+rng = np.random.default_rng(4)
+x = rng.standard_normal((256, 512)).astype(np.float32)
+w = (rng.standard_normal((512, 256)) * 0.01).astype(np.float32)
+f = tc.load(sys.argv[1])                # a fresh process: nothing but tc.load touched libgomp
+print("parent", float(f(x, w).numpy().sum()), flush=True)     # the thread pool runs now
+
+def child():
+    print("child", float(f(x, w).numpy().sum()), flush=True)
+
+p = multiprocessing.get_context("fork").Process(target=child)
+p.start()
+p.join(30)
+print("hung" if p.is_alive() else "exit %d" % p.exitcode, flush=True)
+if p.is_alive():
+    p.kill()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_loaded_parallel_library_works_in_a_forked_child(tmp_path):
+    """libgomp is not fork-safe; tc.load loads it through the JIT's loader, which makes a
+    forked child run one thread (without that, this child hangs)."""
+    import sys
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((256, 512)).astype(np.float32)
+    w = (rng.standard_normal((512, 256)) * 0.01).astype(np.float32)
+    path = str(tmp_path / "libpar.so")
+    tc.export(lambda x, w: (x @ w).tanh().sum(dim=1), [tc.tensor(x), tc.tensor(w)], path)
+    assert "libgomp.so.1" in needed(path)
+    script = tmp_path / "fork.py"
+    script.write_text(FORK_SCRIPT)
+    run = subprocess.run([sys.executable, str(script), path], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = dict(line.split(" ", 1) for line in run.stdout.splitlines())
+    assert lines.get("exit") == "0", run.stdout
+    assert float(lines["child"]) == pytest.approx(float(lines["parent"]), rel=1e-5)

@@ -122,6 +122,13 @@ def load(path: str, name: Optional[str] = None) -> ExportedFunction:
         raise ArgumentError(f"tc.load: no such file: {path}")
     name = name or _default_name(path)
     try:
+        # libgomp through the JIT's loader first: it makes forked children run one thread
+        # (libgomp is not fork-safe), which protects the exported library's parallel loops too
+        from .jit import load_system_library
+        load_system_library("gomp")
+    except BackendError:
+        pass                           # the library's own NEEDED entry will say what is missing
+    try:
         lib = ctypes.CDLL(_fresh_path(path))
     except OSError as e:
         raise BackendError(f"tc.load: cannot open {path}: {e}") from None
