@@ -245,19 +245,20 @@ class FunctionEmitter:
 
     # ------------------------------------------------------------ memory
     def _buffer(self, name: str) -> tuple[Buffer, ir.Value]:
+        if name not in self.buffers and name.endswith(".flat") and name[:-5] in self.buffers:
+            self._flat_alias(name[:-5])
         try:
             return self.buffers[name]
         except KeyError:
             raise BackendError(f"kernel '{self.kernel.name}' has no buffer '{name}' "
                                f"(buffers: {', '.join(self.buffers)})") from None
 
-    def flat_alias(self, name: str) -> str:
-        """Make `name.flat` (matmul_loops.flat_name) address buffer `name` as 1-D."""
-        buf, ptr = self._buffer(name)
+    def _flat_alias(self, name: str) -> None:
+        """`name.flat` (matmul_loops.flat_name): buffer `name` addressed as 1-D."""
+        buf, ptr = self.buffers[name]
         flat = flat_name(name)
         self.buffers[flat] = (Buffer(flat, buf.dtype, (0,), buf.role), ptr)   # extent unused
         self.strides[flat] = [ir.Constant(S.I64, 1)]
-        return flat
 
     def _strides(self, buf: Buffer) -> list[ir.Value]:
         """Row-major strides in elements, computed once at the function's entry."""

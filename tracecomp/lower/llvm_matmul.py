@@ -57,8 +57,6 @@ class Plan:
 
 def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> None:
     dtype = em.kernel.buffer(s.out.buffer).dtype
-    for view in s.views():
-        em.flat_alias(view.buffer)
     plan = _plan(em, s, dtype)
     if plan is None:
         order = "ijk" if s.n == 1 else "ikj"
@@ -150,7 +148,6 @@ def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: s
                                  "internal", extra)
     fn.attributes.add("noinline")
     inner = FunctionEmitter(em.module, em.kernel, fn, em.align, in_parallel=True)
-    inner.flat_alias(s.out.buffer)
     env = inner.entry_env()
     first = len(em.kernel.buffers) + len(em.kernel.sizes)
     env.update((n, arg) for (n, _), arg in zip(captured, fn.args[first:]))

@@ -5,7 +5,8 @@ reduction or matmul, a random draw (filled by the runtime), a non-splat constant
 elementwise value read by more than one op (computing it once beats recomputing it).
 Every other value is inlined into its consumers' loops: chains of elementwise ops with
 their broadcasts and views fuse into one loop nest, and a reduction's producers fuse
-into the reduction's loop.  One kernel per materialized op, in graph order.
+into the reduction's loop.  One kernel per materialized op, in graph order; then a
+matmul's lone pointwise consumer folds into it as its epilogue (schedule_matmul.py).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from . import index_maps as I
 from . import loops as L
 from .exprs import cast, const
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
+from .schedule_matmul import fuse_epilogues, matmul_body
 
 PARALLEL_MIN_WORK = 1 << 15        # smaller loop nests stay on one core
 REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add")
@@ -110,6 +112,7 @@ class Scheduler:
             if op.name != CONSTANT and any(r in self.names for r in op.results):
                 self._emit(op)
         p.outputs = [self._output_buffer(v) for v in g.outputs]
+        fuse_epilogues(p)
         self._mark_index_inputs()
         return p
 
@@ -219,6 +222,12 @@ def _collect_buffers(body, loads: set, stores: set) -> None:
             _collect_buffers(s.body, loads, stores)
             for u in s.update:
                 expr(u)
+        elif isinstance(s, L.Matmul):
+            loads.update((s.a.buffer, s.b.buffer))
+            stores.update(b for b in (s.out.buffer, s.workspace) if b is not None)
+            for e in (s.epilogue, *(x for v in s.views() for x in (v.offset, *v.strides))):
+                if e is not None:
+                    expr(e)
 
 
 def _pointwise(sched: Scheduler, op: Op, args: dict) -> list:
@@ -338,29 +347,8 @@ def _variance(sched: Scheduler, op: Op, args: dict) -> list:
 
 
 def _matmul(sched: Scheduler, op: Op, args: dict) -> list:
-    """A reduction over k for each output element (batched, broadcast, 1-D as torch.matmul).
-    The blocked, packed kernel replaces this for the fast path."""
-    a, b, out = args["self"], args["other"], op.result.type
-    ash, bsh = a.type.shape, b.type.shape
-    k = ash[-1]
-    batch_nd = out.ndim - (ash and len(ash) > 1) - (len(bsh) > 1)
-    t = out.dtype
-
-    def inner(index):
-        batch = index[:batch_nd]
-        rest = list(index[batch_nd:])
-        i = rest.pop(0) if len(ash) > 1 else None
-        j = rest.pop(0) if len(bsh) > 1 else None
-        a_batch = I.broadcast(batch, out.shape[:batch_nd], ash[:-2]) if len(ash) > 2 else ()
-        b_batch = I.broadcast(batch, out.shape[:batch_nd], bsh[:-2]) if len(bsh) > 2 else ()
-        r = L.Var("r", L.INDEX)
-        a_at = sched.inliner.value_at(a, a_batch + ((i, r) if i is not None else (r,)))
-        b_at = sched.inliner.value_at(b, b_batch + ((r, j) if j is not None else (r,)))
-        prod = L.Binary("mul", a_at, b_at, t)
-        loop = L.Reduce("r", k, [L.Accumulator("acc", t, const(0, t))], [],
-                        [L.Binary("add", L.Var("acc", t), prod, t)])
-        return [loop, L.Store(sched.names[op.result], index, L.Var("acc", t))]
-    return _loops(out.shape, inner)
+    """One loop-IR Matmul statement (schedule_matmul.py)."""
+    return matmul_body(sched, op, args)
 
 
 def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
