@@ -89,6 +89,10 @@ def test_dump_all_writes_every_stage_with_times(workdir):
                           ("llvm", "ll"), ("asm", "s")]:
         assert (workdir / "dumps" / f"{stage}.{suffix}").stat().st_size > 0
         assert any(line.split()[0] == stage and "ms" in line for line in out.splitlines()), out
+    import json
+    times = json.loads((workdir / "dumps" / "times.json").read_text())["seconds"]
+    assert set(times) == {"trace+optimize", "graph", "backward", "optimized", "loops", "llvm", "asm"}
+    assert all(t >= 0 for t in times.values())
 
 
 @pytest.mark.parametrize("args, message", [

@@ -386,3 +386,10 @@ def test_loaded_parallel_library_works_in_a_forked_child(tmp_path):
     lines = dict(line.split(" ", 1) for line in run.stdout.splitlines())
     assert lines.get("exit") == "0", run.stdout
     assert float(lines["child"]) == pytest.approx(float(lines["parent"]), rel=1e-5)
+
+
+def test_random_ops_are_refused_at_export(tmp_path):
+    x = tc.tensor(np.ones((2, 3), np.float32))
+    with pytest.raises(tc.ArgumentError, match="draw random numbers"):
+        tc.export(lambda x: x + tc.rand(2, 3), [x], str(tmp_path / "librand.so"))
+    assert not (tmp_path / "librand.so").exists()

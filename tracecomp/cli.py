@@ -9,6 +9,7 @@ import argparse
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import re
 import shutil
@@ -201,6 +202,7 @@ def _dump(args) -> int:
     folder = args.output or "tracecomp_dump"
     os.makedirs(folder, exist_ok=True)
     print(f"{'trace+optimize':>16}  {trace_time * 1e3:9.1f} ms")
+    times = {"trace+optimize": trace_time}
     for stage in STAGES:
         t0 = time.perf_counter()
         text = lowered.as_text(stage)
@@ -215,6 +217,10 @@ def _dump(args) -> int:
                 f.write(picture)
             extra = f" (+ {stage}.{args.format})"
         print(f"{stage:>16}  {elapsed * 1e3:9.1f} ms  {path}{extra}")
+        times[stage] = elapsed
+    with open(os.path.join(folder, "times.json"), "w") as f:
+        json.dump({"seconds": times, "function": args.function, "inputs": args.input,
+                   "grad": args.grad}, f, indent=2)
     return 0
 
 

@@ -473,6 +473,8 @@ extern "C" {{
  * Not re-entrant: the library keeps its temporaries in one static workspace, so at most
  * one call may run at a time in a process (use a mutex if several threads call it).
  * Loops run in parallel on all cores through libgomp (OMP_NUM_THREADS limits it).
+ * libgomp is not fork-safe: a child forked after a call must call omp_set_num_threads(1)
+ * before calling again (or exec), else it can wait forever for threads it does not have.
  */
 int {name}(const void* const* inputs, void* const* outputs);
 
