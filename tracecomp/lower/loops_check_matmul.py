@@ -64,7 +64,7 @@ def _view(c, s: Matmul, role: str, view: View, rank: int, extents: tuple):
     for what, e in (("offset", view.offset), *(("stride", st) for st in view.strides)):
         c.expr(e)
         if e.dtype != INDEX:
-            c.fail(f"Matmul {role} {what} {e!r} has dtype {e.dtype}, expected index")
+            c.fail(f"Matmul {role} {what} {e!r} has dtype {_name(e.dtype)}, expected index")
     static = const_view(view)
     if static is not None and all(isinstance(d, int) for d in (*extents, *b.shape)):
         lo, hi = _span(static[0], static[1], extents)
@@ -121,12 +121,16 @@ def _epilogue(c, s: Matmul, dtype: DType, rank: int) -> None:
     if s.epilogue is not None:
         c.expr(s.epilogue)
         if s.epilogue.dtype != dtype:
-            c.fail(f"the Matmul epilogue has dtype {s.epilogue.dtype}, but out holds {dtype.label} "
+            c.fail(f"the Matmul epilogue has dtype {_name(s.epilogue.dtype)}, but out holds {dtype.label} "
                    "(Cast the value)")
         read = _loaded(s.epilogue) & {s.out.buffer, s.workspace}
         if read:
             c.fail(f"the Matmul epilogue reads '{read.pop()}'; it may read neither out nor the workspace")
     c.scopes.pop()
+
+
+def _name(dtype) -> str:
+    return dtype.label if isinstance(dtype, DType) else str(dtype)
 
 
 def _loaded(e: Expr) -> set[str]:

@@ -17,7 +17,10 @@ nest storing V (same shape and dtype as T) whose every Load of T is at the nest'
 index, the Matmul writes V instead, with the stored expression as its epilogue (Loads of
 T become the accumulator, the nest's indices become the Matmul's).  The fused kernel
 takes the consumer's place in the order (everything either kernel reads exists by then)
-and T disappears.  So relu(x @ w + b), gelu(x @ w) or x @ w + residual is one kernel.
+and T disappears.  Repeated until nothing changes, so a chain the scheduler split at a
+multi-use value (tanh(y) * tanh(y)) folds in as well: the epilogue so far replaces the
+accumulator in the next one, one shared expression object that the code generators
+evaluate once.  So relu(x @ w + b), gelu(x @ w) or x @ w + residual is one kernel.
 """
 from __future__ import annotations
 
@@ -142,17 +145,24 @@ def _materialize(sched, v: Value) -> None:
 # ---------------------------------------------------------------- epilogue fusion
 
 def fuse_epilogues(program) -> None:
-    """Fold each matmul's lone pointwise consumer into it (see the module docstring)."""
-    for km in list(program.kernels):
-        s = km.body[0] if len(km.body) == 1 and isinstance(km.body[0], L.Matmul) else None
-        if s is None or s.epilogue is not None or program.buffers[s.out.buffer].role != "temp":
-            continue
-        readers = [k for k in program.kernels if k is not km and any(b.name == s.out.buffer for b in k.buffers)]
-        fused = _fuse(km, s, readers[0], program.buffers) if len(readers) == 1 else None
-        if fused is not None:
-            program.kernels[program.kernels.index(readers[0])] = fused
-            program.kernels.remove(km)
-            del program.buffers[s.out.buffer]
+    """Fold each matmul's lone pointwise consumer into it (see the module docstring),
+    repeatedly: a fused kernel's output may again have one pointwise reader."""
+    while any(_fuse_one(program, km) for km in list(program.kernels)):
+        pass
+
+
+def _fuse_one(program, km: L.Kernel) -> bool:
+    s = km.body[0] if len(km.body) == 1 and isinstance(km.body[0], L.Matmul) else None
+    if s is None or program.buffers[s.out.buffer].role != "temp":
+        return False
+    readers = [k for k in program.kernels if k is not km and any(b.name == s.out.buffer for b in k.buffers)]
+    fused = _fuse(km, s, readers[0], program.buffers) if len(readers) == 1 else None
+    if fused is None:
+        return False
+    program.kernels[program.kernels.index(readers[0])] = fused
+    program.kernels.remove(km)
+    del program.buffers[s.out.buffer]
+    return True
 
 
 def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.Kernel]:
@@ -178,7 +188,7 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
         if isinstance(e, L.Load) and e.buffer == t.name:
             if e.index != nest:
                 misplaced.append(e)
-            return L.Var(s.acc, t.dtype)
+            return L.Var(s.acc, t.dtype) if s.epilogue is None else s.epilogue
         if isinstance(e, L.Var) and e.name in mapping:
             return mapping[e.name]
         return None
@@ -191,7 +201,8 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
         if b.name != t.name and (b.name not in roles or b.role == "output"):
             roles[b.name] = b
     number, what = kp.name.split("_", 1)
-    return L.Kernel(f"{number}_matmul_{what}", list(roles.values()), [fused], list(kp.sizes))
+    so_far = km.name.split("_", 1)[1]
+    return L.Kernel(f"{number}_{so_far}_{what}", list(roles.values()), [fused], list(kp.sizes))
 
 
 def _logical_dims(s: L.Matmul, shape: tuple[int, ...]) -> Optional[list[L.Expr]]:
