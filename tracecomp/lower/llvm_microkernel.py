@@ -127,8 +127,9 @@ def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
     """`pack(dst, src, count, kc, sx, sp)`: copy `count` rows x of a strided panel
     (element (x, p) at src[x * sx + p * sp], p < kc) into micro-panels of `width` rows:
     dst[q * width * kc + p * width + x % width] for q = x / width, zero-filling the rows
-    of the last micro-panel past `count`.  Reads run along whichever of x and p has unit
-    stride (A row-major or B transposed: along p; A transposed or B row-major: along x)."""
+    of the last micro-panel past `count`.  Full micro-panels are copied with vectors:
+    transposed in registers when the source runs along p (A row-major, B transposed),
+    row by row when it runs along x (A transposed, B row-major)."""
     name = f"tracecomp.matmul.pack.{dtype.label}.{width}"
     if name in module.globals:
         return module.globals[name]
@@ -136,32 +137,49 @@ def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
     fn, b = _leaf_function(module, name, [("dst", _PTR), ("src", _PTR), ("count", S.I64),
                                           ("kc", S.I64), ("sx", S.I64), ("sp", S.I64)])
     dst, src, count, kc, sx, sp = fn.args
-    w = ir.Constant(S.I64, width)
+    w, one = ir.Constant(S.I64, width), ir.Constant(S.I64, 1)
     panels = b.udiv(b.add(count, ir.Constant(S.I64, width - 1)), w)
-    zero = S.constant(0.0, dtype)
     with counted_loop(b, ir.Constant(S.I64, 0), panels, "q") as q:
         x0 = b.mul(q.index, w)
         valid = S.intrinsic(b, "smin", [w, b.sub(count, x0)])
         pdst = b.gep(dst, [b.mul(x0, kc)], source_etype=t)
         psrc = b.gep(src, [b.mul(x0, sx)], source_etype=t)
-
-        def copy(x, p):
-            value = b.load(b.gep(psrc, [b.add(b.mul(x, sx), b.mul(p, sp))], source_etype=t), typ=t)
-            b.store(value, b.gep(pdst, [b.add(b.mul(p, w), x)], source_etype=t))
-        with b.if_else(b.icmp_signed("==", sp, ir.Constant(S.I64, 1))) as (along_p, along_x):
-            with along_p:
-                with counted_loop(b, ir.Constant(S.I64, 0), valid, "x") as x:
-                    with counted_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
-                        copy(x.index, p.index)
-            with along_x:
-                with counted_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
-                    with counted_loop(b, ir.Constant(S.I64, 0), valid, "x") as x:
-                        copy(x.index, p.index)
-        with counted_loop(b, ir.Constant(S.I64, 0), kc, "zp") as p:
-            with counted_loop(b, valid, w, "zx") as x:
-                b.store(zero, b.gep(pdst, [b.add(b.mul(p.index, w), x.index)], source_etype=t))
+        with b.if_else(b.icmp_signed("==", valid, w)) as (whole, part):
+            with whole:
+                with b.if_else(b.icmp_signed("==", sp, one)) as (along_p, other):
+                    with along_p:
+                        _pack_transposing(b, dtype, width, pdst, psrc, kc, sx)
+                    with other:
+                        with b.if_else(b.icmp_signed("==", sx, one)) as (along_x, strided):
+                            with along_x:
+                                _pack_rows(b, dtype, width, pdst, psrc, kc, sp)
+                            with strided:
+                                _pack_elements(b, dtype, width, pdst, psrc, kc, sx, sp, valid)
+            with part:
+                _pack_elements(b, dtype, width, pdst, psrc, kc, sx, sp, valid)
     b.ret_void()
     return fn
+
+
+def _pack_elements(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sx, sp, valid) -> None:
+    """Element by element: rows x < valid from the source, the rest of the panel zeros."""
+    t, w = S.register_type(dtype), ir.Constant(S.I64, width)
+    with counted_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
+        with counted_loop(b, ir.Constant(S.I64, 0), w, "x") as x:
+            inside = b.icmp_signed("<", x.index, valid)
+            at = b.select(inside, b.add(b.mul(x.index, sx), b.mul(p.index, sp)), ir.Constant(S.I64, 0))
+            value = b.load(b.gep(psrc, [at], source_etype=t), typ=t)
+            value = b.select(inside, value, S.constant(0.0, dtype))
+            b.store(value, b.gep(pdst, [b.add(b.mul(p.index, w), x.index)], source_etype=t))
+
+
+def _pack_rows(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sp) -> None:
+    """A full panel whose `width` rows are contiguous in the source: one vector per p."""
+    t, vt = S.register_type(dtype), ir.VectorType(S.register_type(dtype), width)
+    with counted_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
+        value = b.load(b.gep(psrc, [b.mul(p.index, sp)], source_etype=t), typ=vt, align=dtype.itemsize)
+        b.store(value, b.gep(pdst, [b.mul(p.index, ir.Constant(S.I64, width))], source_etype=t),
+                align=dtype.itemsize)
 
 
 def merge_function(module: ir.Module, dtype: DType, nr: int) -> ir.Function:
@@ -184,3 +202,58 @@ def merge_function(module: ir.Module, dtype: DType, nr: int) -> ir.Function:
                     b.store(b.fadd(b.load(at, typ=t), value) if accumulate else value, at)
     b.ret_void()
     return fn
+
+
+def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The columns of a V x V block held as V vectors of V lanes (V a power of two).
+
+    A transpose swaps bit k of the row number with bit k of the lane number, for every k;
+    each stage swaps one bit with one shufflevector per row (the off-diagonal h x h
+    blocks of each pair of rows h apart trade places), and the stages commute."""
+    n = len(rows)
+    rows = list(rows)
+    h = n // 2
+    while h:
+        for i in range(n):
+            if i & h:
+                continue
+            lo = [j if not j & h else n + j - h for j in range(n)]
+            hi = [j + h if not j & h else n + j for j in range(n)]
+            mask = ir.VectorType(S.I32, n)
+            rows[i], rows[i + h] = (b.shuffle_vector(rows[i], rows[i + h], ir.Constant(mask, lo)),
+                                    b.shuffle_vector(rows[i], rows[i + h], ir.Constant(mask, hi)))
+        h //= 2
+    return rows
+
+
+def _transpose_block(width: int, dtype: DType) -> int:
+    """The side of the square blocks a full panel is packed in: the largest power of two
+    dividing `width`, at most one vector; 1 when that is too small to be worth it."""
+    v = min(width & -width, LANES[dtype])
+    return v if v >= 4 else 1
+
+
+def _pack_transposing(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sx) -> None:
+    """A full micro-panel whose source runs along p: V x V blocks are loaded as V vectors
+    (one per x, V consecutive p), transposed in registers and stored as V vectors (one
+    per p, V consecutive x); the last kc % V steps copy element by element."""
+    t, v = S.register_type(dtype), _transpose_block(width, dtype)
+    vt = ir.VectorType(t, v)
+    align = dtype.itemsize
+
+    def at(ptr, offset):
+        return b.gep(ptr, [offset], source_etype=t)
+    chunks = b.udiv(kc, ir.Constant(S.I64, v))
+    with counted_loop(b, ir.Constant(S.I64, 0), chunks, "pv") as chunk:
+        p0 = b.mul(chunk.index, ir.Constant(S.I64, v))
+        for g in range(width // v):
+            rows = [b.load(at(psrc, b.add(b.mul(ir.Constant(S.I64, g * v + x), sx), p0)), typ=vt, align=align)
+                    for x in range(v)]
+            for pp, col in enumerate(transpose(b, rows) if v > 1 else rows):
+                row = b.add(b.mul(b.add(p0, ir.Constant(S.I64, pp)), ir.Constant(S.I64, width)),
+                            ir.Constant(S.I64, g * v))
+                b.store(col, at(pdst, row), align=align)
+    with counted_loop(b, b.mul(chunks, ir.Constant(S.I64, v)), kc, "pr") as p:
+        for x in range(width):
+            value = b.load(at(psrc, b.add(b.mul(ir.Constant(S.I64, x), sx), p.index)), typ=t)
+            b.store(value, at(pdst, b.add(b.mul(p.index, ir.Constant(S.I64, width)), ir.Constant(S.I64, x))))
