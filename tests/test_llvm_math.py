@@ -5,8 +5,9 @@ and run through ctypes on numpy arrays. float32 results are compared, in ulps of
 format, with numpy's float64 result rounded to float32 (the correctly rounded value up to
 a rare double rounding); float64 results with long double (x87, 64-bit significand) libm.
 The default run sweeps ~1 M float32 bit patterns per function; with TRACECOMP_SLOW=1 the
-slow tests sweep every 257th pattern (16.7 M) and larger float64 samples. `python tests/test_llvm_math.py`
-prints the table of measured errors that the module docstring quotes.
+slow tests sweep every 257th pattern (16.7 M) and larger float64 samples. `python tests/test_llvm_math.py [--big]`
+prints the table of measured errors that the module docstring quotes, and
+`--exhaustive NAME...` checks one-argument f32 functions over all 2^32 inputs.
 """
 from __future__ import annotations
 
@@ -365,7 +366,22 @@ def test_accuracy_full_sweep(name, dtype):
     assert err <= (F32_BOUND if dtype == "f32" else F64_BOUND[name]), f"{name} {dtype}: {err} ulp at {worst}"
 
 
+def exhaustive_f32(name: str) -> tuple[float, float]:
+    """Max ulp error of a one-argument f32 function over all 2^32 inputs (minutes each)."""
+    worst = (0.0, 0.0)
+    for start in range(0, 1 << 32, 1 << 26):
+        x = np.arange(start, start + (1 << 26), dtype=np.uint64).astype(np.uint32).view(np.float32)
+        err = ulp_errors(compiled(name, "f32")(x), reference(name, "f32", x))
+        i = int(np.argmax(err))
+        worst = max(worst, (float(err[i]), float(x[i])))
+    return worst
+
+
 if __name__ == "__main__":
+    if "--exhaustive" in sys.argv:   # python tests/test_llvm_math.py --exhaustive sin cos ...
+        for name in sys.argv[sys.argv.index("--exhaustive") + 1:]:
+            print(name, "f32 over all inputs: max ulp %g at %r" % exhaustive_f32(name), flush=True)
+        sys.exit()
     big = "--big" in sys.argv
     for name in MATH_FUNCTIONS:
         row = [measure(name, dt, big) for dt in ("f32", "f64")]
