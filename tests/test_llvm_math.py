@@ -5,9 +5,10 @@ and run through ctypes on numpy arrays. float32 results are compared, in ulps of
 format, with numpy's float64 result rounded to float32 (the correctly rounded value up to
 a rare double rounding); float64 results with long double (x87, 64-bit significand) libm.
 The default run sweeps ~1 M float32 bit patterns per function; with TRACECOMP_SLOW=1 the
-slow tests sweep every 257th pattern (16.7 M) and larger float64 samples. `python tests/test_llvm_math.py [--big]`
-prints the table of measured errors that the module docstring quotes, and
-`--exhaustive NAME...` checks one-argument f32 functions over all 2^32 inputs.
+slow tests sweep every 257th pattern (16.7 M) and larger float64 samples.
+`python tests/test_llvm_math.py [--big]` prints the table of measured errors that the
+module docstring quotes; `--exhaustive NAME...` checks one-argument f32 functions over
+all 2^32 inputs.
 """
 from __future__ import annotations
 
