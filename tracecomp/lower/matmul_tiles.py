@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from ..dtypes import DType
 
-MIN_PACKED_FLOPS = 0          # smaller float products use the plain loop expansion
+MIN_PACKED_SIDE = 8             # thinner products run faster as vectorized plain loops...
+THIN_PACKED_FLOPS = 1 << 22     # ...unless big enough that reading B once wins (m, n >= 2)
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,13 @@ def max_threads() -> int:
 
 
 def uses_packed(dtype: DType, m: int, n: int, k: int) -> bool:
-    """Whether the CPU code generator should run the packed kernel (float, no vector case,
-    nothing empty); otherwise the loop expansion is as good or better."""
-    return dtype in TILES and min(m, n, k) > 0 and m > 1 and n > 1 and 2 * m * n * k >= MIN_PACKED_FLOPS
+    """Whether the CPU code generator should run the packed kernel: floats, nothing empty,
+    and both m and n at least MIN_PACKED_SIDE, where a register tile is mostly used (the
+    vectorized loop expansion measured faster on thinner products, and always on vectors),
+    or at least 2 in a product so big that streaming B once beats the padding."""
+    if dtype not in TILES or k == 0 or min(m, n) < 2:
+        return False
+    return min(m, n) >= MIN_PACKED_SIDE or 2 * m * n * k >= THIN_PACKED_FLOPS
 
 
 @dataclass(frozen=True)
