@@ -198,6 +198,62 @@ def test_interpreter_and_mlir_opt_agree_on_matmul_kernels(case):
         mlir_opt_accepts(text)
 
 
+def _run_kernel(k: L.Kernel, arrays: dict, sizes=()) -> dict:
+    """Compile and call one hand-built kernel on 64-byte aligned copies of `arrays`."""
+    import ctypes
+    from tracecomp.runtime.memory import aligned_empty
+    lib = jit.compile_module(codegen_kernels([k], "hand"))
+    fn = lib.function(k.name, None, *[ctypes.c_void_p] * len(k.buffers), *[ctypes.c_int64] * len(sizes))
+    out = {}
+    for b in k.buffers:
+        out[b.name] = aligned_empty(np.shape(arrays[b.name]), b.dtype.np)
+        out[b.name][...] = arrays[b.name]
+    fn(*[out[b.name].ctypes.data for b in k.buffers], *sizes)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [DType.float32, DType.float64, DType.int32])
+def test_accumulate_adds_to_the_old_output_and_the_epilogue_sees_the_sum(dtype):
+    """y = 2 * (y + a @ b), a (130 x 700) @ b (700 x 45): packed for floats (three K-blocks,
+    the first one adding to y too), loop expansion for int32; the interpreter agrees."""
+    m, n, k = 130, 45, 700
+    two = L.Const(2 if dtype is DType.int32 else 2.0, dtype)
+    s = L.Matmul(view("y", n, 1), view("a", k, 1), view("b", n, 1), m, n, k, accumulate=True,
+                 epilogue=L.Binary("mul", L.Var("acc", dtype), two, dtype), index=("i", "j"),
+                 workspace="w" if dtype.is_floating_point else None)
+    from tracecomp.lower.matmul_tiles import workspace_elements
+    size = workspace_elements(dtype, m, n, k, 1) if dtype.is_floating_point else 1
+    bufs = [L.Buffer("a", dtype, (m, k), "input"), L.Buffer("b", dtype, (k, n), "input"),
+            L.Buffer("y", dtype, (m, n), "output"), L.Buffer("w", dtype, (size,), "temp")]
+    kern = L.Kernel("acc", bufs, [s])
+    check_kernel(kern)
+    a, b, y = _inputs(9, dtype.np.type, (m, k), (k, n), (m, n))
+    arrays = {"a": a, "b": b, "y": y, "w": np.zeros(bufs[-1].shape, dtype.np)}
+    got = _run_kernel(kern, arrays)["y"]
+    _check(got, a, b, dtype.np.type, lambda p: 2 * (p + y))
+    from tracecomp.lower.loops_interp import LoopInterpreter
+    small = {"a": a[:3, :4].copy(), "b": b[:4, :5].copy(), "y": y[:3, :5].copy(), "w": arrays["w"]}
+    s3 = dataclasses.replace(s, a=view("a", 4, 1), b=view("b", 5, 1), out=view("y", 5, 1), m=3, n=5, k=4)
+    bufs3 = [dataclasses.replace(bf, shape=np.shape(small[bf.name])) for bf in bufs]
+    LoopInterpreter(L.Kernel("acc3", bufs3, [s3]), small).run()
+    _check(small["y"], a[:3, :4], b[:4, :5], dtype.np.type, lambda p: 2 * (p + y[:3, :5]))
+
+
+def test_dynamic_sizes_use_the_loop_expansion():
+    m, n, k = (L.Var(x, L.INDEX) for x in "mnk")
+    s = L.Matmul(L.View("y", ic(0), (n, ic(1))), L.View("a", ic(0), (k, ic(1))),
+                 L.View("b", ic(0), (n, ic(1))), "m", "n", "k", index=("i", "j"))
+    bufs = [L.Buffer("a", F32, ("m", "k"), "input"), L.Buffer("b", F32, ("k", "n"), "input"),
+            L.Buffer("y", F32, ("m", "n"), "output")]
+    kern = L.Kernel("dyn", bufs, [s], ["m", "n", "k"])
+    check_kernel(kern)
+    if MLIR_OPT is not None:
+        mlir_opt_accepts(print_kernels([kern]))
+    a, b = _inputs(10, np.float32, (37, 21), (21, 19))
+    got = _run_kernel(kern, {"a": a, "b": b, "y": np.zeros((37, 19), np.float32)}, sizes=(37, 19, 21))["y"]
+    _check(got, a, b, np.float32)
+
+
 # ---------------------------------------------------------------- the checker
 
 F32, I32 = DType.float32, DType.int32
