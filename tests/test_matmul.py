@@ -100,6 +100,33 @@ def test_large_products_run_in_parallel_and_match_numpy(dtype):
     _check(tc.trace(lambda x, y: x @ y)(a, b), a, b, dtype)
 
 
+_THREADS_SCRIPT = """
+import os, sys
+import numpy as np
+import tracecomp as tc
+def threads_after(n):
+    a = np.ones((n, n), np.float32)
+    assert (np.asarray(tc.trace(lambda x, y: x @ y)(a, a)) == n).all()
+    return len(os.listdir("/proc/self/task"))
+start = len(os.listdir("/proc/self/task"))
+small, large = threads_after(24), threads_after(300)
+pid = os.fork()
+if pid == 0:          # libgomp is not fork-safe: the child must take the serial path
+    os._exit(0 if threads_after(256) == 1 else 3)
+_, status = os.waitpid(pid, 0)
+print(start, small, large, os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_small_products_stay_on_one_thread_large_ones_use_libgomp_and_forks_work():
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    start, small, large, child = map(int, out.stdout.split())
+    assert small == start and large > start and child == 0
+
+
 def test_empty_and_operand_producers():
     a, b = np.ones((4, 0), np.float32), np.ones((0, 5), np.float32)
     np.testing.assert_array_equal(np.asarray(tc.trace(tc.matmul)(a, b)), np.zeros((4, 5), np.float32))

@@ -83,6 +83,7 @@ def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
 
 
 def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan: Plan) -> None:
+    """Call the outlined work-item function: directly, or on every thread via libgomp."""
     b = em.builder
     captured = [(name, v) for name, v in env.items() if name not in em.sizes]
     prefix = f"{em.fn.name}.mm{em.parallel_loops}"
@@ -104,23 +105,32 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
         with one:
             serial()
         with many:
-            split = ir.Constant(S.I64, plan.blocks.split_tiles(s.m, s.n))
-            divides = b.icmp_signed("==", b.srem(batch, threads), ir.Constant(S.I64, 0))
-            parts = b.select(divides, ir.Constant(S.I64, 1), S.intrinsic(b, "smin", [threads, split]))
-            items = b.mul(batch, parts)
-            struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64])
-            data = _entry_alloca(em, struct)
-            for k, value in enumerate(args + [items, parts]):
-                b.store(value, _field(b, data, struct, k))
-            omp = _omp_function(em.module, part, struct, plan.blocks.thread_elements, em.kernel, s,
-                                f"{prefix}.omp")
-            gomp = S.declare(em.module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32],
-                             attrs=("nounwind",))
-            b.call(gomp, [omp, data, b.trunc(threads, S.I32), ir.Constant(S.I32, 0)])
+            _launch(em, s, plan, part, args, threads, prefix)
 
 
-def _omp_function(module, part, struct, thread_elements, kernel, s, name) -> ir.Function:
-    """`void name(ptr data)`: this thread's chunk of the work items, in its workspace slice."""
+def _launch(em: FunctionEmitter, s: Matmul, plan: Plan, part: ir.Function, args: list,
+            threads: ir.Value, prefix: str) -> None:
+    """GOMP_parallel over `threads` threads.  Each matrix splits into `parts` (1 when the
+    threads divide the batch, else one per thread, at most one per register tile), so
+    every thread gets the same number of the batch * parts work items."""
+    b = em.builder
+    batch, split = ir.Constant(S.I64, plan.batch_count), ir.Constant(S.I64, plan.blocks.split_tiles(s.m, s.n))
+    divides = b.icmp_signed("==", b.srem(batch, threads), ir.Constant(S.I64, 0))
+    parts = b.select(divides, ir.Constant(S.I64, 1), S.intrinsic(b, "smin", [threads, split]))
+    struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64])
+    data = _entry_alloca(em, struct)
+    for k, value in enumerate(args + [b.mul(batch, parts), parts]):
+        b.store(value, _field(b, data, struct, k))
+    element = S.register_type(em.kernel.buffer(s.workspace).dtype)
+    omp = _omp_function(em.module, part, struct, plan.blocks.thread_elements, element, f"{prefix}.omp")
+    gomp = S.declare(em.module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32], attrs=("nounwind",))
+    b.call(gomp, [omp, data, b.trunc(threads, S.I32), ir.Constant(S.I32, 0)])
+
+
+def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStructType,
+                  thread_elements: int, element: ir.Type, name: str) -> ir.Function:
+    """`void name(ptr data)`: this thread's contiguous chunk of the work items, packing
+    into its own `thread_elements` slice of the workspace."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
@@ -134,8 +144,7 @@ def _omp_function(module, part, struct, thread_elements, kernel, s, name) -> ir.
     chunk = b.udiv(b.add(items, b.sub(threads, ir.Constant(S.I64, 1))), threads)
     lo = S.intrinsic(b, "smin", [b.mul(tid, chunk), items])
     hi = S.intrinsic(b, "smin", [b.add(lo, chunk), items])
-    dtype = kernel.buffer(s.out.buffer).dtype
-    slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=S.register_type(dtype))
+    slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=element)
     b.call(part, args + [slice_, lo, hi, parts])
     b.ret_void()
     return fn
