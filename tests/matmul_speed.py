@@ -1,15 +1,18 @@
 """Matmul speed next to NumPy's, in one run: `python tests/matmul_speed.py [size:dtype ...]`.
 
-Prints GFLOP/s (best of several calls, inputs and outputs preallocated by each side's
-normal call path) for tracecomp's compiled `x @ y` and for `np.matmul`, default cases
-1024^3 and 4096^3 f32 and 512^3 f64.  OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are removed
-from the environment before NumPy loads, so OpenBLAS uses the kernels it picks for this
-CPU.  Timing noise from other processes on the machine shows up as a spread between
-repeated runs; compare the two columns of one line, not lines of different runs.
+Prints GFLOP/s for tracecomp's compiled `x @ y` (its normal call path: input checks,
+a fresh output) and for `np.matmul` on the same NumPy arrays, default cases 1024^3 and
+4096^3 f32 and 512^3 f64: the best and the median of calls made in blocks that alternate
+between the two, so that both see the same machine (on a shared or virtual host the
+cores' speed changes from second to second).  OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are removed from
+the environment before NumPy loads, so OpenBLAS uses the kernels it picks for this CPU.
+NumPy's arrays are 16-byte aligned, so tracecomp's runtime copies them into 64-byte
+aligned buffers on every call; `aligned` adds a column without those copies.
 """
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 
@@ -19,39 +22,48 @@ for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
 import numpy as np  # noqa: E402
 
 import tracecomp as tc  # noqa: E402
+from tracecomp.runtime.memory import aligned_empty  # noqa: E402
 
 
-def best_seconds(fn, reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+def alternate(calls: dict, rounds: int, block: int) -> dict[str, list[float]]:
+    """Seconds per call of each function: `rounds` rounds of `block` calls of each in turn,
+    with a pause before each block (OpenBLAS's workers spin for ~0.1 s after a call, and
+    libgomp's briefly, which would slow down whichever side runs next)."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            time.sleep(0.3)
+            for _ in range(block):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return times
 
 
-def measure(n: int, dtype, reps: int) -> tuple[float, float]:
+def measure(n: int, dtype, rounds: int, block: int) -> dict[str, list[float]]:
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
     f = tc.trace(lambda x, y: x @ y)
     got = np.asarray(f(a, b))               # compile, and check once
     want = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(got - want).max() <= 4 * n * np.finfo(dtype).eps * np.abs(want).max()
-    flop = 2.0 * n ** 3
-    ours = best_seconds(lambda: f(a, b), reps)
-    theirs = best_seconds(lambda: np.matmul(a, b), reps)
-    return flop / ours / 1e9, flop / theirs / 1e9
+    a64, b64 = aligned_empty(a.shape, a.dtype), aligned_empty(b.shape, b.dtype)
+    a64[...], b64[...] = a, b
+    return alternate({"tracecomp": lambda: f(a, b), "aligned": lambda: f(a64, b64),
+                      "numpy": lambda: np.matmul(a, b)}, rounds, block)
 
 
 def main(cases: list[str]) -> None:
-    print(f"threads: tracecomp OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'all')}, cores {os.cpu_count()}")
+    print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'all')}, cores {os.cpu_count()}; "
+          "GFLOP/s best (median)")
     for case in cases:
         size, dtype = case.split(":")
         n = int(size)
-        reps = 3 if n >= 4096 else 10
-        ours, theirs = measure(n, np.dtype(dtype).type, reps)
-        print(f"{n}^3 {dtype}: tracecomp {ours:7.1f} GFLOP/s   numpy {theirs:7.1f} GFLOP/s   "
-              f"ratio {ours / theirs:5.2f}", flush=True)
+        times = measure(n, np.dtype(dtype).type, 4 if n >= 4096 else 8, 2 if n >= 4096 else 12)
+        rate = {name: (2.0 * n ** 3 / min(t) / 1e9, 2.0 * n ** 3 / statistics.median(t) / 1e9)
+                for name, t in times.items()}
+        cols = "   ".join(f"{name} {best:6.1f} ({median:6.1f})" for name, (best, median) in rate.items())
+        print(f"{n}^3 {dtype}: {cols}   best ratio {rate['tracecomp'][0] / rate['numpy'][0]:4.2f}", flush=True)
 
 
 if __name__ == "__main__":

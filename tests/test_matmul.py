@@ -153,6 +153,7 @@ EPILOGUES = {
     "gelu-like": (lambda y, r: y * tc.sigmoid(1.702 * y), lambda y, r: y / (1 + np.exp(-1.702 * y))),
     "residual": (lambda y, r: (y + r) * 0.5, lambda y, r: (y + r) * 0.5),
     "tanh-square": (lambda y, r: tc.tanh(y) * tc.tanh(y) - r, lambda y, r: np.tanh(y) ** 2 - r),
+    "column-bias": (lambda y, r: tc.exp(-tc.abs(y)) + r[..., :1], lambda y, r: np.exp(-np.abs(y)) + r[..., :1]),
 }
 
 
@@ -175,8 +176,9 @@ def test_vector_and_integer_products_fuse_too():
 
 @pytest.mark.parametrize("fn", [lambda x, w: ((x @ w) + 1, (x @ w).sum()),     # another use
                                 lambda x, w: (x @ w).mT + 1,                     # read transposed
-                                lambda x, w: (x @ w).double() * 2],              # another dtype
-                         ids=["two-uses", "transposed", "cast"])
+                                lambda x, w: (x @ w).double() * 2,               # another dtype
+                                lambda x, w: (x @ w, tc.relu(x @ w))],          # an output itself
+                         ids=["two-uses", "transposed", "cast", "returned"])
 def test_consumers_that_cannot_fuse_stay_separate(fn):
     x, w = _inputs(7, np.float32, (20, 20), (20, 20))
     kernels = _program(fn, x, w).kernels
