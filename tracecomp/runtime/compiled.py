@@ -19,7 +19,7 @@ from ..lower.llvm_codegen import codegen_kernels
 from ..lower.schedule import Program
 from .. import random as tc_random
 from .jit import compile_module
-from .memory import aligned_empty, is_aligned, plan_workspace
+from .memory import aligned_empty, buffer_nbytes, is_aligned, plan_program
 
 
 def _check_indices(a: np.ndarray, checks) -> None:
@@ -51,23 +51,11 @@ class CompiledProgram:
             self._calls.append((fn, [b.name for b in k.buffers]))
 
     def _plan_workspace(self) -> None:
-        p = self.program
-        temps = {n: b for n, b in p.buffers.items() if b.role == "temp"}
-        first, last = {}, {}
-        for i, k in enumerate(p.kernels):
-            for b in k.buffers:
-                if b.name in temps:
-                    first.setdefault(b.name, i)
-                    last[b.name] = i
-        for f in p.fills:                 # filled before kernel 0
-            first[f.buffer] = -1
-            last.setdefault(f.buffer, -1)
-        nbytes = {n: max(1, int(np.prod(b.shape, dtype=np.int64)) * b.dtype.itemsize) for n, b in temps.items()}
-        assignment, sizes = plan_workspace({n: nbytes[n] for n in first}, first, last)
+        assignment, sizes = plan_program(self.program)
         slots = [aligned_empty((s,), np.uint8) for s in sizes]
         for name, slot in assignment.items():
-            b = temps[name]
-            self._fixed[name] = slots[slot][:nbytes[name]].view(b.dtype.np)[:int(np.prod(b.shape, dtype=np.int64))].reshape(b.shape)
+            b = self.program.buffers[name]
+            self._fixed[name] = slots[slot][:buffer_nbytes(b)].view(b.dtype.np).reshape(b.shape)
         self.workspace_bytes = sum(sizes)
 
     def check_inputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:

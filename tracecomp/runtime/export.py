@@ -192,16 +192,8 @@ def _cstring(module: ir.Module, gname: str, text: str) -> ir.GlobalVariable:
 def _plan(program) -> tuple[dict[str, int], int]:
     """Byte offset of every temp in the workspace, and its size (runtime/compiled.py's plan,
     slots laid end to end at 64-byte boundaries)."""
-    from .memory import plan_workspace
-    temps = {n: b for n, b in program.buffers.items() if b.role == "temp"}
-    first, last = {}, {}
-    for i, k in enumerate(program.kernels):
-        for b in k.buffers:
-            if b.name in temps:
-                first.setdefault(b.name, i)
-                last[b.name] = i
-    nbytes = {n: max(1, _nbytes(temps[n])) for n in first}
-    assignment, sizes = plan_workspace(nbytes, first, last)
+    from .memory import plan_program
+    assignment, sizes = plan_program(program)
     starts, at = [], 0
     for s in sizes:
         starts.append(at)

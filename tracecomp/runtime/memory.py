@@ -65,3 +65,25 @@ def plan_workspace(temps: dict[str, int], first: dict[str, int],
         slots[i].free_after = last[name]
         assignment[name] = i
     return assignment, [s.nbytes for s in slots]
+
+
+def buffer_nbytes(buffer) -> int:
+    return int(np.prod(buffer.shape, dtype=np.int64)) * buffer.dtype.itemsize
+
+
+def plan_program(program) -> tuple[dict[str, int], list[int]]:
+    """The workspace plan of a scheduled Program: a temp lives from the first kernel that
+    touches it to the last (random fills happen before kernel 0).
+    Returns (temp -> slot index, slot sizes in bytes)."""
+    temps = {n: b for n, b in program.buffers.items() if b.role == "temp"}
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, k in enumerate(program.kernels):
+        for b in k.buffers:
+            if b.name in temps:
+                first.setdefault(b.name, i)
+                last[b.name] = i
+    for f in program.fills:
+        first[f.buffer] = -1
+        last.setdefault(f.buffer, -1)
+    return plan_workspace({n: max(1, buffer_nbytes(temps[n])) for n in first}, first, last)
