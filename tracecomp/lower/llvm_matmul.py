@@ -1,10 +1,11 @@
 """CPU code for the loop IR's Matmul statement: a blocked, packed, parallel kernel.
 
 `emit_matmul(em, s, env)` emits statement `s` into the function `em` is building.
-- Integer products, vector cases (m or n == 1), empty ones, dynamic extents and Matmuls
-  without a workspace run the statement's loop expansion (matmul_loops.py) through the
-  ordinary emitter: ikj order, whose inner loop LLVM vectorizes, or ijk (a vectorized
-  dot product per element) when n == 1.
+- Matmuls without a workspace (the scheduler gives none to integer, vector and thin
+  products: matmul_tiles.uses_packed), empty ones and ones with dynamic extents run the
+  statement's loop expansion (matmul_loops.py) through the ordinary emitter: ikj order,
+  whose inner loop LLVM vectorizes, or ijk (a vectorized dot product per element) when
+  n == 1.
 - Float products with a workspace run the GotoBLAS/BLIS loop nest (block sizes and their
   reasons in matmul_tiles.py), per work item:
       for jc in n-range step NC:           B panel  KC x NC  -> workspace (L3)
