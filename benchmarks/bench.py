@@ -1,0 +1,1201 @@
+#!/usr/bin/env python
+"""tracecomp's benchmark: the workloads W1-W6 of DESIGN.md ("Performance method"),
+measured side by side in one run against NumPy and, when installed, PyTorch eager,
+torch.compile and jax.jit, with the physical floor of each kernel.
+
+    python benchmarks/bench.py                       # everything (~5 minutes on 2 cores)
+    python benchmarks/bench.py --workloads W1,W3 --repeat 9 --json out.json
+    python benchmarks/bench.py --quick               # 3 repeats, no 4096 matmul, W5 without peers
+    python benchmarks/bench.py --threads 1           # every implementation on one thread
+
+Run it with OpenBLAS's core-type override unset, or NumPy's BLAS runs a slower kernel:
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py
+
+Method:
+- the parent process measures the machine (copy bandwidth, fp32 peak), makes each case's
+  inputs and its NumPy float64 reference once, and runs every implementation of the case
+  in a fresh child process of its own (so that one runtime's idle worker threads, which
+  spin for a while after each parallel region, never take the cores from the next; on
+  the loaded 2-core machine NumPy's W4 step took 196-252 ms per call in a process where
+  torch had run, 56 ms in a process of its own); `--in-process` runs them
+  all in this process instead, their repetitions interleaved;
+- an implementation's first call is its warm-up (and its compile); its result is checked
+  against the float64 reference before any timing, and a result outside the tolerance is
+  reported as WRONG and not timed;
+- then `--repeat` timed repetitions; a repetition of a fast call loops it long enough to
+  last >= 50 ms, and a slow implementation gets fewer repetitions (at least 3) past
+  ROW_BUDGET_S; the tables give the median and the spread (min - max);
+- the floor: memory-bound kernels, the minimum bytes moved (inputs read once, outputs
+  written once) / the best measured copy bandwidth (bytes read + written per second);
+  matmul-bound kernels, the FLOPs / the fp32 peak, measured with a JIT-compiled FMA loop;
+  "% of floor" = floor time / median time;
+- other processes on the machine are measured too (their share of the cores, from
+  /proc/stat) and printed per workload: the medians are only as good as that allows.
+W5 (first call of W4) runs in fresh processes by definition, cold and, for the peers that
+have a persistent compile cache, warm.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
+ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
+MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
+CHILD_TIMEOUT_S = 900.0
+MATMUL_4096_LIMIT_S = 2.0    # tracecomp's 4096^3 matmul only runs if its 1024^3 took less
+LR = 0.01
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def aligned(a: np.ndarray, align: int = 64) -> np.ndarray:
+    """A C-contiguous copy of `a` whose data starts on an `align`-byte boundary."""
+    raw = np.empty(a.nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def version(dist: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def fmt_time(s: Optional[float]) -> str:
+    if s is None:
+        return "-"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.2f} us"
+
+
+@dataclass
+class Row:
+    workload: str
+    case: str
+    impl: str
+    status: str = "ok"                 # ok | WRONG | skipped | error
+    note: str = ""
+    median_s: Optional[float] = None
+    min_s: Optional[float] = None
+    max_s: Optional[float] = None
+    reps: int = 0
+    calls_per_rep: int = 0
+    first_call_s: Optional[float] = None
+    error: Optional[float] = None      # verification error (normalized, see each check)
+    floor_s: Optional[float] = None
+    extra: dict = field(default_factory=dict)
+
+
+def calibrate(fn: Callable[[], Any], repeat: int) -> tuple[int, int]:
+    """(repetitions, calls per repetition) for `fn`, already warmed up: a repetition lasts
+    >= MIN_REP_S, and a slow call gets fewer repetitions (at least 3) within ROW_BUDGET_S."""
+    one = time_rep(fn, 1)
+    number = 1 if one >= MIN_REP_S else max(1, int(MIN_REP_S / max(one, 1e-9)))
+    reps = repeat
+    if one * repeat > ROW_BUDGET_S:
+        reps = max(3, min(repeat, int(ROW_BUDGET_S / max(one, 1e-9))))
+    return reps, number
+
+
+def time_rep(fn: Callable[[], Any], number: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - t0) / number
+
+
+def rel_error(out, ref) -> float:
+    """max |out - ref| / max |ref| over all arrays of a result (inf on a shape mismatch or a
+    non-finite value)."""
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    refs = ref if isinstance(ref, (list, tuple)) else [ref]
+    if len(outs) != len(refs):
+        return math.inf
+    num, den = 0.0, 0.0
+    for o, r in zip(outs, refs):
+        o = np.asarray(o, dtype=np.float64)
+        r = np.asarray(r, dtype=np.float64)
+        if o.shape != r.shape or not np.all(np.isfinite(o)):
+            return math.inf
+        num = max(num, float(np.max(np.abs(o - r))) if o.size else 0.0)
+        den = max(den, float(np.max(np.abs(r))) if r.size else 0.0)
+    return num / den if den else num
+
+
+def as_numpy(r):
+    """NumPy arrays from any implementation's result (tc.Tensor, torch, jax, nested lists)."""
+    if isinstance(r, (list, tuple)):
+        return [as_numpy(v) for v in r]
+    if hasattr(r, "detach"):
+        return r.detach().numpy()
+    return np.asarray(r)
+
+
+# ----------------------------------------------------------------------------- builders
+# A builder takes the case's inputs (NumPy arrays) and returns `call`, a function of no
+# arguments that runs the implementation on inputs converted in advance and returns its
+# result, blocked until ready.  Each is run in the process that times it.
+
+
+def build_tracecomp(fn, inputs):
+    import tracecomp as tc
+    f = tc.trace(fn)
+    args = [aligned(a) for a in inputs]        # aligned: the call path copies unaligned inputs
+    return lambda: f(*args)
+
+
+def build_numpy(fn, inputs):
+    args = [np.ascontiguousarray(a) for a in inputs]
+    return lambda: fn(*args)
+
+
+def build_torch(fn, inputs, compiled: bool):
+    import torch
+    args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+    f = torch.compile(fn) if compiled else fn
+
+    def call():
+        with torch.no_grad():
+            return f(*args)
+    return call
+
+
+def build_jax(fn, inputs):
+    import jax
+    args = [jax.device_put(a) for a in inputs]
+    f = jax.jit(fn)
+    return lambda: jax.block_until_ready(f(*args))
+
+
+def standard(tc_fn, np_fn, torch_fn, jax_fn) -> dict[str, Callable]:
+    return {"tracecomp": lambda inputs: build_tracecomp(tc_fn, inputs),
+            "numpy": lambda inputs: build_numpy(np_fn, inputs),
+            "torch": lambda inputs: build_torch(torch_fn, inputs, compiled=False),
+            "torch.compile": lambda inputs: build_torch(torch_fn, inputs, compiled=True),
+            "jax.jit": lambda inputs: build_jax(jax_fn, inputs)}
+
+
+@dataclass
+class Case:
+    key: str                               # "W2-softmax": what a child process is told to run
+    workload: str
+    title: str
+    inputs: Callable[[], list]             # NumPy arrays
+    reference: Callable[[list], Any]       # NumPy float64 result (or what `error` compares to)
+    tol: float
+    impls: dict[str, Callable]             # name -> builder(inputs) -> call
+    floor: Callable[[float, float], Optional[float]] = lambda bw, peak: None   # seconds
+    error: Callable[[Any, Any], float] = rel_error
+    note: str = ""
+
+
+# ----------------------------------------------------------------------------- W1, W2, W3
+
+
+def mem_floor(nbytes: int):
+    return lambda bw, peak: nbytes / bw
+
+
+def w1_cases() -> list[Case]:
+    n = 1 << 24
+
+    def inputs():
+        return [np.random.default_rng(0).standard_normal(n).astype(np.float32)]
+
+    def reference(inputs):
+        x = inputs[0].astype(np.float64)
+        return x / (1 + np.exp(-1.702 * x)) + 0.5 * np.sin(x) * np.exp(-x * x)
+
+    def tc_fn(x):
+        import tracecomp as tc
+        return x * tc.sigmoid(1.702 * x) + 0.5 * tc.sin(x) * tc.exp(-x * x)
+
+    def np_fn(x):
+        return x / (1 + np.exp(np.float32(-1.702) * x)) + np.float32(0.5) * np.sin(x) * np.exp(-x * x)
+
+    def torch_fn(x):
+        import torch
+        return x * torch.sigmoid(1.702 * x) + 0.5 * torch.sin(x) * torch.exp(-x * x)
+
+    def jax_fn(x):
+        import jax
+        import jax.numpy as jnp
+        return x * jax.nn.sigmoid(1.702 * x) + 0.5 * jnp.sin(x) * jnp.exp(-x * x)
+
+    return [Case("W1", "W1", "x*sigmoid(1.702x) + 0.5 sin(x) exp(-x^2), 2^24 f32", inputs, reference, 1e-5,
+                 standard(tc_fn, np_fn, torch_fn, jax_fn), mem_floor(2 * 4 * n))]
+
+
+def w2_cases() -> list[Case]:
+    n = 4096
+
+    def inputs():
+        rng = np.random.default_rng(0)
+        return [rng.standard_normal((n, n)).astype(np.float32),
+                (1 + 0.1 * rng.standard_normal(n)).astype(np.float32),
+                (0.1 * rng.standard_normal(n)).astype(np.float32)]
+
+    def ref_softmax(inputs):
+        x = inputs[0].astype(np.float64)
+        e = np.exp(x - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    def ref_layernorm(inputs):
+        x, w, b = (a.astype(np.float64) for a in inputs)
+        mu = x.mean(1, keepdims=True)
+        var = ((x - mu) ** 2).mean(1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * w + b
+
+    def tc_sm(x):
+        import tracecomp as tc
+        return tc.softmax(x, dim=1)
+
+    def np_sm(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    def torch_sm(x):
+        import torch
+        return torch.softmax(x, dim=1)
+
+    def jax_sm(x):
+        import jax
+        return jax.nn.softmax(x, axis=1)
+
+    def tc_ln(x, w, b):
+        import tracecomp as tc
+        return tc.layer_norm(x, [n], w, b)
+
+    def np_ln(x, w, b):
+        mu = x.mean(1, keepdims=True)
+        c = x - mu
+        return c / np.sqrt((c * c).mean(1, keepdims=True) + np.float32(1e-5)) * w + b
+
+    def torch_ln(x, w, b):
+        import torch
+        return torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)
+
+    def jax_ln(x, w, b):
+        import jax.numpy as jnp
+        mu = x.mean(1, keepdims=True)
+        c = x - mu
+        return c * (1 / jnp.sqrt((c * c).mean(1, keepdims=True) + 1e-5)) * w + b
+
+    floor = mem_floor(2 * 4 * n * n)
+    return [Case("W2-softmax", "W2", "row softmax 4096x4096 f32", lambda: inputs()[:1], ref_softmax, 1e-5,
+                 standard(tc_sm, np_sm, torch_sm, jax_sm), floor),
+            Case("W2-layernorm", "W2", "layernorm (weight, bias) 4096x4096 f32", inputs, ref_layernorm, 1e-5,
+                 standard(tc_ln, np_ln, torch_ln, jax_ln), floor)]
+
+
+def w3_cases(sizes=(1024, 4096)) -> list[Case]:
+    def mm(a, b):
+        return a @ b
+
+    def jax_mm(a, b):
+        import jax.numpy as jnp
+        return jnp.matmul(a, b)
+
+    cases = []
+    for n in sizes:
+        def inputs(n=n):
+            rng = np.random.default_rng(n)
+            return [rng.standard_normal((n, n)).astype(np.float32) for _ in range(2)]
+
+        def reference(inputs):
+            return inputs[0].astype(np.float64) @ inputs[1].astype(np.float64)
+        # error / max|ref|: fp32 sums over n terms stay far below 1e-5 of the largest entry
+        cases.append(Case(f"W3-{n}", "W3", f"matmul {n}^3 f32", inputs, reference, 1e-5,
+                          standard(mm, mm, mm, jax_mm), lambda bw, peak, n=n: 2 * n ** 3 / peak))
+    return cases
+
+
+# ----------------------------------------------------------------------------- W4
+
+W4_SIZES = (784, 512, 512, 10)
+W4_BATCH = 256
+
+
+def w4_data(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    params = []
+    for a, b in zip(W4_SIZES[:-1], W4_SIZES[1:]):
+        params.append((rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32))
+        params.append((0.1 * rng.standard_normal(b)).astype(np.float32))
+    x = rng.standard_normal((W4_BATCH, W4_SIZES[0])).astype(np.float32)
+    y = rng.integers(0, W4_SIZES[-1], W4_BATCH).astype(np.int64)
+    return params, x, y
+
+
+def w4_numpy(params, x, y, lr=LR):
+    """The hand-written train step: forward, softmax cross-entropy, backward, SGD.
+    Works in the dtype of its inputs (float64 for the reference)."""
+    w1, b1, w2, b2, w3, b3 = params
+    h1p = x @ w1 + b1
+    h1 = np.maximum(h1p, 0)
+    h2p = h1 @ w2 + b2
+    h2 = np.maximum(h2p, 0)
+    logits = h2 @ w3 + b3
+    s = logits - logits.max(1, keepdims=True)
+    e = np.exp(s)
+    se = e.sum(1, keepdims=True)
+    rows = np.arange(len(y))
+    loss = -(s[rows, y] - np.log(se[:, 0])).mean()
+    d = e / se
+    d[rows, y] -= 1
+    d /= len(y)
+    dw3, db3 = h2.T @ d, d.sum(0)
+    d2 = (d @ w3.T) * (h2p > 0)
+    dw2, db2 = h1.T @ d2, d2.sum(0)
+    d1 = (d2 @ w2.T) * (h1p > 0)
+    dw1, db1 = x.T @ d1, d1.sum(0)
+    grads = (dw1, db1, dw2, db2, dw3, db3)
+    lr = x.dtype.type(lr)
+    return [loss] + [p - lr * g for p, g in zip(params, grads)]
+
+
+def w4_tracecomp_step():
+    import tracecomp as tc
+
+    def loss_fn(w1, b1, w2, b2, w3, b3, x, y):
+        h = tc.relu(x @ w1 + b1)
+        h = tc.relu(h @ w2 + b2)
+        return tc.cross_entropy(h @ w3 + b3, y)
+
+    vg = tc.value_and_grad(loss_fn, argnums=(0, 1, 2, 3, 4, 5))
+
+    def step(w1, b1, w2, b2, w3, b3, x, y):
+        params = (w1, b1, w2, b2, w3, b3)
+        loss, grads = vg(*params, x, y)
+        return [loss] + [p - LR * g for p, g in zip(params, grads)]
+    return tc.trace(step)
+
+
+def w4_torch_step(torch, compiled: bool):
+    import torch.nn.functional as F
+
+    def loss_fn(w1, b1, w2, b2, w3, b3, x, y):
+        h = torch.relu(x @ w1 + b1)
+        h = torch.relu(h @ w2 + b2)
+        return F.cross_entropy(h @ w3 + b3, y)
+
+    if not compiled:
+        def step(*args):
+            params = [p.detach().requires_grad_() for p in args[:6]]
+            loss = loss_fn(*params, *args[6:])
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                return [loss.detach()] + [p - LR * g for p, g in zip(params, grads)]
+        return step
+    # the whole step (forward, backward, update) in one compiled function
+    vg = torch.func.grad_and_value(loss_fn, argnums=(0, 1, 2, 3, 4, 5))
+
+    def step(*args):
+        grads, loss = vg(*args)
+        return [loss] + [p - LR * g for p, g in zip(args[:6], grads)]
+    return torch.compile(step)
+
+
+def w4_jax_step(jax):
+    import jax.numpy as jnp
+
+    def loss_fn(params, x, y):
+        w1, b1, w2, b2, w3, b3 = params
+        h = jax.nn.relu(x @ w1 + b1)
+        h = jax.nn.relu(h @ w2 + b2)
+        logp = jax.nn.log_softmax(h @ w3 + b3, axis=1)
+        return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return [loss] + [p - LR * g for p, g in zip(params, grads)]
+    return jax.jit(step)
+
+
+def w4_error(out, ref_and_params) -> float:
+    """Loss: relative error.  Parameters: max |new - ref_new| / max |ref_new - old| per
+    tensor, i.e. the error relative to the size of the SGD update (checks the gradients)."""
+    ref, params = ref_and_params
+    out = [np.asarray(o, np.float64) for o in out]
+    if len(out) != len(ref):
+        return math.inf
+    err = abs(float(out[0]) - float(ref[0])) / abs(float(ref[0]))
+    for o, r, p in zip(out[1:], ref[1:], params):
+        if o.shape != r.shape or not np.all(np.isfinite(o)):
+            return math.inf
+        update = np.max(np.abs(r - p.astype(np.float64)))
+        err = max(err, float(np.max(np.abs(o - r))) / update)
+    return err
+
+
+def w4_flops() -> int:
+    fwd = sum(2 * W4_BATCH * a * b for a, b in zip(W4_SIZES[:-1], W4_SIZES[1:]))
+    dx = sum(2 * W4_BATCH * a * b for a, b in zip(W4_SIZES[1:-1], W4_SIZES[2:]))   # no dx for layer 1
+    return 2 * fwd + dx        # forward + weight gradients + input gradients of layers 2, 3
+
+
+def w4_cases() -> list[Case]:
+    def inputs():
+        params, x, y = w4_data()
+        return params + [x, y]
+
+    def reference(inputs):
+        params, x, y = inputs[:6], inputs[6], inputs[7]
+        return (w4_numpy([p.astype(np.float64) for p in params], x.astype(np.float64), y), params)
+
+    def b_tracecomp(inputs):
+        f = w4_tracecomp_step()
+        args = [aligned(v) for v in inputs]
+        return lambda: f(*args)
+
+    def b_numpy(inputs):
+        params, x, y = inputs[:6], inputs[6], inputs[7]
+        return lambda: w4_numpy(params, x, y)
+
+    def b_torch(compiled):
+        def build(inputs):
+            import torch
+            step = w4_torch_step(torch, compiled)
+            args = [torch.from_numpy(v) for v in inputs]
+            return lambda: step(*args)
+        return build
+
+    def b_jax(inputs):
+        import jax
+        step = w4_jax_step(jax)
+        params = [jax.device_put(v) for v in inputs[:6]]
+        x, y = jax.device_put(inputs[6]), jax.device_put(inputs[7].astype(np.int32))
+        return lambda: jax.block_until_ready(step(params, x, y))
+
+    params, x, y = w4_data()
+    nbytes = 2 * sum(p.nbytes for p in params) + x.nbytes + y.nbytes
+    flops = w4_flops()
+    return [Case("W4", "W4", "MLP train step 256x784-512-512-10 f32 (fwd, bwd, SGD)", inputs, reference, 1e-3,
+                 {"tracecomp": b_tracecomp, "numpy": b_numpy, "torch": b_torch(False),
+                  "torch.compile": b_torch(True), "jax.jit": b_jax},
+                 lambda bw, peak: max(flops / peak, nbytes / bw), w4_error,
+                 note=f"{flops / 1e6:.0f} MFLOP, {nbytes / 1e6:.1f} MB in+out")]
+
+
+# ----------------------------------------------------------------------------- W6
+
+
+def w6_cases() -> list[Case]:
+    def inputs():
+        return [np.arange(8, dtype=np.float32)]
+
+    def add1(x):
+        return x + 1
+
+    return [Case("W6", "W6", "x + 1 on 8 f32 (per-call overhead)", inputs,
+                 lambda inputs: inputs[0].astype(np.float64) + 1, 0.0, standard(add1, add1, add1, add1))]
+
+
+def all_cases(quick: bool = False) -> dict[str, Case]:
+    cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases()
+    return {c.key: c for c in cases}
+
+
+# ----------------------------------------------------------------------------- machine
+
+
+def copy_bandwidth(nbytes: int = 256 << 20, repeat: int = 15) -> dict:
+    """Copy bandwidth, bytes read + written per second: np.copyto on one thread, and on all
+    cores over equal parts (np.copyto releases the GIL).  Destination pre-faulted; 256 MiB
+    arrays (far past the L3).  The best of `repeat` copies is the floor's bandwidth (the
+    machine can do that much); the median is reported too."""
+    n = nbytes // 4
+    src = np.ones(n, np.float32)
+    dst = np.zeros(n, np.float32)
+    np.copyto(dst, src)
+
+    def one():
+        np.copyto(dst, src)
+
+    nthreads = os.cpu_count() or 1
+    chunks = [(i * n // nthreads, (i + 1) * n // nthreads) for i in range(nthreads)]
+
+    def many():
+        ts = [threading.Thread(target=np.copyto, args=(dst[a:b], src[a:b])) for a, b in chunks]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    result: dict[str, Any] = {}
+    for name, fn in (("1 thread", one), (f"{nthreads} threads", many)):
+        times = [time_rep(fn, 1) for _ in range(repeat)]
+        result[name] = {"best_GBps": 2 * nbytes / min(times) / 1e9,
+                        "median_GBps": 2 * nbytes / statistics.median(times) / 1e9}
+    result["best_GBps"] = max(v["best_GBps"] for v in result.values())
+    result["array_MiB"] = nbytes >> 20
+    return result
+
+
+FMA_ACCUMULATORS = 12      # independent FMA chains: > latency (4) x pipes (2)
+
+
+def _fma_kernel(avx512: bool):
+    """A JIT-compiled loop of FMAs on registers only (inline assembly, so LLVM cannot fold
+    it): `fma_loop(n)` runs n x FMA_ACCUMULATORS vfmadd231ps on 16 (or 8) fp32 lanes."""
+    import ctypes
+    import llvmlite.ir as ir
+    from tracecomp.runtime.jit import compile_module
+    reg = "zmm" if avx512 else "ymm"
+    m = ir.Module("bench_fma")
+    i64 = ir.IntType(64)
+    fn = ir.Function(m, ir.FunctionType(i64, [i64]), "fma_loop")
+    b = ir.IRBuilder(fn.append_basic_block())
+    nregs = FMA_ACCUMULATORS + 2
+    zero = "".join(f"vxorps %{reg}{k}, %{reg}{k}, %{reg}{k}\n" for k in range(nregs))   # no denormals
+    body = "".join(f"vfmadd231ps %{reg}0, %{reg}1, %{reg}{k + 2}\n" for k in range(FMA_ACCUMULATORS))
+    clobbers = ",".join(f"~{{{reg}{k}}}" for k in range(nregs)) + ",~{cc}"
+    asm = ir.InlineAsm(ir.FunctionType(i64, [i64]), zero + "1:\n" + body + "dec $0\njnz 1b",
+                       "=r,0," + clobbers, side_effect=True)
+    b.ret(b.call(asm, [fn.args[0]]))
+    lib = compile_module(m)
+    f = lib.function("fma_loop", ctypes.c_int64, ctypes.c_int64)
+    return f
+
+
+def peak_flops(facts: dict, reps: int = 40) -> dict:
+    """The fp32 peak used as the matmul floor: measured, not assumed.  An FMA-only loop
+    (`_fma_kernel`) on one thread gives the per-core rate; the peak is cores x that (each
+    core alone, so load from other processes during the test does not lower it).  Best of
+    `reps` short runs.  Also reported: the same loop on all cores at once, the clock this
+    implies (rate / (2 FMA pipes x lanes x 2 flops)), the figure at the base clock of
+    /proc/cpuinfo, and the float32 matmul rate NumPy's BLAS reaches (4096^3)."""
+    cores, ghz = facts.get("cores", 1), facts.get("mhz", 0) / 1e3
+    avx512 = bool(facts.get("avx512f"))
+    lanes = 16 if avx512 else 8
+    per_cycle = 2 * lanes * 2
+    out: dict[str, Any] = {"base_clock_formula": f"{cores} cores x {ghz:.3f} GHz x 2 FMA pipes x {lanes} lanes x 2",
+                           "base_clock": cores * ghz * per_cycle * 1e9}
+    try:
+        f = _fma_kernel(avx512)
+        n = 2_000_000
+        f(1000)
+        flops_per_call = n * FMA_ACCUMULATORS * lanes * 2
+        for threads in sorted({1, cores}):
+            best = 0.0
+            for _ in range(reps):
+                ts = [threading.Thread(target=f, args=(n,)) for _ in range(threads)]
+                t0 = time.perf_counter()
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                best = max(best, threads * flops_per_call / (time.perf_counter() - t0))
+            out[f"fma_loop_{threads}_thread"] = best
+        out["clock_GHz"] = out["fma_loop_1_thread"] / per_cycle / 1e9
+        out["peak"] = cores * out["fma_loop_1_thread"]
+        out["formula"] = (f"{cores} cores x {out['fma_loop_1_thread'] / 1e9:.0f} GFLOP/s measured on one core "
+                          f"(FMA loop; = {out['clock_GHz']:.2f} GHz x 2 FMA pipes x {lanes} fp32 lanes x 2)")
+    except Exception as e:      # no JIT or no such instructions: the base-clock figure
+        out["peak"] = out["base_clock"]
+        out["formula"] = out["base_clock_formula"] + f" (FMA loop failed: {e})"
+    n = 4096
+    a = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+    a @ a
+    out["sgemm_4096_numpy"] = max(2 * n ** 3 / time_rep(lambda: a @ a, 1) for _ in range(3))
+    return out
+
+
+
+
+class CpuMeter:
+    """How much of the machine's CPU time other processes took during an interval: busy
+    time in /proc/stat minus this process's and its children's CPU time."""
+
+    def __init__(self):
+        self.ncpu = os.cpu_count() or 1
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def _busy(self) -> float:
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except OSError:
+            return math.nan
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return (sum(v[:8]) - idle) / self.tick
+
+    def _ours(self) -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def start(self) -> None:
+        self.t0, self.b0, self.o0 = time.perf_counter(), self._busy(), self._ours()
+
+    def others(self) -> float:
+        wall = time.perf_counter() - self.t0
+        other = (self._busy() - self.b0) - (self._ours() - self.o0)
+        return max(0.0, other / (wall * self.ncpu)) if wall > 0 else math.nan
+
+
+def machine_facts() -> dict:
+    facts: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
+                             "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and "cpu" not in facts:
+                    facts["cpu"] = line.split(":", 1)[1].strip()
+                if line.startswith("cpu MHz") and "mhz" not in facts:
+                    facts["mhz"] = float(line.split(":", 1)[1])
+                if line.startswith("flags") and "avx512f" not in facts:
+                    flags = line.split(":", 1)[1].split()
+                    facts["avx512f"] = "avx512f" in flags
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() in ("CPU family", "Model", "L2 cache", "L3 cache", "Hypervisor vendor"):
+                facts["lscpu " + k.strip()] = v.strip()
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            facts["memory_GiB"] = round(int(f.readline().split()[1]) / 2 ** 20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import threadpoolctl
+        facts["blas"] = [{k: d.get(k) for k in ("internal_api", "version", "architecture",
+                                                 "num_threads", "threading_layer")}
+                         for d in threadpoolctl.threadpool_info()]
+    except ImportError:
+        facts["blas"] = "threadpoolctl not installed (see np.show_config())"
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS"):
+        facts[var] = os.environ.get(var, "(unset)")
+    for dist in ("llvmlite", "torch", "jax", "jaxlib", "threadpoolctl"):
+        facts[dist] = version(dist)
+    try:
+        import llvmlite.binding as llvm
+        facts["llvm"] = ".".join(map(str, llvm.llvm_version_info))
+    except Exception:
+        pass
+    spec = importlib.util.find_spec("tracecomp")
+    where = os.path.dirname(os.path.dirname(spec.origin)) if spec and spec.origin else HERE
+    facts["tracecomp_path"] = where
+    try:
+        facts["tracecomp_git"] = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=where,
+                                                capture_output=True, text=True).stdout.strip() \
+            or os.environ.get("BENCH_TRACECOMP_REV", "not a git checkout")
+    except OSError:
+        pass
+    facts["loadavg_at_start"] = os.getloadavg()
+    return facts
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def prepare(row: Row, case: Case, impl: str, inputs: list, ref):
+    """Build, first call (timed), check.  Returns the call, or None (row says why)."""
+    try:
+        call = case.impls[impl](inputs)
+        t0 = time.perf_counter()
+        result = call()
+        row.first_call_s = time.perf_counter() - t0
+        row.error = float(case.error(as_numpy(result), ref))
+        del result
+        if not row.error <= case.tol:
+            row.status, row.note = "WRONG", f"error {row.error:.3g} > tolerance {case.tol:g}; not timed"
+            return None
+        row.reps, row.calls_per_rep = calibrate(call, row.reps)
+        return call
+    except Exception as e:       # an implementation that fails gets a row saying why
+        row.status, row.note = "error", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        if os.environ.get("BENCH_DEBUG"):
+            traceback.print_exc()
+        return None
+
+
+def finish(row: Row, times: list[float]) -> None:
+    row.median_s = statistics.median(times)
+    row.min_s, row.max_s = min(times), max(times)
+    row.extra["times_s"] = times
+
+
+def time_interleaved(live: list[tuple[Row, Callable]]) -> None:
+    """Round k times repetition k of each implementation in turn."""
+    times: list[list[float]] = [[] for _ in live]
+    gc.collect()
+    gc.disable()
+    try:
+        for k in range(max((r.reps for r, _ in live), default=0)):
+            for (row, call), ts in zip(live, times):
+                if k < row.reps:
+                    ts.append(time_rep(call, row.calls_per_rep))
+    finally:
+        gc.enable()
+    for (row, _), ts in zip(live, times):
+        finish(row, ts)
+
+
+def new_row(case: Case, impl: str, repeat: int) -> Row:
+    return Row(case.workload, case.title, impl, reps=repeat)
+
+
+def run_in_process(case: Case, impls: list[str], inputs: list, ref, repeat: int) -> list[Row]:
+    rows, live = [], []
+    for impl in impls:
+        row = new_row(case, impl, repeat)
+        rows.append(row)
+        call = prepare(row, case, impl, inputs, ref)
+        if call is not None:
+            live.append((row, call))
+    time_interleaved(live)
+    return rows
+
+
+def pin_threads() -> None:
+    """With --threads N, a child process runs on N CPUs only: the thread-count variables
+    limit OpenMP, BLAS and torch, but not every runtime (jax's XLA CPU client keeps its own
+    pool), and an affinity mask limits them all."""
+    n = int(os.environ.get("BENCH_THREADS") or 0)
+    if n and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, cpus[:n])
+
+
+def child_main(key: str, impl: str, data: str, repeat: int, quick: bool) -> int:
+    """A child process: one implementation of one case; prints its Row as JSON."""
+    import pickle
+    pin_threads()
+    case = all_cases(quick)[key]
+    with open(data, "rb") as f:
+        inputs, ref = pickle.load(f)
+    row = new_row(case, impl, repeat)
+    call = prepare(row, case, impl, inputs, ref)
+    if call is not None:
+        time_interleaved([(row, call)])
+    print("BENCHROW " + json.dumps(asdict(row)), flush=True)
+    return 0
+
+
+def run_in_children(case: Case, impls: list[str], inputs: list, ref, args) -> list[Row]:
+    import pickle
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        data = os.path.join(tmp, "data.pkl")
+        with open(data, "wb") as f:
+            pickle.dump((inputs, ref), f, protocol=pickle.HIGHEST_PROTOCOL)
+        for impl in impls:
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", case.key, impl, "--data", data,
+                   "--repeat", str(args.repeat)] + (["--quick"] if args.quick else [])
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+                line = next((x for x in p.stdout.splitlines() if x.startswith("BENCHROW ")), None)
+                if line is None:
+                    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+                    raise RuntimeError(f"child exited {p.returncode}: {tail[:200]}")
+                rows.append(Row(**json.loads(line[len("BENCHROW "):])))
+            except Exception as e:
+                row = new_row(case, impl, args.repeat)
+                row.status, row.note = "error", f"{type(e).__name__}: {e}"
+                rows.append(row)
+    return rows
+
+
+def print_row(row: Row) -> None:
+    head = f"  {row.case[:34]:<34} {row.impl:<14}"
+    if row.status != "ok" or row.median_s is None:
+        print(f"{head} {row.status}: {row.note}", flush=True)
+        return
+    print(f"{head} {fmt_time(row.median_s):>10}  (min {fmt_time(row.min_s)}, max {fmt_time(row.max_s)}, "
+          f"{row.reps}x{row.calls_per_rep}; first call {fmt_time(row.first_call_s)}"
+          + (f"; err {row.error:.1e})" if row.error is not None else ")"), flush=True)
+
+
+def run_case(case: Case, impls: list[str], args, bw: float, peak: float, skip: dict | None = None) -> list[Row]:
+    inputs = case.inputs()
+    ref = case.reference(inputs)
+    todo = [i for i in impls if not (skip and i in skip)]
+    if args.in_process:
+        done = run_in_process(case, todo, inputs, ref, args.repeat)
+    else:
+        done = run_in_children(case, todo, inputs, ref, args)
+    by_impl = {r.impl: r for r in done}
+    rows = []
+    for impl in impls:
+        row = by_impl.get(impl)
+        if row is None:
+            row = new_row(case, impl, 0)
+            row.reps = 0
+            row.status, row.note = "skipped", skip[impl]
+        row.floor_s = case.floor(bw, peak)
+        if case.note:
+            row.extra["case_note"] = case.note
+        rows.append(row)
+        print_row(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------- W5
+
+W5_CHILD = r"""
+import json, os, sys, time
+t0 = time.perf_counter()
+impl = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import bench
+bench.pin_threads()
+import numpy as np
+if impl == "tracecomp":
+    import tracecomp as tc
+elif impl in ("torch", "torch.compile"):
+    import torch
+elif impl == "jax.jit":
+    import jax
+    if len(sys.argv) > 3:
+        jax.config.update("jax_compilation_cache_dir", sys.argv[3])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+t_import = time.perf_counter() - t0
+params, x, y = bench.w4_data()
+t1 = time.perf_counter()
+if impl == "tracecomp":
+    out = bench.w4_tracecomp_step()(*params, x, y)
+elif impl in ("torch", "torch.compile"):
+    out = bench.w4_torch_step(torch, impl == "torch.compile")(*[torch.from_numpy(v) for v in params + [x, y]])
+elif impl == "jax.jit":
+    out = jax.block_until_ready(bench.w4_jax_step(jax)(params, x, y.astype(np.int32)))
+elif impl == "numpy":
+    out = bench.w4_numpy(params, x, y)
+out = bench.as_numpy(out)
+t_first = time.perf_counter() - t1
+ref = bench.w4_numpy([p.astype(np.float64) for p in params], x.astype(np.float64), y)
+err = bench.w4_error(out, (ref, params))
+print("W5RESULT " + json.dumps({"import_s": t_import, "first_call_s": t_first, "error": err}))
+"""
+
+
+def w5_child(impl: str, cache: Optional[str] = None, env_extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    cmd = [sys.executable, "-c", W5_CHILD, impl, HERE] + ([cache] if cache else [])
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
+    wall = time.perf_counter() - t0
+    for line in p.stdout.splitlines():
+        if line.startswith("W5RESULT "):
+            d = json.loads(line[len("W5RESULT "):])
+            d["process_wall_s"] = wall
+            return d
+    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+    raise RuntimeError(f"{impl} child failed (exit {p.returncode}): {tail[:200]}")
+
+
+def w5(impls: list[str], args) -> list[Row]:
+    """First call of W4 in a fresh process: trace + autodiff + compile + run (import timed
+    apart).  Cold: empty compile caches.  Warm: a second process given the first one's
+    cache directory (torch.compile's inductor cache, jax's persistent compilation cache)."""
+    rows = []
+    if args.quick:
+        impls = [i for i in impls if i in ("tracecomp", "numpy")]
+    for impl in impls:
+        row = Row("W5", "first call of W4 in a fresh process", impl)
+        rows.append(row)
+        try:
+            with tempfile.TemporaryDirectory(prefix="bench-w5-") as cache:
+                env, cache_arg = {}, None
+                if impl == "torch.compile":
+                    env = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+                           "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
+                if impl == "jax.jit":
+                    cache_arg = os.path.join(cache, "jax")
+                cold = w5_child(impl, cache_arg, env)
+                warm = w5_child(impl, cache_arg, env) if impl in ("torch.compile", "jax.jit") else None
+            row.error = cold["error"]
+            row.first_call_s = row.median_s = row.min_s = row.max_s = cold["first_call_s"]
+            row.reps = row.calls_per_rep = 1
+            row.extra = {"import_s": cold["import_s"], "process_wall_s": cold["process_wall_s"],
+                         "warm_first_call_s": warm["first_call_s"] if warm else None}
+            row.note = {"tracecomp": "warm: n/a, no compile cache yet",
+                        "torch": "eager: nothing to compile", "numpy": "nothing to compile"}.get(impl, "")
+            if not row.error <= 1e-3:
+                row.status = "WRONG"
+            print(f"  {'W4 first call':<34} {impl:<14} cold {fmt_time(row.first_call_s)}, warm "
+                  f"{fmt_time(row.extra['warm_first_call_s']) if warm else 'n/a'} "
+                  f"(import {fmt_time(row.extra['import_s'])}; err {row.error:.1e})", flush=True)
+        except Exception as e:
+            row.status, row.note = "error", f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"  {'W4 first call':<34} {impl:<14} error: {row.note}")
+    return rows
+
+
+def ctypes_row(repeat: int) -> Row:
+    """Reference for W6: one ctypes call of a C function that does nothing (libc labs), the
+    least any call path through ctypes costs."""
+    import ctypes
+    labs = ctypes.CDLL(None).labs
+    labs.argtypes, labs.restype = [ctypes.c_long], ctypes.c_long
+    call = lambda: labs(12345)      # noqa: E731
+    row = Row("W6", w6_cases()[0].title, "ctypes no-op call", reps=repeat,
+              note="reference: one ctypes call of libc labs(), no work")
+    row.reps, row.calls_per_rep = calibrate(call, repeat)
+    time_interleaved([(row, call)])
+    print_row(row)
+    return row
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> str:
+    if a is None or b is None or b == 0:
+        return "-"
+    r = a / b
+    return f"{r:.2f}x" if r < 10 else f"{r:.3g}x" if r < 100 else f"{r:.0f}x"
+
+
+def tables(rows: list[Row]) -> str:
+    """Markdown, one table per case: time, spread, x NumPy, tracecomp / this, % of floor."""
+    out = []
+    cases: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        cases.setdefault((r.workload, r.case), []).append(r)
+    for (wl, case), rs in cases.items():
+        np_t = next((r.median_s for r in rs if r.impl == "numpy"), None)
+        tc_t = next((r.median_s for r in rs if r.impl == "tracecomp"), None)
+        floor_s = next((r.floor_s for r in rs if r.floor_s), None)
+        note = next((r.extra.get("case_note") for r in rs if r.extra.get("case_note")), None)
+        out.append(f"\n{wl}: {case}" + (f" ({note})" if note else "")
+                   + (f"; floor {fmt_time(floor_s)}" if floor_s else "") + "\n")
+        if wl == "W5":
+            out.append("| impl | first call, cold | first call, warm cache | import | x NumPy | tracecomp / this | note |")
+            out.append("|---|---:|---:|---:|---:|---:|---|")
+            for r in rs:
+                warm = r.extra.get("warm_first_call_s")
+                out.append(f"| {r.impl} | {fmt_time(r.median_s)} | {fmt_time(warm) if warm else 'n/a'} | "
+                           f"{fmt_time(r.extra.get('import_s'))} | {ratio(r.median_s, np_t)} | "
+                           f"{ratio(tc_t, r.median_s)} | {'' if r.status == 'ok' else r.status + ': '}{r.note} |")
+            continue
+        out.append("| impl | median | spread (min - max) | reps x calls | x NumPy | tracecomp / this | "
+                   "% of floor | first call | check err | note |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for r in rs:
+            floor = f"{100 * r.floor_s / r.median_s:.1f}%" if r.floor_s and r.median_s else "-"
+            err = f"{r.error:.1e}" if r.error is not None else "-"
+            spread = f"{fmt_time(r.min_s)} - {fmt_time(r.max_s)}" if r.min_s is not None else "-"
+            reps = f"{r.reps}x{r.calls_per_rep}" if r.median_s is not None else "-"
+            out.append(f"| {r.impl} | {fmt_time(r.median_s)} | {spread} | {reps} | {ratio(r.median_s, np_t)} | "
+                       f"{ratio(tc_t, r.median_s)} | {floor} | {fmt_time(r.first_call_s)} | {err} | "
+                       f"{'' if r.status == 'ok' else r.status + ': '}{r.note} |")
+    return "\n".join(out)
+
+
+def combine(paths: list[str]) -> str:
+    """Several runs' --json files in one markdown table per case: on a shared machine one
+    run's medians move with the load, so each row gives the median over the runs of each
+    run's median, their range, and the ratios computed within each run (side by side, as
+    measured) and then taken as the median over the runs."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
+    out = [f"{len(runs)} runs: " + "; ".join(
+        f"{os.path.basename(p)}: threads {r['machine'].get('threads')}, tracecomp {r['machine'].get('tracecomp_git')}, "
+        "other processes " + ", ".join(f"{w} {100 * v:.0f}%" for w, v in r.get("other_processes_cpu_share", {}).items())
+        for p, r in zip(paths, runs))]
+    cases: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for run in runs:
+        for r in run["rows"]:
+            cases.setdefault((r["workload"], r["case"]), {}).setdefault(r["impl"], []).append(r)
+
+    def per_run_ratio(wl, case, impl, num_impl, den_impl):
+        vals = []
+        for run in runs:
+            t = {r["impl"]: r["median_s"] for r in run["rows"] if (r["workload"], r["case"]) == (wl, case)}
+            a, b = t.get(num_impl), t.get(den_impl)
+            if a and b:
+                vals.append(a / b)
+        return statistics.median(vals) if vals else None
+
+    def fmt_ratio(x):
+        return "-" if x is None else (f"{x:.2f}x" if x < 10 else f"{x:.3g}x" if x < 100 else f"{x:.0f}x")
+    for (wl, case), impls in cases.items():
+        floors = [r["floor_s"] for rs in impls.values() for r in rs if r.get("floor_s")]
+        floor = statistics.median(floors) if floors else None
+        out.append(f"\n{wl}: {case}" + (f"; floor {fmt_time(floor)} (median over runs)" if floor else "") + "\n")
+        w5 = wl == "W5"
+        out.append("| impl | median of run medians | range of run medians | best single repetition | x NumPy | "
+                   "tracecomp / this | % of floor | runs |" if not w5 else
+                   "| impl | first call, cold (median) | range | warm cache (median) | x NumPy | tracecomp / this | runs |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|" if not w5 else "|---|---:|---:|---:|---:|---:|---:|")
+        for impl, rs in impls.items():
+            meds = [r["median_s"] for r in rs if r.get("median_s") is not None]
+            status = {r["status"] for r in rs} - {"ok"}
+            if not meds:
+                out.append(f"| {impl} | {', '.join(sorted(status)) or '-'}: {rs[0].get('note', '')} |" + " |" * (6 if not w5 else 5))
+                continue
+            med = statistics.median(meds)
+            rng = f"{fmt_time(min(meds))} - {fmt_time(max(meds))}"
+            x_np = per_run_ratio(wl, case, impl, impl, "numpy")
+            tc_over = per_run_ratio(wl, case, impl, "tracecomp", impl)
+            if w5:
+                warm = [r["extra"].get("warm_first_call_s") for r in rs if r.get("extra", {}).get("warm_first_call_s")]
+                out.append(f"| {impl} | {fmt_time(med)} | {rng} | {fmt_time(statistics.median(warm)) if warm else 'n/a'} | "
+                           f"{fmt_ratio(x_np)} | {fmt_ratio(tc_over)} | {len(meds)} |")
+                continue
+            best = min(r["min_s"] for r in rs if r.get("min_s") is not None)
+            fl = f"{100 * floor / med:.1f}%" if floor else "-"
+            out.append(f"| {impl} | {fmt_time(med)} | {rng} | {fmt_time(best)} | {fmt_ratio(x_np)} | "
+                       f"{fmt_ratio(tc_over)} | {fl} | {len(meds)} |")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
+                    help="comma-separated subset of W1..W6 (default: all)")
+    ap.add_argument("--repeat", type=int, default=7, help="timed repetitions per row (default 7)")
+    ap.add_argument("--quick", action="store_true",
+                    help="at most 3 repetitions, no 4096^3 matmul, W5 for tracecomp and NumPy only")
+    ap.add_argument("--impls", default=",".join(IMPLS),
+                    help=f"comma-separated subset of {','.join(IMPLS)} (missing peers are left out)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads for every implementation (OpenMP, BLAS, torch, XLA variables, and each "
+                         "child pinned to that many CPUs); default: all cores")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run all implementations in this process, repetitions interleaved")
+    ap.add_argument("--force-slow", action="store_true",
+                    help="run tracecomp's 4096^3 matmul even when its 1024^3 run was slow")
+    ap.add_argument("--json", help="write all results and machine facts to this file")
+    ap.add_argument("--combine", nargs="+", metavar="JSON",
+                    help="print one table per case over several runs' --json files, and exit")
+    ap.add_argument("--child", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeat = min(args.repeat, 3)
+    if args.combine:
+        print(combine(args.combine))
+        return 0
+    if args.child:
+        return child_main(args.child[0], args.child[1], args.data, args.repeat, args.quick)
+    wanted = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in ALL_WORKLOADS]
+    if unknown:
+        ap.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(ALL_WORKLOADS)}")
+    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    if [i for i in impls if i not in IMPLS]:
+        ap.error(f"unknown implementation(s) in {args.impls}; choose from {', '.join(IMPLS)}")
+    missing = {"torch": "torch", "torch.compile": "torch", "jax.jit": "jax"}
+    absent = [i for i in impls if i in missing and not installed(missing[i])]
+    impls = [i for i in impls if i not in absent]
+
+    if args.threads and os.environ.get("BENCH_THREADS") != str(args.threads):
+        # thread counts must be set before NumPy's BLAS, torch, XLA and libgomp start: re-exec
+        n = str(args.threads)
+        env = dict(os.environ, BENCH_THREADS=n, OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n,
+                   MKL_NUM_THREADS=n)
+        if args.threads == 1:
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                                "intra_op_parallelism_threads=1").strip()
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+    facts = machine_facts()
+    facts["threads"] = args.threads or f"all ({os.cpu_count()})"
+    facts["mode"] = "in-process, interleaved" if args.in_process else "one child process per implementation"
+    facts["peers_not_installed"] = absent
+    started = time.perf_counter()
+    meter = CpuMeter()
+    meter.start()
+    print("machine:", json.dumps(facts))
+    bw = copy_bandwidth()
+    print(f"copy bandwidth (read+write, best of 15): {bw['best_GBps']:.1f} GB/s ("
+          + ", ".join(f"{k}: best {v['best_GBps']:.1f}, median {v['median_GBps']:.1f}"
+                      for k, v in bw.items() if isinstance(v, dict)) + ")")
+    peak = peak_flops(facts)
+    print(f"fp32 peak: {peak['peak'] / 1e9:.0f} GFLOP/s = {peak['formula']}; the FMA loop on all cores at once "
+          f"{peak.get(f'fma_loop_{os.cpu_count()}_thread', 0) / 1e9:.0f} GFLOP/s; at the base clock "
+          f"{peak['base_clock'] / 1e9:.0f} GFLOP/s; NumPy sgemm 4096^3 {peak['sgemm_4096_numpy'] / 1e9:.0f} GFLOP/s")
+    # the floor of a run limited to fewer threads is that of the cores it may use
+    ncpu = os.cpu_count() or 1
+    cores_used = min(args.threads or ncpu, ncpu)
+    bw_bps = (bw["1 thread"]["best_GBps"] if cores_used == 1 else bw["best_GBps"]) * 1e9
+    peak_used = peak["peak"] * cores_used / ncpu
+    print(f"floors use {bw_bps / 1e9:.1f} GB/s and {peak_used / 1e9:.0f} GFLOP/s ({cores_used} core(s))")
+    facts["floor_bandwidth_GBps"], facts["floor_peak_GFLOPs"] = bw_bps / 1e9, peak_used / 1e9
+    load = {"machine measurements": meter.others()}
+
+    cases = all_cases(args.quick)
+    rows: list[Row] = []
+    for w in ALL_WORKLOADS:
+        if w not in wanted:
+            continue
+        print(f"\n{w}", flush=True)
+        meter.start()
+        if w == "W5":
+            rows += w5(impls, args)
+        else:
+            for case in (c for c in cases.values() if c.workload == w):
+                skip = {}
+                if case.key == "W3-4096" and "tracecomp" in impls and not args.force_slow:
+                    t1024 = next((r.median_s for r in rows if r.workload == "W3" and "1024" in r.case
+                                  and r.impl == "tracecomp"), None)
+                    if t1024 is None or t1024 > MATMUL_4096_LIMIT_S:
+                        skip["tracecomp"] = (f"not run: its 1024^3 matmul took {fmt_time(t1024)}, so 4096^3 "
+                                             f"would take ~{fmt_time(64 * t1024) if t1024 else '?'} per call "
+                                             "(--force-slow runs it)")
+                rows += run_case(case, impls, args, bw_bps, peak_used, skip)
+            if w == "W6":
+                rows.append(ctypes_row(args.repeat))
+        load[w] = meter.others()
+        print(f"  (other processes used {100 * load[w]:.0f}% of the machine's cores meanwhile)", flush=True)
+    total = time.perf_counter() - started
+    facts["loadavg_at_end"] = os.getloadavg()
+    print(tables(rows))
+    print(f"\ntotal time {total:.0f} s; load average at start {facts['loadavg_at_start']}, "
+          f"at end {facts['loadavg_at_end']}; share of the cores other processes used: "
+          + ", ".join(f"{w} {100 * v:.0f}%" for w, v in load.items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "machine": facts,
+                       "bandwidth": bw, "peak": peak, "other_processes_cpu_share": load, "total_s": total,
+                       "rows": [asdict(r) for r in rows]}, f, indent=1, default=str)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
