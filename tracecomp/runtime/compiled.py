@@ -19,7 +19,7 @@ from ..lower.llvm_codegen import codegen_kernels
 from ..lower.schedule import Program
 from .. import random as tc_random
 from .jit import compile_module
-from .memory import aligned_empty, buffer_nbytes, is_aligned, plan_program
+from .memory import aligned_empty, buffer_nbytes, plan_program
 
 
 def _check_indices(a: np.ndarray, checks) -> None:
@@ -35,7 +35,10 @@ def _check_indices(a: np.ndarray, checks) -> None:
 class CompiledProgram:
     def __init__(self, program: Program):
         self.program = program
-        self.module = codegen_kernels(program.kernels, f"tc_{program.name}")
+        # No alignment promise on pointers: NumPy hands us 16-byte aligned arrays, and copying
+        # them to 64-byte alignment costs a full pass over memory, while unaligned vector loads
+        # cost next to nothing on current x86 cores. Our own buffers are 64-byte aligned anyway.
+        self.module = codegen_kernels(program.kernels, f"tc_{program.name}", align=None)
         self.library = compile_module(self.module)
         self._lock = threading.Lock()
         self._fixed: dict[str, np.ndarray] = {}       # temps (workspace views) and constants
@@ -69,7 +72,7 @@ class CompiledProgram:
             if a.shape != tuple(b.shape) or a.dtype != b.dtype.np:
                 raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(b.shape)}, "
                                     f"got {a.dtype}{list(a.shape)}")
-            if not (a.flags.c_contiguous and is_aligned(a)):
+            if not a.flags.c_contiguous or a.ctypes.data % a.dtype.itemsize:
                 copy = aligned_empty(a.shape, a.dtype)
                 copy[...] = a
                 a = copy

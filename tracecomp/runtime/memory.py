@@ -1,33 +1,24 @@
 """Buffers for compiled code: 64-byte aligned allocation and workspace planning.
 
-Outputs are fresh, 64-byte aligned arrays; big ones come from an anonymous mmap with
-transparent huge pages requested (first-touching a fresh 64 MiB buffer costs far more than
-the kernel that fills it with 4 KiB pages).  Temporaries live in one workspace per compiled
+Outputs are fresh, 64-byte aligned arrays from NumPy's allocator, which requests
+transparent huge pages for large arrays itself (np.core.multiarray._set_madvise_hugepage)
+and, through malloc, reuses memory a previous call released: a fresh anonymous mmap per
+call measured 100-170 ms to first-touch 64 MiB on this VM (BENCHMARKS.md, W2).  Temporaries live in one workspace per compiled
 function, kept across calls; temps whose lifetimes do not overlap share memory (greedy
 best fit over the kernels' order), and no slot is reused while a live value still reads it.
 """
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass
 
 import numpy as np
 
 ALIGN = 64
-HUGE = 2 << 20          # from this size on, ask for transparent huge pages
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes >= HUGE:
-        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            try:
-                region.madvise(mmap.MADV_HUGEPAGE)
-            except OSError:
-                pass           # THP disabled: plain pages still work
-        return np.frombuffer(region, dtype=dtype, count=nbytes // dtype.itemsize).reshape(shape)
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
     start = (-raw.ctypes.data) % ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(shape)
