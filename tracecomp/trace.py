@@ -128,16 +128,18 @@ class TracedFunction:
         return key, structure, tensors
 
     def lower(self, *args, **kwargs) -> Lowered:
+        return self._lookup(args, kwargs)[0]
+
+    def __call__(self, *args, **kwargs):
+        lowered, tensors = self._lookup(args, kwargs)     # the signature is computed once per call
+        return lowered.run([t._data for t in tensors])
+
+    def _lookup(self, args: tuple, kwargs: dict) -> tuple[Lowered, list[Tensor]]:
         key, structure, tensors = self._signature(args, kwargs)
         if key not in self._cache:
             self._note_retrace(key)
             self._cache[key] = self._trace(structure, tensors)
-        return self._cache[key]
-
-    def __call__(self, *args, **kwargs):
-        lowered = self.lower(*args, **kwargs)
-        _, _, tensors = self._signature(args, kwargs)
-        return lowered.run([t._data for t in tensors])
+        return self._cache[key], tensors
 
     def _trace(self, structure, tensors: list[Tensor]) -> Lowered:
         from .passes import optimize
