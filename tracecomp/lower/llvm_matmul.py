@@ -40,7 +40,7 @@ from ..errors import BackendError
 from . import llvm_scalar as S
 from .llvm_codegen import FunctionEmitter, counted_loop, declare_kernel_function
 from .llvm_microkernel import merge_function, microkernel, pack_function
-from .llvm_parallel import _entry_alloca, _field
+from .llvm_parallel import _entry_alloca, _field, thread_chunk
 from .loops import Const, Let, Load, Matmul, Store, Var, INDEX
 from .matmul_loops import expand_matmul, flat_index, flat_name, index_names
 from .matmul_tiles import TILES, Blocks, blocks, flops
@@ -138,13 +138,7 @@ def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStruct
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     fields = [b.load(_field(b, fn.args[0], struct, k), typ=t) for k, t in enumerate(struct.elements)]
     *args, ws, items, parts = fields
-    thread_num = S.declare(module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
-    num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
-    tid = b.sext(b.call(thread_num, []), S.I64)
-    threads = b.sext(b.call(num_threads, []), S.I64)
-    chunk = b.udiv(b.add(items, b.sub(threads, ir.Constant(S.I64, 1))), threads)
-    lo = S.intrinsic(b, "smin", [b.mul(tid, chunk), items])
-    hi = S.intrinsic(b, "smin", [b.add(lo, chunk), items])
+    tid, lo, hi = thread_chunk(b, module, items)
     slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=element)
     b.call(part, args + [slice_, lo, hi, parts])
     b.ret_void()

@@ -89,6 +89,19 @@ def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, i
     return fn
 
 
+
+def thread_chunk(b: ir.IRBuilder, module: ir.Module, n: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """(thread id, lo, hi): this OpenMP thread's contiguous share of `n` work items."""
+    thread_num = S.declare(module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
+    num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
+    tid = b.sext(b.call(thread_num, []), S.I64)
+    threads = b.sext(b.call(num_threads, []), S.I64)
+    chunk = b.udiv(b.add(n, b.sub(threads, ir.Constant(S.I64, 1))), threads)
+    lo = S.intrinsic(b, "smin", [b.mul(tid, chunk), n])
+    hi = S.intrinsic(b, "smin", [b.add(lo, chunk), n])
+    return tid, lo, hi
+
+
 def _omp_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralStructType,
                   name: str) -> ir.Function:
     """`void name(ptr data)`: this thread's chunk of the iterations, then return."""
@@ -98,14 +111,7 @@ def _omp_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralSt
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     data = fn.args[0]
     fields = [b.load(_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements)]
-    n = fields[-1]
-    thread_num = S.declare(module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
-    num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
-    tid = b.sext(b.call(thread_num, []), S.I64)
-    threads = b.sext(b.call(num_threads, []), S.I64)
-    chunk = b.udiv(b.add(n, b.sub(threads, ir.Constant(S.I64, 1))), threads)
-    lo = S.intrinsic(b, "smin", [b.mul(tid, chunk), n])
-    hi = S.intrinsic(b, "smin", [b.add(lo, chunk), n])
+    _, lo, hi = thread_chunk(b, module, fields[-1])
     b.call(range_fn, fields[:-1] + [lo, hi])
     b.ret_void()
     return fn

@@ -203,7 +203,7 @@ def _plan(program) -> tuple[dict[str, int], int]:
 
 def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
     from ..lower import llvm_scalar as S
-    from ..lower.llvm_codegen import codegen_kernels
+    from ..lower.llvm_codegen import codegen_kernels, counted_loop
 
     module = codegen_kernels(program.kernels, f"tc_export_{name}", align=None)
     kernels = {f.name: f for f in module.functions if not f.is_declaration}
@@ -243,7 +243,6 @@ def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
     code_phi_incoming = []
 
     def check(cond, code: int):
-        nonlocal b
         ok = entry.append_basic_block()
         code_phi_incoming.append((ir.Constant(I32, code), b.block))
         b.cbranch(cond, fail, ok)
@@ -280,24 +279,11 @@ def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
         if not count:
             continue
         et = S.memory_type(buf.dtype)
-        pre = b.block
-        head = entry.append_basic_block(f"idx{j}")
-        body = entry.append_basic_block(f"idx{j}.body")
-        done = entry.append_basic_block(f"idx{j}.done")
-        b.branch(head)
-        b.position_at_end(head)
-        iv = b.phi(I64)
-        iv.add_incoming(ir.Constant(I64, 0), pre)
-        b.cbranch(b.icmp_signed("<", iv, ir.Constant(I64, count)), body, done)
-        b.position_at_end(body)
-        v = b.load(b.gep(ptrs[n], [iv], inbounds=True, source_etype=et), typ=et)
-        v = b.sext(v, I64) if et.width < 64 else v
-        # unsigned compare: negative values wrap to huge ones and fail too
-        check(b.icmp_unsigned(">=", v, ir.Constant(I64, c.size)), ERR_INDEX_BASE + j)
-        nxt = b.add(iv, ir.Constant(I64, 1))
-        iv.add_incoming(nxt, b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        with counted_loop(b, ir.Constant(I64, 0), ir.Constant(I64, count), f"idx{j}") as loop:
+            v = b.load(b.gep(ptrs[n], [loop.index], inbounds=True, source_etype=et), typ=et)
+            v = b.sext(v, I64) if et.width < 64 else v
+            # unsigned compare: negative values wrap to huge ones and fail too
+            check(b.icmp_unsigned(">=", v, ir.Constant(I64, c.size)), ERR_INDEX_BASE + j)
 
     for k in program.kernels:
         b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers])
