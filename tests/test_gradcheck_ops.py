@@ -259,7 +259,9 @@ def test_forward_over_reverse_matches_finite_differences(fn, inputs):
         np.testing.assert_allclose(np.asarray(h), (np.asarray(p) - np.asarray(m)) / (2 * EPS), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="limitation of prod_backward (helpers.py): with two or more zeros in "
-                                       "a reduced group the second derivative comes out as 0")
-def test_prod_second_derivative_with_two_zeros():
-    assert tc.gradgradcheck(lambda x: x.prod(1), [np.array([[0.0, 0.0, 2.0], [1.0, 2.0, 3.0]])])
+@pytest.mark.parametrize("x", [[[0.0, 0.0, 2.0], [1.0, 2.0, 3.0]],      # two zeros in a group
+                               [[0.0, 3.0, 2.0], [1.0, 0.0, 0.0]],
+                               [[0.0, 0.0, 0.0], [1.0, 0.0, 5.0]]])     # three zeros: second derivative 0
+def test_prod_second_derivative_with_zeros(x):
+    assert tc.gradgradcheck(lambda x: x.prod(1), [np.array(x)])
+    assert tc.gradgradcheck(lambda x: x.prod(), [np.array(x)[:, :2]])

@@ -111,19 +111,23 @@ def amax_jvp(self_p, self_t, result, dim, keepdim: bool):
 
 def prod_backward(grad, self, dim, keepdim: bool):
     """prod: d prod / d x_i = product of the other elements, computed without dividing by
-    zero: (product of the nonzero elements, divided by x_i if x_i != 0) times (the zero
-    element itself when it is the only zero and not x_i; 1 without zeros or when x_i is the
-    only zero; 0 with two or more zeros).  First derivatives are exact everywhere; second
-    derivatives are exact except where a reduced group holds two or more zeros (there
-    they come out as 0, as in PyTorch's prod of all elements)."""
+    zero as (product of the nonzero elements, divided by x_i if x_i != 0) times a factor
+    that is 1 without zeros; with one zero, 1 for x_i the zero and the zero itself for the
+    others; with two zeros, the *other* zero for each of them and 0 for the rest; 0 with
+    three or more.  "The zero itself" is the value 0 carried by an expression whose
+    gradient reaches that element, so the formula differentiates again exactly: first and
+    second derivatives are exact everywhere; third and higher ones are exact except where
+    a reduced group holds three or more zeros (there they come out as 0)."""
     tc = _tc()
     dims = reduced_dims(self.shape, dim)
     is_zero = self == 0
     safe = tc.where(is_zero, 1, self)
     zeros = is_zero.sum(dims, keepdim=True)
     nonzero_prod = safe.prod(dims, keepdim=True)
-    the_zero = tc.where(is_zero, self, 0).sum(dims, keepdim=True)      # value 0, gradient 1 to it
-    factor = tc.where(zeros == 0, 1, tc.where(zeros == 1, tc.where(is_zero, 1, the_zero), 0))
+    the_zeros = tc.where(is_zero, self, 0).sum(dims, keepdim=True)     # value 0, gradient 1 to each zero
+    one_zero = tc.where(is_zero, 1, the_zeros)
+    two_zeros = tc.where(is_zero, the_zeros - self, 0)                 # the other zero, for a zero x_i
+    factor = tc.where(zeros == 0, 1, tc.where(zeros == 1, one_zero, tc.where(zeros == 2, two_zeros, 0)))
     return unsqueeze_reduced(grad, self.shape, dim, keepdim) * (nonzero_prod / safe) * factor
 
 
