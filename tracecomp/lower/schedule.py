@@ -7,10 +7,16 @@ Every other value is inlined into its consumers' loops: chains of elementwise op
 their broadcasts and views fuse into one loop nest, and a reduction's producers fuse
 into the reduction's loop.  One kernel per materialized op, in graph order; then a
 matmul's lone pointwise consumer folds into it as its epilogue (schedule_matmul.py).
+
+`Program.kernel_ops` records, per kernel, the graph ops it computes (the materialized op
+and every op inlined into its loops), and kernel names lead back to the user's code:
+`k3_mlp_py18_sub_exp` is kernel 3, computing tc.sub and tc.exp, stored at mlp.py line 18.
 """
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,6 +64,34 @@ class Program:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     fills: list[HostFill] = field(default_factory=list)
     index_checks: dict[str, list[IndexCheck]] = field(default_factory=dict)   # by input buffer
+    kernel_ops: dict[str, list[Op]] = field(default_factory=dict)  # kernel -> graph ops, graph order
+
+
+def short_location(op: Op) -> str:
+    """`mlp_py18` for an op at mlp.py:18: an identifier fragment ("" without a location)."""
+    if op.loc is None:
+        return ""
+    stem, ext = os.path.splitext(os.path.basename(op.loc.file))
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem).strip("_")[:16] or "src"
+    return f"{stem}_{ext.lstrip('.')[:4] or 'l'}{op.loc.line}"
+
+
+def kernel_name(number: int, ops: list[Op]) -> str:
+    """`k{number}_{where}_{what}`: where the kernel's last op was called, and the names of
+    the ops it computes (views and casts left out; at most three: first, second, last)."""
+    table = by_ir_name()
+    names: list[str] = []
+    for op in ops:
+        short = op.name.split(".")[-1]
+        kind = table[op.name].kind if op.name in table else None
+        if kind not in VIEW_KINDS + ("cast",) and short not in names:
+            names.append(short)
+    if len(names) > 3:
+        names = names[:2] + names[-1:]
+    if not names:           # only views: name the last one
+        names = [ops[-1].name.split(".")[-1] if ops else "copy"]
+    where = short_location(ops[-1]) if ops else ""
+    return "_".join(p for p in (f"k{number}", where, *names) if p)
 
 
 def _materialized(graph: Graph) -> set[Value]:
@@ -85,6 +119,7 @@ class Scheduler:
         self.buffers: dict[str, L.Buffer] = {}
         self.names: dict[Value, str] = {}
         self.program = Program(graph.name, [], self.buffers, [], [])
+        self._order = {op: i for i, op in enumerate(graph.ops)}
 
     def _buffer(self, v: Value, role: str, prefix: str) -> str:
         name = f"{prefix}{sum(1 for b in self.buffers.values() if b.role == role)}"
@@ -142,8 +177,26 @@ class Scheduler:
         builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
                    "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter}.get(opdef.kind, _pointwise)
         body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
-        name = f"k{len(self.program.kernels)}_{op.name.split('.')[1]}"
-        self.program.kernels.append(L.Kernel(name, self._kernel_buffers(body), body))
+        self.add_kernel(self.inlined_ops([op]), body)
+
+    def add_kernel(self, ops: list[Op], body: list) -> L.Kernel:
+        """Append the kernel running `body`, which computes `ops` (graph order), named after them."""
+        kernel = L.Kernel(kernel_name(len(self.program.kernels), ops), self._kernel_buffers(body), body)
+        self.program.kernels.append(kernel)
+        self.program.kernel_ops[kernel.name] = ops
+        return kernel
+
+    def inlined_ops(self, roots: list[Op]) -> list[Op]:
+        """`roots` and every op the inliner folds into their loops: producers, through
+        operands, up to materialized values, inputs and constants.  In graph order."""
+        found, stack = set(roots), [v for op in roots for v in op.operands]
+        while stack:
+            v = stack.pop()
+            if v in self.names or v.op is None or v.op.name == CONSTANT or v.op in found:
+                continue
+            found.add(v.op)
+            stack.extend(v.op.operands)
+        return sorted(found, key=self._order.__getitem__)
 
     def _kernel_buffers(self, body: list) -> list[L.Buffer]:
         loads, stores = set(), set()

@@ -16,8 +16,9 @@ temp buffer T that exactly one later kernel reads, and that kernel is one pointw
 nest storing V (same shape and dtype as T) whose every Load of T is at the nest's own
 index, the Matmul writes V instead, with the stored expression as its epilogue (Loads of
 T become the accumulator, the nest's indices become the Matmul's).  The fused kernel
-takes the consumer's place in the order (everything either kernel reads exists by then)
-and T disappears.  Repeated until nothing changes, so a chain the scheduler split at a
+takes the consumer's place in the order (everything either kernel reads exists by then),
+its number and its name's location, computes the ops of both (Program.kernel_ops), and T
+disappears.  Repeated until nothing changes, so a chain the scheduler split at a
 multi-use value (tanh(y) * tanh(y)) folds in as well: the epilogue so far replaces the
 accumulator in the next one, one shared expression object that the code generators
 evaluate once.  So relu(x @ w + b), gelu(x @ w) or x @ w + residual is one kernel.
@@ -137,9 +138,7 @@ def _materialize(sched, v: Value) -> None:
     sched.buffers[name] = L.Buffer(name, v.type.dtype, v.type.shape, "temp")
     sched.names[v] = name
     body = _loops(v.type.shape, lambda ix: [L.Store(name, ix, value)], prefix="m")
-    producer = v.op.name.split(".")[1] if v.op is not None else "input"
-    kernel_name = f"k{len(sched.program.kernels)}_{producer}"
-    sched.program.kernels.append(L.Kernel(kernel_name, sched._kernel_buffers(body), body))
+    sched.add_kernel(sched.inlined_ops([v.op]) if v.op is not None else [], body)
 
 
 # ---------------------------------------------------------------- epilogue fusion
@@ -162,6 +161,11 @@ def _fuse_one(program, km: L.Kernel) -> bool:
     program.kernels[program.kernels.index(readers[0])] = fused
     program.kernels.remove(km)
     del program.buffers[s.out.buffer]
+    from .schedule import kernel_name     # schedule imports this module
+    ops = program.kernel_ops.pop(km.name, []) + program.kernel_ops.pop(readers[0].name, [])
+    fused.name = kernel_name(int(readers[0].name.split("_", 1)[0][1:]), ops)
+    program.kernel_ops[fused.name] = ops
+    program.kernel_ops = {k.name: program.kernel_ops[k.name] for k in program.kernels}     # kernel order
     return True
 
 
@@ -200,9 +204,7 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
     for b in km.buffers + kp.buffers:
         if b.name != t.name and (b.name not in roles or b.role == "output"):
             roles[b.name] = b
-    number, what = kp.name.split("_", 1)
-    so_far = km.name.split("_", 1)[1]
-    return L.Kernel(f"{number}_{so_far}_{what}", list(roles.values()), [fused], list(kp.sizes))
+    return L.Kernel(kp.name, list(roles.values()), [fused], list(kp.sizes))     # renamed by the caller
 
 
 def _logical_dims(s: L.Matmul, shape: tuple[int, ...]) -> Optional[list[L.Expr]]:
