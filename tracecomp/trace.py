@@ -70,18 +70,23 @@ class Lowered:
     @property
     def loops(self) -> str:
         from .lower.loops_printer import print_kernels
-        return print_kernels(self.program.kernels)
+        from .lower.source_notes import source_notes
+        return print_kernels(self.program.kernels, source_notes(self.program))
 
     @property
     def llvm(self) -> str:
+        from .lower.source_notes import annotate, source_notes
         from .runtime import target
-        return str(target.optimize(target.parse(str(self.compiled.module)), target.host_target_machine()))
+        module = target.optimize(target.parse(str(self.compiled.module)), target.host_target_machine())
+        return annotate(str(module), source_notes(self.program), ";")
 
     @property
     def asm(self) -> str:
+        from .lower.source_notes import annotate, source_notes
         from .runtime import target
         tm = target.host_target_machine()
-        return target.emit_assembly(target.optimize(target.parse(str(self.compiled.module)), tm), tm)
+        text = target.emit_assembly(target.optimize(target.parse(str(self.compiled.module)), tm), tm)
+        return annotate(text, source_notes(self.program), "#" if tm.triple.startswith(("x86", "i686")) else "//")
 
     @property
     def backward(self) -> Graph:

@@ -19,6 +19,9 @@ matching loops_interp; `maximum`/`minimum` propagate NaN; `ne` on floats is true
 `sign` keeps 0, -0 and NaN; floor/ceil/round of integers and sign of bools are the
 identity; a Cast to bool is `!= 0` (NaN -> true).
 
+Kernels print in order, each preceded by its source notes as `//` comments when given:
+`// mlp.py:18: tc.matmul tc.add` (mlir-opt ignores comments).
+
 Names: `%` + the IR name where there is one (loop variables, Lets, accumulators, buffers,
 sizes), `%vN` for other values, `%cN`/`%cN_i32`/`%cst`/`%true` for constants, made unique
 among the names visible at that point.  Each constant is emitted once, at the function's
@@ -38,6 +41,7 @@ from .loops import (COMPARISONS, INDEX, Binary, Buffer, Cast, Const, Expr, Kerne
                     Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from .loops_check import check_kernel, dtype_kind
 from .matmul_loops import expand_matmul, flat_name
+from .source_notes import annotate
 
 DTypeLike = Union[DType, str]
 # A lowering: an op name ("arith.addf"), a comparison ("arith.cmpf", "olt"), or an
@@ -51,8 +55,9 @@ def print_kernel(kernel: Kernel) -> str:
     return _Printer().kernel(kernel, depth=0)
 
 
-def print_kernels(kernels: Iterable[Kernel]) -> str:
-    """Several kernels (distinct names) as one `module { ... }`."""
+def print_kernels(kernels: Iterable[Kernel], notes: dict[str, list[str]] | None = None) -> str:
+    """Several kernels (distinct names) as one `module { ... }`; `notes` (kernel name ->
+    lines, see source_notes.py) print as `//` comments above each kernel's func.func."""
     kernels = list(kernels)
     seen: set[str] = set()
     for k in kernels:
@@ -60,7 +65,8 @@ def print_kernels(kernels: Iterable[Kernel]) -> str:
             raise IRError(f"two kernels are named '{k.name}'; a module needs distinct names")
         seen.add(k.name)
         check_kernel(k)
-    return "module {\n" + "".join(_Printer().kernel(k, depth=1) for k in kernels) + "}\n"
+    text = "module {\n" + "".join(_Printer().kernel(k, depth=1) for k in kernels) + "}\n"
+    return annotate(text, notes, "//") if notes else text
 
 
 def mlir_type(dtype: DTypeLike) -> str:
