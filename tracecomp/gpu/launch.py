@@ -1,0 +1,316 @@
+"""The launch plan: how each top-level statement of a loop-IR kernel maps onto a CUDA grid.
+
+A Kernel's body is a sequence of top-level statements that must run in order (a scatter
+copies, then accumulates), so each becomes its own launch on one stream:
+  elementwise  a Loop nest: the perfectly nested outer loops are flattened into one
+               iteration space that a grid-stride loop walks (one thread per point, any
+               size); a store `buf[i] = buf[i] + v` that iterations may share (scatter)
+               becomes an atomic add;
+  rows         a Loop nest whose innermost body holds a Reduce (or no Loop at all: a
+               full reduction): one block per output point (block-stride over points);
+               the block's threads split the Reduce, combine partials with warp shuffles
+               and shared memory, then thread 0 stores;
+  partials / finish   a rows nest with few long rows: `partials` has several blocks per
+               row, each reducing a chunk into a workspace; `finish` combines the chunks
+               of a row and runs the rest of the row's body;
+  matmul       a Matmul: 16x16 output tiles, one block each, through shared memory;
+  serial       anything whose iterations depend on each other: one thread.
+Grids are fixed numbers (loops stride over what a grid does not cover), so a launch
+configuration never depends on runtime sizes; a grid of 0 blocks means "nothing to do".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from ..dtypes import DType
+from ..errors import BackendError
+from ..lower import llvm_scalar as S
+from ..lower.loops import (Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce,
+                           Store, Var)
+
+ELEMENTWISE_THREADS = 256
+MAX_BLOCKS = 65535             # gridDim.y/z limit; x is capped the same for simplicity
+MATMUL_TILE = 16
+THREAD_PER_ROW_MAX = 64        # rows no longer than this: one thread per row, not a block
+SPLIT_MIN_EXTENT = 1 << 16     # rows at least this long are split over several blocks...
+SPLIT_MAX_ROWS = 64            # ...when there are at most this many of them
+SPLIT_TERMS_PER_THREAD = 16
+MONOIDS = ("add", "mul", "maximum", "minimum", "and", "or", "xor")
+
+
+@dataclass
+class Workspace:
+    """A device temp the runtime allocates for a launch (a split reduction's partials)."""
+    name: str
+    dtype: DType
+    elements: int
+
+
+@dataclass
+class Launch:
+    name: str                          # the PTX entry point
+    kernel: Kernel                     # the loop-IR kernel it belongs to
+    kind: str                          # see the module docstring
+    stmts: list                        # the loop-IR statements it runs
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    workspaces: list[Workspace] = field(default_factory=list)
+    chunks: int = 1                    # partials/finish: blocks per row
+    shared_bytes: int = 0              # static shared memory (set by the code generator)
+
+    @property
+    def params(self) -> list[str]:
+        """Argument order of the entry point: buffers, sizes, workspaces."""
+        return ([b.name for b in self.kernel.buffers] + list(self.kernel.sizes)
+                + [w.name for w in self.workspaces])
+
+    @property
+    def empty(self) -> bool:
+        return 0 in self.grid
+
+
+def plan_kernel(kernel: Kernel) -> list[Launch]:
+    """The launches that run `kernel`, in order."""
+    segments = _segments(kernel.body)
+    if len(segments) > 1 and any(_defines(seg) for seg in segments[:-1]):
+        # a later statement reads a name a top-level Let/Reduce binds: keep them together
+        return [_serial(kernel, kernel.body, kernel.name)]
+    launches: list[Launch] = []
+    for j, seg in enumerate(segments):
+        name = kernel.name if len(segments) == 1 else f"{kernel.name}_s{j}"
+        launches += _plan_segment(kernel, seg, name)
+    return launches
+
+
+def _segments(body: list) -> list[list]:
+    """Top-level Loops and Matmuls alone; runs of other statements together."""
+    out: list[list] = []
+    run: list = []
+    for s in body:
+        if isinstance(s, (Loop, Matmul)):
+            if run:
+                out.append(run)
+                run = []
+            out.append([s])
+        else:
+            run.append(s)
+    if run:
+        out.append(run)
+    return out
+
+
+def _defines(seg: list) -> bool:
+    return any(isinstance(s, (Let, Reduce)) for s in seg)
+
+
+def perfect_nest(stmt) -> tuple[list[tuple[str, Union[int, str]]], list]:
+    """The outer loops of a nest while each body is exactly one Loop: ([(var, extent)], body)."""
+    dims = []
+    body = [stmt]
+    while len(body) == 1 and isinstance(body[0], Loop):
+        dims.append((body[0].var, body[0].extent))
+        body = body[0].body
+    return dims, body
+
+
+def static_product(extents) -> Optional[int]:
+    return math.prod(extents) if all(isinstance(e, int) for e in extents) else None
+
+
+def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
+    if isinstance(seg[0], Matmul):
+        return [_matmul(kernel, seg[0], name)]
+    dims, body = perfect_nest(seg[0]) if isinstance(seg[0], Loop) else ([], seg)
+    loads, stores = buffers_touched(seg)
+    shared = loads & stores
+    if shared and not all_atomic(seg, shared):
+        return [_serial(kernel, seg, name)]
+    reduces = [s for s in body if isinstance(s, Reduce)]
+    rows = static_product([e for _, e in dims])
+    longest = max((r.extent if isinstance(r.extent, int) else SPLIT_MIN_EXTENT for r in reduces), default=0)
+    if any(map(cooperative, reduces)) and not shared and (not dims or longest > THREAD_PER_ROW_MAX):
+        threads = min(256, max(32, 1 << (max(longest, 1) - 1).bit_length()))
+        split = _split_plan(kernel, seg, body, rows, threads, name)
+        if split is not None:
+            return split
+        grid = min(rows, MAX_BLOCKS) if rows is not None else MAX_BLOCKS
+        return [Launch(name, kernel, "rows", seg, (threads, 1, 1), (grid, 1, 1))]
+    if not dims:
+        return [_serial(kernel, seg, name)]       # a 0-d store or a non-monoid full reduction
+    total = rows
+    blocks = MAX_BLOCKS if total is None else min(-(-total // ELEMENTWISE_THREADS), MAX_BLOCKS)
+    return [Launch(name, kernel, "elementwise", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1))]
+
+
+def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], threads: int,
+                name: str) -> Optional[list[Launch]]:
+    """partials + finish for few long rows whose one Reduce is a monoid (see module doc)."""
+    reduces = [s for s in body if isinstance(s, Reduce)]
+    if rows is None or rows > SPLIT_MAX_ROWS or len(reduces) != 1:
+        return None
+    r = reduces[0]
+    if not isinstance(r.extent, int) or r.extent < SPLIT_MIN_EXTENT or not cooperative(r):
+        return None
+    if any(isinstance(s, (Loop, Reduce)) for s in body[:body.index(r)]):
+        return None
+    chunks = min(-(-r.extent // (threads * SPLIT_TERMS_PER_THREAD)), MAX_BLOCKS)
+    workspaces = [Workspace(f"{name}_part{k}", a.dtype, rows * chunks) for k, a in enumerate(r.accumulators)]
+    part = Launch(f"{name}_partials", kernel, "partials", seg, (threads, 1, 1), (chunks, rows, 1),
+                  workspaces, chunks)
+    fin = Launch(f"{name}_finish", kernel, "finish", seg, (threads, 1, 1), (rows, 1, 1),
+                 workspaces, chunks)
+    return [part, fin]
+
+
+def _matmul(kernel: Kernel, s: Matmul, name: str) -> Launch:
+    t = MATMUL_TILE
+    ext = [s.n, s.m, static_product(s.batch) if s.batch else 1]
+    grid = tuple(MAX_BLOCKS if not isinstance(e, int) or e is None
+                 else min(-(-e // t) if i < 2 else e, MAX_BLOCKS) for i, e in enumerate(ext))
+    return Launch(name, kernel, "matmul", [s], (t, t, 1), grid)
+
+
+def _serial(kernel: Kernel, stmts: list, name: str) -> Launch:
+    return Launch(name, kernel, "serial", list(stmts), (1, 1, 1), (1, 1, 1))
+
+
+# ---------------------------------------------------------------- statement analysis
+
+def monoid_updates(r: Reduce) -> Optional[list[tuple[str, Expr]]]:
+    """[(fn, term)] when every accumulator is updated as `acc fn term` with an associative,
+    commutative fn and a term that reads no accumulator, and the body only binds Lets:
+    then threads may each reduce a subset and combine partials.  None otherwise."""
+    if not all(isinstance(s, Let) for s in r.body):
+        return None
+    names = {a.name for a in r.accumulators}
+    out = []
+    for a, u in zip(r.accumulators, r.update):
+        acc = Var(a.name, a.dtype)
+        if not (isinstance(u, Binary) and u.fn in MONOIDS and acc in (u.a, u.b)):
+            return None
+        term = u.b if u.a == acc else u.a
+        if names & names_read(term) or any(names & names_read(s.value) for s in r.body):
+            return None
+        out.append((u.fn, term))
+    return out
+
+
+def cooperative(s: Reduce) -> bool:
+    """Can a block's threads share `s`?  Its updates are monoids llvm_scalar has for the dtype."""
+    monoids = monoid_updates(s)
+    return monoids is not None and all(
+        fn in S.BINARY.get(S.kind(a.dtype), {}) for (fn, _), a in zip(monoids, s.accumulators))
+
+
+def names_read(e: Expr) -> set[str]:
+    if isinstance(e, Var):
+        return {e.name}
+    out: set[str] = set()
+    for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
+                getattr(e, "cond", None), *getattr(e, "index", ())):
+        if isinstance(sub, Expr):
+            out |= names_read(sub)
+    return out
+
+
+def _expr_loads(e: Expr, loads: set) -> None:
+    if isinstance(e, Load):
+        loads.add(e.buffer)
+    for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
+                getattr(e, "cond", None), *getattr(e, "index", ())):
+        if isinstance(sub, Expr):
+            _expr_loads(sub, loads)
+
+
+def buffers_touched(stmts: list) -> tuple[set[str], set[str]]:
+    """(buffers loaded, buffers stored) by the statements, nested ones included."""
+    loads: set[str] = set()
+    stores: set[str] = set()
+
+    def walk(body):
+        for s in body:
+            if isinstance(s, Store):
+                stores.add(s.buffer)
+                for e in (*s.index, s.value):
+                    _expr_loads(e, loads)
+            elif isinstance(s, Let):
+                _expr_loads(s.value, loads)
+            elif isinstance(s, Loop):
+                walk(s.body)
+            elif isinstance(s, Reduce):
+                for e in (*(a.init for a in s.accumulators), *s.update):
+                    _expr_loads(e, loads)
+                walk(s.body)
+            elif isinstance(s, Matmul):
+                loads.update((s.a.buffer, s.b.buffer))
+                stores.add(s.out.buffer)
+            else:
+                raise BackendError(f"the PTX planner does not know statement {s!r}")
+    walk(stmts)
+    return loads, stores
+
+
+ATOMIC_DTYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
+
+
+def atomic_add_term(s: Store, buffers: dict[str, Buffer]) -> Optional[Expr]:
+    """`v` when `s` is `buf[ix] = buf[ix] + v` (either order) on a dtype atomics can add."""
+    u = s.value
+    if not (isinstance(u, Binary) and u.fn == "add" and buffers[s.buffer].dtype in ATOMIC_DTYPES):
+        return None
+    own = Load(s.buffer, tuple(s.index), buffers[s.buffer].dtype)
+    for mine, term in ((u.a, u.b), (u.b, u.a)):
+        if mine == own:
+            loads: set[str] = set()
+            _expr_loads(term, loads)
+            if s.buffer not in loads and not any(s.buffer in _loads_of(i) for i in s.index):
+                return term
+    return None
+
+
+def _loads_of(e: Expr) -> set[str]:
+    out: set[str] = set()
+    _expr_loads(e, out)
+    return out
+
+
+def all_atomic(stmts: list, shared: set[str]) -> bool:
+    """Every load of a buffer in `shared` is the read half of an atomic-add Store, which
+    is the nest's only statement touching it (a scatter's accumulation)."""
+    stores = [s for s in _walk_stmts(stmts) if isinstance(s, Store)]
+    others = [s for s in _walk_stmts(stmts) if not isinstance(s, (Store, Loop))]
+    for name in shared:
+        mine = [s for s in stores if s.buffer == name]
+        if not mine:
+            return False
+        fake = {name: Buffer(name, _store_dtype(mine[0]), (), "output")}
+        if any(atomic_add_term(s, fake) is None for s in mine):
+            return False
+        for s in stores:
+            if s.buffer != name and name in _loads_of_store(s):
+                return False
+        for s in others:
+            touched, _ = buffers_touched([s])
+            if name in touched:
+                return False
+    return True
+
+
+def _store_dtype(s: Store):
+    return s.value.dtype
+
+
+def _loads_of_store(s: Store) -> set[str]:
+    out: set[str] = set()
+    for e in (*s.index, s.value):
+        _expr_loads(e, out)
+    return out
+
+
+def _walk_stmts(stmts: list):
+    for s in stmts:
+        yield s
+        if isinstance(s, Loop):
+            yield from _walk_stmts(s.body)

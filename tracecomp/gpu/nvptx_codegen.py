@@ -1,0 +1,214 @@
+"""Launches (launch.py) as NVPTX kernel functions in an llvmlite module.
+
+Every entry point has the CPU kernel's signature, `void name(ptr buf..., i64 size...,
+ptr workspace...)`, and is marked a kernel in `nvvm.annotations` with its block size.
+Expressions, loads, stores, casts, math and serial loops are the CPU code generator's
+(llvm_codegen.FunctionEmitter, llvm_scalar, llvm_math's polynomials: no libdevice);
+GpuEmitter changes only what differs on a GPU:
+- where the iteration space comes from (grid-stride loops over thread and block ids);
+- Stores in a `rows` launch, which only thread 0 performs, and atomic scatter-adds;
+- Reduces in a `rows` launch, which the block's threads share (nvptx_reduce.py);
+- Matmul, tiled through shared memory (nvptx_matmul.py).
+`uniform` is true where every thread of the block runs the same code (a row's body):
+only there may a block reduction (with its barriers) be emitted.
+Flat indices are 32-bit when the iteration space is known to fit, else 64-bit.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import llvmlite.ir as ir
+
+from ..errors import BackendError
+from ..lower import llvm_scalar as S
+from ..lower.llvm_codegen import FunctionEmitter, LoopState, declare_kernel_function
+from ..lower.loops import Loop, Matmul, Reduce, Store
+from . import nvptx_intrinsics as X
+from .launch import Launch, atomic_add_term, perfect_nest, static_product
+
+PARAM_ALIGN = 16        # cuMemAlloc returns 256-byte aligned memory; 16 allows vector loads
+WIDE_INDEX = 1 << 30    # flat iteration spaces at least this big use 64-bit indices
+
+
+@contextlib.contextmanager
+def strided_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value, name: str,
+                 carried: Sequence[ir.Value] = ()) -> Iterator[LoopState]:
+    """`for name in range(start, stop, step)` (step > 0) carrying values, like
+    llvm_codegen.counted_loop; after the `with` the builder is at the exit."""
+    fn = b.function
+    preheader = b.block
+    header, body = fn.append_basic_block(f"{name}.header"), fn.append_basic_block(f"{name}.body")
+    exit_block = fn.append_basic_block(f"{name}.exit")
+    b.branch(header)
+    b.position_at_end(header)
+    index = b.phi(start.type, name)
+    index.add_incoming(start, preheader)
+    state = LoopState(index, [b.phi(v.type, f"{name}.carry") for v in carried])
+    for phi, init in zip(state.carried, carried):
+        phi.add_incoming(init, preheader)
+    b.cbranch(b.icmp_signed("<", index, stop), body, exit_block)
+    b.position_at_end(body)
+    yield state
+    if len(state.next) != len(state.carried):
+        raise BackendError(f"loop {name}: {len(state.carried)} carried values, {len(state.next)} updates")
+    latch = b.block
+    index.add_incoming(b.add(index, step, name=f"{name}.next", flags=("nsw",)), latch)
+    for phi, nxt in zip(state.carried, state.next):
+        phi.add_incoming(nxt, latch)
+    b.branch(header)
+    fn.blocks.remove(exit_block)
+    fn.blocks.append(exit_block)
+    b.position_at_end(exit_block)
+
+
+class GpuEmitter(FunctionEmitter):
+    def __init__(self, module: ir.Module, launch: Launch, fn: ir.Function):
+        super().__init__(module, launch.kernel, fn, PARAM_ALIGN, in_parallel=True)
+        self.launch = launch
+        self.threads = launch.block[0] * launch.block[1] * launch.block[2]
+        first = len(launch.kernel.buffers) + len(launch.kernel.sizes)
+        self.workspaces = {w.name: (w, arg) for w, arg in zip(launch.workspaces, fn.args[first:])}
+        self.uniform = False
+        self.atomic = False
+        self.shared_bytes = 0
+
+    # ------------------------------------------------------------ thread ids
+    def sreg64(self, name: str) -> ir.Value:
+        return self.builder.zext(X.sreg(self.builder, name), S.I64)
+
+    def shared_array(self, name: str, elem: ir.Type, count: int) -> ir.GlobalVariable:
+        size = {S.I8: 1, S.I32: 4, S.F32: 4, S.I64: 8, S.F64: 8}[elem]
+        self.shared_bytes += size * count
+        return X.shared_array(self.module, f"{self.launch.name}.{name}", elem, count)
+
+    @contextlib.contextmanager
+    def thread0(self):
+        """Code only thread 0 runs (non-uniform inside)."""
+        saved, self.uniform = self.uniform, False
+        tid = X.sreg(self.builder, "tid.x")
+        with self.builder.if_then(self.builder.icmp_unsigned("==", tid, ir.Constant(S.I32, 0))):
+            yield
+        self.uniform = saved
+
+    # ------------------------------------------------------------ statements
+    def store(self, s: Store, env: dict[str, ir.Value]) -> None:
+        if self.uniform:
+            with self.thread0():
+                self.store(s, env)
+            return
+        if self.atomic:
+            term = atomic_add_term(s, self.kernel_buffers)
+            if term is not None:
+                X.atomic_add(self.builder, self.address(s.buffer, s.index, env), self.expr(term, env))
+                return
+        super().store(s, env)
+
+    @property
+    def kernel_buffers(self):
+        return {name: buf for name, (buf, _) in self.buffers.items()}
+
+    def loop(self, s: Loop, env: dict[str, ir.Value]) -> None:
+        if self.uniform:
+            with self.thread0():
+                super().loop(s, env)
+            return
+        super().loop(s, env)
+
+    def reduce(self, s: Reduce, env: dict[str, ir.Value]) -> None:
+        from .nvptx_reduce import block_reduce, cooperative
+        if self.uniform and self.threads > 1 and cooperative(s):
+            block_reduce(self, s, env)
+        else:
+            super().reduce(s, env)
+
+    def matmul(self, s: Matmul, env: dict[str, ir.Value]) -> None:
+        raise BackendError(f"kernel '{self.kernel.name}': a Matmul nested in other statements "
+                           "has no PTX lowering (the scheduler emits them at the top level)")
+
+    # ------------------------------------------------------------ index spaces
+    def product(self, extents) -> ir.Value:
+        total = ir.Constant(S.I64, 1)
+        for e in extents:
+            total = self.builder.mul(total, self.extent(e), flags=("nsw",))
+        return total
+
+    def delinearize(self, flat: ir.Value, dims, env: dict[str, ir.Value]) -> None:
+        """Bind each (var, extent) of `dims` (outermost first) from a row-major flat index."""
+        b, rest = self.builder, flat
+        for k in reversed(range(len(dims))):
+            var, extent = dims[k]
+            n = self.extent(extent)
+            if flat.type != S.I64:
+                n = b.trunc(n, flat.type)
+            if extent == 1:
+                idx = ir.Constant(flat.type, 0)
+            elif k == 0:
+                idx = rest
+            else:
+                idx = b.urem(rest, n)
+                rest = b.udiv(rest, n)
+            env[var] = idx if idx.type == S.I64 else b.zext(idx, S.I64, name=var)
+
+
+def emit_launch(module: ir.Module, launch: Launch) -> ir.Function:
+    """The entry point of `launch` in `module`; sets launch.shared_bytes."""
+    extra = [(w.name, ir.PointerType()) for w in launch.workspaces]
+    k = launch.kernel
+    fn = declare_kernel_function(module, launch.name, k.buffers, k.sizes, PARAM_ALIGN, "external", extra)
+    for arg in fn.args[len(k.buffers) + len(k.sizes):]:
+        arg.add_attribute("noalias")
+    X.mark_kernel(module, fn, launch.block)
+    em = GpuEmitter(module, launch, fn)
+    if launch.kind == "matmul":
+        from .nvptx_matmul import emit_matmul
+        emit_matmul(em, launch.stmts[0])
+    elif launch.kind in ("partials", "finish"):
+        from .nvptx_reduce import emit_split
+        emit_split(em)
+    else:
+        {"elementwise": _elementwise, "rows": _rows, "serial": _serial}[launch.kind](em)
+    em.builder.ret_void()
+    launch.shared_bytes = em.shared_bytes
+    return fn
+
+
+def _elementwise(em: GpuEmitter) -> None:
+    """A grid-stride loop over the flattened outer loops of the nest."""
+    b = em.builder
+    dims, body = perfect_nest(em.launch.stmts[0])
+    static = static_product([e for _, e in dims])
+    wide = static is None or static >= WIDE_INDEX
+    ity = S.I64 if wide else S.I32
+
+    def reg(name):
+        return em.sreg64(name) if wide else X.sreg(b, name)
+    start = b.add(b.mul(reg("ctaid.x"), reg("ntid.x"), flags=("nuw",)), reg("tid.x"), flags=("nuw",))
+    step = b.mul(reg("ntid.x"), reg("nctaid.x"), flags=("nuw",))
+    total = em.product([e for _, e in dims]) if wide else ir.Constant(S.I32, static)
+    em.atomic = True
+    with strided_loop(b, start, total, step, "flat") as loop:
+        env = em.entry_env()
+        em.delinearize(loop.index, dims, env)
+        em.emit_body(body, env)
+        loop.next = []
+
+
+def _rows(em: GpuEmitter) -> None:
+    """One block per point of the outer loops (block-stride); the body runs uniformly."""
+    stmts = em.launch.stmts
+    dims, body = perfect_nest(stmts[0]) if isinstance(stmts[0], Loop) else ([], stmts)
+    b = em.builder
+    rows = em.product([e for _, e in dims])
+    with strided_loop(b, em.sreg64("ctaid.x"), rows, em.sreg64("nctaid.x"), "row") as loop:
+        env = em.entry_env()
+        em.delinearize(loop.index, dims, env)
+        em.uniform = True
+        em.emit_body(body, env)
+        em.uniform = False
+        loop.next = []
+
+
+def _serial(em: GpuEmitter) -> None:
+    """The statements as one thread's loops (one block of one thread is launched)."""
+    em.emit_body(em.launch.stmts, em.entry_env())
