@@ -12,7 +12,6 @@ import inspect
 import json
 import os
 import re
-import shutil
 import sys
 import time
 
@@ -67,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", required=True, metavar="LIB.so",
                         help="the library to write; the header goes next to it with the .h suffix")
     export.add_argument("--name", help="the C entry point's name (default: from the file name)")
+
+    from tracecomp import demo
+    demo_parser = sub.add_parser("demo", help="train an MLP on 8x8 handwritten digits with a compiled "
+                                              "train step; print timings, write pictures")
+    demo.add_arguments(demo_parser)
     return parser
 
 
@@ -150,19 +154,14 @@ def _prepare(args):
 def _render(lowered, stage: str, fmt: str) -> bytes:
     if fmt == "text":
         return lowered.as_text(stage).encode()
-    from tracecomp.ir.nx import to_dot
-    dot = to_dot(getattr(lowered, stage))
+    from tracecomp import pictures
+    dot = pictures.stage_dot(lowered, stage)
     if fmt == "dot":
         return dot.encode()
-    exe = shutil.which("dot")
-    if exe is None:
-        raise CliError(f"--format {fmt} needs Graphviz's 'dot' (Debian/Ubuntu: apt-get install graphviz; "
-                       "macOS: brew install graphviz); --format dot works without it")
-    import subprocess
-    r = subprocess.run([exe, f"-T{fmt}"], input=dot.encode(), capture_output=True)
-    if r.returncode != 0:
-        raise CliError(f"dot failed: {r.stderr.decode(errors='replace').strip()}")
-    return r.stdout
+    if not pictures.have_graphviz():
+        raise CliError(f"--format {fmt} needs Graphviz's 'dot' ({pictures.INSTALL_GRAPHVIZ}); "
+                       "--format dot works without it")
+    return pictures.render(dot, fmt)
 
 
 def _lower(fn, inputs, spec: str):
@@ -246,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             return _dump(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "demo":
+            from tracecomp import demo
+            return demo.main(args)
     except (CliError, TracecompError) as e:
         lines = str(e).split("\n")
         where = [ln.strip() for ln in lines[1:] if ln.strip().startswith("at ")]

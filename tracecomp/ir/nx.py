@@ -6,7 +6,8 @@ label, op (the op name, or None), types (result types as text), loc (text or Non
 attrs (attribute texts; ops only).  Edges follow the data, from producer to user, and
 carry label (the value's type), value (its printed name) and operands (the operand
 positions that read it, since x * x is one edge).  Value names match the printer's.
-`to_dot` draws that networkx graph; DOT is written here, so no pydot is needed.
+`to_dot` draws that networkx graph, optionally with the fused kernels as clusters and the
+backward ops set apart; DOT is written here, so no pydot is needed.
 """
 from __future__ import annotations
 
@@ -105,6 +106,9 @@ def topological_order(graph: Graph) -> list[Op]:
 # ---------------------------------------------------------------- DOT
 
 _SHAPES = {"input": "ellipse", "op": "box", "output": "ellipse"}
+FORWARD_STYLE = 'style=filled, fillcolor="#dbe9f6", class="forward"'
+BACKWARD_STYLE = 'style="filled,dashed", fillcolor="#fde2c8", color="#c05a00", class="backward"'
+TERMINAL_STYLE = 'style=filled, fillcolor="#eeeeee"'
 
 
 def _quote(text: str) -> str:
@@ -120,16 +124,51 @@ def _label(data: dict) -> str:
     return "\\n".join(_quote(line)[1:-1] for line in lines)
 
 
-def to_dot(graph: Graph) -> str:
-    """Graphviz DOT text: inputs and outputs as ellipses, ops as boxes with their types."""
+def to_dot(graph: Graph, kernels: dict[str, list[Op]] | None = None,
+           backward: set[Op] | frozenset = frozenset()) -> str:
+    """Graphviz DOT text: inputs and outputs as grey ellipses, ops as boxes with their types.
+
+    `kernels` (kernel name -> the graph ops it computes) draws each kernel as a cluster
+    `cluster_<n>`; an op several kernels recompute (a view, a scalar) is drawn in the first.
+    Ops in `backward` are dashed and orange, the others blue; in SVG output the op nodes
+    carry the class "backward" or "forward"."""
     g = to_networkx(graph)
+    node_of = {op: f"op{i}" for i, op in enumerate(graph.ops)}
     out = [f"digraph {_quote(graph.name)} {{",
            '  node [fontname="monospace", fontsize=10];',
            '  edge [fontname="monospace", fontsize=9];']
-    for node, data in g.nodes(data=True):
-        style = ', style=filled, fillcolor="#eeeeee"' if data["kind"] != "op" else ""
-        out.append(f'  {_quote(node)} [shape={_SHAPES[data["kind"]]}, label="{_label(data)}"{style}];')
+    legend = _legend(bool(kernels), bool(backward))
+    if legend:
+        out.append(f"  labelloc=b; fontname=\"sans-serif\"; label={_quote(legend)};")
+
+    def node_line(node: str, indent: str = "  ") -> str:
+        data = g.nodes[node]
+        if data["kind"] != "op":
+            style = TERMINAL_STYLE
+        else:
+            style = BACKWARD_STYLE if graph.ops[int(node[2:])] in backward else FORWARD_STYLE
+        return f'{indent}{_quote(node)} [shape={_SHAPES[data["kind"]]}, label="{_label(data)}", {style}];'
+
+    drawn: set[str] = set()
+    for k, (name, ops) in enumerate((kernels or {}).items()):
+        missing = [op for op in ops if op not in node_of]
+        if missing:
+            raise IRError(f"to_dot: kernel {name} lists ops that are not in graph @{graph.name}: {missing}")
+        members = [node_of[op] for op in ops if node_of[op] not in drawn]
+        drawn.update(members)
+        out.append(f"  subgraph {_quote(f'cluster_{k}')} {{")
+        out.append(f'    label={_quote(name)}; style="rounded"; color="#555555"; fontname="monospace";')
+        out += [node_line(node, "    ") for node in members]
+        out.append("  }")
+    out += [node_line(node) for node in g.nodes if node not in drawn]
     for a, b, data in g.edges(data=True):
         out.append(f"  {_quote(a)} -> {_quote(b)} [label={_quote(data['label'])}];")
     out.append("}")
     return "\n".join(out)
+
+
+def _legend(kernels: bool, backward: bool) -> str:
+    parts = (["blue boxes: forward ops", "dashed orange boxes: backward ops (from derivatives.yaml)"]
+             if backward else [])
+    parts += ["rounded frames: fused kernels"] if kernels else []
+    return "; ".join(parts)
