@@ -46,3 +46,4 @@ from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_
 from .trace import trace  # noqa: E402
 from .runtime.export import export  # noqa: E402
 from .runtime.loader import load  # noqa: E402
+from .runtime.cache import settings as compile_cache  # noqa: E402

@@ -1,15 +1,18 @@
 """A scheduled Program compiled to native code, with the fast call path.
 
 Built once per traced signature: the kernels are generated into one LLVM module and JIT
-compiled into their own library (freed with this object); temporaries get a workspace that
-is planned by liveness and kept across calls; constants are copied once into aligned
-memory.  A call checks the inputs (shape, dtype, index ranges) before any pointer reaches
-native code, allocates fresh aligned outputs, and runs the kernels in order.
+compiled into their own library (freed with this object), or their object code comes from
+the on-disk compile cache (cache.py; `module` is then generated only if asked for);
+temporaries get a workspace that is planned by liveness and kept across calls; constants
+are copied once into aligned memory.  A call checks the inputs (shape, dtype, index
+ranges) before any pointer reaches native code, allocates fresh aligned outputs, and runs
+the kernels in order.
 Not re-entrant: one compiled function must not run in two threads at once (shared workspace).
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 
 import numpy as np
@@ -18,7 +21,7 @@ from ..errors import ArgumentError, ShapeError, add_location
 from ..lower.llvm_codegen import codegen_kernels
 from ..lower.schedule import Program
 from .. import random as tc_random
-from .jit import compile_module
+from .cache import compile_kernels
 from .memory import aligned_empty, buffer_nbytes, plan_program
 
 
@@ -38,8 +41,7 @@ class CompiledProgram:
         # No alignment promise on pointers: NumPy hands us 16-byte aligned arrays, and copying
         # them to 64-byte alignment costs a full pass over memory, while unaligned vector loads
         # cost next to nothing on current x86 cores. Our own buffers are 64-byte aligned anyway.
-        self.module = codegen_kernels(program.kernels, f"tc_{program.name}", align=None)
-        self.library = compile_module(self.module)
+        self.library = compile_kernels(program.kernels, self._module_name, align=None)
         self._lock = threading.Lock()
         self._fixed: dict[str, np.ndarray] = {}       # temps (workspace views) and constants
         self._plan_workspace()
@@ -52,6 +54,15 @@ class CompiledProgram:
         for k in program.kernels:
             fn = self.library.function(k.name, None, *([ctypes.c_void_p] * len(k.buffers)))
             self._calls.append((fn, [b.name for b in k.buffers]))
+
+    @property
+    def _module_name(self) -> str:
+        return f"tc_{self.program.name}"
+
+    @functools.cached_property
+    def module(self):
+        """The kernels' LLVM module (llvmlite.ir), as compiled into `library`."""
+        return codegen_kernels(self.program.kernels, self._module_name, align=None)
 
     def _plan_workspace(self) -> None:
         assignment, sizes = plan_program(self.program)

@@ -3,8 +3,9 @@
 Each compiled module becomes its own JIT library (a uniquely named JITDylib) owned by a
 `JitLibrary`; when the last reference to that object goes, llvmlite's ResourceTracker
 frees the library's code and data.  No C compiler runs at JIT time: the module is
-optimized by target.optimize, turned into an object by the host target machine, and
-linked in memory.
+optimized by target.optimize (at target.OPT_LEVEL), turned into an `ObjectCode` by the host
+target machine, and linked in memory.  The two halves are separate (`compile_object`,
+`add_object`) so that object code can come from the on-disk cache (cache.py) instead.
 
 Invariants:
 - a function pointer from a library is valid only while its `JitLibrary` lives; the
@@ -27,6 +28,7 @@ import functools
 import itertools
 import os
 import threading
+from dataclasses import dataclass
 from typing import Iterable, Optional, Union
 
 import llvmlite.binding as llvm
@@ -72,6 +74,18 @@ def _single_thread_in_forked_children(libgomp_path: str) -> None:
     os.register_at_fork(after_in_child=lambda: set_num_threads(1))
 
 
+@dataclass(frozen=True)
+class ObjectCode:
+    """A compiled module: host ELF object code, the functions to export from it, and the
+    system libraries (names in SYSTEM_LIBRARY_NAMES) it calls into."""
+    object: bytes
+    exports: tuple[str, ...]
+    system_libraries: tuple[str, ...] = ()
+
+
+SYSTEM_LIBRARY_NAMES = frozenset({"m", *_SYSTEM_LIBRARIES.values()})
+
+
 class JitLibrary:
     """Machine code of one module, alive as long as this object (or a function from it)."""
 
@@ -102,7 +116,7 @@ class JitEngine:
     """Compiles modules into JitLibraries for the host (or a given target machine)."""
 
     def __init__(self, tm: Optional[llvm.TargetMachine] = None, libraries_per_jit: int = 256):
-        self.tm = tm if tm is not None else target.host_target_machine(3)
+        self.tm = tm if tm is not None else target.host_target_machine(target.OPT_LEVEL)
         self.libraries_per_jit = libraries_per_jit
         self._lock = threading.Lock()
         self._names = itertools.count()
@@ -111,22 +125,36 @@ class JitEngine:
         load_system_library("m")     # libm for erf/expm1/...: Python may have it only locally
 
     def compile(self, module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
-                opt: int = 3) -> JitLibrary:
+                opt: int = target.OPT_LEVEL) -> JitLibrary:
         """Optimize `module` at `opt` and link it; exports default to its defined external
         functions."""
+        code = self.compile_object(module, exports, opt=opt)
+        return self.add_object(code.object, code.exports, code.system_libraries)
+
+    def compile_object(self, module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
+                       opt: int = target.OPT_LEVEL) -> ObjectCode:
+        """Optimize `module` at `opt` and emit its object code for this engine's machine."""
         with target.LLVM_LOCK:         # one module through parse, passes and codegen at a time
             module_ref = as_module_ref(module)
             target.optimize(module_ref, self.tm, opt)
             exports = _exported_functions(module_ref) if exports is None else list(exports)
-            for lib in _needed_system_libraries(module_ref):
+            libraries = sorted(_needed_system_libraries(module_ref))
+            for lib in libraries:
                 load_system_library(lib)
             _check_external_symbols(module_ref)
             obj = target.emit_object(module_ref, self.tm)
-        return self.add_object(obj, exports)
+        return ObjectCode(obj, tuple(exports), tuple(libraries))
 
-    def add_object(self, obj: bytes, exports: Iterable[str]) -> JitLibrary:
-        """Link host object code (from `target.emit_object`) into a new library."""
+    def add_object(self, obj: bytes, exports: Iterable[str],
+                   system_libraries: Iterable[str] = ()) -> JitLibrary:
+        """Link host object code (from `target.emit_object`) into a new library, after
+        loading the system libraries (names in SYSTEM_LIBRARY_NAMES) it calls into."""
         exports = list(exports)
+        for lib in system_libraries:
+            if lib not in SYSTEM_LIBRARY_NAMES:
+                raise BackendError(f"object code asks for the system library '{lib}', which is "
+                                   f"not one tracecomp loads ({', '.join(sorted(SYSTEM_LIBRARY_NAMES))})")
+            load_system_library(lib)
         with self._lock:
             lljit = self._current_lljit()
             name = f"tracecomp_{next(self._names)}"
@@ -154,7 +182,7 @@ def default_engine() -> JitEngine:
 
 
 def compile_module(module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
-                   opt: int = 3) -> JitLibrary:
+                   opt: int = target.OPT_LEVEL) -> JitLibrary:
     """Compile `module` with the process-wide engine for the host CPU."""
     return default_engine().compile(module, exports, opt=opt)
 

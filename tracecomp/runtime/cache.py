@@ -1,0 +1,286 @@
+"""The on-disk compile cache: a program's kernels as object code, so that a fresh process
+calling a function compiled before skips LLVM.
+
+Where and how to switch it:
+- the folder is `$TRACECOMP_CACHE_DIR`, else `$XDG_CACHE_HOME/tracecomp`, else
+  `~/.cache/tracecomp`; from Python, `tc.compile_cache.directory = path` (None: back to
+  the environment's choice);
+- `TRACECOMP_CACHE=0` turns it off; from Python, `tc.compile_cache.enabled = False`
+  (None: back to the environment's choice);
+- `tc.compile_cache.clear()` deletes the entries; `tc.compile_cache.stats` counts hits,
+  misses, stores and rejected (corrupt) entries in this process.
+
+What is keyed.  The cache sits after the scheduler: the key holds the loop IR of the
+program's kernels (the repr of loops.py's dataclasses, which is every field the code
+generator reads), the module name and codegen options, the opt level, the target triple,
+CPU name and features, the tracecomp, llvmlite and LLVM versions, and a hash of
+tracecomp's own source files and tables (computed once per process; the package version
+stays the same while the code changes).  A hit skips code generation (llvmlite.ir), LLVM's
+passes and machine-code emission; tracing, graph passes and scheduling still run, because
+the runtime needs the Program (buffers, workspace plan, constants) they build.  Measured
+for W5 (the MLP train step; ms): trace + autodiff + passes 36-58, schedule 22-42, codegen
+55-83, IR text 25, LLVM 700-1200, loop-IR repr + key 1, link 2.  Keying on the LLVM IR text
+instead would keep codegen and the text (~100 ms) in every warm call; keying on the
+optimized graph would save the scheduling too, but the scheduler sizes matmul workspaces
+by the host's core count, which only the loop IR shows.
+
+An entry is two files in `<dir>/v1/<key[:2]>/`: `<key>.o`, the ELF object, and
+`<key>.json`, its metadata (key, object size and sha256, exported symbols, system
+libraries, the key's parts for humans).  No Python object is ever deserialized: loading
+parses JSON, checks the object's size and sha256 and links it; a system library is loaded only if
+its name is one tracecomp itself loads (jit.SYSTEM_LIBRARY_NAMES).  Anyone who can write
+the folder can make this process run their machine code, as with any compiled-code
+cache: folders are created private to the user (0700).
+Invariants:
+- writes are atomic: each file goes to a temporary name in its folder, then os.replace;
+  the object is written before the JSON that vouches for it, so a reader sees no entry,
+  a whole one, or (two writers racing) a JSON whose sha256 does not match the object;
+- an entry that does not parse, does not match its key, or whose object fails the size or
+  sha256 check or does not link is logged (logger "tracecomp.cache"), recompiled and
+  overwritten; processes compiling the same key at once each compile and write whole files;
+- a cache that cannot be read or written (permissions, full disk) never fails a compile:
+  it is logged and the code is compiled as if there were no cache.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from ..errors import BackendError
+from ..lower.llvm_codegen import codegen_kernels
+from ..lower.loops import Kernel
+from . import jit, target
+
+log = logging.getLogger("tracecomp.cache")
+
+FORMAT = 1                   # bump when the entry layout or the key's meaning changes
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    stores: int = 0
+    rejected: int = 0        # entries found corrupt, truncated or unlinkable
+
+
+class CacheSettings:
+    """The process-wide switch and folder (`tc.compile_cache`); None defers to the
+    environment, read at each compile."""
+
+    def __init__(self) -> None:
+        self._enabled: Optional[bool] = None
+        self._directory: Optional[Path] = None
+        self.stats = CacheStats()
+
+    @property
+    def enabled(self) -> bool:
+        if self._enabled is not None:
+            return self._enabled
+        return os.environ.get("TRACECOMP_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+    @enabled.setter
+    def enabled(self, value: Optional[bool]) -> None:
+        self._enabled = None if value is None else bool(value)
+
+    @property
+    def directory(self) -> Path:
+        if self._directory is not None:
+            return self._directory
+        if os.environ.get("TRACECOMP_CACHE_DIR"):
+            return Path(os.environ["TRACECOMP_CACHE_DIR"])
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(base) / "tracecomp"
+
+    @directory.setter
+    def directory(self, value: Optional[str | os.PathLike]) -> None:
+        self._directory = None if value is None else Path(value)
+
+    def clear(self) -> None:
+        """Delete every entry of the current folder."""
+        shutil.rmtree(self.directory / f"v{FORMAT}", ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"<tracecomp compile cache {'on' if self.enabled else 'off'} at {self.directory}>"
+
+
+settings = CacheSettings()
+
+
+# ----------------------------------------------------------------------------- the key
+
+@dataclass(frozen=True)
+class KeyParts:
+    """Everything that decides the object code of a module of kernels."""
+    kernels: str             # repr of the loop IR
+    module: str
+    options: str             # codegen and target-machine options
+    opt: int
+    triple: str
+    cpu: str
+    features: str
+    tracecomp_version: str
+    llvmlite_version: str
+    llvm_version: str
+    source_hash: str
+
+    def digest(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def key_parts(kernels: Sequence[Kernel], module_name: str, *, align: Optional[int],
+              opt: int = target.OPT_LEVEL, host: Optional[target.HostTarget] = None) -> KeyParts:
+    from .. import __version__
+    host = host or target.host_target()
+    return KeyParts(kernels=repr(list(kernels)), module=module_name,
+                    options=f"align={align} reloc=default codemodel=jitdefault",
+                    opt=opt, triple=host.triple, cpu=host.cpu, features=host.features,
+                    tracecomp_version=__version__, llvmlite_version=llvmlite.__version__,
+                    llvm_version=".".join(map(str, llvm.llvm_version_info)),
+                    source_hash=source_hash())
+
+
+def source_files() -> list[Path]:
+    """tracecomp's Python sources and its two tables: what the code it generates depends on."""
+    from ..ops.table import table_path
+    return sorted(_PACKAGE.rglob("*.py")) + [table_path("ops.yaml"), table_path("derivatives.yaml")]
+
+
+@functools.lru_cache(maxsize=None)
+def source_hash() -> str:
+    """sha256 over `source_files()` (names and contents), once per process."""
+    h = hashlib.sha256()
+    for path in source_files():
+        name = path.relative_to(_PACKAGE) if path.is_relative_to(_PACKAGE) else Path(path.name)
+        data = path.read_bytes()
+        h.update(f"{name.as_posix()}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- entries
+
+class CorruptEntry(Exception):
+    """An entry on disk that must not be used (the message says why)."""
+
+
+class DiskCache:
+    """The entries under one folder: `load` and `store` by key (a sha256 hex digest)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.root = self.directory / f"v{FORMAT}"
+
+    def paths(self, key: str) -> tuple[Path, Path]:
+        folder = self.root / key[:2]
+        return folder / f"{key}.o", folder / f"{key}.json"
+
+    def load(self, key: str) -> Optional[jit.ObjectCode]:
+        """The entry's object code, None if there is none; CorruptEntry if it is damaged."""
+        obj_path, meta_path = self.paths(key)
+        try:
+            meta_bytes = meta_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            meta = json.loads(meta_bytes)        # ValueError on bad UTF-8 or JSON
+            obj = obj_path.read_bytes()
+        except (ValueError, FileNotFoundError) as e:
+            raise CorruptEntry(f"{type(e).__name__}: {e}") from None
+        return _checked(meta, obj, key)
+
+    def store(self, key: str, code: jit.ObjectCode, parts: KeyParts) -> None:
+        obj_path, meta_path = self.paths(key)
+        meta = {"format": FORMAT, "key": key, "object_size": len(code.object),
+                "object_sha256": hashlib.sha256(code.object).hexdigest(),
+                "exports": list(code.exports), "system_libraries": list(code.system_libraries),
+                "parts": {k: v for k, v in asdict(parts).items() if k != "kernels"}}
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for folder in (self.root, obj_path.parent):
+            folder.mkdir(mode=0o700, exist_ok=True)
+        _write_atomically(obj_path, code.object)
+        _write_atomically(meta_path, json.dumps(meta, indent=1).encode())
+
+
+def _checked(meta, obj: bytes, key: str) -> jit.ObjectCode:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("key") != key:
+        raise CorruptEntry("metadata of another format or key")
+    if meta.get("object_size") != len(obj):
+        raise CorruptEntry(f"object is {len(obj)} bytes, metadata says {meta.get('object_size')}")
+    if meta.get("object_sha256") != hashlib.sha256(obj).hexdigest():
+        raise CorruptEntry("object's sha256 does not match the metadata")
+    exports, libraries = meta.get("exports"), meta.get("system_libraries")
+    if not (isinstance(exports, list) and all(isinstance(s, str) for s in exports)
+            and isinstance(libraries, list) and set(libraries) <= jit.SYSTEM_LIBRARY_NAMES):
+        raise CorruptEntry("malformed exports or system libraries in the metadata")
+    return jit.ObjectCode(obj, tuple(exports), tuple(libraries))
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ----------------------------------------------------------------------------- compiling
+
+def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
+                    align: Optional[int] = None) -> jit.JitLibrary:
+    """The kernels as one JIT library: from the cache when an entry matches, else generated,
+    compiled and stored."""
+    engine = jit.default_engine()
+    if not settings.enabled:
+        return engine.compile(codegen_kernels(kernels, module_name, align=align))
+    parts = key_parts(kernels, module_name, align=align)
+    key = parts.digest()
+    disk = DiskCache(settings.directory)
+    library = _load(disk, key, engine)
+    if library is not None:
+        return library
+    settings.stats.misses += 1
+    code = engine.compile_object(codegen_kernels(kernels, module_name, align=align))
+    try:
+        disk.store(key, code, parts)
+        settings.stats.stores += 1
+    except OSError as e:
+        log.warning("compile cache: cannot store %s in %s: %s", module_name, disk.root, e)
+    return engine.add_object(code.object, code.exports, code.system_libraries)
+
+
+def _load(disk: DiskCache, key: str, engine: jit.JitEngine) -> Optional[jit.JitLibrary]:
+    try:
+        code = disk.load(key)
+        if code is None:
+            return None
+        library = engine.add_object(code.object, code.exports, code.system_libraries)
+    except OSError as e:
+        log.warning("compile cache: cannot read entry %s under %s: %s", key, disk.root, e)
+        return None
+    except (CorruptEntry, BackendError) as e:
+        settings.stats.rejected += 1
+        log.warning("compile cache: entry %s under %s is unusable (%s); recompiling", key, disk.root, e)
+        return None
+    settings.stats.hits += 1
+    log.debug("compile cache: hit %s", key)
+    return library
