@@ -887,9 +887,18 @@ elif impl == "jax.jit":
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 t_import = time.perf_counter() - t0
 params, x, y = bench.w4_data()
+stages = {}
 t1 = time.perf_counter()
 if impl == "tracecomp":
-    out = bench.w4_tracecomp_step()(*params, x, y)
+    # the first call, taken apart: f(*args) would run these same steps in this order
+    f, args, t = bench.w4_tracecomp_step(), params + [x, y], time.perf_counter()
+    for stage, step in [("trace+autodiff+passes", lambda: f.lower(*args)),
+                        ("schedule", lambda: f.lower(*args).program),
+                        ("compile or load", lambda: f.lower(*args).compiled),
+                        ("run", lambda: f(*args))]:
+        out = step()
+        stages[stage], t = time.perf_counter() - t, time.perf_counter()
+    stages["cache"] = "hit" if tc.compile_cache.stats.hits else "miss"
 elif impl in ("torch", "torch.compile"):
     out = bench.w4_torch_step(torch, impl == "torch.compile")(*[torch.from_numpy(v) for v in params + [x, y]])
 elif impl == "jax.jit":
@@ -900,7 +909,7 @@ out = bench.as_numpy(out)
 t_first = time.perf_counter() - t1
 ref = bench.w4_numpy([p.astype(np.float64) for p in params], x.astype(np.float64), y)
 err = bench.w4_error(out, (ref, params))
-print("W5RESULT " + json.dumps({"import_s": t_import, "first_call_s": t_first, "error": err}))
+print("W5RESULT " + json.dumps({"import_s": t_import, "first_call_s": t_first, "error": err, "stages": stages}))
 """
 
 
@@ -920,10 +929,32 @@ def w5_child(impl: str, cache: Optional[str] = None, env_extra: dict | None = No
     raise RuntimeError(f"{impl} child failed (exit {p.returncode}): {tail[:200]}")
 
 
+W5_PAIRS = {"tracecomp": 3, "numpy": 3}     # cold+warm pairs per run (the others: 1, slow)
+
+
+def w5_pair(impl: str) -> tuple[dict, Optional[dict]]:
+    """One cold first call (empty compile cache) and, where there is a persistent cache, one
+    warm one: a second fresh process given the first one's cache folder (tracecomp's
+    TRACECOMP_CACHE_DIR, torch.compile's inductor cache, jax's persistent compilation cache)."""
+    with tempfile.TemporaryDirectory(prefix="bench-w5-") as cache:
+        env, cache_arg = {"TRACECOMP_CACHE_DIR": os.path.join(cache, "tracecomp")}, None
+        if impl == "torch.compile":
+            env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+                        "TRITON_CACHE_DIR": os.path.join(cache, "triton")})
+        if impl == "jax.jit":
+            cache_arg = os.path.join(cache, "jax")
+        cold = w5_child(impl, cache_arg, env)
+        warm = w5_child(impl, cache_arg, env) if impl in ("tracecomp", "torch.compile", "jax.jit") else None
+    return cold, warm
+
+
+def w5_stages(d: dict) -> str:
+    return ", ".join(f"{k} {fmt_time(v) if isinstance(v, float) else v}" for k, v in d.get("stages", {}).items())
+
+
 def w5(impls: list[str], args) -> list[Row]:
     """First call of W4 in a fresh process: trace + autodiff + compile + run (import timed
-    apart).  Cold: empty compile caches.  Warm: a second process given the first one's
-    cache directory (torch.compile's inductor cache, jax's persistent compilation cache)."""
+    apart), cold (empty compile caches) and warm (see w5_pair); medians over W5_PAIRS pairs."""
     rows = []
     if args.quick:
         impls = [i for i in impls if i in ("tracecomp", "numpy")]
@@ -931,27 +962,31 @@ def w5(impls: list[str], args) -> list[Row]:
         row = Row("W5", "first call of W4 in a fresh process", impl)
         rows.append(row)
         try:
-            with tempfile.TemporaryDirectory(prefix="bench-w5-") as cache:
-                env, cache_arg = {}, None
-                if impl == "torch.compile":
-                    env = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
-                           "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
-                if impl == "jax.jit":
-                    cache_arg = os.path.join(cache, "jax")
-                cold = w5_child(impl, cache_arg, env)
-                warm = w5_child(impl, cache_arg, env) if impl in ("torch.compile", "jax.jit") else None
-            row.error = cold["error"]
-            row.first_call_s = row.median_s = row.min_s = row.max_s = cold["first_call_s"]
-            row.reps = row.calls_per_rep = 1
-            row.extra = {"import_s": cold["import_s"], "process_wall_s": cold["process_wall_s"],
-                         "warm_first_call_s": warm["first_call_s"] if warm else None}
-            row.note = {"tracecomp": "warm: n/a, no compile cache yet",
+            pairs = [w5_pair(impl) for _ in range(W5_PAIRS.get(impl, 1))]
+            colds = [c for c, _ in pairs]
+            warms = [w for _, w in pairs if w is not None]
+            cold_s = [c["first_call_s"] for c in colds]
+            row.error = max(d["error"] for d in colds + warms)
+            row.first_call_s = row.median_s = statistics.median(cold_s)
+            row.min_s, row.max_s = min(cold_s), max(cold_s)
+            row.reps, row.calls_per_rep = len(pairs), 1
+            warm_s = statistics.median(w["first_call_s"] for w in warms) if warms else None
+            row.extra = {"import_s": statistics.median(c["import_s"] for c in colds),
+                         "process_wall_s": statistics.median(c["process_wall_s"] for c in colds),
+                         "warm_first_call_s": warm_s,
+                         "cold_stages": colds[len(colds) // 2].get("stages"),
+                         "warm_stages": warms[len(warms) // 2].get("stages") if warms else None}
+            row.note = {"tracecomp": "warm: a 2nd process, same TRACECOMP_CACHE_DIR",
                         "torch": "eager: nothing to compile", "numpy": "nothing to compile"}.get(impl, "")
             if not row.error <= 1e-3:
                 row.status = "WRONG"
-            print(f"  {'W4 first call':<34} {impl:<14} cold {fmt_time(row.first_call_s)}, warm "
-                  f"{fmt_time(row.extra['warm_first_call_s']) if warm else 'n/a'} "
+            print(f"  {'W4 first call':<34} {impl:<14} cold {fmt_time(row.first_call_s)} "
+                  f"({fmt_time(row.min_s)} - {fmt_time(row.max_s)}), warm "
+                  f"{fmt_time(warm_s) if warms else 'n/a'} "
                   f"(import {fmt_time(row.extra['import_s'])}; err {row.error:.1e})", flush=True)
+            for label, d in (("cold", colds[len(colds) // 2]), ("warm", warms[len(warms) // 2] if warms else {})):
+                if d.get("stages"):
+                    print(f"  {'':<34} {'':<14} {label}: {w5_stages(d)}", flush=True)
         except Exception as e:
             row.status, row.note = "error", f"{type(e).__name__}: {str(e)[:300]}"
             print(f"  {'W4 first call':<34} {impl:<14} error: {row.note}")
