@@ -160,3 +160,11 @@ def test_demo_bad_options_get_one_line_errors(tmp_path, args, message):
     proc = run_demo(tmp_path, *args)
     assert proc.returncode == 2 and message in proc.stderr
     assert proc.stderr.startswith("tracecomp: error:") and "Traceback" not in proc.stderr
+
+
+def test_demo_unwritable_output_folder_fails_before_training(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    proc = subprocess.run(cli() + ["demo", "--out", str(tmp_path / "a_file" / "out")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.startswith("tracecomp: error:") and "a_file" in proc.stderr
+    assert "training" not in proc.stderr and "test accuracy" not in proc.stdout

@@ -102,6 +102,7 @@ def _batches(x: np.ndarray, y: np.ndarray, size: int, rng: np.random.Generator):
 
 def run(o: Options, say=print) -> Result:
     M = model()
+    os.makedirs(o.out, exist_ok=True)          # a bad --out fails now, not after training
     x, y = M.load_digits()
     x_train, y_train, x_test, y_test = M.split(x, y, TEST_FRACTION, o.seed)
     if o.batch_size > len(x_train):
@@ -182,7 +183,6 @@ def compare_speed(o: Options, params, x_train, y_train) -> dict[str, float]:
 
 
 def write_pictures(o: Options, lowered, losses, steps_per_epoch, accuracy, say) -> list[str]:
-    os.makedirs(o.out, exist_ok=True)
     steps = list(range(1, len(losses) + 1))
     epoch_x = [steps_per_epoch * (e + 1) for e in range(len(losses) // steps_per_epoch)]
     epoch_y = [float(np.mean(losses[e * steps_per_epoch:(e + 1) * steps_per_epoch])) for e in range(len(epoch_x))]
