@@ -168,3 +168,18 @@ def test_demo_unwritable_output_folder_fails_before_training(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stderr.startswith("tracecomp: error:") and "a_file" in proc.stderr
     assert "training" not in proc.stderr and "test accuracy" not in proc.stdout
+
+
+def test_demo_without_graphviz_writes_the_dot_file_and_says_how_to_draw_it(tmp_path, monkeypatch):
+    M = demo.model()
+    x, y = M.load_digits()
+    params = M.init_params(8, seed=0)
+    lowered = tc.trace(M.make_step(0.1)).lower(*params, x[:16], y[:16])
+    monkeypatch.setattr(demo.pictures, "have_graphviz", lambda: False)
+    said = []
+    options = demo.Options(hidden=8, out=str(tmp_path))
+    files = demo.write_pictures(options, lowered, [2.0, 1.5, 1.0, 0.8], 2, 0.5, said.append)
+    assert [os.path.basename(f) for f in files] == ["loss.svg", "train_step.dot"]
+    assert not (tmp_path / "train_step.svg").exists()
+    assert "install Graphviz" in said[-1] and "apt-get install graphviz" in said[-1] and "dot -Tsvg" in said[-1]
+    ET.parse(tmp_path / "loss.svg")
