@@ -113,45 +113,52 @@ def run(o: Options, say=print) -> Result:
     params = M.init_params(o.hidden, o.seed)
     rng = np.random.default_rng(o.seed + 1)
     step = tc.trace(M.make_step(o.lr))
-    xb, yb = next(_batches(x_train, y_train, o.batch_size, rng))
-
-    t0 = time.perf_counter()
-    first = step(*params, xb, yb)
-    compile_seconds = time.perf_counter() - t0
-    lowered = step.lower(*params, xb, yb)
-    kernels, backward = len(lowered.program.kernels), pictures.optimized_backward_ops(lowered)
-    say(f"compiled train step: first call {compile_seconds:.2f} s (trace, value_and_grad, optimize, "
-        f"LLVM); {len(lowered.optimized.ops)} ops ({len(backward)} backward) in {kernels} kernels")
-    reference = M.numpy_step(*[p.astype(np.float64) for p in params], xb.astype(np.float64), yb, o.lr)
-    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - r))) for a, r in zip(first, reference))
-    say(f"check: compiled step vs NumPy float64 step, max |difference| {diff:.1e}")
-
+    first_batch = next(_batches(x_train, y_train, o.batch_size, rng))
+    lowered, compile_seconds, diff = compile_and_check(o, step, params, *first_batch, say)
+    trained, losses, train_seconds = train(o, step, params, x_train, y_train, rng)
     steps_per_epoch = len(x_train) // o.batch_size
-    bar = ProgressBar(o.epochs * steps_per_epoch, label="training ")
-    losses, current, done = [], list(params), 0
-    t0 = time.perf_counter()
-    for epoch in range(o.epochs):
-        for xb, yb in _batches(x_train, y_train, o.batch_size, rng):
-            loss, *current = step(*current, xb, yb)
-            losses.append(float(loss))
-            done += 1
-            bar.update(done, f"epoch {epoch + 1}/{o.epochs} loss {losses[-1]:.3f}")
-    train_seconds = time.perf_counter() - t0
-    say(f"trained {done} steps in {train_seconds:.2f} s; mean loss of the last epoch "
+    say(f"trained {len(losses)} steps in {train_seconds:.2f} s; mean loss of the last epoch "
         f"{np.mean(losses[-steps_per_epoch:]):.4f}")
-
     rates = compare_speed(o, params, x_train, y_train)
     say(f"train step speed (batch {o.batch_size}, median of {SPEED_ROUNDS} interleaved rounds):")
     compiled = rates["tracecomp compiled"]
     for name, rate in rates.items():
         ratio = "" if name == "tracecomp compiled" else f"   compiled is {compiled / rate:.1f}x this"
         say(f"  {name:<20} {rate:10.0f} steps/s{ratio}")
-
-    predicted = np.asarray(tc.trace(M.predict)(*current, x_test))
-    accuracy = float(np.mean(predicted == y_test))
-    say(f"test accuracy: {100 * accuracy:.1f}% ({int(np.sum(predicted == y_test))}/{len(y_test)} held-out images)")
+    right = np.asarray(tc.trace(M.predict)(*trained, x_test)) == y_test
+    accuracy = float(np.mean(right))
+    say(f"test accuracy: {100 * accuracy:.1f}% ({int(np.sum(right))}/{len(y_test)} held-out images)")
     files = write_pictures(o, lowered, losses, steps_per_epoch, accuracy, say)
-    return Result(compile_seconds, train_seconds, done, diff, rates, accuracy, losses, files)
+    return Result(compile_seconds, train_seconds, len(losses), diff, rates, accuracy, losses, files)
+
+
+def compile_and_check(o: Options, step, params, xb, yb, say):
+    """The first call (trace, autodiff, optimize, compile, run), timed, and its results
+    compared with the NumPy step in float64."""
+    t0 = time.perf_counter()
+    first = step(*params, xb, yb)
+    seconds = time.perf_counter() - t0
+    lowered = step.lower(*params, xb, yb)
+    kernels, backward = len(lowered.program.kernels), pictures.optimized_backward_ops(lowered)
+    say(f"compiled train step: first call {seconds:.2f} s (trace, value_and_grad, optimize, "
+        f"LLVM); {len(lowered.optimized.ops)} ops ({len(backward)} backward) in {kernels} kernels")
+    reference = model().numpy_step(*[p.astype(np.float64) for p in params], xb.astype(np.float64), yb, o.lr)
+    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - r))) for a, r in zip(first, reference))
+    say(f"check: compiled step vs NumPy float64 step, max |difference| {diff:.1e}")
+    return lowered, seconds, diff
+
+
+def train(o: Options, step, params, x_train, y_train, rng):
+    """SGD over `o.epochs` shuffled epochs: (trained params, loss per step, seconds)."""
+    bar = ProgressBar(o.epochs * (len(x_train) // o.batch_size), label="training ")
+    losses, current = [], list(params)
+    t0 = time.perf_counter()
+    for epoch in range(o.epochs):
+        for xb, yb in _batches(x_train, y_train, o.batch_size, rng):
+            loss, *current = step(*current, xb, yb)
+            losses.append(float(loss))
+            bar.update(len(losses), f"epoch {epoch + 1}/{o.epochs} loss {losses[-1]:.3f}")
+    return current, losses, time.perf_counter() - t0
 
 
 def compare_speed(o: Options, params, x_train, y_train) -> dict[str, float]:
