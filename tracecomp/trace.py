@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-from . import pytree
+from . import pytree, timings
 from .errors import ArgumentError, TraceError
 from .ir import Graph, TensorType
 from .tensor import Tensor, as_tensor
@@ -29,6 +30,7 @@ if os.environ.get("TRACECOMP_LOG"):
 
 DEFAULT_MAX_RETRACES = 8
 BACKENDS = ("cpu", "interp")
+DEVICES = ("cpu", "cuda")
 
 
 def _is_array_leaf(x: Any) -> bool:
@@ -39,6 +41,48 @@ def _is_array_leaf(x: Any) -> bool:
     return hasattr(x, "__dlpack__") or hasattr(x, "__array__")
 
 
+def _fast_key(args: tuple) -> tuple | None:
+    """A signature key for calls whose arguments are all NumPy arrays or concrete Tensors
+    (None otherwise): cheaper than flattening the arguments and building Tensors."""
+    key = []
+    for a in args:
+        t = type(a)
+        if t is np.ndarray:
+            key.append((a.shape, a.dtype))
+        elif t is Tensor and a._data is not None:
+            key.append(a._type)
+        else:
+            return None
+    return tuple(key)
+
+
+def _check_donate_argnums(donate_argnums) -> tuple[int, ...]:
+    nums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+    for i in nums:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise ArgumentError(f"tc.trace: donate_argnums must be non-negative argument positions, got {i!r}")
+    return nums
+
+
+class _TimedTraceContext(TraceContext):
+    """A TraceContext that also times the autograd engine: the engine raises backward_depth
+    while it runs, and that time moves from the "trace" stage to "autodiff"."""
+    _depth = 0
+    _since = 0.0
+
+    @property
+    def backward_depth(self) -> int:
+        return self._depth
+
+    @backward_depth.setter
+    def backward_depth(self, depth: int) -> None:
+        if self._depth == 0 and depth > 0:
+            self._since = time.perf_counter()
+        elif self._depth > 0 and depth == 0:
+            timings.add("autodiff", time.perf_counter() - self._since)
+        self._depth = depth
+
+
 def _describe_leaf(x) -> str:
     return str(x) if isinstance(x, TensorType) else repr(x)
 
@@ -46,26 +90,65 @@ def _describe_leaf(x) -> str:
 class Lowered:
     """One signature of a traced function: its graphs, its compiled form, its stages as text.
     Scheduling and native compilation happen on first use (first call or first look)."""
+    donated_inputs: frozenset = frozenset()     # positions of the graph inputs the caller donated
+    compile_times: dict = {}                    # seconds per stage (timings.py), set by the tracer
 
     def __init__(self, graph: Graph, optimized: Graph, out_structure, backward_ops: set,
-                 backend: str = "cpu"):
+                 backend: str = "cpu", device: str = "cpu"):
         self.graph = graph
         self.optimized = optimized
         self.out_structure = out_structure
         self.backward_ops = backward_ops
         self.backend = backend
+        self.device = device
 
-    STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm")
+    STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
 
     @functools.cached_property
     def program(self):
+        from .lower.donation import donate
         from .lower.schedule import schedule
-        return schedule(self.optimized)
+        with timings.recording(self.compile_times), timings.stage("lowering"):
+            program = schedule(self.optimized)
+            if self.donated_inputs and self.backend == "cpu":
+                self.reused_inputs = donate(program, set(self.donated_inputs))
+        return program
+
+    reused_inputs: dict = {}     # output position -> donated input position whose memory it reuses
+
+    @property
+    def timings(self) -> dict[str, float]:
+        """Seconds per compile stage of this signature (timings.STAGES), compiling it first if
+        it was not yet: trace, autodiff, passes, lowering, llvm_opt, machine_code, jit_link."""
+        if self.backend == "cpu":
+            self.compiled
+        return dict(self.compile_times)
+
+    def _log_compile(self) -> None:
+        log.info("compiled %s(%s): %s", self.graph.name, ", ".join(str(v.type) for v in self.graph.inputs),
+                 timings.summary(self.compile_times))
 
     @functools.cached_property
     def compiled(self):
+        if self.device == "cuda":
+            from .gpu.runner import CudaProgram      # raises at once without a driver or GPU
+            return CudaProgram(self.program)
         from .runtime.compiled import CompiledProgram
-        return CompiledProgram(self.program)
+        program = self.program
+        with timings.recording(self.compile_times), timings.stage("lowering"):
+            compiled = CompiledProgram(program)
+        self._log_compile()
+        return compiled
+
+    @functools.cached_property
+    def gpu_module(self):
+        """The program as PTX for the default CUDA architecture, with its launches."""
+        from .gpu.program import compile_program
+        return compile_program(self.program)
+
+    @property
+    def ptx(self) -> str:
+        return self.gpu_module.ptx
 
     @property
     def loops(self) -> str:
@@ -105,17 +188,32 @@ class Lowered:
         if self.backend == "interp":
             from .runtime.interpreter import run_graph
             arrays = run_graph(self.optimized, inputs)
-        else:
-            arrays = self.compiled(inputs)
-        return pytree.unflatten(self.out_structure, [Tensor.from_numpy(a) for a in arrays])
+            return pytree.unflatten(self.out_structure, [Tensor.from_numpy(a) for a in arrays])
+        arrays = self.compiled(inputs)       # exactly the outputs' shapes and dtypes
+        types = self._output_types
+        if self.out_structure == pytree.LEAF:
+            return Tensor(arrays[0], types[0])
+        return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, types)])
+
+    @functools.cached_property
+    def _output_types(self) -> list[TensorType]:
+        return [v.type for v in self.optimized.outputs]
 
 
 class TracedFunction:
-    def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES):
+    def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES,
+                 device: str = "cpu", donate_argnums: int | tuple[int, ...] = ()):
         if backend not in BACKENDS:
             raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
+        if device not in DEVICES:
+            raise ArgumentError(f"tc.trace: unknown device {device!r} (available: {', '.join(DEVICES)})")
+        if device == "cuda" and backend == "interp":
+            raise ArgumentError("tc.trace: backend='interp' runs on the host; it cannot take device='cuda'")
         self.fn = fn
         self.backend = backend
+        self.device = device
+        self.donate_argnums = _check_donate_argnums(donate_argnums)
+        self._fast: dict[tuple, Lowered] = {}     # _fast_key -> Lowered, for calls of plain arrays
         self.max_retraces = max_retraces
         self._cache: dict[Any, Lowered] = {}
         self._history: list[Any] = []
@@ -136,28 +234,60 @@ class TracedFunction:
         return self._lookup(args, kwargs)[0]
 
     def __call__(self, *args, **kwargs):
+        key = None if kwargs else _fast_key(args)
+        lowered = self._fast.get(key) if key is not None else None
+        if lowered is not None:
+            return lowered.run([a if type(a) is np.ndarray else a._data for a in args])
         lowered, tensors = self._lookup(args, kwargs)     # the signature is computed once per call
+        if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
+            self._fast[key] = lowered     # every argument reached the program as it was
         return lowered.run([t._data for t in tensors])
 
     def _lookup(self, args: tuple, kwargs: dict) -> tuple[Lowered, list[Tensor]]:
         key, structure, tensors = self._signature(args, kwargs)
         if key not in self._cache:
             self._note_retrace(key)
+            donated = self._donated_leaves(args)
             self._cache[key] = self._trace(structure, tensors)
+            self._cache[key].donated_inputs = donated
         return self._cache[key], tensors
+
+    def _donated_leaves(self, args: tuple) -> frozenset:
+        """The positions, among the flattened tensor inputs, of the donated arguments' leaves."""
+        for i in self.donate_argnums:
+            if i >= len(args):
+                raise ArgumentError(f"tc.trace({self.__name__}): donate_argnums has {i}, but the call "
+                                    f"passes {len(args)} positional argument(s)")
+        leaves, start = set(), 0
+        for i, arg in enumerate(args):
+            count = len(pytree.flatten(arg, _is_array_leaf)[0])
+            if i in self.donate_argnums:
+                if count == 0:
+                    raise ArgumentError(f"tc.trace({self.__name__}): argument {i} is donated "
+                                        f"(donate_argnums) but holds no tensor: {arg!r}")
+                leaves.update(range(start, start + count))
+            start += count
+        return frozenset(leaves)
 
     def _trace(self, structure, tensors: list[Tensor]) -> Lowered:
         from .passes import optimize
         graph = Graph(getattr(self.fn, "__name__", "main").replace("<", "").replace(">", "") or "main",
                       [t._type for t in tensors])
-        ctx = TraceContext(graph)
-        with ctx:
+        ctx = _TimedTraceContext(graph)
+        times: dict[str, float] = {}
+        with timings.recording(times), timings.stage("trace"), ctx:
             traced = [ctx.wrap(v) for v in graph.inputs]
             args, kwargs = pytree.unflatten(structure, traced)
             result = self.fn(*args, **kwargs)
             out_leaves, out_structure = pytree.flatten(result, lambda x: isinstance(x, (Tensor, np.ndarray)))
             graph.outputs = [ctx.value_of(as_tensor(t)) for t in out_leaves]
-        return Lowered(graph, optimize(graph), out_structure, ctx.backward_ops, self.backend)
+        with timings.recording(times), timings.stage("passes"):
+            optimized = optimize(graph)
+        lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, self.backend, self.device)
+        lowered.compile_times = times
+        if self.backend == "interp":
+            lowered._log_compile()
+        return lowered
 
     def _note_retrace(self, key) -> None:
         if self._history:
@@ -207,8 +337,22 @@ def _explain_change(old, new) -> str:
 
 
 def trace(fn: Callable | None = None, *, backend: str = "cpu",
-          max_retraces: int = DEFAULT_MAX_RETRACES):
-    """Compile `fn` on its first call per input signature; usable as @trace or trace(fn)."""
+          max_retraces: int = DEFAULT_MAX_RETRACES, device: str = "cpu",
+          donate_argnums: int | tuple[int, ...] = ()):
+    """Compile `fn` on its first call per input signature; usable as @trace or trace(fn).
+    device="cuda" runs it on the first CUDA GPU (tracecomp/gpu); its "ptx" stage prints
+    without one.
+
+    donate_argnums (JAX's convention): positions of arguments whose memory the caller gives
+    up, so that outputs of the same shape and dtype may be written into it (an SGD step
+    returning updated weights).  Where an output does reuse a donated array, that array now
+    holds the output and shares memory with the returned tensor; where no output can reuse
+    it safely (lowering/donation.py) it is left unchanged.  Either way, treat a donated
+    argument's old values as gone and rebind the name: `w = step(w, x)`.  A donated
+    tc.Tensor is not invalidated (unlike JAX): it simply holds the new values.  Only
+    C-contiguous, writable arrays of the right dtype that share no memory with another
+    argument are written; others are copied first.  The CPU backend reuses memory; the
+    interpreter ignores donation."""
     if fn is None:
-        return lambda f: TracedFunction(f, backend, max_retraces)
-    return TracedFunction(fn, backend, max_retraces)
+        return lambda f: TracedFunction(f, backend, max_retraces, device, donate_argnums)
+    return TracedFunction(fn, backend, max_retraces, device, donate_argnums)

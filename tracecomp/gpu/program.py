@@ -10,6 +10,7 @@ parameters; per buffer its role, dtype and shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import llvmlite.ir as ir
 
@@ -45,14 +46,34 @@ class GpuModule:
 
 def compile_program(program: Program, arch: str = T.DEFAULT_ARCH) -> GpuModule:
     """PTX for every kernel of `program` and the launches that run them."""
+    module, (launches,) = build_module([program], arch, [""], f"tc_{program.name}_{arch}")
+    text = str(module)
+    return GpuModule(program, arch, launches, text, to_ptx(text, arch, module.name))
+
+
+def compile_batch(programs: Sequence[Program], arch: str = T.DEFAULT_ARCH) -> tuple[str, list[list[Launch]]]:
+    """Several programs in one PTX module (entry points prefixed `p<i>_`): one LLVM run and
+    one ptxas run check them all (the tests use this)."""
+    module, launches = build_module(programs, arch, [f"p{i}_" for i in range(len(programs))], "tc_batch")
+    return to_ptx(str(module), arch, module.name), launches
+
+
+def build_module(programs: Sequence[Program], arch: str, prefixes: Sequence[str],
+                 name: str) -> tuple[ir.Module, list[list[Launch]]]:
+    """One NVPTX module with the launches of every program (names prefixed)."""
     T.check_arch(arch)
-    module = ir.Module(name=f"tc_{program.name}_{arch}")
+    module = ir.Module(name=name)
     module.triple = T.TRIPLE
     module.data_layout = T.data_layout(arch)
-    launches = [launch for k in program.kernels for launch in plan_kernel(k)]
-    for launch in launches:
-        emit_launch(module, launch)
-    text = str(module)
-    ptx = T.emit_ptx(T.optimized_module(text, arch, module.name), arch)
-    return GpuModule(program, arch, launches, text, ptx)
+    out = []
+    for program, prefix in zip(programs, prefixes):
+        launches = [launch for k in program.kernels for launch in plan_kernel(k)]
+        for launch in launches:
+            launch.name = prefix + launch.name
+            emit_launch(module, launch)
+        out.append(launches)
+    return module, out
 
+
+def to_ptx(llvm_ir: str, arch: str, name: str) -> str:
+    return T.emit_ptx(T.optimized_module(llvm_ir, arch, name), arch)

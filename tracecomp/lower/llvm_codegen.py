@@ -162,10 +162,14 @@ class FunctionEmitter:
             elif isinstance(s, Reduce):
                 self.reduce(s, env)
             elif isinstance(s, Matmul):
-                from .llvm_matmul import emit_matmul       # it builds on this module
-                emit_matmul(self, s, env)
+                self.matmul(s, env)
             else:
                 raise BackendError(f"kernel '{self.kernel.name}': {s!r} is not a statement")
+
+    def matmul(self, s: Matmul, env: dict[str, ir.Value]) -> None:
+        """A Matmul statement (a hook: the PTX code generator tiles it its own way)."""
+        from .llvm_matmul import emit_matmul       # it builds on this module
+        emit_matmul(self, s, env)
 
     def store(self, s: Store, env: dict[str, ir.Value]) -> None:
         buf, _ = self._buffer(s.buffer)

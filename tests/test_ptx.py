@@ -1,0 +1,177 @@
+"""The PTX path without a GPU: every kernel of the op table and of an MLP training step
+compiled for sm_80 and sm_90 and assembled by NVIDIA's ptxas (skipped with a reason when
+ptxas is missing); launch planning; the PTX's shape (grid-stride loops, shuffles, shared
+memory, atomics, 64-bit indices); ptxas -v parsing."""
+import re
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.errors import BackendError
+from tracecomp.gpu import nvptx_target
+from tracecomp.gpu.launch import plan_kernel
+from tracecomp.gpu.program import compile_batch, compile_program
+from tracecomp.gpu.ptxas import assemble, find_ptxas, parse_verbose
+
+from op_samples import SAMPLES
+
+ARCHS = ("sm_80", "sm_90")
+needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) is not installed")
+CASES = [s for name, ss in SAMPLES.items() if name not in ("rand", "randn") for s in ss]
+BATCH = 120       # programs per module: one LLVM run and one ptxas run per batch and arch
+
+
+def _program(call, *inputs):
+    return tc.trace(call).lower(*inputs).program
+
+
+def _table_programs(lo: int, hi: int):
+    programs = []
+    for s in CASES[lo:hi]:
+        try:
+            programs.append(_program(s.call, *s.inputs))
+        except tc.TracecompError:
+            pass        # an error case: it never reaches a backend
+    return programs
+
+
+def _assemble_all(programs, arch):
+    ptx, launches = compile_batch(programs, arch)
+    assert f".version {nvptx_target.ptx_isa(arch)}" in ptx and f".target {arch}" in ptx
+    figures = assemble(ptx, arch)
+    names = {launch.name for ls in launches for launch in ls}
+    assert names == set(figures), names ^ set(figures)
+    return launches, figures
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("lo", range(0, len(CASES), BATCH))
+def test_op_table_kernels_assemble(lo, arch):
+    programs = _table_programs(lo, lo + BATCH)
+    _assemble_all(programs, arch)
+
+
+def mlp_loss(w1, b1, w2, b2, x, target):
+    h = tc.relu(x @ w1 + b1)
+    return tc.cross_entropy(h @ w2 + b2, target)
+
+
+def _mlp_inputs(batch=32, d_in=64, hidden=48, classes=10):
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((d_in, hidden), np.float32) * 0.1, np.zeros(hidden, np.float32),
+            rng.standard_normal((hidden, classes), np.float32) * 0.1, np.zeros(classes, np.float32),
+            rng.standard_normal((batch, d_in), np.float32), rng.integers(0, classes, batch))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ARCHS)
+def test_mlp_training_step_assembles(arch):
+    step = tc.trace(tc.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3)))
+    program = step.lower(*_mlp_inputs()).program
+    launches, figures = _assemble_all([program], arch)
+    kinds = {launch.kind for launch in launches[0]}
+    assert {"matmul", "rows", "elementwise"} <= kinds
+    assert all(f.spill_stores == 0 for f in figures.values())
+
+
+def _ptx_and_plan(fn, *inputs):
+    g = compile_program(_program(fn, *inputs))
+    return g.ptx, g.launches
+
+
+def test_elementwise_is_a_grid_stride_loop_with_32_bit_indices():
+    ptx, launches = _ptx_and_plan(lambda x: x * tc.sigmoid(1.702 * x) + 0.5 * tc.sin(x) * tc.exp(-x * x),
+                                  np.ones((64, 100), np.float32))
+    assert [l.kind for l in launches] == ["elementwise"]
+    assert launches[0].block == (256, 1, 1) and launches[0].grid == (25, 1, 1)
+    assert "%nctaid.x" in ptx and "%ctaid.x" in ptx
+    assert "call" not in ptx            # transcendentals are inlined polynomials, no libdevice
+
+
+def test_huge_iteration_spaces_use_64_bit_indices():
+    a, b = np.ones((1 << 16, 1), np.float32), np.ones((1, 1 << 15), np.float32)
+    ptx, launches = _ptx_and_plan(lambda a, b: a + b, a, b)
+    assert launches[0].grid == (65535, 1, 1)
+    body = ptx[ptx.index(".entry"):]
+    assert re.search(r"setp\.\w+\.[us]64\s+%p\d+, %rd\d+, 2147483648", body)     # the 64-bit flat bound
+
+
+def test_reduction_uses_shuffles_and_shared_memory():
+    ptx, launches = _ptx_and_plan(lambda x: x.sum(dim=1), np.ones((8, 1000), np.float32))
+    assert [l.kind for l in launches] == ["rows"]
+    assert launches[0].block == (256, 1, 1) and launches[0].grid == (8, 1, 1)
+    assert "shfl.sync.bfly" in ptx and "bar.sync" in ptx and ".shared" in ptx
+
+
+def test_short_rows_take_one_thread_each():
+    _, launches = _ptx_and_plan(lambda x: x.amax(dim=1), np.ones((1000, 10), np.float32))
+    assert [l.kind for l in launches] == ["elementwise"]
+
+
+def test_long_rows_are_split_over_blocks_and_finished_in_a_second_pass():
+    _, launches = _ptx_and_plan(lambda x: x.sum(), np.ones(1 << 20, np.float32))
+    assert [l.kind for l in launches] == ["partials", "finish"]
+    part, fin = launches
+    assert part.grid == (256, 1, 1) and fin.grid == (1, 1, 1)
+    assert part.workspaces[0].elements == 256 and part.workspaces == fin.workspaces
+
+
+def test_scatter_add_uses_atomics():
+    ptx, launches = _ptx_and_plan(lambda x, i, v: x.index_add(0, i, v), np.zeros((5, 3), np.float32),
+                                  np.array([0, 4, 0]), np.ones((3, 3), np.float32))
+    assert [l.kind for l in launches] == ["elementwise", "elementwise"]
+    assert re.search(r"(red|atom)\.global\.add\.f32", ptx)
+
+
+def test_matmul_is_tiled_through_shared_memory_with_its_epilogue():
+    ptx, launches = _ptx_and_plan(lambda a, b, c: tc.relu(a @ b + c), np.ones((40, 30), np.float32),
+                                  np.ones((30, 20), np.float32), np.ones(20, np.float32))
+    assert [l.kind for l in launches] == ["matmul"]
+    assert launches[0].block == (16, 16, 1) and launches[0].grid == (2, 3, 1)
+    assert launches[0].shared_bytes == 2 * 16 * 16 * 4
+    assert "bar.sync" in ptx and "fma.rn.f32" in ptx and "max" in ptx
+
+
+def test_kernels_with_dependent_statements_keep_their_order():
+    k = _program(lambda x, i, v: x.index_add(0, i, v), np.zeros((5, 3), np.float32),
+                 np.array([0, 4, 0]), np.ones((3, 3), np.float32)).kernels[-1]
+    names = [launch.name for launch in plan_kernel(k)]
+    assert names == [f"{k.name}_s0", f"{k.name}_s1"]
+
+
+def test_default_arch_and_isa_versions():
+    assert nvptx_target.DEFAULT_ARCH == "sm_80"
+    assert nvptx_target.ptx_isa("sm_80") == "7.0" and nvptx_target.ptx_isa("sm_90") == "7.8"
+    with pytest.raises(tc.ArgumentError, match="unknown CUDA architecture 'sm_35'"):
+        compile_program(_program(lambda x: x + 1, np.ones(3, np.float32)), "sm_35")
+
+
+def test_ptx_stage_prints():
+    low = tc.trace(lambda x: x.exp().sum()).lower(np.ones((4, 4), np.float32))
+    assert ".entry" in low.as_text("ptx")
+
+
+@needs_ptxas
+def test_ptxas_rejections_raise_with_its_diagnostics():
+    with pytest.raises(BackendError, match=r"ptxas -arch=sm_80 rejected the PTX[\s\S]*<ptx>"):
+        assemble(".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry k() { bogus; }\n", "sm_80")
+
+
+def test_parse_verbose_reads_every_entry():
+    text = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k0_add' for 'sm_80'
+ptxas info    : Function properties for k0_add
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 12 registers, used 1 barriers, 128 bytes smem, 368 bytes cmem[0]
+ptxas info    : Compiling entry function 'k1_sum' for 'sm_80'
+ptxas info    : Function properties for k1_sum
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers, 368 bytes cmem[0]
+"""
+    figs = parse_verbose(text)
+    assert figs["k0_add"].registers == 12 and figs["k0_add"].spill_stores == 4
+    assert figs["k0_add"].shared_bytes == 128 and figs["k0_add"].barriers == 1
+    assert figs["k0_add"].stack_bytes == 8
+    assert figs["k1_sum"].registers == 8 and figs["k1_sum"].shared_bytes == 0
