@@ -133,7 +133,8 @@ def to_dot(graph: Graph, kernels: dict[str, list[Op]] | None = None,
     Ops in `backward` are dashed and orange, the others blue; in SVG output the op nodes
     carry the class "backward" or "forward"."""
     g = to_networkx(graph)
-    node_of = {op: f"op{i}" for i, op in enumerate(graph.ops)}
+    node_of = {op: f"op{i}" for i, op in enumerate(graph.ops)}      # to_networkx's node names
+    op_at = {node: op for op, node in node_of.items()}
     out = [f"digraph {_quote(graph.name)} {{",
            '  node [fontname="monospace", fontsize=10];',
            '  edge [fontname="monospace", fontsize=9];']
@@ -146,7 +147,7 @@ def to_dot(graph: Graph, kernels: dict[str, list[Op]] | None = None,
         if data["kind"] != "op":
             style = TERMINAL_STYLE
         else:
-            style = BACKWARD_STYLE if graph.ops[int(node[2:])] in backward else FORWARD_STYLE
+            style = BACKWARD_STYLE if op_at[node] in backward else FORWARD_STYLE
         return f'{indent}{_quote(node)} [shape={_SHAPES[data["kind"]]}, label="{_label(data)}", {style}];'
 
     drawn: set[str] = set()
