@@ -183,3 +183,11 @@ def test_dot_works_without_graphviz_and_svg_says_how_to_install_it(workdir, tmp_
     assert proc.returncode == 2 and "apt-get install graphviz" in proc.stderr and not (workdir / "x.svg").exists()
     proc = dump(workdir, "optimized", "dot", "x.dot", env=env)
     assert proc.returncode == 0 and (workdir / "x.dot").read_text().startswith("digraph")
+
+
+def test_to_dot_refuses_a_kernel_listing_ops_of_another_graph(workdir):
+    from tracecomp.errors import IRError
+    from tracecomp.ir.nx import to_dot
+    lowered = lowered_in_process(workdir)
+    with pytest.raises(IRError, match="kernel k_bad lists ops that are not in graph"):
+        to_dot(lowered.optimized, kernels={"k_bad": lowered.graph.ops[:1]})
