@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
+from tracecomp.lower import loops as L
 from tracecomp.lower.loops_interp import run_program
 from tracecomp.lower.schedule import schedule
 
@@ -48,8 +49,127 @@ def test_reduction_fuses_its_producers_and_views():
 
 def test_multi_use_values_are_computed_once():
     x = np.ones((4, 8), np.float32)
-    ks = _kernels(lambda x: tc.softmax(x, 1), x)
-    assert [k.name.rsplit("_", 1)[1] for k in ks] == ["amax", "exp", "sum", "div"]
+    ks = _kernels(lambda x: (x.exp() + 1, x.exp().tanh()), x)
+    assert len(ks) == 3 and ks[0].name.endswith("exp")
+
+
+# ---------------------------------------------------------------- row fusion
+
+def _program(fn, *inputs):
+    return tc.trace(fn).lower(*inputs).program
+
+
+def _statements(body, kind):
+    """Every statement of a type in a body, through nested bodies."""
+    found = []
+    for s in body:
+        if isinstance(s, kind):
+            found.append(s)
+        found += _statements(getattr(s, "body", []), kind)
+    return found
+
+
+def _row_kernel_shape(kernel):
+    """(outer loop, [Reduce extents at the row level], inner loop) of a row kernel."""
+    [outer] = kernel.body
+    reduces = [s for s in outer.body if isinstance(s, L.Reduce)]
+    [inner] = [s for s in outer.body if isinstance(s, L.Loop)]
+    return outer, [r.extent for r in reduces], inner
+
+
+def _check_against_interp(fn, *inputs, rtol=1e-5, atol=1e-6):
+    got, want = tc.trace(fn)(*inputs), tc.trace(fn, backend="interp")(*inputs)
+    for g, w in zip(*(o if isinstance(o, (tuple, list)) else [o] for o in (got, want))):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+
+
+def test_row_softmax_is_one_kernel_with_its_reductions_in_registers():
+    x = np.random.default_rng(0).standard_normal((64, 1024)).astype(np.float32)
+    p = _program(lambda x: tc.softmax(x, dim=1), x)
+    [k] = p.kernels
+    outer, reduces, inner = _row_kernel_shape(k)
+    assert outer.parallel and outer.extent == 64 and reduces == [1024, 1024] and inner.extent == 1024
+    assert [b.role for b in p.buffers.values()] == ["input", "output"]      # no temps
+    assert [op.name for op in p.kernel_ops[k.name]] == ["tc.amax", "tc.sub", "tc.exp", "tc.sum", "tc.div"]
+    _check_against_interp(lambda x: tc.softmax(x, dim=1), x)
+
+
+def test_layernorm_with_weight_and_bias_is_one_kernel_two_passes_for_the_variance():
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((3, 5, 300), (300,), (300,)))
+    fn = lambda x, w, b: tc.layer_norm(x, [300], w, b)      # noqa: E731
+    p = _program(fn, x, w, b)
+    [k] = p.kernels
+    [outer] = k.body
+    [middle] = outer.body                          # outer dims (3, 5): the rows are the last dim
+    assert [type(s).__name__ for s in middle.body] == ["Reduce", "Let", "Reduce", "Let", "Loop"]
+    assert not [b for b in p.buffers.values() if b.role == "temp"]
+    _check_against_interp(fn, x, w, b)
+    x = x + 1000        # a large mean: E[x^2] - E[x]^2 in float32 would be off by O(1); two passes are not
+    xd = x.astype(np.float64)
+    mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
+    exact = (xd - mu) / np.sqrt(var + 1e-5) * w + b
+    assert np.abs(np.asarray(tc.trace(fn)(x, w, b)) - exact).max() < 3e-3
+
+
+def test_a_reduced_value_also_returned_is_stored_by_the_row_kernel():
+    x = np.random.default_rng(2).standard_normal((6, 7)).astype(np.float32)
+    fn = lambda x: (x - x.amax(1, keepdim=True), x.amax(1, keepdim=True), x.sum(-1))    # noqa: E731
+    ks = _kernels(fn, x)
+    assert len(ks) == 2          # the sum nobody else reads gets a kernel of its own
+    assert len(_statements(ks[0].body, L.Store)) == 2
+    _check_against_interp(fn, x)
+
+
+def test_reductions_over_other_dims_or_read_across_rows_keep_their_own_kernels():
+    x = np.random.default_rng(3).standard_normal((5, 5)).astype(np.float32)
+    for fn in (lambda x: x / x.sum(0, keepdim=True),            # over the outer dim
+               lambda x: x - x.amax(1),                         # broadcast along rows: read at [i1]
+               lambda x: x - x.mean(),                          # over everything
+               lambda x: x.sum(1, keepdim=True).T - x):         # row sums read across rows
+        ks = _kernels(fn, x)
+        assert len(ks) == 2 and not _statements(ks[1].body, L.Reduce), fn
+        _check_against_interp(fn, x)
+
+
+def test_row_fusion_in_the_backward_of_softmax_log_softmax_and_layernorm():
+    rng = np.random.default_rng(4)
+    x, g = rng.standard_normal((2, 8, 33)).astype(np.float32), rng.standard_normal((2, 8, 33)).astype(np.float32)
+    w = rng.standard_normal(33).astype(np.float32)
+    for f in (lambda x: tc.softmax(x, -1), lambda x: tc.log_softmax(x, -1),
+              lambda x: tc.layer_norm(x, [33], w, w)):
+        step = tc.value_and_grad(lambda x, g: (f(x) * g).sum())
+        p = _program(step, x, g)
+        rows = [k for k in p.kernels if len(k.body) == 1 and isinstance(k.body[0], L.Loop)
+                and any(isinstance(s, L.Reduce) for s in k.body[0].body[0].body)]
+        assert rows, [k.name for k in p.kernels]
+        _check_against_interp(step, x, g, rtol=1e-4, atol=1e-5)
+
+
+def test_row_kernels_pass_the_checker_and_mlir_opt():
+    import subprocess
+    from tracecomp.ir.mlir_tool import find_mlir_opt
+    from tracecomp.lower.loops_check import check_kernel
+    from tracecomp.lower.loops_printer import print_kernels
+    x = np.random.default_rng(5).standard_normal((16, 40)).astype(np.float32)
+    p = _program(lambda x: (tc.softmax(x, 1), tc.log_softmax(x, 1), x.var(1, keepdim=True) * x,
+                            x.argmax(1, keepdim=True) == 3), x)
+    for k in p.kernels:
+        check_kernel(k)
+    mlir_opt = find_mlir_opt()
+    if mlir_opt is None:
+        pytest.skip("mlir-opt not found (not in /usr/lib/llvm-22/bin nor on PATH)")
+    proc = subprocess.run([mlir_opt, "-", "-o", "-"], input=print_kernels(p.kernels), capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_row_kernel_sums_long_rows_in_blocks():
+    """A 2**22-term f32 row sum fused into its consumer keeps the blocked sum's accuracy."""
+    x = np.random.default_rng(6).random((2, 1 << 22), np.float32)
+    out = np.asarray(tc.trace(lambda x: x / x.sum(1, keepdim=True))(x))
+    exact = x.astype(np.float64) / x.astype(np.float64).sum(1, keepdims=True)
+    assert np.abs(out / exact - 1).max() < 3e-7
 
 
 def test_out_of_range_index_inputs_are_marked_for_checking():

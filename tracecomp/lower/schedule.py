@@ -7,6 +7,10 @@ Every other value is inlined into its consumers' loops: chains of elementwise op
 their broadcasts and views fuse into one loop nest, and a reduction's producers fuse
 into the reduction's loop.  One kernel per materialized op, in graph order; then a
 matmul's lone pointwise consumer folds into it as its epilogue (schedule_matmul.py).
+A reduction over the innermost dims (softmax's max and sum, layernorm's mean and
+variance) is computed inside the kernel of its consumers, row by row, its result kept in
+a register (schedule_rows.py); values that such a row kernel alone reads are recomputed
+in its passes over the row rather than materialized.
 
 `Program.kernel_ops` records, per kernel, the graph ops it computes (the materialized op
 and every op inlined into its loops), and kernel names lead back to the user's code:
@@ -23,13 +27,14 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..ir import Graph, Op, Value
-from ..ops import rules
 from ..ops.table import by_ir_name
 from . import index_maps as I
 from . import loops as L
 from .exprs import cast, const
+from . import reductions
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .schedule_matmul import fuse_epilogues, matmul_body
+from .schedule_rows import RowFusion, expression_size, mark_parallel, recomputable
 
 PARALLEL_MIN_WORK = 1 << 15        # smaller loop nests stay on one core
 REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add")
@@ -113,13 +118,15 @@ def _materialized(graph: Graph) -> set[Value]:
 
 
 class Scheduler:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, keep: set[Value] | None = None):
         self.graph = graph
+        self.keep = _materialized(graph) if keep is None else keep     # values given buffers
         self.table = by_ir_name()
         self.buffers: dict[str, L.Buffer] = {}
         self.names: dict[Value, str] = {}
         self.program = Program(graph.name, [], self.buffers, [], [])
         self._order = {op: i for i, op in enumerate(graph.ops)}
+        self.rows = RowFusion(self)
 
     def _buffer(self, v: Value, role: str, prefix: str) -> str:
         name = f"{prefix}{sum(1 for b in self.buffers.values() if b.role == role)}"
@@ -130,7 +137,7 @@ class Scheduler:
     def run(self) -> Program:
         g, p = self.graph, self.program
         p.inputs = [self._buffer(v, "input", "in") for v in g.inputs]
-        keep = _materialized(g)
+        keep = self.keep
         for op in g.ops:
             if op.name == CONSTANT:
                 self._constant(op)
@@ -144,8 +151,9 @@ class Scheduler:
                 self.buffers[b.name] = L.Buffer(b.name, b.dtype, b.shape, "output")
         self.inliner = Inliner(self.names)
         for op in g.ops:
-            if op.name != CONSTANT and any(r in self.names for r in op.results):
+            if op.name != CONSTANT and any(r in self.names for r in op.results) and not self.rows.defer(op):
                 self._emit(op)
+        self.rows.finish()
         p.outputs = [self._output_buffer(v) for v in g.outputs]
         fuse_epilogues(p)
         self._mark_index_inputs()
@@ -177,7 +185,10 @@ class Scheduler:
         builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
                    "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter}.get(opdef.kind, _pointwise)
         body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
-        self.add_kernel(self.inlined_ops([op]), body)
+        body, absorbed = self.rows.absorb(body)
+        kernel = self.add_kernel(self.inlined_ops([op] + absorbed), body)
+        if absorbed:
+            self.rows.hosts[kernel.name] = absorbed
 
     def add_kernel(self, ops: list[Op], body: list) -> L.Kernel:
         """Append the kernel running `body`, which computes `ops` (graph order), named after them."""
@@ -231,7 +242,19 @@ class Scheduler:
 
 
 def schedule(graph: Graph) -> Program:
-    return Scheduler(graph).run()
+    """Schedule with the materialized set of `_materialized`, then again without the values
+    that row kernels recompute (schedule_rows.recomputable), until nothing changes."""
+    sched = Scheduler(graph)
+    program = sched.run()
+    while True:
+        drop = recomputable(sched, sched.table)
+        if not drop:
+            return program
+        trial = Scheduler(graph, sched.keep - drop)
+        candidate = trial.run()
+        if expression_size(candidate.kernels) > 2 * expression_size(program.kernels) + 1000:
+            return program          # recomputing would multiply the code: keep the buffers
+        sched, program = trial, candidate
 
 
 # ---------------------------------------------------------------- loop nests
@@ -294,109 +317,16 @@ def _pointwise(sched: Scheduler, op: Op, args: dict) -> list:
     return body
 
 
-def _reduced_index(out_index, in_shape, dims, keepdim, r: L.Var):
-    """The input index of a reduction: reduced dims walk the flattened reduce var `r`."""
-    dims = sorted(dims)
-    red = iter(I.delinearize(r, tuple(in_shape[d] for d in dims)))
-    outs = iter(out_index)
-    index = []
-    for d in range(len(in_shape)):
-        if d in dims:
-            index.append(next(red))
-            if keepdim:
-                next(outs)
-        else:
-            index.append(next(outs))
-    return tuple(index)
-
-
-_LIMITS = {"amax": lambda t: -math.inf if t.is_floating_point else (False if t is dt.BOOL else np.iinfo(t.np).min),
-           "amin": lambda t: math.inf if t.is_floating_point else (True if t is dt.BOOL else np.iinfo(t.np).max)}
-_COMBINE = {"sum": "add", "mean": "add", "prod": "mul", "amax": "maximum", "amin": "minimum",
-            "all": "and", "any": "or"}
-_INIT = {"sum": 0, "mean": 0, "prod": 1, "all": True, "any": False}
-
-
-def _reduce_loop(sched, x: Value, dims, keepdim, out_index, accs, update):
-    """A Reduce over `dims` of `x`: `update(accs, value)` gives the accumulators' new values."""
-    r = L.Var("r", L.INDEX)
-    value = sched.inliner.value_at(x, _reduced_index(out_index, x.type.shape, dims, keepdim, r))
-    extent = math.prod(x.type.shape[d] for d in dims)
-    return L.Reduce("r", extent, accs, [L.Let("x", value)], update([L.Var(a.name, a.dtype) for a in accs],
-                                                                   L.Var("x", value.dtype), r))
-
-
 def _reduction(sched: Scheduler, op: Op, args: dict) -> list:
-    opdef, x, out = sched.table[op.name], args["self"], op.result.type
-    dims = rules.normalize_dims(opdef, args.get("dim"), x.type.ndim)
-    keep, impl, acc_t = bool(args.get("keepdim")), opdef.impl, out.dtype
-    init = _LIMITS[impl](acc_t) if impl in _LIMITS else _INIT[impl]
-
-    def update(accs, v, r):
-        return [L.Binary(_COMBINE[impl], accs[0], cast(v, acc_t), acc_t)]
-
+    """A reduction kernel of its own: the statements of reductions.py at every output index,
+    their values stored.  Parallel over the outputs when the reduce loops make it worth it."""
     def inner(index):
-        loop = _reduce_loop(sched, x, dims, keep, index, [L.Accumulator("acc", acc_t, const(init, acc_t))], update)
-        value: L.Expr = L.Var("acc", acc_t)
-        if impl == "mean":
-            n = math.prod(x.type.shape[d] for d in dims)
-            value = L.Binary("div", value, const(n, acc_t), acc_t)
-        return [loop, L.Store(sched.names[op.result], index, value)]
-    return _loops(out.shape, inner)
+        stmts, values = reductions.statements_at(sched, op, index)
+        return stmts + [L.Store(sched.names[r], index, v) for r, v in zip(op.results, values) if r in sched.names]
+    return mark_parallel(_loops(op.results[-1].type.shape, inner))
 
 
-def _arg_reduction(sched: Scheduler, op: Op, args: dict) -> list:
-    """argmax/argmin and max.dim/min.dim: the first extreme element; NaN counts as extreme."""
-    opdef, x = sched.table[op.name], args["self"]
-    t = x.type.dtype
-    dim = args.get("dim")
-    dims = tuple(range(x.type.ndim)) if dim is None else ((dim % x.type.ndim,) if x.type.ndim else ())
-    keep = bool(args.get("keepdim")) and (dim is not None or x.type.ndim > 0)
-    better = "gt" if opdef.impl == "max" else "lt"
-    limit = _LIMITS["amax" if opdef.impl == "max" else "amin"](t)
-
-    def update(accs, v, r):
-        take: L.Expr = L.Binary(better, v, accs[0], dt.BOOL)
-        if t.is_floating_point:   # NaN wins, once
-            nan_now = L.Binary("and", L.Binary("ne", v, v, dt.BOOL),
-                               L.Binary("eq", accs[0], accs[0], dt.BOOL), dt.BOOL)
-            take = L.Binary("or", take, nan_now, dt.BOOL)
-        return [L.Select(take, v, accs[0], t), L.Select(take, r, accs[1], L.INDEX)]
-
-    def inner(index):
-        accs = [L.Accumulator("best", t, const(limit, t)), L.Accumulator("at", L.INDEX, I.ic(0))]
-        loop = _reduce_loop(sched, x, dims, keep and dim is not None, index, accs, update)
-        stores = [loop]
-        results = op.results
-        if len(results) == 2 and results[0] in sched.names:
-            stores.append(L.Store(sched.names[results[0]], index, L.Var("best", t)))
-        stores.append(L.Store(sched.names[results[-1]], index, L.Cast(L.Var("at", L.INDEX), dt.INT64)))
-        return stores
-    return _loops(op.results[-1].type.shape, inner)
-
-
-def _variance(sched: Scheduler, op: Op, args: dict) -> list:
-    """Two passes per output element: the mean, then the sum of squared deviations."""
-    opdef, x, out = sched.table[op.name], args["self"], op.result.type
-    dims = rules.normalize_dims(opdef, args.get("dim"), x.type.ndim)
-    keep, t = bool(args.get("keepdim")), out.dtype
-    n = math.prod(x.type.shape[d] for d in dims)
-    correction = args.get("correction")
-    ddof = 1 if correction is None else correction
-
-    def inner(index):
-        total = _reduce_loop(sched, x, dims, keep, index, [L.Accumulator("s", t, const(0, t))],
-                             lambda a, v, r: [L.Binary("add", a[0], cast(v, t), t)])
-        mean = L.Let("mean", L.Binary("div", L.Var("s", t), const(n, t), t))
-
-        def squares(a, v, r):
-            d = L.Binary("sub", cast(v, t), L.Var("mean", t), t)
-            return [L.Binary("add", a[0], L.Binary("mul", d, d, t), t)]
-        m2 = _reduce_loop(sched, x, dims, keep, index, [L.Accumulator("m2", t, const(0, t))], squares)
-        var = L.Binary("div", L.Var("m2", t), const(max(n - ddof, 0), t), t)
-        value = L.Unary("sqrt", var, t) if opdef.impl == "std" else var
-        return [total, mean, m2, L.Store(sched.names[op.result], index, value)]
-    return _loops(out.shape, inner)
+_arg_reduction = _variance = _reduction
 
 
 def _matmul(sched: Scheduler, op: Op, args: dict) -> list:
