@@ -86,12 +86,12 @@ def test_dump_dot_and_svg(workdir):
 def test_dump_all_writes_every_stage_with_times(workdir):
     out = run(workdir, "dump", "mymodel:loss", *INPUTS, "--grad", "0", "--stage", "all", "-o", "dumps").stdout
     for stage, suffix in [("graph", "txt"), ("backward", "txt"), ("optimized", "txt"), ("loops", "mlir"),
-                          ("llvm", "ll"), ("asm", "s")]:
+                          ("llvm", "ll"), ("asm", "s"), ("ptx", "ptx")]:
         assert (workdir / "dumps" / f"{stage}.{suffix}").stat().st_size > 0
         assert any(line.split()[0] == stage and "ms" in line for line in out.splitlines()), out
     import json
     times = json.loads((workdir / "dumps" / "times.json").read_text())["seconds"]
-    assert set(times) == {"trace+optimize", "graph", "backward", "optimized", "loops", "llvm", "asm"}
+    assert set(times) == {"trace+optimize", "graph", "backward", "optimized", "loops", "llvm", "asm", "ptx"}
     assert all(t >= 0 for t in times.values())
 
 
@@ -104,7 +104,7 @@ def test_dump_all_writes_every_stage_with_times(workdir):
     (["dump", "mymodel:loss", "--input", "f33[8,3]"], "bad input spec 'f33[8,3]'"),
     (["dump", "mymodel:loss", "--input", "f32[8,x]"], "bad input spec"),
     (["dump", "mymodel:loss", "--input", "f32[8,3]"], "cannot take 1 inputs"),
-    (["dump", "mymodel:loss", *INPUTS, "--stage", "ptx"], "unknown stage 'ptx'"),
+    (["dump", "mymodel:loss", *INPUTS, "--stage", "cubin"], "unknown stage 'cubin'"),
     (["dump", "mymodel:loss", *INPUTS, "--format", "jpeg"], "unknown format 'jpeg'"),
     (["dump", "mymodel:loss", *INPUTS, "--stage", "asm", "--format", "dot"], "stage asm is text only"),
     (["dump", "mymodel:loss", *INPUTS, "--grad", "7"], "--grad 7"),

@@ -15,13 +15,13 @@ import re
 import sys
 import time
 
-STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm")
+STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
 GRAPH_STAGES = ("graph", "backward", "optimized")
 FORMATS = ("text", "dot", "svg", "png")
 DTYPES = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "bool": "bool",
           "float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64"}
 SUFFIX = {"graph": "txt", "backward": "txt", "optimized": "txt", "loops": "mlir", "llvm": "ll",
-          "asm": "s"}
+          "asm": "s", "ptx": "ptx"}
 
 
 class CliError(Exception):
@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--stage", default="optimized", metavar="STAGE",
                       help=f"one of {', '.join(STAGES)}, all (default: optimized). 'all' writes every "
                            "stage into the folder -o (default ./tracecomp_dump) and prints a time per stage")
+    dump.add_argument("--arch", default="sm_80", metavar="SM",
+                      help="CUDA architecture of the ptx stage (default sm_80; also sm_86, sm_89, sm_90, ...)")
     dump.add_argument("--format", default="text", metavar="FORMAT",
                       help="text (every stage), dot, svg or png (graph stages; svg and png need "
                            "Graphviz's dot)")
@@ -151,7 +153,11 @@ def _prepare(args):
     return fn, inputs
 
 
-def _render(lowered, stage: str, fmt: str) -> bytes:
+def _render(lowered, stage: str, fmt: str, arch: str = "sm_80") -> bytes:
+    if stage == "ptx":      # with the launches and ptxas -v figures as a comment header
+        from tracecomp.gpu.program import compile_program
+        from tracecomp.gpu.report import annotated_ptx
+        return annotated_ptx(compile_program(lowered.program, arch)).encode()
     if fmt == "text":
         return lowered.as_text(stage).encode()
     from tracecomp import pictures
@@ -189,7 +195,7 @@ def _dump(args) -> int:
     lowered = _lower(fn, inputs, args.function)
     trace_time = time.perf_counter() - t0
     if args.stage != "all":
-        data = _render(lowered, args.stage, args.format)
+        data = _render(lowered, args.stage, args.format, args.arch)
         if args.output:
             with open(args.output, "wb") as f:
                 f.write(data)
@@ -204,7 +210,7 @@ def _dump(args) -> int:
     times = {"trace+optimize": trace_time}
     for stage in STAGES:
         t0 = time.perf_counter()
-        text = lowered.as_text(stage)
+        text = _render(lowered, stage, "text", args.arch).decode()
         elapsed = time.perf_counter() - t0
         path = os.path.join(folder, f"{stage}.{SUFFIX[stage]}")
         with open(path, "w") as f:

@@ -124,6 +124,10 @@ class Context:
         self.driver.call("cuDeviceGetName", buf, 256, self.device)
         return buf.value.decode()
 
+    def load(self, gpu) -> Module:
+        """Load a program.GpuModule's PTX."""
+        return self.load_ptx(gpu.ptx)
+
     def load_ptx(self, ptx: str) -> Module:
         """Load PTX through the driver's JIT; a rejected module raises with the JIT's log."""
         self.make_current()

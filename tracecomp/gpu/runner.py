@@ -45,7 +45,7 @@ class CudaProgram:
             if k.sizes:
                 raise BackendError(f"kernel '{k.name}' has runtime sizes; the CUDA runner needs static shapes")
         self.gpu: GpuModule = compile_program(program, arch_for(self.ctx.compute_capability))
-        self.module = self.ctx.load_ptx(self.gpu.ptx)
+        self.module = self.ctx.load(self.gpu)
         self._lock = threading.Lock()
         self.device: dict[str, int] = {}
         for name, b in program.buffers.items():
