@@ -135,13 +135,15 @@ def run(o: Options, say=print) -> Result:
 def compile_and_check(o: Options, step, params, xb, yb, say):
     """The first call (trace, autodiff, optimize, compile, run), timed, and its results
     compared with the NumPy step in float64."""
+    hits = tc.compile_cache.stats.hits
     t0 = time.perf_counter()
     first = step(*params, xb, yb)
     seconds = time.perf_counter() - t0
+    machine_code = "machine code from the compile cache" if tc.compile_cache.stats.hits > hits else "LLVM"
     lowered = step.lower(*params, xb, yb)
     kernels, backward = len(lowered.program.kernels), pictures.optimized_backward_ops(lowered)
     say(f"compiled train step: first call {seconds:.2f} s (trace, value_and_grad, optimize, "
-        f"LLVM); {len(lowered.optimized.ops)} ops ({len(backward)} backward) in {kernels} kernels")
+        f"{machine_code}); {len(lowered.optimized.ops)} ops ({len(backward)} backward) in {kernels} kernels")
     reference = model().numpy_step(*[p.astype(np.float64) for p in params], xb.astype(np.float64), yb, o.lr)
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - r))) for a, r in zip(first, reference))
     say(f"check: compiled step vs NumPy float64 step, max |difference| {diff:.1e}")
