@@ -16,7 +16,6 @@ import functools
 import linecache
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 
