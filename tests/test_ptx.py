@@ -175,3 +175,39 @@ ptxas info    : Used 8 registers, used 0 barriers, 368 bytes cmem[0]
     assert figs["k0_add"].shared_bytes == 128 and figs["k0_add"].barriers == 1
     assert figs["k0_add"].stack_bytes == 8
     assert figs["k1_sum"].registers == 8 and figs["k1_sum"].shared_bytes == 0
+
+
+def test_export_target_cuda_writes_ptx_and_its_launches(tmp_path):
+    import json
+    x, w = np.ones((8, 4), np.float32), np.ones((4, 3), np.float32)
+    md = tc.export(lambda x, w: tc.softmax(x @ w, dim=1), [x, w], str(tmp_path / "model.ptx"), target="cuda")
+    ptx = (tmp_path / "model.ptx").read_text()
+    js = json.loads((tmp_path / "model.json").read_text())
+    assert js == json.loads(json.dumps(md)) and js["arch"] == "sm_80" and js["name"] == "model"
+    assert [i["shape"] for i in js["inputs"]] == [[8, 4], [4, 3]] and js["outputs"][0]["shape"] == [8, 3]
+    for launch in js["launches"]:
+        assert f".entry {launch['entry']}(" in ptx
+        assert all(p in js["buffers"] for p in launch["params"])
+    assert js["launches"][0]["kind"] == "matmul" and js["launches"][0]["block"] == [16, 16, 1]
+    with pytest.raises(tc.ArgumentError, match="unknown target 'tpu'"):
+        tc.export(lambda x: x, [x], str(tmp_path / "m.ptx"), target="tpu")
+    if find_ptxas():
+        assemble(ptx, "sm_80")
+
+
+@needs_ptxas
+def test_cli_dump_ptx_prints_launches_and_ptxas_figures(tmp_path, monkeypatch, capsys):
+    from tracecomp.cli import main
+    (tmp_path / "gpumodel.py").write_text(
+        "import tracecomp as tc\n"
+        "def linear(x, w, b):\n    return tc.relu(x @ w + b).sum(dim=1)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["dump", "gpumodel:linear", "--input", "f32[64,32]", "--input", "f32[32,48]",
+                 "--input", "f32[48]", "--stage", "ptx", "--arch", "sm_90"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("// tracecomp: @linear for sm_90 (PTX ISA 7.8)")
+    assert re.search(r"// \S+_matmul: matmul, block 16x16x1, grid 3x4x1, 2048 bytes static shared\n"
+                     r"//   ptxas -v: \d+ registers, 0 bytes spill stores", out)
+    assert re.search(r"// \S+_add_relu_sum: elementwise, block 256x1x1, grid 1x1x1", out)
+    assert ".target sm_90" in out

@@ -32,6 +32,7 @@ SREGS = {f"{reg}.{axis}": 3 * i + j for i, reg in enumerate(("tid", "ntid", "cta
          for j, axis in enumerate("xyz")}
 TIMEOUT = 60.0
 STRIDED_GRID = 3        # blocks per grid dimension the emulator runs of a strided launch
+NARROW_BLOCK = 64       # threads per block it runs of an elementwise launch
 _SREG = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32)
 _BARRIER = ctypes.CFUNCTYPE(None)
 _SHFL_I32 = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)
@@ -107,6 +108,7 @@ class EmulatedModule:
             table[i] = ctypes.cast(hook, ctypes.c_void_p).value
         self.functions = {n: self.library.address(n) for n in names}
         self.strided = {l.name for l in gpu.launches if l.kind not in ("partials", "finish")}
+        self.narrow = {l.name for l in gpu.launches if l.kind == "elementwise"}
 
     def function(self, name: str):
         return (self, name)
@@ -143,6 +145,8 @@ class EmulatedModule:
         fn = ctypes.CFUNCTYPE(None, *([ctypes.c_uint64] * len(args)))(self.functions[name])
         if name in self.strided:      # grid-stride loops: a small grid covers everything, slowly
             grid = tuple(min(g, STRIDED_GRID) for g in grid)
+        if name in self.narrow:       # they read the block size too: fewer threads, same code
+            block = (min(block[0], NARROW_BLOCK), *block[1:])
         for bz in range(grid[2]):
             for by in range(grid[1]):
                 for bx in range(grid[0]):

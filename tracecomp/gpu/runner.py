@@ -64,7 +64,9 @@ class CudaProgram:
             raise ArgumentError(f"compiled function @{p.name} takes {len(p.inputs)} inputs, got {len(inputs)}")
         ready = []
         for i, (name, a) in enumerate(zip(p.inputs, inputs)):
-            b, a = p.buffers[name], np.ascontiguousarray(a)
+            b, a = p.buffers[name], np.asarray(a)
+            if not a.flags.c_contiguous:        # (np.ascontiguousarray would make 0-d arrays 1-d)
+                a = np.ascontiguousarray(a)
             if a.shape != tuple(b.shape) or a.dtype != b.dtype.np:
                 raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(b.shape)}, "
                                     f"got {a.dtype}{list(a.shape)}")

@@ -48,9 +48,16 @@ ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
 
 def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
-           dynamic: Optional[dict] = None, *, _metadata_overrides: Optional[dict] = None) -> dict:
+           dynamic: Optional[dict] = None, *, target: str = "cpu",
+           _metadata_overrides: Optional[dict] = None) -> dict:
     """Write the shared library `path` and its header (same stem, `.h`) for `fn` at the
-    example inputs' shapes and dtypes.  Returns the metadata written into the library."""
+    example inputs' shapes and dtypes.  Returns the metadata written into the library.
+    target="cuda" writes PTX and a JSON of its launches instead (gpu/export_ptx.py)."""
+    if target != "cpu":
+        if dynamic:
+            raise ArgumentError("tc.export: dynamic dimensions are not supported yet")
+        from ..gpu.export_ptx import export_ptx
+        return export_ptx(fn, example_inputs, path, name, target)
     from .. import __version__
     from ..trace import TracedFunction, trace
     from . import target

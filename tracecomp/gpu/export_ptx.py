@@ -1,0 +1,68 @@
+"""`tc.export(fn, example_inputs, "model.ptx", target="cuda")`: the PTX and a JSON that
+says how a C or C++ host program runs it with the CUDA driver API.
+
+`model.ptx` is the module (load it with cuModuleLoadData); `model.json` (same stem) holds
+  name, tracecomp_version, arch, ptx_isa;
+  inputs / outputs: buffer names in call order, with dtype and shape (dense row-major);
+  output_structure: how the flat outputs nest (as in tc.export's .so metadata);
+  buffers: every device buffer (role input, output, temp, constant or workspace, dtype,
+    shape): allocate each (at least 1 byte), temps and workspaces need no initial value;
+  constants: name -> dtype, shape and the values (row-major list) to copy in once;
+  index_checks: input name -> [{op, dim, size}]: values must lie in [0, size), check
+    them on the host before launching (kernels do not);
+  launches: in order, each with its entry point, block, grid, static shared memory and
+    params (buffer names whose device pointers, then sizes, form the kernel's arguments;
+    every parameter is 64-bit); launches whose grid has a 0 are skipped.
+Random draws (rand/randn) cannot be exported yet, as with the .so exporter.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Optional, Sequence
+
+from ..errors import ArgumentError
+from .nvptx_target import DEFAULT_ARCH
+from .program import compile_program
+
+
+def export_ptx(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
+               target: str = "cuda", arch: str = DEFAULT_ARCH) -> dict:
+    """Write `path` (PTX) and its JSON description; returns the description."""
+    from .. import __version__
+    from ..runtime.export import structure_to_json
+    from ..trace import TracedFunction, trace
+    if target != "cuda":
+        raise ArgumentError(f"tc.export: unknown target {target!r} (available: cpu, cuda)")
+    if not isinstance(example_inputs, (list, tuple)):
+        raise ArgumentError("tc.export: example_inputs must be a list or tuple of the function's "
+                            "positional arguments")
+    traced = fn if isinstance(fn, TracedFunction) else trace(fn)
+    lowered = traced.lower(*example_inputs)
+    program = lowered.program
+    if program.fills:
+        raise ArgumentError("tc.export: functions that draw random numbers (rand/randn) cannot "
+                            "be exported yet")
+    name = name or os.path.splitext(os.path.basename(path))[0]
+    gpu = compile_program(program, arch)
+    described = gpu.describe()
+    described.update({
+        "format": 1, "name": name, "tracecomp_version": __version__,
+        "inputs": [_buffer(program, n) for n in program.inputs],
+        "outputs": [_buffer(program, n) for n in program.outputs],
+        "output_structure": structure_to_json(lowered.out_structure),
+        "constants": {n: {"dtype": str(v.dtype), "shape": list(v.shape), "values": v.reshape(-1).tolist()}
+                      for n, v in program.constants.items()},
+        "index_checks": {n: [{"op": c.op, "dim": c.dim, "size": c.size} for c in cs]
+                         for n, cs in program.index_checks.items()},
+    })
+    with open(path, "w") as f:
+        f.write(gpu.ptx)
+    with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        json.dump(described, f, indent=1)
+    return described
+
+
+def _buffer(program, name: str) -> dict:
+    b = program.buffers[name]
+    return {"buffer": name, "dtype": b.dtype.label, "shape": list(b.shape)}
