@@ -70,6 +70,7 @@ class Program:
     fills: list[HostFill] = field(default_factory=list)
     index_checks: dict[str, list[IndexCheck]] = field(default_factory=dict)   # by input buffer
     kernel_ops: dict[str, list[Op]] = field(default_factory=dict)  # kernel -> graph ops, graph order
+    donated: list[str] = field(default_factory=list)   # input buffers outputs are written into (donation.py)
 
 
 def short_location(op: Op) -> str:

@@ -22,7 +22,7 @@ from ..lower.llvm_codegen import codegen_kernels
 from ..lower.schedule import Program
 from .. import random as tc_random
 from .cache import compile_kernels
-from .memory import aligned_empty, buffer_nbytes, plan_program
+from .memory import aligned_empty, aligned_empty_at, buffer_nbytes, data_pointer, plan_program
 
 
 def _check_indices(a: np.ndarray, checks) -> None:
@@ -49,11 +49,7 @@ class CompiledProgram:
             arr = aligned_empty(value.shape, value.dtype)
             arr[...] = value
             self._fixed[name] = arr
-        self._outputs = [n for n, b in program.buffers.items() if b.role == "output"]
-        self._calls = []
-        for k in program.kernels:
-            fn = self.library.function(k.name, None, *([ctypes.c_void_p] * len(k.buffers)))
-            self._calls.append((fn, [b.name for b in k.buffers]))
+        self._prepare_calls()
 
     @property
     def _module_name(self) -> str:
@@ -72,7 +68,38 @@ class CompiledProgram:
             self._fixed[name] = slots[slot][:buffer_nbytes(b)].view(b.dtype.np).reshape(b.shape)
         self.workspace_bytes = sum(sizes)
 
+    def _prepare_calls(self) -> None:
+        """Argument marshalling fixed at compile time.  Per call, a list of data pointers:
+        the inputs, then the fresh outputs, then the fixed buffers (workspace, constants),
+        whose pointers never change; each kernel takes its arguments from it by position."""
+        p = self.program
+        self._outputs = [n for n, b in p.buffers.items() if b.role == "output"]
+        self._output_specs = [(tuple(p.buffers[n].shape), p.buffers[n].dtype.np) for n in self._outputs]
+        self._input_specs = [(tuple(p.buffers[n].shape), p.buffers[n].dtype.np,
+                              p.buffers[n].dtype.np.itemsize, n in p.index_checks or n in p.donated)
+                             for n in p.inputs]
+        fixed = list(self._fixed)
+        self._fixed_pointers = [data_pointer(self._fixed[n]) for n in fixed]
+        position = {n: i for i, n in enumerate(list(p.inputs) + self._outputs + fixed)}
+        self._calls = []
+        for k in p.kernels:
+            fn = self.library.function(k.name, None, *([ctypes.c_void_p] * len(k.buffers)))
+            self._calls.append((fn, tuple(position[b.name] for b in k.buffers)))
+        # each result: ("new", j) the j-th fresh output, ("in", i) input i written in place
+        # (donation), ("copy", array) a copy of an input or fixed buffer returned as is
+        self._results = []
+        for name in p.outputs:
+            if name in self._outputs:
+                self._results.append(("new", self._outputs.index(name)))
+            elif name in p.donated:
+                self._results.append(("in", p.inputs.index(name)))
+            else:
+                self._results.append(("copy", p.inputs.index(name) if name in p.inputs else self._fixed[name]))
+
     def check_inputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Inputs ready for native code: right shape and dtype (else ArgumentError), C-contiguous
+        and element-aligned (else copied), index values in range; donated inputs writable and
+        sharing no memory with another input (else copied: nothing else may see the writes)."""
         p = self.program
         if len(inputs) != len(p.inputs):
             raise ArgumentError(f"compiled function @{p.name} takes {len(p.inputs)} inputs, got {len(inputs)}")
@@ -83,7 +110,8 @@ class CompiledProgram:
             if a.shape != tuple(b.shape) or a.dtype != b.dtype.np:
                 raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(b.shape)}, "
                                     f"got {a.dtype}{list(a.shape)}")
-            if not a.flags.c_contiguous or a.ctypes.data % a.dtype.itemsize:
+            if not a.flags.c_contiguous or data_pointer(a) % a.dtype.itemsize or \
+                    name in p.donated and (not a.flags.writeable or _overlaps_another(a, i, inputs)):
                 copy = aligned_empty(a.shape, a.dtype)
                 copy[...] = a
                 a = copy
@@ -93,21 +121,40 @@ class CompiledProgram:
         return ready
 
     def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        p = self.program
-        arrays = dict(zip(p.inputs, self.check_inputs(inputs)))
-        for name in self._outputs:
-            b = p.buffers[name]
-            arrays[name] = aligned_empty(tuple(b.shape), b.dtype.np)
+        """Run the program; the fast path takes inputs that need neither a copy nor a check of
+        their values, the others go through check_inputs."""
+        specs = self._input_specs
+        pointers = []
+        if len(inputs) == len(specs):
+            for a, (shape, dtype, itemsize, slow) in zip(inputs, specs):
+                if type(a) is not np.ndarray or slow or a.shape != shape or a.dtype != dtype \
+                        or not a.flags.c_contiguous:
+                    break
+                pointer = data_pointer(a)
+                if pointer % itemsize:
+                    break
+                pointers.append(pointer)
+        if len(pointers) != len(specs):
+            inputs = self.check_inputs(inputs)
+            pointers = [data_pointer(a) for a in inputs]
+        outs = []
+        for shape, dtype in self._output_specs:
+            out, pointer = aligned_empty_at(shape, dtype)
+            outs.append(out)
+            pointers.append(pointer)
+        pointers += self._fixed_pointers
         with self._lock:
-            arrays.update(self._fixed)
-            for f in p.fills:
+            for f in self.program.fills:
                 gen = tc_random.generator()
                 draw = gen.random if f.impl == "uniform" else gen.standard_normal
-                arrays[f.buffer][...] = draw(f.shape, dtype=f.dtype.np)
-            for fn, names in self._calls:
-                fn(*[arrays[n].ctypes.data for n in names])
-            return [self._result(arrays, name) for name in p.outputs]
+                self._fixed[f.buffer][...] = draw(f.shape, dtype=f.dtype.np)
+            for fn, positions in self._calls:
+                fn(*[pointers[i] for i in positions])
+            return [outs[what] if kind == "new" else inputs[what] if kind == "in"
+                    else np.array(inputs[what] if isinstance(what, int) else what, copy=True)
+                    for kind, what in self._results]
 
-    def _result(self, arrays: dict, name: str) -> np.ndarray:
-        role = self.program.buffers[name].role
-        return arrays[name] if role == "output" else np.array(arrays[name], copy=True)
+
+def _overlaps_another(a: np.ndarray, i: int, inputs: list) -> bool:
+    """Whether input `i` shares memory with another input (then it cannot be written)."""
+    return any(j != i and np.shares_memory(a, np.asarray(other)) for j, other in enumerate(inputs))

@@ -9,6 +9,8 @@ best fit over the kernels' order), and no slot is reused while a live value stil
 """
 from __future__ import annotations
 
+import ctypes
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,12 +18,44 @@ import numpy as np
 ALIGN = 64
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _data_offset() -> int | None:
+    """Where CPython keeps an ndarray's data pointer, relative to the object's address: right
+    after the object header (NumPy's PyArrayObject_fields starts `PyObject_HEAD; char *data`).
+    Probed on live arrays; None (use the slower `.ctypes.data`) if the probe disagrees."""
+    offset = object.__basicsize__
+    probes = [np.empty(5), np.arange(10, dtype=np.int32)[3:], np.zeros((2, 3), np.float32).T]
+    try:
+        if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data for a in probes):
+            return offset
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_DATA_OFFSET = _data_offset()
+_pointer_at = ctypes.c_void_p.from_address
+
+
+def data_pointer(a: np.ndarray) -> int:
+    """The address of `a`'s first element (an exact ndarray): `a.ctypes.data`, read straight from
+    the array object when the layout probe passed (0.2 us instead of 0.8 us per array)."""
+    if _DATA_OFFSET is None:
+        return a.ctypes.data
+    return _pointer_at(id(a) + _DATA_OFFSET).value or 0
+
+
+def aligned_empty_at(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, int]:
+    """A fresh 64-byte aligned array and the address of its data."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    base = data_pointer(raw)
+    start = -base % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape), base + start
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return aligned_empty_at(shape, dtype)[0]
 
 
 def is_aligned(a: np.ndarray) -> bool:
