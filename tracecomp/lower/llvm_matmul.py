@@ -20,14 +20,15 @@
   Binary and math function works there, vectorized along j).
 
 Parallelism: a work item is one part of one batch matrix; each matrix splits into `parts`
-ranges of register tiles along its longer dim (matmul_tiles.Blocks.split_m).  With T
-threads (min(omp_get_max_threads(), what the workspace holds)), parts is 1 when T divides
-the batch count and T otherwise, so every thread gets the same number of items.  Each
-thread packs into its own slice of the workspace; no barriers are needed because threads
-write disjoint parts of C.  The items run in an outlined `<kernel>.mm<k>.part` function
-(buffers, sizes and visible names as arguments, like llvm_parallel's outlined loops),
-called directly for small products or from `GOMP_parallel` through `.omp`, which takes
-the thread's chunk of items and workspace slice.
+ranges of register tiles along one dim (matmul_tiles.Blocks.split_m), so that there are
+about ITEMS_PER_THREAD items per thread (T threads: min(omp_get_max_threads(), what the
+workspace holds)).  Threads claim items dynamically (llvm_parallel.claimed_chunks): one
+that the OS deschedules leaves its items to the others instead of stalling the product.
+Each thread packs into its own slice of the workspace; no barriers are needed because
+items write disjoint parts of C.  The items run in an outlined `<kernel>.mm<k>.part`
+function (buffers, sizes and visible names as arguments, like llvm_parallel's outlined
+loops), called directly for small products or from `GOMP_parallel` through `.omp`, which
+claims items and passes the thread's workspace slice.
 """
 from __future__ import annotations
 
@@ -40,12 +41,13 @@ from ..errors import BackendError
 from . import llvm_scalar as S
 from .llvm_codegen import FunctionEmitter, counted_loop, declare_kernel_function
 from .llvm_microkernel import merge_function, microkernel, pack_function
-from .llvm_parallel import _entry_alloca, _field, thread_chunk
+from .llvm_parallel import _entry_alloca, _field, claimed_chunks
 from .loops import Const, Let, Load, Matmul, Store, Var, INDEX
 from .matmul_loops import expand_matmul, flat_index, flat_name, index_names
 from .matmul_tiles import TILES, Blocks, blocks, flops
 
 PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
+ITEMS_PER_THREAD = 2                # work items per thread, claimed dynamically
 _PTR = ir.PointerType()
 
 
@@ -111,16 +113,16 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
 
 def _launch(em: FunctionEmitter, s: Matmul, plan: Plan, part: ir.Function, args: list,
             threads: ir.Value, prefix: str) -> None:
-    """GOMP_parallel over `threads` threads.  Each matrix splits into `parts` (1 when the
-    threads divide the batch, else one per thread, at most one per register tile), so
-    every thread gets the same number of the batch * parts work items."""
+    """GOMP_parallel over `threads` threads, on batch * parts work items: each matrix splits
+    into parts = ceil(threads * ITEMS_PER_THREAD / batch), at most one per register tile."""
     b = em.builder
     batch, split = ir.Constant(S.I64, plan.batch_count), ir.Constant(S.I64, plan.blocks.split_tiles(s.m, s.n))
-    divides = b.icmp_signed("==", b.srem(batch, threads), ir.Constant(S.I64, 0))
-    parts = b.select(divides, ir.Constant(S.I64, 1), S.intrinsic(b, "smin", [threads, split]))
-    struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64])
+    wanted = b.mul(threads, ir.Constant(S.I64, ITEMS_PER_THREAD))
+    parts = b.sdiv(b.add(wanted, ir.Constant(S.I64, plan.batch_count - 1)), batch)
+    parts = S.intrinsic(b, "smin", [parts, split])
+    struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64, S.I64])
     data = _entry_alloca(em, struct)
-    for k, value in enumerate(args + [b.mul(batch, parts), parts]):
+    for k, value in enumerate(args + [b.mul(batch, parts), parts, ir.Constant(S.I64, 0)]):  # counter = 0
         b.store(value, _field(b, data, struct, k))
     element = S.register_type(em.kernel.buffer(s.workspace).dtype)
     omp = _omp_function(em.module, part, struct, plan.blocks.thread_elements, element, f"{prefix}.omp")
@@ -130,17 +132,18 @@ def _launch(em: FunctionEmitter, s: Matmul, plan: Plan, part: ir.Function, args:
 
 def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStructType,
                   thread_elements: int, element: ir.Type, name: str) -> ir.Function:
-    """`void name(ptr data)`: this thread's contiguous chunk of the work items, packing
+    """`void name(ptr data)`: the work items this thread claims, one at a time, packing
     into its own `thread_elements` slice of the workspace."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    fields = [b.load(_field(b, fn.args[0], struct, k), typ=t) for k, t in enumerate(struct.elements)]
-    *args, ws, items, parts = fields
-    tid, lo, hi = thread_chunk(b, module, items)
-    slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=element)
-    b.call(part, args + [slice_, lo, hi, parts])
+    *args, ws, items, parts = [b.load(_field(b, fn.args[0], struct, k), typ=t)
+                               for k, t in enumerate(struct.elements[:-1])]
+    counter = _field(b, fn.args[0], struct, len(struct.elements) - 1)
+    with claimed_chunks(b, module, counter, items, ir.Constant(S.I64, 1)) as (tid, lo, hi):
+        slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=element)
+        b.call(part, args + [slice_, lo, hi, parts])
     b.ret_void()
     return fn
 

@@ -6,8 +6,14 @@ For such a loop `for i in range(n): body` the kernel gets two internal functions
   same facts as in the kernel itself, and is `noinline` (the serial and the parallel path
   share one compiled copy);
 - `<kernel>.par<k>.omp(ptr data)` is what every thread runs: it reads the arguments from
-  the struct at `data` and calls `.range` on the thread's contiguous chunk
-  [t * c, min((t + 1) * c, n)) with c = ceil(n / threads), t = omp_get_thread_num().
+  the struct at `data` and calls `.range` on chunks of the iterations it claims (below).
+Work is split dynamically (`claimed_chunks`): the n iterations form CHUNKS_PER_THREAD
+chunks per thread; thread t runs chunk t first (where a static split would start it, no
+contention), then claims chunk `threads + counter++` (an atomic add on a counter in the
+struct, zeroed by the caller) until none is left.  With a static split, a thread that the
+OS deschedules holds back the whole region by its half of the work (on the shared 2-core
+machine W4's median went from 4 to 27 ms); now the other thread takes over its chunks,
+and the region waits at most for the chunk in flight.
 "Captured" are the loop-IR names visible at the loop (enclosing loop indices, Lets,
 accumulators): the outlined body reads them as arguments.  At the loop itself the kernel
 estimates the work, n times the innermost iterations of one pass over the body, and below
@@ -30,7 +36,8 @@ kernels then take the serial path without touching libgomp's thread pool.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import llvmlite.ir as ir
 
@@ -39,6 +46,7 @@ from .llvm_codegen import FunctionEmitter, declare_kernel_function
 from .loops import Loop, Reduce
 
 PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a loop stays serial
+CHUNKS_PER_THREAD = 4              # loop chunks per thread: enough to rebalance, few enough to stream
 _PTR = ir.PointerType()
 
 
@@ -62,9 +70,9 @@ def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]
         with serial:
             b.call(range_fn, args + [ir.Constant(S.I64, 0), n])
         with parallel:
-            struct = ir.LiteralStructType([a.type for a in args] + [S.I64])
+            struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64])
             data = _entry_alloca(em, struct)
-            for k, value in enumerate(args + [n]):
+            for k, value in enumerate(args + [n, ir.Constant(S.I64, 0)]):      # counter = 0
                 b.store(value, _field(b, data, struct, k))
             omp_fn = _omp_function(em.module, range_fn, struct, f"{prefix}.omp")
             gomp = S.declare(em.module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32],
@@ -90,29 +98,53 @@ def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, i
 
 
 
-def thread_chunk(b: ir.IRBuilder, module: ir.Module, n: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """(thread id, lo, hi): this OpenMP thread's contiguous share of `n` work items."""
+@contextmanager
+def claimed_chunks(b: ir.IRBuilder, module: ir.Module, counter: ir.Value, n: ir.Value,
+                   size: ir.Value) -> Iterator[tuple[ir.Value, ir.Value, ir.Value]]:
+    """`with claimed_chunks(...) as (tid, lo, hi):` the body runs on every chunk [lo, hi) of
+    `size` items out of [0, n) that this OpenMP thread claims: chunk tid first, then chunk
+    threads + (atomic counter++) while one is left.  `counter` (an i64 shared by the team)
+    must be 0 when the region starts; every chunk runs exactly once."""
     thread_num = S.declare(module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
     num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
     tid = b.sext(b.call(thread_num, []), S.I64)
     threads = b.sext(b.call(num_threads, []), S.I64)
-    chunk = b.udiv(b.add(n, b.sub(threads, ir.Constant(S.I64, 1))), threads)
-    lo = S.intrinsic(b, "smin", [b.mul(tid, chunk), n])
-    hi = S.intrinsic(b, "smin", [b.add(lo, chunk), n])
-    return tid, lo, hi
+    fn, entry = b.function, b.block
+    header, body, done = (fn.append_basic_block(f"chunk.{x}") for x in ("header", "body", "done"))
+    b.branch(header)
+    b.position_at_end(header)
+    chunk = b.phi(S.I64, "chunk")
+    chunk.add_incoming(tid, entry)
+    lo = b.mul(chunk, size)
+    b.cbranch(b.icmp_signed("<", lo, n), body, done)
+    b.position_at_end(body)
+    yield tid, lo, S.intrinsic(b, "smin", [b.add(lo, size), n])
+    claimed = b.atomic_rmw("add", counter, ir.Constant(S.I64, 1), "monotonic")
+    chunk.add_incoming(b.add(threads, claimed), b.block)
+    b.branch(header)
+    b.position_at_end(done)
+
+
+def chunk_size(b: ir.IRBuilder, module: ir.Module, n: ir.Value, per_thread: int) -> ir.Value:
+    """ceil(n / (threads * per_thread)), at least 1: the chunk for `per_thread` chunks each."""
+    num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
+    chunks = b.mul(b.sext(b.call(num_threads, []), S.I64), ir.Constant(S.I64, per_thread))
+    size = b.udiv(b.add(n, b.sub(chunks, ir.Constant(S.I64, 1))), chunks)
+    return S.intrinsic(b, "smax", [size, ir.Constant(S.I64, 1)])
 
 
 def _omp_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralStructType,
                   name: str) -> ir.Function:
-    """`void name(ptr data)`: this thread's chunk of the iterations, then return."""
+    """`void name(ptr data)`: the chunks of the iterations this thread claims, then return."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     data = fn.args[0]
-    fields = [b.load(_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements)]
-    _, lo, hi = thread_chunk(b, module, fields[-1])
-    b.call(range_fn, fields[:-1] + [lo, hi])
+    *args, n = [b.load(_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements[:-1])]
+    counter = _field(b, data, struct, len(struct.elements) - 1)
+    with claimed_chunks(b, module, counter, n, chunk_size(b, module, n, CHUNKS_PER_THREAD)) as (_, lo, hi):
+        b.call(range_fn, args + [lo, hi])
     b.ret_void()
     return fn
 

@@ -35,6 +35,7 @@ from ..dtypes import DType
 
 MIN_PACKED_SIDE = 8             # thinner products run faster as vectorized plain loops...
 THIN_PACKED_FLOPS = 1 << 22     # ...unless big enough that reading B once wins (m, n >= 2)
+SPLIT_MIN_TILES = 4             # register tiles a dim needs for threads to split it (2 x 2 items)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,15 @@ def _aligned(elements: int, t: Tiles) -> int:
 
 def blocks(dtype: DType, m: int, n: int, k: int) -> Blocks:
     t = TILES[dtype]
-    split_m = -(-m // t.mr) >= -(-n // t.nr)
+    m_tiles, n_tiles = -(-m // t.mr), -(-n // t.nr)
+    # Each part packs its own panels: split rows and every part packs all of B (k x n),
+    # split columns and every part packs all of A (m x k).  So split the dim whose other
+    # operand is smaller (W4's 256x784 @ 784x512: the columns), unless that dim has too
+    # few register tiles to share out.
+    if min(m_tiles, n_tiles) >= SPLIT_MIN_TILES:
+        split_m = n <= m
+    else:
+        split_m = m_tiles >= n_tiles
     return Blocks(t, min(t.mc, _round_up(m, t.mr)), min(t.kc, k), min(t.nc, _round_up(n, t.nr)), split_m)
 
 
