@@ -211,3 +211,33 @@ def test_cli_dump_ptx_prints_launches_and_ptxas_figures(tmp_path, monkeypatch, c
                      r"//   ptxas -v: \d+ registers, 0 bytes spill stores", out)
     assert re.search(r"// \S+_add_relu_sum: elementwise, block 256x1x1, grid 1x1x1", out)
     assert ".target sm_90" in out
+
+
+def _mlir_opt(text: str, *passes: str) -> str:
+    import subprocess
+    from tracecomp.ir.mlir_tool import find_mlir_opt
+    proc = subprocess.run([find_mlir_opt(), *passes, "-"], input=text, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[:3000]
+    return proc.stdout
+
+
+@pytest.mark.mlir
+@pytest.mark.skipif(__import__("tracecomp.ir.mlir_tool", fromlist=["x"]).find_mlir_opt() is None,
+                    reason="mlir-opt not found (not in /usr/lib/llvm-22/bin nor on PATH)")
+def test_gpu_loop_ir_is_accepted_by_mlir_opt_and_maps_to_gpu_launches():
+    from tracecomp.gpu.mlir_print import print_gpu_loops
+
+    def f(x, w, i, v):
+        h = tc.relu(x @ w)
+        return tc.softmax(h, dim=1), x.sum(), x.argmax(dim=1), h.index_add(0, i, v)
+    program = _program(f, np.ones((40, 70), np.float32), np.ones((70, 36), np.float32),
+                       np.array([0, 3]), np.ones((2, 36), np.float32))
+    step = tc.trace(tc.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3))).lower(*_mlp_inputs()).program
+    for p in (program, step):
+        gpu = compile_program(p)
+        text = print_gpu_loops(gpu)
+        assert text.count("func.func") == len(gpu.launches)
+        assert "#gpu.loop_dim_map<processor = block_x" in text and "processor = thread_x" in text
+        _mlir_opt(text)
+        converted = _mlir_opt(text, "--convert-parallel-loops-to-gpu")
+        assert "gpu.launch" in converted

@@ -55,9 +55,13 @@ def print_kernel(kernel: Kernel) -> str:
     return _Printer().kernel(kernel, depth=0)
 
 
-def print_kernels(kernels: Iterable[Kernel], notes: dict[str, list[str]] | None = None) -> str:
+def print_kernels(kernels: Iterable[Kernel], notes: dict[str, list[str]] | None = None,
+                  gpu_mapping: dict[str, dict[str, str]] | None = None) -> str:
     """Several kernels (distinct names) as one `module { ... }`; `notes` (kernel name ->
-    lines, see source_notes.py) print as `//` comments above each kernel's func.func."""
+    lines, see source_notes.py) print as `//` comments above each kernel's func.func.
+    `gpu_mapping` (kernel name -> loop var -> processor: block_x, thread_x, sequential, ...)
+    prints those loops as `scf.parallel` with the upstream GPU mapping attribute
+    (`#gpu.loop_dim_map`, what MLIR's convert-parallel-loops-to-gpu takes): the GPU variant."""
     kernels = list(kernels)
     seen: set[str] = set()
     for k in kernels:
@@ -65,7 +69,8 @@ def print_kernels(kernels: Iterable[Kernel], notes: dict[str, list[str]] | None 
             raise IRError(f"two kernels are named '{k.name}'; a module needs distinct names")
         seen.add(k.name)
         check_kernel(k)
-    text = "module {\n" + "".join(_Printer().kernel(k, depth=1) for k in kernels) + "}\n"
+    mapping = gpu_mapping or {}
+    text = "module {\n" + "".join(_Printer(mapping.get(k.name)).kernel(k, depth=1) for k in kernels) + "}\n"
     return annotate(text, notes, "//") if notes else text
 
 
@@ -203,7 +208,8 @@ class _Scope:
 
 
 class _Printer:
-    def __init__(self) -> None:
+    def __init__(self, gpu_mapping: dict[str, str] | None = None) -> None:
+        self.gpu_mapping = gpu_mapping or {}              # loop var -> GPU processor
         self.lines: list[str] = []
         self.depth = 0
         self.scopes = [_Scope()]
@@ -312,12 +318,14 @@ class _Printer:
         self.push()
         var = self.fresh(s.var)
         self.bind(s.var, var)
-        header = (f"scf.parallel ({var}) = ({lo}) to ({hi}) step ({step}) {{" if s.parallel
+        processor = self.gpu_mapping.get(s.var)
+        header = (f"scf.parallel ({var}) = ({lo}) to ({hi}) step ({step}) {{" if s.parallel or processor
                   else f"scf.for {var} = {lo} to {hi} step {step} {{")
         self.lines.append("  " * (self.depth - 1) + header)
         self.block(s.body)
         self.pop()
-        self.line("}")
+        self.line("}" + (f" {{mapping = [#gpu.loop_dim_map<processor = {processor}, map = (d0) -> (d0), "
+                         f"bound = (d0) -> (d0)>]}}" if processor else ""))
 
     def reduce(self, s: Reduce) -> None:
         inits = [self.expr(a.init) for a in s.accumulators]
