@@ -84,6 +84,7 @@ def thread_partials(em: GpuEmitter, s: Reduce, env: dict, start: ir.Value, stop:
         em._cache.clear()
         loop.next = [S.binary(em.builder, fn, acc, em.expr(term, inner), a.dtype)
                      for (fn, term), acc, a in zip(monoids, loop.carried, s.accumulators)]
+    em._cache.clear()              # values made in the loop body do not dominate its exit
     em.uniform = saved
     return list(loop.carried)
 
