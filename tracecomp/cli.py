@@ -223,9 +223,12 @@ def _dump(args) -> int:
             extra = f" (+ {stage}.{args.format})"
         print(f"{stage:>16}  {elapsed * 1e3:9.1f} ms  {path}{extra}")
         times[stage] = elapsed
+    from .timings import summary
+    compile_times = lowered.timings      # the pipeline's own stages (tracecomp/timings.py)
+    print("compile time per stage: " + summary(compile_times))
     with open(os.path.join(folder, "times.json"), "w") as f:
-        json.dump({"seconds": times, "function": args.function, "inputs": args.input,
-                   "grad": args.grad}, f, indent=2)
+        json.dump({"seconds": times, "compile_seconds": compile_times, "function": args.function,
+                   "inputs": args.input, "grad": args.grad}, f, indent=2)
     return 0
 
 

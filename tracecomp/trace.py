@@ -120,7 +120,7 @@ class Lowered:
     def timings(self) -> dict[str, float]:
         """Seconds per compile stage of this signature (timings.STAGES), compiling it first if
         it was not yet: trace, autodiff, passes, lowering, llvm_opt, machine_code, jit_link."""
-        if self.backend == "cpu":
+        if self.backend == "cpu" and self.device == "cpu":
             self.compiled
         return dict(self.compile_times)
 

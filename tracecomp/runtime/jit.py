@@ -34,6 +34,7 @@ from typing import Iterable, Optional, Union
 import llvmlite.binding as llvm
 import llvmlite.ir as lir
 
+from .. import timings
 from ..errors import BackendError
 from . import target
 
@@ -136,13 +137,15 @@ class JitEngine:
         """Optimize `module` at `opt` and emit its object code for this engine's machine."""
         with target.LLVM_LOCK:         # one module through parse, passes and codegen at a time
             module_ref = as_module_ref(module)
-            target.optimize(module_ref, self.tm, opt)
+            with timings.stage("llvm_opt"):
+                target.optimize(module_ref, self.tm, opt)
             exports = _exported_functions(module_ref) if exports is None else list(exports)
             libraries = sorted(_needed_system_libraries(module_ref))
             for lib in libraries:
                 load_system_library(lib)
             _check_external_symbols(module_ref)
-            obj = target.emit_object(module_ref, self.tm)
+            with timings.stage("machine_code"):
+                obj = target.emit_object(module_ref, self.tm)
         return ObjectCode(obj, tuple(exports), tuple(libraries))
 
     def add_object(self, obj: bytes, exports: Iterable[str],
@@ -162,7 +165,8 @@ class JitEngine:
             for symbol in exports:
                 builder.export_symbol(symbol)
             try:
-                tracker = builder.link(lljit, name)
+                with timings.stage("jit_link"):
+                    tracker = builder.link(lljit, name)
             except RuntimeError as e:
                 raise BackendError(f"JIT linking of library '{name}' failed: {_clean(e)}") from None
         return JitLibrary(name, tracker, lljit, exports)

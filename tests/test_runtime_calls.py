@@ -1,0 +1,108 @@
+"""The compiled call path (fast signature key, prepared marshalling) keeps every check, and
+compile times per stage are reported (Lowered.timings, TRACECOMP_LOG)."""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp import timings
+from tracecomp.runtime.memory import aligned_empty_at, data_pointer
+
+
+def test_repeated_calls_with_arrays_and_tensors_give_fresh_right_results():
+    f = tc.trace(lambda x, y: x * y + 1)
+    x, y = np.arange(6, dtype=np.float32).reshape(2, 3), np.full((2, 3), 2, np.float32)
+    first = f(x, y)
+    for args in [(x, y), (tc.tensor(x), y), (x, tc.tensor(y)), (tc.tensor(x), tc.tensor(y))]:
+        out = f(*args)
+        np.testing.assert_array_equal(np.asarray(out), x * y + 1)
+        assert not np.shares_memory(np.asarray(out), np.asarray(first))
+    assert len(f._cache) == 1
+
+
+def test_fast_path_keeps_the_shape_dtype_and_count_checks():
+    f = tc.trace(lambda x: x + 1)
+    x = np.ones(8, np.float32)
+    f(x)
+    np.testing.assert_array_equal(np.asarray(f(np.zeros(5, np.float32))), np.ones(5))   # retraces
+    assert np.asarray(f(np.ones(8, np.float64))).dtype == np.float64                       # retraces
+    with pytest.raises(TypeError):
+        f(x, x)
+    with pytest.raises(tc.ArgumentError):
+        f._cache[next(iter(f._cache))].compiled([x, x])
+    with pytest.raises(tc.ArgumentError, match="input 0 must be float32\\[8\\], got float32\\[4\\]"):
+        f._cache[next(iter(f._cache))].compiled([np.ones(4, np.float32)])
+
+
+def test_non_contiguous_misaligned_and_read_only_inputs_are_handled():
+    f = tc.trace(lambda x: x * 2)
+    base = np.arange(32, dtype=np.float32)
+    f(base[:16])
+    strided = base[::2]
+    odd = np.frombuffer(np.arange(17, dtype=np.float32).tobytes()[2:66], np.float32)   # misaligned
+    frozen = base[:16].copy()
+    frozen.flags.writeable = False
+    for x in (strided, odd, frozen):
+        np.testing.assert_array_equal(np.asarray(f(x)), x * 2)
+
+
+def test_index_inputs_are_still_bounds_checked_on_every_call():
+    f = tc.trace(lambda x, i: tc.index_select(x, 0, i))
+    x, good = np.arange(5, dtype=np.float32), np.array([0, 4], np.int64)
+    np.testing.assert_array_equal(np.asarray(f(x, good)), x[good])
+    with pytest.raises(tc.ShapeError, match="index 5 is out of bounds"):
+        f(x, np.array([0, 5], np.int64))
+
+
+def test_traced_tensor_arguments_are_refused():
+    f = tc.trace(lambda x: x + 1)
+    f(np.ones(3, np.float32))
+    g = tc.trace(lambda x: f(x))
+    with pytest.raises(tc.TraceError, match="concrete tensors"):
+        g(np.ones(3, np.float32))
+
+
+def test_data_pointer_and_aligned_allocation():
+    for a in (np.ones(7), np.arange(10, dtype=np.int32)[3:], np.zeros((3, 4), np.float32).T, np.ones(0)):
+        assert data_pointer(a) == a.ctypes.data
+    out, pointer = aligned_empty_at((5, 3), np.float64)
+    assert out.shape == (5, 3) and pointer == out.ctypes.data and pointer % 64 == 0
+
+
+def test_timings_cover_every_stage_of_a_gradient_compile():
+    f = tc.trace(tc.grad(lambda w, x: ((x @ w).tanh() ** 2).sum()))
+    w, x = np.ones((8, 4), np.float32), np.ones((3, 8), np.float32)
+    t = f.lower(w, x).timings
+    assert set(t) == set(timings.STAGES) - ({"llvm_opt", "machine_code"} if _cached(f, w, x) else set())
+    assert all(s >= 0 for s in t.values()) and t["autodiff"] > 0 and t["lowering"] > 0
+
+
+def _cached(f, *args) -> bool:
+    """Whether the object code came from the compile cache (then LLVM did not run)."""
+    return "llvm_opt" not in f.lower(*args).compile_times
+
+
+def test_nested_stages_count_once():
+    times: dict[str, float] = {}
+    with timings.recording(times):
+        with timings.stage("lowering"):
+            with timings.stage("llvm_opt"):
+                time.sleep(0.01)
+            time.sleep(0.03)
+            timings.add("autodiff", 0.02)      # measured inside "lowering": moves out of it
+    assert set(times) == {"lowering", "llvm_opt", "autodiff"} and times["autodiff"] == 0.02
+    assert 0.01 <= times["llvm_opt"] < 0.03 and 0.01 <= times["lowering"] < 0.03
+    assert timings.summary(times).startswith("autodiff 20.0 ms, lowering ") and "total" in timings.summary(times)
+
+
+def test_one_log_line_per_compile(caplog):
+    caplog.set_level(logging.INFO, logger="tracecomp.trace")
+    f = tc.trace(lambda x: x - 1)
+    for n in (3, 3, 4):
+        f(np.ones(n, np.float32))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled ")]
+    assert len(lines) == 2 and "tensor<3xf32>" in lines[0] and "lowering" in lines[0] and "total" in lines[0]
