@@ -177,3 +177,13 @@ def test_out_of_range_index_inputs_are_marked_for_checking():
         np.ones((4, 3), np.float32), np.zeros(4, np.int64)).optimized)
     [(name, [check])] = p.index_checks.items()
     assert (check.op, check.dim, check.size) == ("gather", 1, 3)
+
+
+def test_a_row_reduction_read_by_a_matmul_is_computed_before_it():
+    """A Matmul reads whole buffers (views, not Loads): a deferred reduction it reads gets its
+    own kernel first, also through the copy kernel of an operand that is not a view."""
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    for fn in (lambda x, w: x.sum(1) @ w, lambda x, w: (x.T - x.amax(1)) @ w,
+               lambda x, w: tc.softmax(x, 1).T @ w):
+        _check_against_interp(fn, x, w)

@@ -116,9 +116,17 @@ def _where(c, a, b):
     return X(L.Select(_as_bool(c), ae, be, ae.dtype))
 
 
+def _abs(x):
+    """|x|; a bool is its own absolute value (NumPy's abs on bool; the loop IR has none)."""
+    if isinstance(x, X) and x.dtype is dt.BOOL:
+        return x
+    return _unary("abs")(x)
+
+
 PRIMITIVES = {name: _unary(name) for name in (
     "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf", "sqrt",
-    "floor", "ceil", "round", "abs", "sign")}
+    "floor", "ceil", "round", "sign")}
+PRIMITIVES["abs"] = _abs
 PRIMITIVES.update({name: _binary(name) for name in ("maximum", "minimum", "atan2", "pow")})
 PRIMITIVES.update({"logical_and": _logical("and"), "logical_or": _logical("or"),
                    "logical_xor": _logical("xor"),

@@ -186,16 +186,19 @@ class Scheduler:
         builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
                    "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter}.get(opdef.kind, _pointwise)
         body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
-        body, absorbed = self.rows.absorb(body)
-        kernel = self.add_kernel(self.inlined_ops([op] + absorbed), body)
-        if absorbed:
-            self.rows.hosts[kernel.name] = absorbed
+        self.add_kernel(self.inlined_ops([op]), body)
 
     def add_kernel(self, ops: list[Op], body: list) -> L.Kernel:
-        """Append the kernel running `body`, which computes `ops` (graph order), named after them."""
+        """Append the kernel running `body`, which computes `ops` (graph order), named after them.
+        Deferred row reductions it reads are computed inside it or before it (schedule_rows)."""
+        body, absorbed = self.rows.absorb(body)
+        if absorbed:
+            ops = sorted(set(ops) | set(self.inlined_ops(absorbed)), key=self._order.__getitem__)
         kernel = L.Kernel(kernel_name(len(self.program.kernels), ops), self._kernel_buffers(body), body)
         self.program.kernels.append(kernel)
         self.program.kernel_ops[kernel.name] = ops
+        if absorbed:
+            self.rows.hosts[kernel.name] = absorbed
         return kernel
 
     def inlined_ops(self, roots: list[Op]) -> list[Op]:

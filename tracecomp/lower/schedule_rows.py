@@ -82,6 +82,9 @@ class RowFusion:
     def absorb(self, body: list) -> tuple[list, list[Op]]:
         """`body` (a kernel being built) with the deferred reductions it reads at its outer
         index computed inside it; the others flushed.  Returns (body, absorbed ops)."""
+        for buffer in _view_reads(body):             # a Matmul reads whole buffers
+            if buffer in self.pending:
+                self.flush(self.pending[buffer])
         reads = self._pending_reads(body)
         if not reads:
             return body, []
@@ -167,6 +170,15 @@ def _read_at(op: Op, reads: dict, sched, outer: tuple) -> bool:
     """Whether every read of `op`'s results is at its output index for `outer`."""
     want = output_index(op, outer)
     return all(index == want for r in op.results for index in reads.get(sched.names[r], ()))
+
+
+def _view_reads(stmts: list) -> set[str]:
+    found: set[str] = set()
+    for s in stmts:
+        if isinstance(s, L.Matmul):
+            found |= {s.a.buffer, s.b.buffer}
+        found |= _view_reads(getattr(s, "body", []))
+    return found
 
 
 def _nest(body: list) -> list[L.Loop]:
