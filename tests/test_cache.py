@@ -191,6 +191,16 @@ def unknown_library(path: Path) -> None:
     path.write_text(json.dumps(meta))
 
 
+def renamed_export(path: Path) -> None:
+    meta = json.loads(path.read_text())
+    meta["exports"][0] = meta["exports"][0][:-1] + "x"
+    path.write_text(json.dumps(meta))
+
+
+def deeply_nested(path: Path) -> None:
+    path.write_text("[" * 100_000 + "]" * 100_000)
+
+
 def other_key(path: Path) -> None:
     meta = json.loads(path.read_text())
     meta["key"] = "0" * 64
@@ -200,7 +210,8 @@ def other_key(path: Path) -> None:
 DAMAGE = {"object bytes flipped": (".o", flip_a_byte), "object truncated": (".o", truncate),
           "object deleted": (".o", Path.unlink), "metadata truncated": (".json", truncate),
           "metadata not json": (".json", lambda p: p.write_bytes(b"\x80garbage")),
-          "unknown system library": (".json", unknown_library), "key mismatch": (".json", other_key)}
+          "unknown system library": (".json", unknown_library), "key mismatch": (".json", other_key),
+          "export renamed": (".json", renamed_export), "metadata nested too deep": (".json", deeply_nested)}
 
 
 @pytest.mark.parametrize("damage", DAMAGE)

@@ -198,7 +198,7 @@ class DiskCache:
         try:
             meta = json.loads(meta_bytes)        # ValueError on bad UTF-8 or JSON
             obj = obj_path.read_bytes()
-        except (ValueError, FileNotFoundError) as e:
+        except (ValueError, RecursionError, FileNotFoundError) as e:
             raise CorruptEntry(f"{type(e).__name__}: {e}") from None
         return _checked(meta, obj, key)
 
@@ -255,7 +255,7 @@ def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
     parts = key_parts(kernels, module_name, align=align)
     key = parts.digest()
     disk = DiskCache(settings.directory)
-    library = _load(disk, key, engine)
+    library = _load(disk, key, engine, [k.name for k in kernels])
     if library is not None:
         return library
     settings.stats.misses += 1
@@ -268,11 +268,14 @@ def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
     return engine.add_object(code.object, code.exports, code.system_libraries)
 
 
-def _load(disk: DiskCache, key: str, engine: jit.JitEngine) -> Optional[jit.JitLibrary]:
+def _load(disk: DiskCache, key: str, engine: jit.JitEngine,
+          kernel_names: list[str]) -> Optional[jit.JitLibrary]:
     try:
         code = disk.load(key)
         if code is None:
             return None
+        if sorted(code.exports) != sorted(kernel_names):
+            raise CorruptEntry(f"exports {sorted(code.exports)}, expected the kernels {sorted(kernel_names)}")
         library = engine.add_object(code.object, code.exports, code.system_libraries)
     except OSError as e:
         log.warning("compile cache: cannot read entry %s under %s: %s", key, disk.root, e)
