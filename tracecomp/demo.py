@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import tracecomp as tc
-from . import pictures
+from . import pictures, timings
 from .plots import Series, line_chart_svg
 from .progress import ProgressBar
 
@@ -138,11 +138,13 @@ def compile_and_check(o: Options, step, params, xb, yb, say):
     t0 = time.perf_counter()
     first = step(*params, xb, yb)
     seconds = time.perf_counter() - t0
-    machine_code = "machine code from the compile cache" if tc.compile_cache.stats.hits > hits else "LLVM"
+    cached = "; machine code from the compile cache" if tc.compile_cache.stats.hits > hits else ""
     lowered = step.lower(*params, xb, yb)
+    stages = timings.summary(lowered.timings)
     kernels, backward = len(lowered.program.kernels), pictures.optimized_backward_ops(lowered)
-    say(f"compiled train step: first call {seconds:.2f} s (trace, value_and_grad, optimize, "
-        f"{machine_code}); {len(lowered.optimized.ops)} ops ({len(backward)} backward) in {kernels} kernels")
+    say(f"compiled train step: first call {seconds:.2f} s, {len(lowered.optimized.ops)} ops "
+        f"({len(backward)} backward) in {kernels} kernels")
+    say(f"  compile stages: {stages}{cached}")
     reference = model().numpy_step(*[p.astype(np.float64) for p in params], xb.astype(np.float64), yb, o.lr)
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - r))) for a, r in zip(first, reference))
     say(f"check: compiled step vs NumPy float64 step, max |difference| {diff:.1e}")
