@@ -116,7 +116,8 @@ def test_progress_bar_redraws_in_place_on_a_terminal():
 def _check_outputs(tmp_path, proc) -> str:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for expected in ["data: 1797 images", "compiled train step: first call", "check: compiled step vs NumPy",
+    for expected in ["data: 1797 images", "compiled train step: first call", "compile stages: trace",
+                     "check: compiled step vs NumPy",
                      "tracecomp compiled", "tracecomp eager", "NumPy by hand", "test accuracy:", "wrote "]:
         assert expected in out, f"{expected!r} missing from the demo's output:\n{out}"
     assert len(re.findall(r"\d+ steps/s", out)) == 3
