@@ -51,7 +51,7 @@ def aligned_empty_at(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarra
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
     base = data_pointer(raw)
     start = -base % ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape), base + start
+    return np.ndarray(shape, dtype, raw, start), base + start     # a view of raw (one call)
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
