@@ -8,17 +8,12 @@ For such a loop `for i in range(n): body` the kernel gets two internal functions
 - `<kernel>.par<k>.omp(ptr data)` is what every thread runs: it reads the arguments from
   the struct at `data` and calls `.range` on chunks of the iterations it claims (below).
 Work is split dynamically (`claimed_chunks`): the n iterations form CHUNKS_PER_THREAD
-chunks per thread; thread t runs chunk t first (where a static split would start it, no
-contention), then claims chunk `threads + counter++` (an atomic add on a counter in the
-struct, zeroed by the caller) until none is left.  With a static split, a thread that the
-OS deschedules holds back the whole region by its half of the work (on the shared 2-core
-machine W4's median went from 4 to 27 ms); now the other thread takes over its chunks,
-and the region waits at most for the chunk in flight.
-"Captured" are the loop-IR names visible at the loop (enclosing loop indices, Lets,
-accumulators): the outlined body reads them as arguments.  At the loop itself the kernel
-estimates the work, n times the innermost iterations of one pass over the body, and below
-PARALLEL_MIN_WORK (or for n < 2, or when omp_get_max_threads() is 1) calls `.range(0, n)`
-directly: waking threads costs microseconds, more than a small loop nest takes.
+chunks per thread, and every thread claims chunk `counter++` (an atomic add on a counter
+in the struct, zeroed by the caller) until none is left.  With a static split, a thread
+that the OS deschedules holds back the whole region by its share of the work (on the
+shared 2-core machine W4's median went from 4 to 27 ms); now the threads that run take
+its chunks, and the region waits only for the chunk in flight, or for a thread that has
+not started yet to reach libgomp's closing barrier.
 
 Why libgomp (GCC's OpenMP runtime) rather than a thread pool of our own:
 - `GOMP_parallel(fn, data, nthreads, flags)` is a stable C ABI that GCC-compiled code has
@@ -102,25 +97,19 @@ def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, i
 def claimed_chunks(b: ir.IRBuilder, module: ir.Module, counter: ir.Value, n: ir.Value,
                    size: ir.Value) -> Iterator[tuple[ir.Value, ir.Value, ir.Value]]:
     """`with claimed_chunks(...) as (tid, lo, hi):` the body runs on every chunk [lo, hi) of
-    `size` items out of [0, n) that this OpenMP thread claims: chunk tid first, then chunk
-    threads + (atomic counter++) while one is left.  `counter` (an i64 shared by the team)
-    must be 0 when the region starts; every chunk runs exactly once."""
+    `size` items out of [0, n) that this OpenMP thread claims (chunk counter++, atomic;
+    `counter`, an i64 shared by the team, must be 0 when the region starts).  Every chunk
+    runs exactly once; none is reserved for a thread, so one that starts late takes none."""
     thread_num = S.declare(module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
-    num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
     tid = b.sext(b.call(thread_num, []), S.I64)
-    threads = b.sext(b.call(num_threads, []), S.I64)
-    fn, entry = b.function, b.block
+    fn = b.function
     header, body, done = (fn.append_basic_block(f"chunk.{x}") for x in ("header", "body", "done"))
     b.branch(header)
     b.position_at_end(header)
-    chunk = b.phi(S.I64, "chunk")
-    chunk.add_incoming(tid, entry)
-    lo = b.mul(chunk, size)
+    lo = b.mul(b.atomic_rmw("add", counter, ir.Constant(S.I64, 1), "monotonic"), size)
     b.cbranch(b.icmp_signed("<", lo, n), body, done)
     b.position_at_end(body)
     yield tid, lo, S.intrinsic(b, "smin", [b.add(lo, size), n])
-    claimed = b.atomic_rmw("add", counter, ir.Constant(S.I64, 1), "monotonic")
-    chunk.add_incoming(b.add(threads, claimed), b.block)
     b.branch(header)
     b.position_at_end(done)
 
