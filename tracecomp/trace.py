@@ -5,6 +5,11 @@ shape and dtype, and the value of every non-tensor leaf (Python scalars are stat
 with torch.compile's specialization, so changing one retraces).  Each new signature is
 traced under the Tracer key, optimized by the pass pipeline and cached; retraces are
 logged with what changed and warn once past `max_retraces`.
+
+Calls whose arguments are all NumPy arrays or concrete Tensors (no kwargs) first look up a
+cheaper key, each argument's shape and dtype (`_fast_key`), filled after the full lookup
+found the signature and took every argument as it was.  Each signature records the time
+of every compile stage (timings.py; `Lowered.timings`), logged when TRACECOMP_LOG is set.
 """
 from __future__ import annotations
 

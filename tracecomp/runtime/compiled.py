@@ -5,8 +5,12 @@ compiled into their own library (freed with this object), or their object code c
 the on-disk compile cache (cache.py; `module` is then generated only if asked for);
 temporaries get a workspace that is planned by liveness and kept across calls; constants
 are copied once into aligned memory.  A call checks the inputs (shape, dtype, index
-ranges) before any pointer reaches native code, allocates fresh aligned outputs, and runs
-the kernels in order.
+ranges) before any pointer reaches native code, allocates fresh aligned outputs (except
+those donation.py placed in donated inputs), and runs the kernels in order.
+The call path is prepared at compile time: per call it builds one list of data pointers
+(inputs, fresh outputs, then the fixed buffers' pointers computed once) and each kernel
+takes its arguments from it by position.  Inputs that are exact, C-contiguous ndarrays of
+the right shape and dtype, with no values to check and not donated, skip check_inputs.
 Not re-entrant: one compiled function must not run in two threads at once (shared workspace).
 """
 from __future__ import annotations
