@@ -158,3 +158,17 @@ def test_gpu_matches_the_cpu_backend(s):
 def test_gpu_mlp_training_step_matches_the_cpu_backend():
     step = tc.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3))
     _assert_same(*_on_gpu(step, _mlp_inputs(batch=256, d_in=784, hidden=512, classes=10)))
+
+
+def test_emulated_block_searches_keep_the_first_extreme_and_nan():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 3000)).astype(np.float32)
+    x[3, 100] = x[3, 2000] = np.nan
+    x[5, 7] = x[5, 2900] = 50
+    got, want = _on_emulator(lambda x: (x.argmax(dim=1), x.max(dim=1), x.argmin(dim=1)), [x])
+    _assert_same(got, want)
+    y = rng.integers(-5, 5, size=1 << 17).astype(np.int32)       # many ties, rows split over blocks
+    got, want = _on_emulator(lambda y: (y.argmax(), y.argmin(), y.max()), [y])
+    _assert_same(got, want)
+    got, want = _on_emulator(lambda z: z.argmax(), [np.full(300, -np.inf, np.float32)])
+    _assert_same(got, want)

@@ -105,6 +105,14 @@ def test_reduction_uses_shuffles_and_shared_memory():
     assert "shfl.sync.bfly" in ptx and "bar.sync" in ptx and ".shared" in ptx
 
 
+def test_argmax_over_long_rows_is_a_block_search():
+    ptx, launches = _ptx_and_plan(lambda x: x.argmax(dim=1), np.ones((8, 1000), np.float32))
+    assert [l.kind for l in launches] == ["rows"] and "shfl.sync.bfly" in ptx
+    _, launches = _ptx_and_plan(lambda x: x.argmax(), np.ones(1 << 20, np.float32))
+    assert [l.kind for l in launches] == ["partials", "finish"]
+    assert [w.dtype.label for w in launches[0].workspaces] == ["float32", "int64"]
+
+
 def test_short_rows_take_one_thread_each():
     _, launches = _ptx_and_plan(lambda x: x.amax(dim=1), np.ones((1000, 10), np.float32))
     assert [l.kind for l in launches] == ["elementwise"]

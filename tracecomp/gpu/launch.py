@@ -27,8 +27,8 @@ from typing import Optional, Union
 from ..dtypes import DType
 from ..errors import BackendError
 from ..lower import llvm_scalar as S
-from ..lower.loops import (Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce,
-                           Store, Var)
+from ..lower.loops import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce,
+                           Select, Store, Var)
 
 ELEMENTWISE_THREADS = 256
 MAX_BLOCKS = 65535             # gridDim.y/z limit; x is capped the same for simplicity
@@ -156,7 +156,8 @@ def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], thre
     if any(isinstance(s, (Loop, Reduce)) for s in body[:body.index(r)]):
         return None
     chunks = min(-(-r.extent // (threads * SPLIT_TERMS_PER_THREAD)), MAX_BLOCKS)
-    workspaces = [Workspace(f"{name}_part{k}", a.dtype, rows * chunks) for k, a in enumerate(r.accumulators)]
+    workspaces = [Workspace(f"{name}_part{k}", DType.int64 if a.dtype == INDEX else a.dtype, rows * chunks)
+                  for k, a in enumerate(r.accumulators)]
     part = Launch(f"{name}_partials", kernel, "partials", seg, (threads, 1, 1), (chunks, rows, 1),
                   workspaces, chunks)
     fin = Launch(f"{name}_finish", kernel, "finish", seg, (threads, 1, 1), (rows, 1, 1),
@@ -198,10 +199,32 @@ def monoid_updates(r: Reduce) -> Optional[list[tuple[str, Expr]]]:
 
 
 def cooperative(s: Reduce) -> bool:
-    """Can a block's threads share `s`?  Its updates are monoids llvm_scalar has for the dtype."""
+    """Can a block's threads share `s`?  Monoid updates llvm_scalar has for the dtypes, or a
+    first-extreme search (arg_update)."""
     monoids = monoid_updates(s)
-    return monoids is not None and all(
-        fn in S.BINARY.get(S.kind(a.dtype), {}) for (fn, _), a in zip(monoids, s.accumulators))
+    if monoids is None:
+        return arg_update(s) is not None
+    return all(fn in S.BINARY.get(S.kind(a.dtype), {}) for (fn, _), a in zip(monoids, s.accumulators))
+
+
+def arg_update(r: Reduce) -> Optional[tuple[str, str, str, Expr]]:
+    """(value acc, index acc, term, take) when `r` searches the first extreme element, as
+    argmax does: its body is one Let `term`, and with one condition `take` that reads only
+    the term and the value accumulator, value = take ? term : value and index = take ? r :
+    index.  Then two partial searches merge by feeding the later one into the earlier."""
+    if len(r.accumulators) != 2 or len(r.body) != 1 or not isinstance(r.body[0], Let):
+        return None
+    best, at = r.accumulators
+    term = r.body[0].name
+    u, v = r.update
+    if at.dtype != INDEX or not (isinstance(u, Select) and isinstance(v, Select)) or u.cond != v.cond:
+        return None
+    if (u.a, u.b) != (Var(term, u.dtype), Var(best.name, best.dtype)) or \
+            (v.a, v.b) != (Var(r.var, INDEX), Var(at.name, INDEX)):
+        return None
+    if not names_read(u.cond) <= {term, best.name}:
+        return None
+    return best.name, at.name, term, u.cond
 
 
 def names_read(e: Expr) -> set[str]:

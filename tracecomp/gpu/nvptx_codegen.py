@@ -25,7 +25,7 @@ from ..lower import llvm_scalar as S
 from ..lower.llvm_codegen import FunctionEmitter, LoopState, declare_kernel_function
 from ..lower.loops import Loop, Matmul, Reduce, Store
 from . import nvptx_intrinsics as X
-from .launch import Launch, atomic_add_term, perfect_nest, static_product
+from .launch import Launch, atomic_add_term, cooperative, perfect_nest, static_product
 
 PARAM_ALIGN = 16        # cuMemAlloc returns 256-byte aligned memory; 16 allows vector loads
 WIDE_INDEX = 1 << 30    # flat iteration spaces at least this big use 64-bit indices
@@ -116,7 +116,7 @@ class GpuEmitter(FunctionEmitter):
         super().loop(s, env)
 
     def reduce(self, s: Reduce, env: dict[str, ir.Value]) -> None:
-        from .nvptx_reduce import block_reduce, cooperative
+        from .nvptx_reduce import block_reduce
         if self.uniform and self.threads > 1 and cooperative(s):
             block_reduce(self, s, env)
         else:
