@@ -1,5 +1,7 @@
 """The scheduler (graph -> loop-IR kernels) against eager execution, through the loop-IR
 interpreter, for the shared op samples; and the fusion decisions it makes."""
+import re
+
 import numpy as np
 import pytest
 
@@ -187,3 +189,28 @@ def test_a_row_reduction_read_by_a_matmul_is_computed_before_it():
     for fn in (lambda x, w: x.sum(1) @ w, lambda x, w: (x.T - x.amax(1)) @ w,
                lambda x, w: tc.softmax(x, 1).T @ w):
         _check_against_interp(fn, x, w)
+
+
+def test_row_kernel_loops_use_the_widest_vectors_and_call_nothing():
+    """Each pass over a row (the max, the sum of exponentials, the normalized store; the
+    mean, the squared deviations, the store) is a vector loop."""
+    from test_asm import _loops, _widest_vector_register
+    reg = _widest_vector_register()
+    x = np.ones((64, 1024), np.float32)
+    w = np.ones(1024, np.float32)
+    for fn, args in ((lambda x: tc.softmax(x, 1), (x,)), (lambda x, w: tc.layer_norm(x, [1024], w, w), (x, w))):
+        asm = tc.trace(fn).lower(*args).as_text("asm")
+        loops = _loops(asm)
+        vector_loops = [body for body in loops if re.search(rf"v\w+\s.*%{reg}\d", body)]
+        assert len(vector_loops) >= 3, asm
+        for body in vector_loops:       # (the thread launcher's chunk loop calls the row loop)
+            assert not re.search(r"^\s+call", body, re.M), f"a call inside a loop:\n{body}"
+
+
+def test_a_row_reduction_absorbed_and_also_read_by_a_matmul_stays_stored():
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    def fn(x, w):
+        s = x.sum(1, keepdim=True)
+        return x / s, s.T @ w              # the division's kernel computes s; the product reads it
+    _check_against_interp(fn, x, w)

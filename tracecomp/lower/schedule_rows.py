@@ -68,7 +68,7 @@ class RowFusion:
         program = self.sched.program
         loaded: set[str] = set()
         for k in program.kernels:
-            loaded |= {load.buffer for load in loads_in(k.body)}
+            loaded |= {load.buffer for load in loads_in(k.body)} | _view_reads(k.body)
         outputs = {self.sched.names[v] for v in self.sched.graph.outputs if v in self.sched.names}
         for k in program.kernels:
             ops = self.hosts.get(k.name, [])
@@ -306,8 +306,8 @@ def recomputable(sched, table) -> set[Value]:
     readers: dict[str, set[str]] = {}
     products: set[str] = set()
     for k in sched.program.kernels:
-        for load in loads_in(k.body):
-            readers.setdefault(load.buffer, set()).add(k.name)
+        for buffer in {load.buffer for load in loads_in(k.body)} | _view_reads(k.body):
+            readers.setdefault(buffer, set()).add(k.name)
         products |= {s.out.buffer for s in k.body if isinstance(s, L.Matmul)}
     found = set()
     for v, name in sched.names.items():
