@@ -262,6 +262,16 @@ def test_key_covers_each_part():
         assert dataclasses.replace(base, **{name: value}).digest() != base.digest(), name
 
 
+def test_loop_ir_showing_an_address_is_not_cached(fresh_cache, monkeypatch, caplog):
+    real = cache.key_parts
+    monkeypatch.setattr(cache, "key_parts",
+                        lambda *a, **k: dataclasses.replace(real(*a, **k), kernels="[<object at 0x7f01>]"))
+    with caplog.at_level(logging.WARNING, logger="tracecomp.cache"):
+        run_model()
+    assert "object address" in caplog.text
+    assert not fresh_cache.exists() and cache.settings.stats == cache.CacheStats()
+
+
 def test_other_cpu_features_miss(fresh_cache, monkeypatch):
     run_model()
     host = target.host_target()

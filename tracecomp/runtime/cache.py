@@ -253,6 +253,11 @@ def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
     if not settings.enabled:
         return engine.compile(codegen_kernels(kernels, module_name, align=align))
     parts = key_parts(kernels, module_name, align=align)
+    if " at 0x" in parts.kernels:
+        # an object without a repr of its own in the loop IR: its address would make every
+        # process's key new, so the cache would only grow; compile without it
+        log.warning("compile cache: the loop IR of %s prints an object address; not cached", module_name)
+        return engine.compile(codegen_kernels(kernels, module_name, align=align))
     key = parts.digest()
     disk = DiskCache(settings.directory)
     library = _load(disk, key, engine, [k.name for k in kernels])
