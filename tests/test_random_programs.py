@@ -60,6 +60,11 @@ def _elementwise_by_arity() -> dict[int, list[str]]:
 
 
 ELEMENTWISE = _elementwise_by_arity()
+# Table ops that reduce over a `dim` argument, and the ones whose result is exact on exact input.
+REDUCTIONS = sorted((o for o in _TABLE.values() if o.kind in ("reduction", "arg_reduction", "variance")
+                     and any(a.name == "dim" for a in o.schema.arguments)), key=lambda o: o.full_name) \
+    + [_TABLE["logsumexp"]]
+_EXACT_REDUCTIONS = {"sum", "prod", "amax", "amin", "all", "any", "max", "min"}
 
 
 @dataclass
@@ -215,33 +220,40 @@ class Builder:
         return self.apply("pow 2" if op == "pow" else f"{op} {c}", fn, [i], exact, bits, frac)
 
     def reduction(self) -> bool:
+        """A table op over `dim` (reductions, arg-reductions, var/std; logsumexp, a composite)."""
         i = self.pick(lambda v: len(v.shape) >= 1)
         if i is None:
             return False
         v = self.p.vals[i]
-        name = self.draw(st.sampled_from(["sum", "mean", "prod", "amax", "amin", "all", "any",
-                                          "var", "std", "argmax", "argmin", "logsumexp", "max.dim"]))
-        if name in ("argmax", "argmin", "max.dim") and not v.exact:
+        opdef = self.draw(st.sampled_from(REDUCTIONS))
+        arg_kind = opdef.kind == "arg_reduction"
+        if arg_kind and not v.exact:
             return False
         dim = self.draw(st.integers(-len(v.shape), len(v.shape) - 1))
         keepdim = self.draw(st.booleans())
-        calls = {
-            "max.dim": lambda x: tc.max(x, dim, keepdim)[0],
-            "argmax": lambda x: x.argmax(dim, keepdim=keepdim),
-            "argmin": lambda x: x.argmin(dim, keepdim=keepdim),
-            "var": lambda x: x.var(dim, keepdim=keepdim),
-            "std": lambda x: x.std(dim, keepdim=keepdim),
-            "logsumexp": lambda x: tc.logsumexp(x, dim, keepdim),
-        }
-        fn = calls.get(name, lambda x: getattr(x, name)(dim=dim, keepdim=keepdim))
-        n = v.shape[dim]
-        exact = v.exact and name in ("sum", "prod", "amax", "amin", "all", "any", "argmax", "argmin", "max.dim")
-        bits = frac = 0
-        if exact and name in ("sum", "prod"):
-            exact, bits, frac = _exact_float(name, [v], n)
-        elif exact:
-            bits, frac = v.bits, v.frac
-        return self.apply(f"{name} dim={dim} keepdim={keepdim}", fn, [i], exact, bits, frac)
+        result = self.draw(st.integers(0, len(opdef.schema.returns) - 1))
+
+        def fn(x):
+            out = getattr(tc, opdef.name)(x, dim, keepdim=keepdim)
+            return out[result] if isinstance(out, tuple) else out
+        exact = v.exact and (arg_kind or opdef.impl in _EXACT_REDUCTIONS)
+        bits, frac = v.bits, v.frac
+        if exact and opdef.impl in ("sum", "prod"):
+            exact, bits, frac = _exact_float(opdef.impl, [v], v.shape[dim])
+        return self.apply(f"{opdef.full_name}[{result}] dim={dim} keepdim={keepdim}", fn, [i], exact, bits, frac)
+
+    def cat(self) -> bool:
+        i = self.pick(lambda v: len(v.shape) >= 1)
+        if i is None:
+            return False
+        v = self.p.vals[i]
+        dim = self.draw(st.integers(0, len(v.shape) - 1))
+        j = self.pick(lambda u: len(u.shape) == len(v.shape) and
+                      all(a == b for d, (a, b) in enumerate(zip(u.shape, v.shape)) if d != dim))
+        u = self.p.vals[j]
+        exact = u.exact and v.exact
+        bits, frac = max(u.bits, v.bits), max(u.frac, v.frac)
+        return self.apply(f"cat dim={dim}", lambda a, b: tc.cat([a, b], dim), [i, j], exact, bits, frac)
 
     def view(self) -> bool:
         i = self.pick()
@@ -322,7 +334,7 @@ class Builder:
             _add_input(self.p, self.data, _broadcast_shape(self.data, base) if k else base, dtype)
         steps = self.draw(st.integers(2, max_steps))
         kinds = [self.elementwise, self.elementwise, self.scalar_operand, self.reduction, self.view,
-                 self.matmul, self.composition]
+                 self.matmul, self.composition, self.cat]
         done = attempts = 0
         while done < steps and attempts < 6 * steps:
             attempts += 1
