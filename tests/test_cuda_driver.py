@@ -172,3 +172,14 @@ def test_emulated_block_searches_keep_the_first_extreme_and_nan():
     _assert_same(got, want)
     got, want = _on_emulator(lambda z: z.argmax(), [np.full(300, -np.inf, np.float32)])
     _assert_same(got, want)
+
+
+@pytest.mark.parametrize("shapes", [((70, 33), (33, 130)), ((2, 3, 20, 9), (3, 9, 70)), ((65, 1), (1, 64))],
+                         ids=["edges", "batched", "k=1"])
+def test_emulated_matmul_tiles_cover_every_edge(shapes):
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    got, want = _on_emulator(lambda a, b, c: tc.relu(a @ b + c), [a, b, np.ones(shapes[1][-1], np.float32)])
+    _assert_same(got, want)
+    got, want = _on_emulator(lambda a, b: (a.mT @ a, (b.mT.to(tc.float64) @ b.mT.mT.to(tc.float64))), [a, b])
+    _assert_same(got, want)

@@ -13,7 +13,8 @@ copies, then accumulates), so each becomes its own launch on one stream:
   partials / finish   a rows nest with few long rows: `partials` has several blocks per
                row, each reducing a chunk into a workspace; `finish` combines the chunks
                of a row and runs the rest of the row's body;
-  matmul       a Matmul: 16x16 output tiles, one block each, through shared memory;
+  matmul       a Matmul: 64x64 output tiles, one block of 16x16 threads each (4x4
+               elements per thread), staged through shared memory;
   serial       anything whose iterations depend on each other: one thread.
 Grids are fixed numbers (loops stride over what a grid does not cover), so a launch
 configuration never depends on runtime sizes; a grid of 0 blocks means "nothing to do".
@@ -32,7 +33,9 @@ from ..lower.loops import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop,
 
 ELEMENTWISE_THREADS = 256
 MAX_BLOCKS = 65535             # gridDim.y/z limit; x is capped the same for simplicity
-MATMUL_TILE = 16
+MATMUL_TILE = 64               # output tile of a matmul block (MATMUL_THREADS^2 threads, 4x4 each)
+MATMUL_THREADS = 16
+MATMUL_K = 16                  # k step staged in shared memory
 THREAD_PER_ROW_MAX = 64        # rows no longer than this: one thread per row, not a block
 SPLIT_MIN_EXTENT = 1 << 16     # rows at least this long are split over several blocks...
 SPLIT_MAX_ROWS = 64            # ...when there are at most this many of them
@@ -170,7 +173,7 @@ def _matmul(kernel: Kernel, s: Matmul, name: str) -> Launch:
     ext = [s.n, s.m, static_product(s.batch) if s.batch else 1]
     grid = tuple(MAX_BLOCKS if not isinstance(e, int) or e is None
                  else min(-(-e // t) if i < 2 else e, MAX_BLOCKS) for i, e in enumerate(ext))
-    return Launch(name, kernel, "matmul", [s], (t, t, 1), grid)
+    return Launch(name, kernel, "matmul", [s], (MATMUL_THREADS, MATMUL_THREADS, 1), grid)
 
 
 def _serial(kernel: Kernel, stmts: list, name: str) -> Launch:
