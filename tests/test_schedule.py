@@ -214,3 +214,12 @@ def test_a_row_reduction_absorbed_and_also_read_by_a_matmul_stays_stored():
         s = x.sum(1, keepdim=True)
         return x / s, s.T @ w              # the division's kernel computes s; the product reads it
     _check_against_interp(fn, x, w)
+
+
+def test_a_batch_of_one_row_kernel_is_parallel_over_its_rows():
+    x = np.random.default_rng(9).standard_normal((1, 64, 1024)).astype(np.float32)
+    [k] = _kernels(lambda x: tc.softmax(x, -1), x)
+    batch, = k.body
+    assert not batch.parallel and batch.extent == 1
+    assert batch.body[0].parallel and batch.body[0].extent == 64
+    _check_against_interp(lambda x: tc.softmax(x, -1), x)

@@ -191,11 +191,15 @@ def _nest(body: list) -> list[L.Loop]:
 
 
 def mark_parallel(body: list) -> list:
-    """Make the outermost loop of a single nest parallel when the whole nest does at least
-    PARALLEL_MIN_WORK innermost iterations (Reduce loops count)."""
-    if len(body) == 1 and isinstance(body[0], L.Loop) and isinstance(body[0].extent, int) \
-            and body[0].extent > 1 and body[0].extent * _work(body[0].body) >= PARALLEL_MIN_WORK:
-        body[0].parallel = True
+    """Make the outermost loop of a single nest parallel (past loops of extent 1: a batch of
+    one) when the whole nest does at least PARALLEL_MIN_WORK innermost iterations (Reduce
+    loops count)."""
+    nest = _nest(body)
+    while nest and nest[0].extent == 1:
+        nest = nest[1:]
+    if nest and not any(lp.parallel for lp in _nest(body)) and isinstance(nest[0].extent, int) \
+            and nest[0].extent * _work(nest[0].body) >= PARALLEL_MIN_WORK:
+        nest[0].parallel = True
     return body
 
 
