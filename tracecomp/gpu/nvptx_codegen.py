@@ -6,7 +6,8 @@ Expressions, loads, stores, casts, math and serial loops are the CPU code genera
 (llvm_codegen.FunctionEmitter, llvm_scalar, llvm_math's polynomials: no libdevice);
 GpuEmitter changes only what differs on a GPU:
 - where the iteration space comes from (grid-stride loops over thread and block ids);
-- Stores in a `rows` launch, which only thread 0 performs, and atomic scatter-adds;
+- Stores in a `rows` launch, which only thread 0 performs, and Loops there, which the
+  block's threads share; atomic scatter-adds;
 - Reduces in a `rows` launch, which the block's threads share (nvptx_reduce.py);
 - Matmul, tiled through shared memory (nvptx_matmul.py).
 `uniform` is true where every thread of the block runs the same code (a row's body):
@@ -93,9 +94,10 @@ class GpuEmitter(FunctionEmitter):
 
     # ------------------------------------------------------------ statements
     def store(self, s: Store, env: dict[str, ir.Value]) -> None:
-        if self.uniform:
+        if self.uniform:           # one thread stores; the barrier shows it to the others
             with self.thread0():
                 self.store(s, env)
+            X.barrier(self.builder)
             return
         if self.atomic:
             term = atomic_add_term(s, self.kernel_buffers)
@@ -109,11 +111,21 @@ class GpuEmitter(FunctionEmitter):
         return {name: buf for name, (buf, _) in self.buffers.items()}
 
     def loop(self, s: Loop, env: dict[str, ir.Value]) -> None:
-        if self.uniform:
-            with self.thread0():
-                super().loop(s, env)
+        """In a row's body the block's threads share the loop (its iterations store distinct
+        elements: launch.py made anything else serial), between barriers, so what the
+        row computed before is visible to it and what it stores to what follows."""
+        if not self.uniform:
+            super().loop(s, env)
             return
-        super().loop(s, env)
+        b = self.builder
+        X.barrier(b)
+        self.uniform = False
+        with strided_loop(b, self.sreg64("tid.x"), self.extent(s.extent), self.sreg64("ntid.x"), s.var) as lp:
+            self.emit_body(s.body, {**env, s.var: lp.index})
+            lp.next = []
+        self._cache.clear()
+        self.uniform = True
+        X.barrier(b)
 
     def reduce(self, s: Reduce, env: dict[str, ir.Value]) -> None:
         from .nvptx_reduce import block_reduce
