@@ -106,7 +106,7 @@ class RowFusion:
         body = map_exprs(body, work.replace)
         stmts = map_exprs(work.stmts, work.replace)
         level = _nest(body)[rank - 1]
-        level.body = stmts + level.body
+        level.body = reuse_output_row(stmts + level.body, outer[:rank])
         return mark_parallel(body), work.ops
 
     # ----------------------------------------------------------------------------------
@@ -170,6 +170,47 @@ def _read_at(op: Op, reads: dict, sched, outer: tuple) -> bool:
     """Whether every read of `op`'s results is at its output index for `outer`."""
     want = output_index(op, outer)
     return all(index == want for r in op.results for index in reads.get(sched.names[r], ()))
+
+
+_COSTLY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf", "pow", "atan2")
+
+
+def reuse_output_row(row: list, outer: tuple) -> list:
+    """The statements of one row, with a costly value computed once per element instead of
+    twice when a reduction and the final store both need it (softmax: exp(x - max) is summed,
+    then divided by the sum): the value is first written to the output's own row, the
+    Reduce loads it from there and the store reads it back, all within the row (in cache).
+
+    Applies when the row ends with one loop `Store out[outer, t] = E` and a Reduce before it
+    runs over the same extent with one Let `x = X` whose X (at t for the reduce var) holds a
+    transcendental, occurs in E, reads nothing of `out` nor the Reduce's accumulators, and
+    has out's dtype."""
+    if not row or not isinstance(row[-1], L.Loop) or len(row[-1].body) != 1:
+        return row
+    final, store = row[-1], row[-1].body[0]
+    t = L.Var(final.var, L.INDEX)
+    if not isinstance(store, L.Store) or store.index != tuple(outer) + (t,):
+        return row
+    for n, s in enumerate(row[:-1]):
+        if not (isinstance(s, L.Reduce) and s.extent == final.extent and len(s.body) == 1
+                and isinstance(s.body[0], L.Let)):
+            continue
+        r = L.Var(s.var, L.INDEX)
+        x = _rewrite(s.body[0].value, lambda e: t if e == r else None, {})
+        found = [e for e in unique_exprs([L.Let("_", store.value)]) if e == x]
+        exprs = unique_exprs([L.Let("_", x)])
+        if not found or x.dtype != store.value.dtype or \
+                not any(isinstance(e, (L.Unary, L.Binary)) and e.fn in _COSTLY for e in exprs) or \
+                any(isinstance(e, L.Load) and e.buffer == store.buffer for e in exprs) or \
+                any(isinstance(e, L.Var) and e.name in {a.name for a in s.accumulators} for e in exprs):
+            continue
+        at = lambda i: L.Load(store.buffer, tuple(outer) + (i,), x.dtype)      # noqa: E731
+        fill = L.Loop(final.var, final.extent, [L.Store(store.buffer, store.index, x)])
+        reduce = L.Reduce(s.var, s.extent, s.accumulators, [L.Let(s.body[0].name, at(r))], s.update)
+        value = _rewrite(store.value, lambda e: at(t) if e == x else None, {})
+        last = L.Loop(final.var, final.extent, [L.Store(store.buffer, store.index, value)], final.parallel)
+        return row[:n] + [fill, reduce] + row[n + 1:-1] + [last]
+    return row
 
 
 def _view_reads(stmts: list) -> set[str]:
@@ -310,8 +351,9 @@ def recomputable(sched, table) -> set[Value]:
     readers: dict[str, set[str]] = {}
     products: set[str] = set()
     for k in sched.program.kernels:
-        for buffer in {load.buffer for load in loads_in(k.body)} | _view_reads(k.body):
-            readers.setdefault(buffer, set()).add(k.name)
+        writes = {b.name for b in k.buffers if b.role == "output"}
+        for buffer in ({load.buffer for load in loads_in(k.body)} | _view_reads(k.body)) - writes:
+            readers.setdefault(buffer, set()).add(k.name)       # (a row kernel reads its own output)
         products |= {s.out.buffer for s in k.body if isinstance(s, L.Matmul)}
     found = set()
     for v, name in sched.names.items():
