@@ -95,8 +95,6 @@ def _describe_leaf(x) -> str:
 class Lowered:
     """One signature of a traced function: its graphs, its compiled form, its stages as text.
     Scheduling and native compilation happen on first use (first call or first look)."""
-    donated_inputs: frozenset = frozenset()     # positions of the graph inputs the caller donated
-    compile_times: dict = {}                    # seconds per stage (timings.py), set by the tracer
 
     def __init__(self, graph: Graph, optimized: Graph, out_structure, backward_ops: set,
                  backend: str = "cpu", device: str = "cpu"):
@@ -106,6 +104,9 @@ class Lowered:
         self.backward_ops = backward_ops
         self.backend = backend
         self.device = device
+        self.donated_inputs: frozenset = frozenset()  # positions of the graph inputs the caller donated
+        self.reused_inputs: dict[int, int] = {}       # output position -> donated input it was written into
+        self.compile_times: dict[str, float] = {}     # seconds per stage (timings.py)
 
     STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
 
@@ -115,11 +116,9 @@ class Lowered:
         from .lower.schedule import schedule
         with timings.recording(self.compile_times), timings.stage("lowering"):
             program = schedule(self.optimized)
-            if self.donated_inputs and self.backend == "cpu":
+            if self.donated_inputs and self.backend == "cpu" and self.device == "cpu":
                 self.reused_inputs = donate(program, set(self.donated_inputs))
         return program
-
-    reused_inputs: dict = {}     # output position -> donated input position whose memory it reuses
 
     @property
     def timings(self) -> dict[str, float]:
@@ -357,7 +356,7 @@ def trace(fn: Callable | None = None, *, backend: str = "cpu",
     tc.Tensor is not invalidated (unlike JAX): it simply holds the new values.  Only
     C-contiguous, writable arrays of the right dtype that share no memory with another
     argument are written; others are copied first.  The CPU backend reuses memory; the
-    interpreter ignores donation."""
+    interpreter and device="cuda" ignore donation."""
     if fn is None:
         return lambda f: TracedFunction(f, backend, max_retraces, device, donate_argnums)
     return TracedFunction(fn, backend, max_retraces, device, donate_argnums)

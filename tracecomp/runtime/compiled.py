@@ -26,7 +26,7 @@ from ..lower.llvm_codegen import codegen_kernels
 from ..lower.schedule import Program
 from .. import random as tc_random
 from .cache import compile_kernels
-from .memory import aligned_empty, aligned_empty_at, buffer_nbytes, data_pointer, plan_program
+from .memory import ALIGN, aligned_empty, buffer_nbytes, data_pointer, plan_program
 
 
 def _check_indices(a: np.ndarray, checks) -> None:
@@ -78,7 +78,9 @@ class CompiledProgram:
         whose pointers never change; each kernel takes its arguments from it by position."""
         p = self.program
         self._outputs = [n for n, b in p.buffers.items() if b.role == "output"]
-        self._output_specs = [(tuple(p.buffers[n].shape), p.buffers[n].dtype.np) for n in self._outputs]
+        # per fresh output: its shape, dtype and the bytes of raw memory that hold it 64-byte aligned
+        self._output_specs = [(tuple(p.buffers[n].shape), np.dtype(p.buffers[n].dtype.np),
+                               buffer_nbytes(p.buffers[n]) + ALIGN) for n in self._outputs]
         self._input_specs = [(tuple(p.buffers[n].shape), p.buffers[n].dtype.np,
                               p.buffers[n].dtype.np.itemsize, n in p.index_checks or n in p.donated)
                              for n in p.inputs]
@@ -144,10 +146,12 @@ class CompiledProgram:
             inputs = self.check_inputs(inputs)
             pointers = [data_pointer(a) for a in inputs]
         outs = []
-        for shape, dtype in self._output_specs:
-            out, pointer = aligned_empty_at(shape, dtype)
-            outs.append(out)
-            pointers.append(pointer)
+        for shape, dtype, raw_bytes in self._output_specs:     # aligned_empty_at, inlined
+            raw = np.empty(raw_bytes, np.uint8)
+            base = data_pointer(raw)
+            start = -base % ALIGN
+            outs.append(np.ndarray(shape, dtype, raw, start))
+            pointers.append(base + start)
         pointers += self._fixed_pointers
         with self._lock:
             for f in self._fills:
