@@ -183,3 +183,11 @@ def test_emulated_matmul_tiles_cover_every_edge(shapes):
     _assert_same(got, want)
     got, want = _on_emulator(lambda a, b: (a.mT @ a, (b.mT.to(tc.float64) @ b.mT.mT.to(tc.float64))), [a, b])
     _assert_same(got, want)
+
+
+def test_every_stage_of_a_cuda_function_prints_without_a_gpu():
+    low = tc.trace(lambda x: (x * 2).exp().sum(dim=1), device="cuda").lower(np.ones((4, 8), np.float32))
+    assert 'target triple = "nvptx64-nvidia-cuda"' in low.as_text("llvm")
+    assert ".target sm_80" in low.as_text("asm") and low.as_text("asm") == low.as_text("ptx")
+    for stage in ("graph", "optimized", "loops"):
+        assert low.as_text(stage)

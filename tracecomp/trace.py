@@ -164,6 +164,9 @@ class Lowered:
     def llvm(self) -> str:
         from .lower.source_notes import annotate, source_notes
         from .runtime import target
+        if self.device == "cuda":      # the NVPTX module the PTX comes from, optimized
+            from .gpu.nvptx_target import optimized_module
+            return str(optimized_module(self.gpu_module.llvm_ir))
         module = target.optimize(target.parse(str(self.compiled.module)), target.host_target_machine())
         return annotate(str(module), source_notes(self.program), ";")
 
@@ -171,6 +174,8 @@ class Lowered:
     def asm(self) -> str:
         from .lower.source_notes import annotate, source_notes
         from .runtime import target
+        if self.device == "cuda":      # a GPU's assembly is its PTX
+            return self.ptx
         tm = target.host_target_machine()
         text = target.emit_assembly(target.optimize(target.parse(str(self.compiled.module)), tm), tm)
         return annotate(text, source_notes(self.program), "#" if tm.triple.startswith(("x86", "i686")) else "//")
