@@ -4,7 +4,8 @@ matmul launchers built on it.
 - A hand-built region (GOMP_parallel over `claimed_chunks`) records which thread ran each
   chunk and how often: every chunk runs exactly once for uneven sizes and any team size,
   and when thread 1 is held up in the first chunk it claims (usleep), thread 0 runs all
-  the others instead of waiting (what a static split could not do).
+  the others instead of waiting (what a static split could not do), and the region, having
+  kept its caller waiting at the end, sets the module's serial back-off (`start_team`).
 - Compiled parallel loops and packed matmuls give exact / NumPy answers with teams of
   1, 2, 3 and 5 threads (more threads than chunks or cores, and uneven splits).
 """
@@ -18,19 +19,20 @@ import pytest
 
 import tracecomp as tc
 from tracecomp.lower import llvm_scalar as S
-from tracecomp.lower.llvm_parallel import _field, claimed_chunks
+from tracecomp.lower.llvm_parallel import _field, claimed_chunks, mark_done, recently_late, start_team
 from tracecomp.runtime import jit
 
 _PTR = ir.PointerType()
 
 
 def _region_module() -> ir.Module:
-    """`void region(i64* owner, i64* runs, i64 n, i64 size, i64 sleep_us, i32 threads)`:
+    """`i1 region(i64* owner, i64* runs, i64 n, i64 size, i64 sleep_us, i32 threads)`:
     a team of `threads` claims the chunks of [0, n) in `size` steps; for each chunk c it
     sets owner[c] = thread id and runs[c] += 1, and thread 1 sleeps `sleep_us` in the first
-    chunk it claims."""
+    chunk it claims.  The team starts through `start_team`; the result is `recently_late`
+    right after it (whether later regions of the module would run serially)."""
     module = ir.Module("claims")
-    struct = ir.LiteralStructType([_PTR, _PTR, S.I64, S.I64, S.I64, S.I64])    # ..., counter
+    struct = ir.LiteralStructType([_PTR, _PTR, S.I64, S.I64, S.I64, S.I64, S.I64])  # ..., counter, done
     omp = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), "region.omp")
     b = ir.IRBuilder(omp.append_basic_block("entry"))
     owner, runs, n, size = [b.load(_field(b, omp.args[0], struct, k), typ=t)
@@ -46,30 +48,31 @@ def _region_module() -> ir.Module:
         with b.if_then(b.icmp_signed("==", tid, ir.Constant(S.I64, 1))):
             b.call(usleep, [b.trunc(b.load(sleep_us_slot, typ=S.I64), S.I32)])
             b.store(ir.Constant(S.I64, 0), sleep_us_slot)          # only in the first chunk
+    mark_done(b, tid, _field(b, omp.args[0], struct, 6))
     b.ret_void()
 
-    region = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR, _PTR, S.I64, S.I64, S.I64, S.I32]),
-                         "region")
+    region = ir.Function(module, ir.FunctionType(S.I8, [_PTR, _PTR, S.I64, S.I64, S.I64, S.I32]), "region")
     b = ir.IRBuilder(region.append_basic_block("entry"))
     data = b.alloca(struct)
-    for k, value in enumerate(list(region.args[:5]) + [ir.Constant(S.I64, 0)]):
+    for k, value in enumerate(list(region.args[:5]) + [ir.Constant(S.I64, 0)] * 2):
         b.store(value, _field(b, data, struct, k))
-    gomp = S.declare(module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32])
-    b.call(gomp, [omp, data, region.args[5], ir.Constant(S.I32, 0)])
-    b.ret_void()
+    start_team(b, omp, data, _field(b, data, struct, 6), region.args[5])
+    b.ret(b.zext(recently_late(b), S.I8))
     return module
 
 
 @pytest.fixture(scope="module")
 def region():
     lib = jit.compile_module(_region_module())
-    fn = lib.function("region", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+    fn = lib.function("region", ctypes.c_int8, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                       ctypes.c_int64, ctypes.c_int64, ctypes.c_int32)
 
-    def run(n: int, size: int, threads: int, sleep_us: int = 0):
+    def run(n: int, size: int, threads: int, sleep_us: int = 0, late: list | None = None):
         chunks = -(-n // size)
         owner, runs = np.full(chunks, -1, np.int64), np.zeros(chunks, np.int64)
-        fn(owner.ctypes.data, runs.ctypes.data, n, size, sleep_us, threads)
+        was_late = fn(owner.ctypes.data, runs.ctypes.data, n, size, sleep_us, threads)
+        if late is not None:
+            late.append(bool(was_late))
         return owner, runs
     return run
 
@@ -87,9 +90,12 @@ def test_every_chunk_runs_exactly_once(region, n, size, threads):
 def test_a_held_up_thread_leaves_its_share_to_the_other(region):
     """Thread 1 sleeps 0.3 s in the first chunk it claims; with a static split it would own
     half of the 64 chunks, here thread 0 claims all the rest while it sleeps."""
-    owner, runs = region(64, 1, 2, sleep_us=300_000)
+    late = []
+    owner, runs = region(64, 1, 2, sleep_us=300_000, late=late)
     assert (runs == 1).all()
     assert (owner == 0).sum() >= 60, owner                   # a little slack for a loaded machine
+    if (owner == 1).any():         # thread 1 slept in a chunk: the caller waited for it at the end
+        assert late == [True]      # so the module's next regions run serially for a while
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ from ..errors import BackendError
 from . import llvm_scalar as S
 from .llvm_codegen import FunctionEmitter, counted_loop, declare_kernel_function
 from .llvm_microkernel import merge_function, microkernel, pack_function
-from .llvm_parallel import _entry_alloca, _field, claimed_chunks
+from .llvm_parallel import _entry_alloca, _field, claimed_chunks, mark_done, recently_late, start_team
 from .loops import Const, Let, Load, Matmul, Store, Var, INDEX
 from .matmul_loops import expand_matmul, flat_index, flat_name, index_names
 from .matmul_tiles import TILES, Blocks, blocks, flops
@@ -104,7 +104,7 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
     max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
     threads = S.intrinsic(b, "smin", [b.sext(b.call(max_threads, []), S.I64),
                                       ir.Constant(S.I64, plan.capacity)])
-    with b.if_else(b.icmp_signed("<", threads, ir.Constant(S.I64, 2))) as (one, many):
+    with b.if_else(b.or_(b.icmp_signed("<", threads, ir.Constant(S.I64, 2)), recently_late(b))) as (one, many):
         with one:
             serial()
         with many:
@@ -120,14 +120,14 @@ def _launch(em: FunctionEmitter, s: Matmul, plan: Plan, part: ir.Function, args:
     wanted = b.mul(threads, ir.Constant(S.I64, ITEMS_PER_THREAD))
     parts = b.sdiv(b.add(wanted, ir.Constant(S.I64, plan.batch_count - 1)), batch)
     parts = S.intrinsic(b, "smin", [parts, split])
-    struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64, S.I64])
+    struct = ir.LiteralStructType([a.type for a in args] + [S.I64] * 4)
     data = _entry_alloca(em, struct)
-    for k, value in enumerate(args + [b.mul(batch, parts), parts, ir.Constant(S.I64, 0)]):  # counter = 0
+    zero = ir.Constant(S.I64, 0)
+    for k, value in enumerate(args + [b.mul(batch, parts), parts, zero, zero]):    # counter = 0, done
         b.store(value, _field(b, data, struct, k))
     element = S.register_type(em.kernel.buffer(s.workspace).dtype)
     omp = _omp_function(em.module, part, struct, plan.blocks.thread_elements, element, f"{prefix}.omp")
-    gomp = S.declare(em.module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32], attrs=("nounwind",))
-    b.call(gomp, [omp, data, b.trunc(threads, S.I32), ir.Constant(S.I32, 0)])
+    start_team(b, omp, data, _field(b, data, struct, len(args) + 3), b.trunc(threads, S.I32))
 
 
 def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStructType,
@@ -139,11 +139,12 @@ def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStruct
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     *args, ws, items, parts = [b.load(_field(b, fn.args[0], struct, k), typ=t)
-                               for k, t in enumerate(struct.elements[:-1])]
-    counter = _field(b, fn.args[0], struct, len(struct.elements) - 1)
+                               for k, t in enumerate(struct.elements[:-2])]
+    counter, done = (_field(b, fn.args[0], struct, len(struct.elements) - k) for k in (2, 1))
     with claimed_chunks(b, module, counter, items, ir.Constant(S.I64, 1)) as (tid, lo, hi):
         slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=element)
         b.call(part, args + [slice_, lo, hi, parts])
+    mark_done(b, tid, done)
     b.ret_void()
     return fn
 

@@ -14,6 +14,14 @@ that the OS deschedules holds back the whole region by its share of the work (on
 shared 2-core machine W4's median went from 4 to 27 ms); now the threads that run take
 its chunks, and the region waits only for the chunk in flight, or for a thread that has
 not started yet to reach libgomp's closing barrier.
+That last wait is what remains on a loaded machine: a worker waiting for a core makes the
+caller wait too, at every region (W4 on 2 cores at load ~8: median 30-130 ms against 10-20
+ms on one thread).  So each region times itself (`start_team`): when the calling thread
+waited at the closing barrier for more than half as long as it worked, plus LATE_MIN_CYCLES,
+the module's parallel regions run serially for a while (a global of the module, read
+before each region): BACKOFF_CYCLES, doubled after every late try up to MAX_BACKOFF_CYCLES
+and reset by a team that was on time.  Under a steady load that is one stall (tens of ms
+at load 15 on 2 cores) per second of serial work; on a quiet machine no team is late.
 
 Why libgomp (GCC's OpenMP runtime) rather than a thread pool of our own:
 - `GOMP_parallel(fn, data, nthreads, flags)` is a stable C ABI that GCC-compiled code has
@@ -42,6 +50,11 @@ from .loops import Loop, Reduce
 
 PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a loop stays serial
 CHUNKS_PER_THREAD = 4              # loop chunks per thread: enough to rebalance, few enough to stream
+LATE_MIN_CYCLES = 100_000          # ~40 us of time-stamp counter: a wait below this is never "late"
+BACKOFF_CYCLES = 100_000_000       # ~40 ms of serial regions after a late team...
+MAX_BACKOFF_CYCLES = 1 << 32       # ...doubling after each late try up to ~1.6 s
+_SERIAL_UNTIL = "tracecomp.parallel.serial_until"
+_BACKOFF = "tracecomp.parallel.backoff"
 _PTR = ir.PointerType()
 
 
@@ -61,19 +74,17 @@ def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]
                   b.icmp_signed("<", n, ir.Constant(S.I64, 2)))
     max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
     one_thread = b.icmp_signed("<", b.call(max_threads, []), ir.Constant(S.I32, 2))
-    with b.if_else(b.or_(small, one_thread)) as (serial, parallel):
+    with b.if_else(b.or_(b.or_(small, one_thread), recently_late(b))) as (serial, parallel):
         with serial:
             b.call(range_fn, args + [ir.Constant(S.I64, 0), n])
         with parallel:
-            struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64])
+            struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64, S.I64])
             data = _entry_alloca(em, struct)
-            for k, value in enumerate(args + [n, ir.Constant(S.I64, 0)]):      # counter = 0
-                b.store(value, _field(b, data, struct, k))
+            for k, value in enumerate(args + [n, ir.Constant(S.I64, 0), ir.Constant(S.I64, 0)]):
+                b.store(value, _field(b, data, struct, k))        # ..., n, counter = 0, done
             omp_fn = _omp_function(em.module, range_fn, struct, f"{prefix}.omp")
-            gomp = S.declare(em.module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32],
-                             attrs=("nounwind",))
-            zero = ir.Constant(S.I32, 0)        # 0 threads: libgomp's default (OMP_NUM_THREADS)
-            b.call(gomp, [omp_fn, data, zero, zero])
+            # 0 threads: libgomp's default (OMP_NUM_THREADS)
+            start_team(b, omp_fn, data, _field(b, data, struct, len(args) + 2), ir.Constant(S.I32, 0))
 
 
 def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, ir.Value]],
@@ -114,6 +125,61 @@ def claimed_chunks(b: ir.IRBuilder, module: ir.Module, counter: ir.Value, n: ir.
     b.position_at_end(done)
 
 
+def _now(b: ir.IRBuilder) -> ir.Value:
+    """The time-stamp counter (rdtsc on x86: constant rate, cheap, no system call)."""
+    fn = S.declare(b.module, "llvm.readcyclecounter", S.I64, [])
+    return b.call(fn, [])
+
+
+def _global(module: ir.Module, name: str, initial: int) -> ir.GlobalVariable:
+    """An internal i64 global of the module, defined on first use."""
+    g = module.globals.get(name)
+    if g is None:
+        g = ir.GlobalVariable(module, S.I64, name)
+        g.linkage = "internal"
+        g.initializer = ir.Constant(S.I64, initial)
+        g.align = 8
+    return g
+
+
+def recently_late(b: ir.IRBuilder) -> ir.Value:
+    """i1: a team of this module kept its caller waiting less than BACKOFF_CYCLES ago."""
+    until = b.load_atomic(_global(b.module, _SERIAL_UNTIL, 0), "monotonic", 8, typ=S.I64)
+    return b.icmp_unsigned("<", _now(b), until)
+
+
+def mark_done(b: ir.IRBuilder, tid: ir.Value, done: ir.Value) -> None:
+    """In a team's function, after its chunk loop: the calling thread (tid 0) notes when it
+    found no work left, for `start_team`."""
+    with b.if_then(b.icmp_signed("==", tid, ir.Constant(S.I64, 0))):
+        b.store(_now(b), done)
+
+
+def start_team(b: ir.IRBuilder, omp_fn: ir.Function, data: ir.Value, done: ir.Value,
+               threads: ir.Value) -> None:
+    """GOMP_parallel(omp_fn, data, threads); then, if the calling thread waited at the
+    closing barrier (from `done`, set by mark_done, to the return) for more than half the
+    time it worked plus LATE_MIN_CYCLES, regions of this module run serially for a while."""
+    gomp = S.declare(b.module, "GOMP_parallel", ir.VoidType(), [_PTR, _PTR, S.I32, S.I32],
+                     attrs=("nounwind",))
+    start = _now(b)
+    b.call(gomp, [omp_fn, data, threads, ir.Constant(S.I32, 0)])
+    end = _now(b)
+    finished = b.load(done, typ=S.I64)
+    waited, worked = b.sub(end, finished), b.sub(finished, start)
+    limit = b.add(b.lshr(worked, ir.Constant(S.I64, 1)), ir.Constant(S.I64, LATE_MIN_CYCLES))
+    backoff_slot = _global(b.module, _BACKOFF, BACKOFF_CYCLES)
+    backoff = b.load_atomic(backoff_slot, "monotonic", 8, typ=S.I64)
+    with b.if_else(b.icmp_signed(">", waited, limit)) as (late, on_time):
+        with late:
+            b.store_atomic(b.add(end, backoff), _global(b.module, _SERIAL_UNTIL, 0), "monotonic", 8)
+            longer = S.intrinsic(b, "umin", [b.shl(backoff, ir.Constant(S.I64, 1)),
+                                             ir.Constant(S.I64, MAX_BACKOFF_CYCLES)])
+            b.store_atomic(longer, backoff_slot, "monotonic", 8)
+        with on_time:
+            b.store_atomic(ir.Constant(S.I64, BACKOFF_CYCLES), backoff_slot, "monotonic", 8)
+
+
 def chunk_size(b: ir.IRBuilder, module: ir.Module, n: ir.Value, per_thread: int) -> ir.Value:
     """ceil(n / (threads * per_thread)), at least 1: the chunk for `per_thread` chunks each."""
     num_threads = S.declare(module, "omp_get_num_threads", S.I32, [], attrs=("nounwind",))
@@ -130,10 +196,11 @@ def _omp_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralSt
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     data = fn.args[0]
-    *args, n = [b.load(_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements[:-1])]
-    counter = _field(b, data, struct, len(struct.elements) - 1)
-    with claimed_chunks(b, module, counter, n, chunk_size(b, module, n, CHUNKS_PER_THREAD)) as (_, lo, hi):
+    *args, n = [b.load(_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements[:-2])]
+    counter, done = (_field(b, data, struct, len(struct.elements) - k) for k in (2, 1))
+    with claimed_chunks(b, module, counter, n, chunk_size(b, module, n, CHUNKS_PER_THREAD)) as (tid, lo, hi):
         b.call(range_fn, args + [lo, hi])
+    mark_done(b, tid, done)
     b.ret_void()
     return fn
 
