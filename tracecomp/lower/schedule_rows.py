@@ -78,6 +78,8 @@ class RowFusion:
                 k.buffers = self.sched._kernel_buffers(k.body)
                 for name in unused:
                     del self.sched.buffers[name]
+                for v in [v for v, name in self.sched.names.items() if name in unused]:
+                    del self.sched.names[v]
 
     def absorb(self, body: list) -> tuple[list, list[Op]]:
         """`body` (a kernel being built) with the deferred reductions it reads at its outer
