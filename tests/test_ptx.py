@@ -249,3 +249,13 @@ def test_gpu_loop_ir_is_accepted_by_mlir_opt_and_maps_to_gpu_launches():
         _mlir_opt(text)
         converted = _mlir_opt(text, "--convert-parallel-loops-to-gpu")
         assert "gpu.launch" in converted
+
+
+def test_rows_that_store_and_reread_their_own_row_stay_parallel():
+    """A fused softmax stores exp(x - max) into its output, sums it back and divides in
+    place: rows are disjoint, so rows stay one block each and the row's loops are shared
+    by the block's threads (not one thread for everything)."""
+    _, launches = _ptx_and_plan(lambda x: tc.softmax(x, dim=1), np.ones((64, 512), np.float32))
+    assert [l.kind for l in launches] == ["rows"] and launches[0].shared
+    _, launches = _ptx_and_plan(lambda x: tc.softmax(x, dim=1), np.ones((512, 10), np.float32))
+    assert [l.kind for l in launches] == ["elementwise"]

@@ -61,6 +61,7 @@ class Launch:
     grid: tuple[int, int, int]
     workspaces: list[Workspace] = field(default_factory=list)
     chunks: int = 1                    # partials/finish: blocks per row
+    shared: set = field(default_factory=set)   # buffers the launch both loads and stores
     shared_bytes: int = 0              # static shared memory (set by the code generator)
 
     @property
@@ -104,6 +105,63 @@ def _segments(body: list) -> list[list]:
     return out
 
 
+def accesses(stmts: list) -> list[tuple[str, tuple]]:
+    """(buffer, index) of every Load and Store in the statements, nested ones included."""
+    out: list[tuple[str, tuple]] = []
+
+    def expr(e):
+        if isinstance(e, Load):
+            out.append((e.buffer, e.index))
+        for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
+                    getattr(e, "cond", None), *getattr(e, "index", ())):
+            if isinstance(sub, Expr):
+                expr(sub)
+    for s in _walk_all(stmts):
+        if isinstance(s, Store):
+            out.append((s.buffer, s.index))
+            for e in (*s.index, s.value):
+                expr(e)
+        elif isinstance(s, Let):
+            expr(s.value)
+        elif isinstance(s, Reduce):
+            for e in (*(a.init for a in s.accumulators), *s.update):
+                expr(e)
+    return out
+
+
+def _walk_all(stmts: list):
+    for s in stmts:
+        yield s
+        if isinstance(s, (Loop, Reduce)):
+            yield from _walk_all(s.body)
+
+
+def row_disjoint(stmts: list, dims, shared: set[str]) -> bool:
+    """Does every access to a buffer in `shared` index it with each outer loop var at one
+    fixed position?  Then different points of the outer loops touch disjoint elements and
+    may run on different threads or blocks (a row kernel that stores exp(x) and reads it
+    back for its sum, then divides it in place)."""
+    vars_ = [Var(v, INDEX) for v, _ in dims]
+    for name in shared:
+        indices = [ix for buf, ix in accesses(stmts) if buf == name]
+        for v in vars_:
+            common = set.intersection(*({p for p, e in enumerate(ix) if e == v} for ix in indices))
+            if not common:
+                return False
+    return True
+
+
+def iteration_local(loop: Loop, shared: set[str]) -> bool:
+    """Do the loop's accesses to `shared` buffers all use one index that includes the loop
+    var?  Then its iterations may run on different threads."""
+    var = Var(loop.var, INDEX)
+    for name in shared:
+        indices = {ix for buf, ix in accesses([loop]) if buf == name}
+        if len(indices) > 1 or any(var not in ix for ix in indices):
+            return False
+    return True
+
+
 def _defines(seg: list) -> bool:
     return any(isinstance(s, (Let, Reduce)) for s in seg)
 
@@ -128,18 +186,19 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
     dims, body = perfect_nest(seg[0]) if isinstance(seg[0], Loop) else ([], seg)
     loads, stores = buffers_touched(seg)
     shared = loads & stores
-    if shared and not all_atomic(seg, shared):
+    atomic = bool(shared) and all_atomic(seg, shared)
+    if shared and not atomic and not (dims and row_disjoint(seg, dims, shared)):
         return [_serial(kernel, seg, name)]
     reduces = [s for s in body if isinstance(s, Reduce)]
     rows = static_product([e for _, e in dims])
     longest = max((r.extent if isinstance(r.extent, int) else SPLIT_MIN_EXTENT for r in reduces), default=0)
-    if any(map(cooperative, reduces)) and not shared and (not dims or longest > THREAD_PER_ROW_MAX):
+    if any(map(cooperative, reduces)) and not atomic and (not dims or longest > THREAD_PER_ROW_MAX):
         threads = min(256, max(32, 1 << (max(longest, 1) - 1).bit_length()))
-        split = _split_plan(kernel, seg, body, rows, threads, name)
+        split = None if shared else _split_plan(kernel, seg, body, rows, threads, name)
         if split is not None:
             return split
         grid = min(rows, MAX_BLOCKS) if rows is not None else MAX_BLOCKS
-        return [Launch(name, kernel, "rows", seg, (threads, 1, 1), (grid, 1, 1))]
+        return [Launch(name, kernel, "rows", seg, (threads, 1, 1), (grid, 1, 1), shared=shared)]
     if not dims:
         return [_serial(kernel, seg, name)]       # a 0-d store or a non-monoid full reduction
     total = rows
@@ -149,7 +208,7 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
 
 def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], threads: int,
                 name: str) -> Optional[list[Launch]]:
-    """partials + finish for few long rows whose one Reduce is a monoid (see module doc)."""
+    """partials + finish for few long rows whose one Reduce threads can share (module doc)."""
     reduces = [s for s in body if isinstance(s, Reduce)]
     if rows is None or rows > SPLIT_MAX_ROWS or len(reduces) != 1:
         return None

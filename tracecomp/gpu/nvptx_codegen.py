@@ -26,7 +26,8 @@ from ..lower import llvm_scalar as S
 from ..lower.llvm_codegen import FunctionEmitter, LoopState, declare_kernel_function
 from ..lower.loops import Loop, Matmul, Reduce, Store
 from . import nvptx_intrinsics as X
-from .launch import Launch, atomic_add_term, cooperative, perfect_nest, static_product
+from .launch import (Launch, atomic_add_term, cooperative, iteration_local, perfect_nest,
+                     static_product)
 
 PARAM_ALIGN = 16        # cuMemAlloc returns 256-byte aligned memory; 16 allows vector loads
 WIDE_INDEX = 1 << 30    # flat iteration spaces at least this big use 64-bit indices
@@ -119,6 +120,11 @@ class GpuEmitter(FunctionEmitter):
             return
         b = self.builder
         X.barrier(b)
+        if not iteration_local(s, self.launch.shared):
+            with self.thread0():
+                super().loop(s, env)
+            X.barrier(b)
+            return
         self.uniform = False
         with strided_loop(b, self.sreg64("tid.x"), self.extent(s.extent), self.sreg64("ntid.x"), s.var) as lp:
             self.emit_body(s.body, {**env, s.var: lp.index})
