@@ -23,7 +23,8 @@ Parallelism: a work item is one part of one batch matrix; each matrix splits int
 ranges of register tiles along one dim (matmul_tiles.Blocks.split_m), so that there are
 about ITEMS_PER_THREAD items per thread (T threads: min(omp_get_max_threads(), what the
 workspace holds)).  Threads claim items dynamically (llvm_parallel.claimed_chunks): one
-that the OS deschedules leaves its items to the others instead of stalling the product.
+that the OS deschedules leaves its items to the others instead of stalling the product,
+and a team that kept its caller waiting anyway turns on llvm_parallel's serial back-off.
 Each thread packs into its own slice of the workspace; no barriers are needed because
 items write disjoint parts of C.  The items run in an outlined `<kernel>.mm<k>.part`
 function (buffers, sizes and visible names as arguments, like llvm_parallel's outlined

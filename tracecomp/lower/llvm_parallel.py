@@ -143,7 +143,7 @@ def _global(module: ir.Module, name: str, initial: int) -> ir.GlobalVariable:
 
 
 def recently_late(b: ir.IRBuilder) -> ir.Value:
-    """i1: a team of this module kept its caller waiting less than BACKOFF_CYCLES ago."""
+    """i1: the module's serial back-off is running (a team of it was late not long ago)."""
     until = b.load_atomic(_global(b.module, _SERIAL_UNTIL, 0), "monotonic", 8, typ=S.I64)
     return b.icmp_unsigned("<", _now(b), until)
 
