@@ -187,7 +187,7 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
     loads, stores = buffers_touched(seg)
     shared = loads & stores
     atomic = bool(shared) and all_atomic(seg, shared)
-    if shared and not atomic and not (dims and row_disjoint(seg, dims, shared)):
+    if shared and not atomic and not row_disjoint(seg, dims, shared):      # (no dims: one row)
         return [_serial(kernel, seg, name)]
     reduces = [s for s in body if isinstance(s, Reduce)]
     rows = static_product([e for _, e in dims])
