@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import operator
 import threading
 
 import numpy as np
@@ -90,7 +91,11 @@ class CompiledProgram:
         self._calls = []
         for k in p.kernels:
             fn = self.library.function(k.name, None, *([ctypes.c_void_p] * len(k.buffers)))
-            self._calls.append((fn, tuple(position[b.name] for b in k.buffers)))
+            positions = [position[b.name] for b in k.buffers]
+            # itemgetter picks a kernel's pointers as one tuple (of one, for a single buffer)
+            pick = operator.itemgetter(*positions) if len(positions) > 1 else \
+                (lambda pointers, i=positions[0]: (pointers[i],))
+            self._calls.append((fn, pick))
         # each result: ("new", j) the j-th fresh output, ("in", i) input i written in place
         # (donation), ("copy", array) a copy of an input or fixed buffer returned as is
         self._fills = list(p.fills)
@@ -158,8 +163,8 @@ class CompiledProgram:
                 gen = tc_random.generator()
                 draw = gen.random if f.impl == "uniform" else gen.standard_normal
                 self._fixed[f.buffer][...] = draw(f.shape, dtype=f.dtype.np)
-            for fn, positions in self._calls:
-                fn(*[pointers[i] for i in positions])
+            for fn, pick in self._calls:
+                fn(*pick(pointers))
             if self._plain_results:
                 return outs
             return [outs[what] if kind == "new" else inputs[what] if kind == "in"
