@@ -6,8 +6,8 @@ nested inside it, so that nested stages never count twice and the values add up 
 time spent inside the outermost stages.  With no active record, `stage` only reads a clock.
 
 The stages of a compile, in order (STAGES): trace (running the user's function under the
-Tracer, less the autograd engine), autodiff (the backward engine run while tracing grad /
-value_and_grad), passes (the graph pipeline), lowering (scheduling into loop IR, LLVM IR
+Tracer, less the autograd engine; recording the forward pass's autograd history counts
+here), autodiff (the backward engine run while tracing grad / value_and_grad), passes (the graph pipeline), lowering (scheduling into loop IR, LLVM IR
 building and parsing; the compile cache's lookups fall here too), llvm_opt (LLVM's pass
 pipeline), machine_code (instruction selection to object code), jit_link (linking the
 object into a JIT library).
