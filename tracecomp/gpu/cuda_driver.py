@@ -47,6 +47,7 @@ class Driver:
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
         self.lock = threading.Lock()
+        self.contexts: dict[int, Context] = {}
         self.check("cuInit", lib.cuInit(0))
 
     def error_text(self, code: int) -> str:
@@ -69,7 +70,11 @@ class Driver:
         return n.value
 
     def context(self, ordinal: int = 0) -> "Context":
-        return Context(self, ordinal)
+        """The device's primary context, retained once per process and shared."""
+        with self.lock:
+            if ordinal not in self.contexts:
+                self.contexts[ordinal] = Context(self, ordinal)
+            return self.contexts[ordinal]
 
 
 class Module:

@@ -112,9 +112,10 @@ class GpuEmitter(FunctionEmitter):
         return {name: buf for name, (buf, _) in self.buffers.items()}
 
     def loop(self, s: Loop, env: dict[str, ir.Value]) -> None:
-        """In a row's body the block's threads share the loop (its iterations store distinct
-        elements: launch.py made anything else serial), between barriers, so what the
-        row computed before is visible to it and what it stores to what follows."""
+        """In a row's body the block's threads share the loop when its iterations touch
+        distinct elements of the buffers the row also reads back (launch.iteration_local),
+        else thread 0 runs it; barriers around it make what the row computed before
+        visible to it, and what it stores visible to what follows."""
         if not self.uniform:
             super().loop(s, env)
             return
