@@ -430,3 +430,11 @@ def test_random_float_programs_and_their_gradients_match_the_interpreter(data):
 @given(st.data())
 def test_random_programs_many(data):
     check_program(Builder(data).program(max_steps=8))
+
+
+def test_what_random_programs_found_bool_abs_and_pow():
+    """abs of a bool and bool ** bool had no lowering (the loop IR has no bool abs/pow)."""
+    a, b = np.array([False, False, True, True]), np.array([False, True, False, True])
+    fn = lambda a, b: (tc.abs(tc.abs(a)), tc.pow(a, b), tc.cos(tc.pow(a, a)))      # noqa: E731
+    for got, want in zip(tc.trace(fn)(a, b), tc.trace(fn, backend="interp")(a, b)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

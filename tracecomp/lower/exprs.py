@@ -123,11 +123,18 @@ def _abs(x):
     return _unary("abs")(x)
 
 
+def _pow(a, b):
+    """a ** b; on bools (NumPy's power of two bools) that is `a or not b`."""
+    if isinstance(a, X) and isinstance(b, X) and a.dtype is dt.BOOL and b.dtype is dt.BOOL:
+        return X(L.Binary("or", a.e, L.Unary("not", b.e, dt.BOOL), dt.BOOL))
+    return _binary("pow")(a, b)
+
+
 PRIMITIVES = {name: _unary(name) for name in (
     "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf", "sqrt",
     "floor", "ceil", "round", "sign")}
-PRIMITIVES["abs"] = _abs
-PRIMITIVES.update({name: _binary(name) for name in ("maximum", "minimum", "atan2", "pow")})
+PRIMITIVES.update({name: _binary(name) for name in ("maximum", "minimum", "atan2")})
+PRIMITIVES.update({"abs": _abs, "pow": _pow})
 PRIMITIVES.update({"logical_and": _logical("and"), "logical_or": _logical("or"),
                    "logical_xor": _logical("xor"),
                    "logical_not": lambda x: X(L.Unary("not", _as_bool(x), dt.BOOL)),
