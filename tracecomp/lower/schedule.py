@@ -31,6 +31,7 @@ from ..ops.table import by_ir_name
 from . import index_maps as I
 from . import loops as L
 from .exprs import cast, const
+from .loops_check import check_kernel
 from . import reductions
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .schedule_matmul import fuse_epilogues, matmul_body
@@ -247,18 +248,23 @@ class Scheduler:
 
 def schedule(graph: Graph) -> Program:
     """Schedule with the materialized set of `_materialized`, then again without the values
-    that row kernels recompute (schedule_rows.recomputable), until nothing changes."""
+    that row kernels recompute (schedule_rows.recomputable), until nothing changes.
+    With TRACECOMP_VERIFY=1 (the test suite) every kernel goes through the loop-IR checker."""
     sched = Scheduler(graph)
     program = sched.run()
     while True:
         drop = recomputable(sched, sched.table)
         if not drop:
-            return program
+            break
         trial = Scheduler(graph, sched.keep - drop)
         candidate = trial.run()
         if expression_size(candidate.kernels) > 2 * expression_size(program.kernels) + 1000:
-            return program          # recomputing would multiply the code: keep the buffers
+            break                   # recomputing would multiply the code: keep the buffers
         sched, program = trial, candidate
+    if os.environ.get("TRACECOMP_VERIFY") == "1":
+        for kernel in program.kernels:
+            check_kernel(kernel)
+    return program
 
 
 # ---------------------------------------------------------------- loop nests
