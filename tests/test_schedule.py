@@ -220,3 +220,16 @@ def test_a_batch_of_one_row_kernel_is_parallel_over_its_rows():
     assert not batch.parallel and batch.extent == 1
     assert batch.body[0].parallel and batch.body[0].extent == 64
     _check_against_interp(lambda x: tc.softmax(x, -1), x)
+
+
+def test_a_per_row_value_of_a_reduction_absorbs_it_through_size_one_dims():
+    """rsqrt(mean(x*x) + eps) of shape (n, 1), read by several kernels: its own kernel
+    computes the mean (read at [i0, 0] where its loop i1 runs over one element)."""
+    x = np.random.default_rng(10).standard_normal((6, 9)).astype(np.float32)
+
+    def fn(x):
+        r = tc.rsqrt((x * x).mean(1, keepdim=True) + 1e-5)
+        return x * r, r + 1
+    ks = _kernels(fn, x)
+    assert len(ks) == 3 and _statements(ks[0].body, L.Reduce)
+    _check_against_interp(fn, x)

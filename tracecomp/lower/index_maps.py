@@ -37,10 +37,10 @@ def clamp(a, lo: int, hi: int): return _op("minimum", _op("maximum", a, lo), hi)
 
 
 def broadcast(index: Index, out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> Index:
-    """NumPy broadcasting: trailing dims align; size-1 input dims read element 0."""
+    """NumPy broadcasting: trailing dims align; size-1 input dims read element 0 (also where
+    the output dim has size 1: the constant index says so to later passes, like row fusion)."""
     lead = len(out_shape) - len(in_shape)
-    return tuple(ic(0) if n == 1 and out_shape[lead + j] != 1 else index[lead + j]
-                 for j, n in enumerate(in_shape))
+    return tuple(ic(0) if n == 1 else index[lead + j] for j, n in enumerate(in_shape))
 
 
 def linearize(index: Index, shape: tuple[int, ...]) -> L.Expr:

@@ -92,15 +92,16 @@ class RowFusion:
             return body, []
         nest = _nest(body)
         outer = tuple(L.Var(lp.var, L.INDEX) for lp in nest)
+        unit = frozenset(lp.var for lp in nest if lp.extent == 1)     # these index only 0
         rank, take = None, []
         for op in self._ops(reads):
             k = row_rank(op)
-            if k <= len(nest) and rank in (None, k) and _read_at(op, reads, self.sched, outer[:k]):
+            if k <= len(nest) and rank in (None, k) and _read_at(op, reads, self.sched, outer[:k], unit):
                 rank = k
                 take.append(op)
             else:
                 self.flush(op)
-        work = _Absorbed(outer[:rank] if rank else ())
+        work = _Absorbed(outer[:rank] if rank else (), unit)
         for op in take:
             self._compute(op, work)
         if not work.ops:
@@ -139,7 +140,7 @@ class RowFusion:
         stmts, values = statements_at(self.sched, op, index, tag)
         reads = self._pending_reads(stmts)
         for dep in self._ops(reads):
-            if row_rank(dep) == len(work.outer) and _read_at(dep, reads, self.sched, work.outer):
+            if row_rank(dep) == len(work.outer) and _read_at(dep, reads, self.sched, work.outer, work.unit):
                 self._compute(dep, work)
             else:
                 self.flush(dep)
@@ -157,21 +158,28 @@ class RowFusion:
 class _Absorbed:
     """The row reductions being absorbed into one kernel: their statements, in order."""
     outer: tuple
+    unit: frozenset                                            # loop vars of extent 1
     stmts: list = dataclasses.field(default_factory=list)
     values: dict = dataclasses.field(default_factory=dict)     # buffer -> (index, Var)
     ops: list = dataclasses.field(default_factory=list)
     count: int = 0
 
     def replace(self, e: L.Expr) -> Optional[L.Expr]:
-        if isinstance(e, L.Load) and e.buffer in self.values and e.index == self.values[e.buffer][0]:
+        if isinstance(e, L.Load) and e.buffer in self.values and \
+                _canonical(e.index, self.unit) == _canonical(self.values[e.buffer][0], self.unit):
             return self.values[e.buffer][1]
         return None
 
 
-def _read_at(op: Op, reads: dict, sched, outer: tuple) -> bool:
+def _read_at(op: Op, reads: dict, sched, outer: tuple, unit: frozenset) -> bool:
     """Whether every read of `op`'s results is at its output index for `outer`."""
-    want = output_index(op, outer)
-    return all(index == want for r in op.results for index in reads.get(sched.names[r], ()))
+    want = _canonical(output_index(op, outer), unit)
+    return all(_canonical(index, unit) == want for r in op.results for index in reads.get(sched.names[r], ()))
+
+
+def _canonical(index: tuple, unit: frozenset) -> tuple:
+    """The index with the vars of extent-1 loops as the constant 0 they always are."""
+    return tuple(L.Const(0, L.INDEX) if isinstance(i, L.Var) and i.name in unit else i for i in index)
 
 
 _COSTLY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf", "pow", "atan2")
