@@ -15,12 +15,15 @@ and its Loads of the buffer become that name:
         Loop i1:  Store out[i0, i1] = exp(x[i0, i1] - amax_0) / sum_1
 
 A row of the input is read once per pass, and stays in L1/L2 between passes, so the
-kernel moves about one read and one write of memory.  A reduction read inside another
-absorbed reduction at the same outer index (the max inside the sum above) is absorbed
-too, first.  Reductions with another outer rank than the first one absorbed, or read
-at any other index, get their own kernel first (`flush`), as do those still deferred at
-the end (`finish`).  The reduced value is stored to its buffer as well only when a later
-kernel or the function's outputs read it.
+kernel moves about one read and one write of memory.  (`reuse_output_row` then computes
+exp(x - amax_0) once: into the output row, which the sum and the division read back.)
+A reduction read inside another absorbed reduction at the same outer index (the max
+inside the sum above) is absorbed too, first.  Reductions with another outer rank than
+the first one absorbed, or read at any other index, get their own kernel first (`flush`),
+as do those still deferred at the end (`finish`); so does one a Matmul reads (a view of
+the whole buffer).  The reduced value is stored to its buffer as well only when a later
+kernel or the function's outputs read it.  Loops of extent 1 index only 0, and indices
+are compared that way (a (n, 1) value reads a (n, 1) reduction at [i0, 0]).
 
 `recomputable(...)`: an elementwise value materialized only because it has several uses,
 all of them inside one row kernel (exp(x - max) in softmax, x - mean in layernorm), is
