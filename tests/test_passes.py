@@ -305,6 +305,8 @@ STAYS = {   # looks like a pattern, but the replacement would change the type or
     "squeeze that removes a dim": ("tensor<1x3xf32>", '%0 = "tc.squeeze"(%arg0) {dim} : (tensor<1x3xf32>) -> tensor<3xf32>', "tensor<3xf32>"),
     "cast to another dtype": ("tensor<4xi32>", '%0 = "tc.to"(%arg0) {dtype = f32} : (tensor<4xi32>) -> tensor<4xf32>', "tensor<4xf32>"),
     "x ** 1.0 on ints changes dtype": ("tensor<4xi32>", '%0 = "tc.pow"(%arg0) {exponent = 1.0 : f64} : (tensor<4xi32>) -> tensor<4xf32>', "tensor<4xf32>"),
+    "bool ** 2 changes dtype": ("tensor<4xi1>", '%0 = "tc.pow"(%arg0) {exponent = 2 : i64} : (tensor<4xi1>) -> tensor<4xi64>', "tensor<4xi64>"),
+    "bool ** 1 changes dtype": ("tensor<4xi1>", '%0 = "tc.pow"(%arg0) {exponent = 1 : i64} : (tensor<4xi1>) -> tensor<4xi64>', "tensor<4xi64>"),
     "x ** 3": ("tensor<4xf32>", '%0 = "tc.pow"(%arg0) {exponent = 3 : i64} : (tensor<4xf32>) -> tensor<4xf32>', "tensor<4xf32>"),
     "expand to a larger shape": ("tensor<3xf32>", '%0 = "tc.expand"(%arg0) {size = array<i64: 2, 3>} : (tensor<3xf32>) -> tensor<2x3xf32>', "tensor<2x3xf32>"),
 }

@@ -209,11 +209,6 @@ class Builder:
         fn = {"add": lambda x: x + c, "mul": lambda x: x * c, "sub": lambda x: c - x,
               "truediv": lambda x: x / c, "pow": lambda x: x ** 2}[op]
         v = self.p.vals[i]
-        if op == "pow" and v.dtype == "bool":
-            # Known bug, outside this test's reach: simplify.pow_small rewrites bool ** 2
-            # (int64) to mul(bool, bool) typed int64, which the verifier rejects (and
-            # bool ** 1 to the bool itself).  Reported; drawn again until it is fixed.
-            return False
         exact = v.exact and op in ("add", "mul", "sub", "pow")
         bits = frac = 0
         if exact:

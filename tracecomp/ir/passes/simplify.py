@@ -89,7 +89,7 @@ def pow_small(op: Op, args: Args, rw: Rewriter) -> Replacement:
         return None
     if _is_all(args["exponent"], 1):
         return [x]
-    if _is_all(args["exponent"], 2):
+    if _is_all(args["exponent"], 2) and x.type == op.results[0].type:    # not bool ** 2 (int64)
         return rw.add("tc.mul", [x, x], {}, [op.results[0].type], op.loc).results
     return None
 
