@@ -24,7 +24,8 @@ ranges of register tiles along one dim (matmul_tiles.Blocks.split_m), so that th
 about ITEMS_PER_THREAD items per thread (T threads: min(omp_get_max_threads(), what the
 workspace holds)).  Threads claim items dynamically (llvm_parallel.claimed_chunks): one
 that the OS deschedules leaves its items to the others instead of stalling the product,
-and a team that kept its caller waiting anyway turns on llvm_parallel's serial back-off.
+and a team that kept its caller waiting anyway turns on llvm_parallel's serial back-off
+(which products below BACKOFF_MAX_FLOPS follow).
 Each thread packs into its own slice of the workspace; no barriers are needed because
 items write disjoint parts of C.  The items run in an outlined `<kernel>.mm<k>.part`
 function (buffers, sizes and visible names as arguments, like llvm_parallel's outlined
@@ -49,6 +50,7 @@ from .matmul_tiles import TILES, Blocks, blocks, flops
 
 PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
 ITEMS_PER_THREAD = 2                # work items per thread, claimed dynamically
+BACKOFF_MAX_FLOPS = 1 << 28         # larger products (~1 ms and up) ignore llvm_parallel's back-off
 _PTR = ir.PointerType()
 
 
@@ -105,7 +107,10 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
     max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
     threads = S.intrinsic(b, "smin", [b.sext(b.call(max_threads, []), S.I64),
                                       ir.Constant(S.I64, plan.capacity)])
-    with b.if_else(b.or_(b.icmp_signed("<", threads, ir.Constant(S.I64, 2)), recently_late(b))) as (one, many):
+    one_thread = b.icmp_signed("<", threads, ir.Constant(S.I64, 2))
+    if flops(s.m, s.n, s.k, plan.batch_count) < BACKOFF_MAX_FLOPS:
+        one_thread = b.or_(one_thread, recently_late(b))
+    with b.if_else(one_thread) as (one, many):
         with one:
             serial()
         with many:

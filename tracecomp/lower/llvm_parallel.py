@@ -22,6 +22,9 @@ the module's parallel regions run serially for a while (a global of the module, 
 before each region): BACKOFF_CYCLES, doubled after every late try up to MAX_BACKOFF_CYCLES
 and reset by a team that was on time.  Under a steady load that is one stall (tens of ms
 at load 15 on 2 cores) per second of serial work; on a quiet machine no team is late.
+Only small regions back off (below BACKOFF_MAX_WORK, or llvm_matmul.BACKOFF_MAX_FLOPS):
+in a long region a late worker just claims fewer chunks, and running it serially would
+cost more than the wait.
 
 Why libgomp (GCC's OpenMP runtime) rather than a thread pool of our own:
 - `GOMP_parallel(fn, data, nthreads, flags)` is a stable C ABI that GCC-compiled code has
@@ -53,6 +56,7 @@ CHUNKS_PER_THREAD = 4              # loop chunks per thread: enough to rebalance
 LATE_MIN_CYCLES = 100_000          # ~40 us of time-stamp counter: a wait below this is never "late"
 BACKOFF_CYCLES = 100_000_000       # ~40 ms of serial regions after a late team...
 MAX_BACKOFF_CYCLES = 1 << 32       # ...doubling after each late try up to ~1.6 s
+BACKOFF_MAX_WORK = 1 << 22         # larger loops (~1 ms and up) never back off
 _SERIAL_UNTIL = "tracecomp.parallel.serial_until"
 _BACKOFF = "tracecomp.parallel.backoff"
 _PTR = ir.PointerType()
@@ -74,7 +78,8 @@ def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]
                   b.icmp_signed("<", n, ir.Constant(S.I64, 2)))
     max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
     one_thread = b.icmp_signed("<", b.call(max_threads, []), ir.Constant(S.I32, 2))
-    with b.if_else(b.or_(b.or_(small, one_thread), recently_late(b))) as (serial, parallel):
+    backs_off = b.and_(recently_late(b), b.icmp_signed("<", work, ir.Constant(S.I64, BACKOFF_MAX_WORK)))
+    with b.if_else(b.or_(b.or_(small, one_thread), backs_off)) as (serial, parallel):
         with serial:
             b.call(range_fn, args + [ir.Constant(S.I64, 0), n])
         with parallel:
