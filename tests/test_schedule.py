@@ -233,3 +233,38 @@ def test_a_per_row_value_of_a_reduction_absorbs_it_through_size_one_dims():
     ks = _kernels(fn, x)
     assert len(ks) == 3 and _statements(ks[0].body, L.Reduce)
     _check_against_interp(fn, x)
+
+
+@pytest.mark.parametrize("case", [
+    ((256, 64), lambda x: x.sum(0)),                              # a bias gradient
+    ((256, 64), lambda x: (x * (x > 0)).mean(0, keepdim=True)),   # producers inlined, mean's division
+    ((3, 7, 32), lambda x: x.sum(1)),                             # a kept outer dim
+    ((3, 7, 32), lambda x: x.amax((0, 1))),
+    ((5, 2, 16), lambda x: x.prod(0)),
+    ((6, 40), lambda x: (x > 0).all(0)),
+    ((4, 20), lambda x: x.to(tc.int32).sum(0)),
+    ((0, 16), lambda x: x.sum(0)), ((0, 16), lambda x: x.mean(0)),
+])
+def test_column_reductions_accumulate_row_by_row_in_the_output(case):
+    """A reduction that keeps the innermost dims reads its input in memory order and
+    accumulates into its output (contiguous, vectorizable), not one strided Reduce per
+    output element; values as the interpreter's, in NumPy's summation order."""
+    shape, fn = case
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    ks = _kernels(fn, x)
+    assert not _statements(ks[-1].body, L.Reduce)
+    out = ks[-1].buffers[-1].name
+    updates = [s for s in _statements(ks[-1].body, L.Store) if s.buffer == out and "Load" in repr(s.value)]
+    assert updates, "no accumulating store into the output"
+    with np.errstate(all="ignore"):
+        got, want = tc.trace(fn)(x), tc.trace(fn, backend="interp")(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_a_column_reduction_over_the_outer_dim_is_never_parallel_over_it():
+    x = np.ones((1 << 12, 64), np.float32)             # big enough for threads
+    ks = _kernels(lambda x: x.sum(0), x)
+    nests = [s for s in ks[-1].body if isinstance(s, L.Loop)]
+    reading = [lp for lp in nests if lp.extent == 1 << 12]
+    assert reading and not reading[0].parallel
+    assert float(np.asarray(tc.trace(lambda x: x.sum(0))(x))[0]) == 4096.0

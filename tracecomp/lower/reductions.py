@@ -56,6 +56,30 @@ def row_rank(op: Op) -> int:
     return ndim - len(dims)
 
 
+COLUMN_MIN_INNER = 16     # kept contiguous elements below which a column plan does not pay
+
+
+def column_plan(sched, op: Op):
+    """(combine, init, divisor) when `op` is a plain reduction (sum/mean/prod/amax/amin/all/any)
+    whose input's innermost dims, at least COLUMN_MIN_INNER elements of them, are kept: a bias
+    gradient's sum(0), say.  Such a reduction accumulates into its output row by row
+    (schedule._column_reduction); None otherwise."""
+    opdef = by_ir_name()[op.name]
+    if opdef.kind != "reduction" or opdef.impl not in _COMBINE or len(op.results) != 1:
+        return None
+    dims, _ = reduced_dims(op)
+    shape = op.operands[0].type.shape
+    if not dims or not shape:
+        return None
+    inner = math.prod(shape[max(dims) + 1:])
+    if inner < COLUMN_MIN_INNER:
+        return None
+    t = op.result.type.dtype
+    init = _LIMITS[opdef.impl](t) if opdef.impl in _LIMITS else _INIT[opdef.impl]
+    divisor = math.prod(shape[d] for d in dims) if opdef.impl == "mean" else None
+    return _COMBINE[opdef.impl], init, divisor
+
+
 def output_index(op: Op, outer: I.Index) -> I.Index:
     """The index of a row reduction's results at the outer index `outer` (row_rank dims)."""
     dims, keepdim = reduced_dims(op)

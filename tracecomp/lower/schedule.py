@@ -329,11 +329,48 @@ def _pointwise(sched: Scheduler, op: Op, args: dict) -> list:
 
 def _reduction(sched: Scheduler, op: Op, args: dict) -> list:
     """A reduction kernel of its own: the statements of reductions.py at every output index,
-    their values stored.  Parallel over the outputs when the reduce loops make it worth it."""
+    their values stored.  Parallel over the outputs when the reduce loops make it worth it.
+    Column reductions (reductions.column_plan) accumulate in the output instead."""
+    plan = reductions.column_plan(sched, op)
+    if plan is not None:
+        return _column_reduction(sched, op, *plan)
+
     def inner(index):
         stmts, values = reductions.statements_at(sched, op, index)
         return stmts + [L.Store(sched.names[r], index, v) for r, v in zip(op.results, values) if r in sched.names]
     return mark_parallel(_loops(op.results[-1].type.shape, inner))
+
+
+def _column_reduction(sched: Scheduler, op: Op, combine: str, init, divisor) -> list:
+    """out = init; for every input element in memory order: out[o] = combine(out[o], x);
+    then out /= divisor (mean).  The innermost input dim is kept, so the updates run along
+    contiguous rows of both the input and the output and vectorize, where one Reduce per
+    output would read a column with a stride.  The sums take NumPy's order for these
+    reductions (row after row).  Parallel only over kept outer dims (no two threads update
+    one output element)."""
+    out, x = sched.names[op.result], op.operands[0]
+    t = op.result.type.dtype
+    dims, keepdim = reductions.reduced_dims(op)
+
+    def out_index(index):
+        kept = [i for d, i in enumerate(index) if d not in dims]
+        full = [I.ic(0) if d in dims else i for d, i in enumerate(index)]
+        return tuple(full) if keepdim else tuple(kept)
+
+    def update(index):
+        o = out_index(index)
+        v = cast(sched.inliner.value_at(x, index), t)
+        return [L.Store(out, o, L.Binary(combine, L.Load(out, o, t), v, t))]
+
+    shape = op.result.type.shape
+    body = _loops(shape, lambda o: [L.Store(out, o, const(init, t))], prefix="z")
+    nest = _loops(x.type.shape, update, prefix="c")
+    nest[0].parallel = nest[0].parallel and 0 not in dims
+    body += nest
+    if divisor is not None:
+        body += _loops(shape, lambda o: [L.Store(out, o, L.Binary("div", L.Load(out, o, t), const(divisor, t), t))],
+                       prefix="m")
+    return body
 
 
 _arg_reduction = _variance = _reduction
