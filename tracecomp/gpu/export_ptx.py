@@ -30,19 +30,10 @@ def export_ptx(fn: Callable, example_inputs: Sequence[Any], path: str, name: Opt
                target: str = "cuda", arch: str = DEFAULT_ARCH) -> dict:
     """Write `path` (PTX) and its JSON description; returns the description."""
     from .. import __version__
-    from ..runtime.export import structure_to_json
-    from ..trace import TracedFunction, trace
+    from ..runtime.export import lower_for_export, structure_to_json
     if target != "cuda":
         raise ArgumentError(f"tc.export: unknown target {target!r} (available: cpu, cuda)")
-    if not isinstance(example_inputs, (list, tuple)):
-        raise ArgumentError("tc.export: example_inputs must be a list or tuple of the function's "
-                            "positional arguments")
-    traced = fn if isinstance(fn, TracedFunction) else trace(fn)
-    lowered = traced.lower(*example_inputs)
-    program = lowered.program
-    if program.fills:
-        raise ArgumentError("tc.export: functions that draw random numbers (rand/randn) cannot "
-                            "be exported yet")
+    lowered, program = lower_for_export(fn, example_inputs)
     name = name or os.path.splitext(os.path.basename(path))[0]
     gpu = compile_program(program, arch)
     described = gpu.describe()

@@ -28,6 +28,7 @@ from typing import Optional, Union
 from ..dtypes import DType
 from ..errors import BackendError
 from ..lower import llvm_scalar as S
+from ..lower.llvm_codegen import names_used
 from ..lower.loops import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce,
                            Select, Store, Var)
 
@@ -254,7 +255,7 @@ def monoid_updates(r: Reduce) -> Optional[list[tuple[str, Expr]]]:
         if not (isinstance(u, Binary) and u.fn in MONOIDS and acc in (u.a, u.b)):
             return None
         term = u.b if u.a == acc else u.a
-        if names & names_read(term) or any(names & names_read(s.value) for s in r.body):
+        if names & names_used(term) or any(names & names_used(s.value) for s in r.body):
             return None
         out.append((u.fn, term))
     return out
@@ -284,20 +285,9 @@ def arg_update(r: Reduce) -> Optional[tuple[str, str, str, Expr]]:
     if (u.a, u.b) != (Var(term, u.dtype), Var(best.name, best.dtype)) or \
             (v.a, v.b) != (Var(r.var, INDEX), Var(at.name, INDEX)):
         return None
-    if not names_read(u.cond) <= {term, best.name}:
+    if not names_used(u.cond) <= {term, best.name}:
         return None
     return best.name, at.name, term, u.cond
-
-
-def names_read(e: Expr) -> set[str]:
-    if isinstance(e, Var):
-        return {e.name}
-    out: set[str] = set()
-    for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
-                getattr(e, "cond", None), *getattr(e, "index", ())):
-        if isinstance(sub, Expr):
-            out |= names_read(sub)
-    return out
 
 
 def _expr_loads(e: Expr, loads: set) -> None:

@@ -17,13 +17,13 @@ Flat indices are 32-bit when the iteration space is known to fit, else 64-bit.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import llvmlite.ir as ir
 
 from ..errors import BackendError
 from ..lower import llvm_scalar as S
-from ..lower.llvm_codegen import FunctionEmitter, LoopState, declare_kernel_function
+from ..lower.llvm_codegen import FunctionEmitter, counted_loop, declare_kernel_function
 from ..lower.loops import Loop, Matmul, Reduce, Store
 from . import nvptx_intrinsics as X
 from .launch import (Launch, atomic_add_term, cooperative, iteration_local, perfect_nest,
@@ -33,35 +33,11 @@ PARAM_ALIGN = 16        # cuMemAlloc returns 256-byte aligned memory; 16 allows 
 WIDE_INDEX = 1 << 30    # flat iteration spaces at least this big use 64-bit indices
 
 
-@contextlib.contextmanager
 def strided_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value, name: str,
-                 carried: Sequence[ir.Value] = ()) -> Iterator[LoopState]:
-    """`for name in range(start, stop, step)` (step > 0) carrying values, like
-    llvm_codegen.counted_loop; after the `with` the builder is at the exit."""
-    fn = b.function
-    preheader = b.block
-    header, body = fn.append_basic_block(f"{name}.header"), fn.append_basic_block(f"{name}.body")
-    exit_block = fn.append_basic_block(f"{name}.exit")
-    b.branch(header)
-    b.position_at_end(header)
-    index = b.phi(start.type, name)
-    index.add_incoming(start, preheader)
-    state = LoopState(index, [b.phi(v.type, f"{name}.carry") for v in carried])
-    for phi, init in zip(state.carried, carried):
-        phi.add_incoming(init, preheader)
-    b.cbranch(b.icmp_signed("<", index, stop), body, exit_block)
-    b.position_at_end(body)
-    yield state
-    if len(state.next) != len(state.carried):
-        raise BackendError(f"loop {name}: {len(state.carried)} carried values, {len(state.next)} updates")
-    latch = b.block
-    index.add_incoming(b.add(index, step, name=f"{name}.next", flags=("nsw",)), latch)
-    for phi, nxt in zip(state.carried, state.next):
-        phi.add_incoming(nxt, latch)
-    b.branch(header)
-    fn.blocks.remove(exit_block)
-    fn.blocks.append(exit_block)
-    b.position_at_end(exit_block)
+                 carried: Sequence[ir.Value] = ()):
+    """`for name in range(start, stop, step)` (step > 0; grid- and block-stride loops)
+    carrying values: llvm_codegen.counted_loop with a runtime step."""
+    return counted_loop(b, start, stop, name, carried, step=step)
 
 
 class GpuEmitter(FunctionEmitter):
@@ -198,7 +174,6 @@ def _elementwise(em: GpuEmitter) -> None:
     dims, body = perfect_nest(em.launch.stmts[0])
     static = static_product([e for _, e in dims])
     wide = static is None or static >= WIDE_INDEX
-    ity = S.I64 if wide else S.I32
 
     def reg(name):
         return em.sreg64(name) if wide else X.sreg(b, name)

@@ -99,9 +99,10 @@ class LoopState:
 
 @contextlib.contextmanager
 def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str,
-                 carried: Sequence[ir.Value] = ()) -> Iterator[LoopState]:
-    """`for name in range(start, stop)` carrying values: the body goes inside the `with`;
-    after it the builder is at the exit, where `state.carried` hold the final values."""
+                 carried: Sequence[ir.Value] = (), step: Optional[ir.Value] = None) -> Iterator[LoopState]:
+    """`for name in range(start, stop, step)` (step > 0, default 1; the index has start's
+    type) carrying values: the body goes inside the `with`; after it the builder is at the
+    exit, where `state.carried` hold the final values."""
     fn = b.function
     preheader = b.block
     header = fn.append_basic_block(f"{name}.header")
@@ -109,7 +110,7 @@ def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str,
     exit_block = fn.append_basic_block(f"{name}.exit")
     b.branch(header)
     b.position_at_end(header)
-    index = b.phi(S.I64, name)
+    index = b.phi(start.type, name)
     index.add_incoming(start, preheader)
     state = LoopState(index, [b.phi(v.type, f"{name}.carry") for v in carried])
     for phi, init in zip(state.carried, carried):
@@ -120,7 +121,10 @@ def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str,
     if len(state.next) != len(state.carried):
         raise BackendError(f"loop {name}: {len(state.carried)} carried values, {len(state.next)} updates")
     latch = b.block          # the body may have opened blocks of its own: branch from the last
-    index.add_incoming(b.add(index, ir.Constant(S.I64, 1), name=f"{name}.next", flags=("nuw", "nsw")), latch)
+    # A unit step cannot wrap below `stop`; a runtime step (grid strides) only promises nsw.
+    flags = ("nuw", "nsw") if step is None else ("nsw",)
+    step = ir.Constant(start.type, 1) if step is None else step
+    index.add_incoming(b.add(index, step, name=f"{name}.next", flags=flags), latch)
     for phi, nxt in zip(state.carried, state.next):
         phi.add_incoming(nxt, latch)
     b.branch(header)

@@ -59,24 +59,15 @@ def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optiona
         from ..gpu.export_ptx import export_ptx
         return export_ptx(fn, example_inputs, path, name, target)
     from .. import __version__
-    from ..trace import TracedFunction, trace
     from . import target
 
     if dynamic:
         raise ArgumentError("tc.export: dynamic dimensions are not supported yet; export one "
                             "library per shape (static shapes only)")
-    if not isinstance(example_inputs, (list, tuple)):
-        raise ArgumentError("tc.export: example_inputs must be a list or tuple of the function's "
-                            "positional arguments")
-    traced = fn if isinstance(fn, TracedFunction) else trace(fn)
-    lowered = traced.lower(*example_inputs)
-    program = lowered.program
+    lowered, program = lower_for_export(fn, example_inputs)
     name = name or _default_name(path)
     if not name.isidentifier():
         raise ArgumentError(f"tc.export: name {name!r} is not a C identifier")
-    if program.fills:
-        raise ArgumentError("tc.export: functions that draw random numbers (rand/randn) cannot "
-                            "be exported yet")
     for k in program.kernels:
         if k.sizes:
             raise ArgumentError("tc.export: kernels with dynamic sizes are not supported yet")
@@ -105,6 +96,21 @@ def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optiona
     with open(header, "w") as f:
         f.write(render_header(name, metadata, checks))
     return metadata
+
+
+def lower_for_export(fn: Callable, example_inputs: Sequence[Any]):
+    """(the Lowered signature, its scheduled Program) of `fn` at `example_inputs`, for any
+    export target; refuses what no exported artifact can do (random draws)."""
+    from ..trace import TracedFunction, trace
+    if not isinstance(example_inputs, (list, tuple)):
+        raise ArgumentError("tc.export: example_inputs must be a list or tuple of the function's "
+                            "positional arguments")
+    traced = fn if isinstance(fn, TracedFunction) else trace(fn)
+    lowered = traced.lower(*example_inputs)
+    if lowered.program.fills:
+        raise ArgumentError("tc.export: functions that draw random numbers (rand/randn) cannot "
+                            "be exported yet")
+    return lowered, lowered.program
 
 
 def _default_name(path: str) -> str:
