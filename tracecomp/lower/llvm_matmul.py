@@ -41,9 +41,10 @@ import llvmlite.ir as ir
 
 from ..errors import BackendError
 from . import llvm_scalar as S
-from .llvm_codegen import FunctionEmitter, counted_loop, declare_kernel_function
+from .llvm_codegen import FunctionEmitter, counted_loop
 from .llvm_microkernel import merge_function, microkernel, pack_function
-from .llvm_parallel import _entry_alloca, _field, claimed_chunks, mark_done, recently_late, start_team
+from .llvm_parallel import (_entry_alloca, _field, claimed_chunks, mark_done, outlined_function,
+                            recently_late, start_team)
 from .loops import Const, Let, Load, Matmul, Store, Var, INDEX
 from .matmul_loops import expand_matmul, flat_index, flat_name, index_names
 from .matmul_tiles import TILES, Blocks, blocks, flops
@@ -157,14 +158,8 @@ def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStruct
 
 def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: str) -> ir.Function:
     """`name(buffers, sizes, captured, ws, lo, hi, parts)`: work items [lo, hi)."""
-    extra = [(n, v.type) for n, v in captured] + [("ws", _PTR), ("lo", S.I64), ("hi", S.I64), ("parts", S.I64)]
-    fn = declare_kernel_function(em.module, name, em.kernel.buffers, em.kernel.sizes, em.align,
-                                 "internal", extra)
-    fn.attributes.add("noinline")
-    inner = FunctionEmitter(em.module, em.kernel, fn, em.align, in_parallel=True)
-    env = inner.entry_env()
-    first = len(em.kernel.buffers) + len(em.kernel.sizes)
-    env.update((n, arg) for (n, _), arg in zip(captured, fn.args[first:]))
+    fn, inner, env = outlined_function(em, captured, name, [("ws", _PTR), ("lo", S.I64), ("hi", S.I64),
+                                                            ("parts", S.I64)])
     ws, lo, hi, parts = fn.args[-4:]
     b = inner.builder
     with counted_loop(b, lo, hi, "mm.item") as item:

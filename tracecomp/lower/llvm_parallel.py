@@ -92,9 +92,11 @@ def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]
             start_team(b, omp_fn, data, _field(b, data, struct, len(args) + 2), ir.Constant(S.I32, 0))
 
 
-def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, ir.Value]],
-                    name: str) -> ir.Function:
-    extra = [(n, v.type) for n, v in captured] + [("lo", S.I64), ("hi", S.I64)]
+def outlined_function(em: FunctionEmitter, captured: list[tuple[str, ir.Value]], name: str,
+                      tail: list[tuple[str, ir.Type]]) -> tuple[ir.Function, FunctionEmitter, dict]:
+    """An internal, noinline `name(buffers..., sizes..., captured..., tail...)` of the kernel,
+    with an emitter for its body and the environment that sees the captured values."""
+    extra = [(n, v.type) for n, v in captured] + tail
     fn = declare_kernel_function(em.module, name, em.kernel.buffers, em.kernel.sizes, em.align,
                                  "internal", extra)
     fn.attributes.add("noinline")
@@ -102,6 +104,12 @@ def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, i
     env = inner.entry_env()
     first = len(em.kernel.buffers) + len(em.kernel.sizes)
     env.update((n, arg) for (n, _), arg in zip(captured, fn.args[first:]))
+    return fn, inner, env
+
+
+def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, ir.Value]],
+                    name: str) -> ir.Function:
+    fn, inner, env = outlined_function(em, captured, name, [("lo", S.I64), ("hi", S.I64)])
     lo, hi = fn.args[-2], fn.args[-1]
     inner.serial_loop(loop.var, lo, hi, loop.body, env)
     inner.builder.ret_void()
