@@ -107,6 +107,7 @@ class Lowered:
         self.donated_inputs: frozenset = frozenset()  # positions of the graph inputs the caller donated
         self.reused_inputs: dict[int, int] = {}       # output position -> donated input it was written into
         self.compile_times: dict[str, float] = {}     # seconds per stage (timings.py)
+        self.fastmath: tuple[str, ...] = ()          # LLVM fast-math flags of the CPU code
 
     STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
 
@@ -140,7 +141,7 @@ class Lowered:
         from .runtime.compiled import CompiledProgram
         program = self.program
         with timings.recording(self.compile_times), timings.stage("lowering"):
-            compiled = CompiledProgram(program)
+            compiled = CompiledProgram(program, self.fastmath)
         self._log_compile()
         return compiled
 
@@ -211,7 +212,8 @@ class Lowered:
 
 class TracedFunction:
     def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES,
-                 device: str = "cpu", donate_argnums: int | tuple[int, ...] = ()):
+                 device: str = "cpu", donate_argnums: int | tuple[int, ...] = (), fastmath=False):
+        from .lower.llvm_codegen import fastmath_flags
         if backend not in BACKENDS:
             raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         if device not in DEVICES:
@@ -222,6 +224,7 @@ class TracedFunction:
         self.backend = backend
         self.device = device
         self.donate_argnums = _check_donate_argnums(donate_argnums)
+        self.fastmath = fastmath_flags(fastmath)
         self._fast: dict[tuple, Lowered] = {}     # _fast_key -> Lowered, for calls of plain arrays
         self.max_retraces = max_retraces
         self._cache: dict[Any, Lowered] = {}
@@ -294,6 +297,7 @@ class TracedFunction:
             optimized = optimize(graph)
         lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, self.backend, self.device)
         lowered.compile_times = times
+        lowered.fastmath = self.fastmath
         if self.backend == "interp":
             lowered._log_compile()
         return lowered
@@ -347,7 +351,7 @@ def _explain_change(old, new) -> str:
 
 def trace(fn: Callable | None = None, *, backend: str = "cpu",
           max_retraces: int = DEFAULT_MAX_RETRACES, device: str = "cpu",
-          donate_argnums: int | tuple[int, ...] = ()):
+          donate_argnums: int | tuple[int, ...] = (), fastmath=False):
     """Compile `fn` on its first call per input signature; usable as @trace or trace(fn).
     device="cuda" runs it on the first CUDA GPU (tracecomp/gpu); its "ptx" stage prints
     without one.
@@ -361,7 +365,14 @@ def trace(fn: Callable | None = None, *, backend: str = "cpu",
     tc.Tensor is not invalidated (unlike JAX): it simply holds the new values.  Only
     C-contiguous, writable arrays of the right dtype that share no memory with another
     argument are written; others are copied first.  The CPU backend reuses memory; the
-    interpreter and device="cuda" ignore donation."""
+    interpreter and device="cuda" ignore donation.
+
+    fastmath (Numba's convention): False (default) keeps IEEE semantics, except that float
+    reductions may sum in any order; True lets LLVM assume no NaN or inf, ignore the sign of
+    zero, use reciprocals, contract to FMA and reassociate everywhere in the CPU code (all
+    its fast-math flags); or a set of those flag names ("nnan", "ninf", "nsz", "arcp",
+    "contract", "afn", "reassoc").  Results may then differ in the last bits, and NaN/inf
+    inputs give undefined results."""
     if fn is None:
-        return lambda f: TracedFunction(f, backend, max_retraces, device, donate_argnums)
-    return TracedFunction(fn, backend, max_retraces, device, donate_argnums)
+        return lambda f: TracedFunction(f, backend, max_retraces, device, donate_argnums, fastmath)
+    return TracedFunction(fn, backend, max_retraces, device, donate_argnums, fastmath)

@@ -37,7 +37,7 @@ from typing import Iterator, Optional, Sequence
 import llvmlite.ir as ir
 
 from ..dtypes import DType
-from ..errors import BackendError
+from ..errors import ArgumentError, BackendError
 from . import llvm_scalar as S
 from .loops import (Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load, Loop, Matmul,
                     Reduce, Select, Store, Unary, Var)
@@ -47,9 +47,33 @@ BUFFER_ALIGN = 64
 SUM_BLOCK = 4096        # terms per block of a blocked floating sum (see _blocked_sum)
 
 
+FASTMATH_FLAGS = ("nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc")
+_FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fcmp")
+
+
+def fastmath_flags(option) -> tuple[str, ...]:
+    """The LLVM fast-math flags a `fastmath=` option asks for (Numba's convention): False
+    none, True all of them ("fast"), or a collection of names from FASTMATH_FLAGS."""
+    if option is False or option is None:
+        return ()
+    if option is True:
+        return ("fast",)
+    if isinstance(option, str) or not all(isinstance(f, str) for f in option):
+        raise ArgumentError(f"fastmath= takes True, False or a set of LLVM fast-math flag names "
+                            f"({', '.join(FASTMATH_FLAGS)}), not {option!r}")
+    unknown = sorted(set(option) - set(FASTMATH_FLAGS))
+    if unknown:
+        raise ArgumentError(f"fastmath=: unknown flag(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(FASTMATH_FLAGS)}")
+    return tuple(f for f in FASTMATH_FLAGS if f in option)
+
+
 def codegen_kernels(kernels: Sequence[Kernel], module_name: str, *,
-                    align: Optional[int] = BUFFER_ALIGN) -> ir.Module:
-    """One LLVM module holding a C-ABI function per kernel (names must be distinct)."""
+                    align: Optional[int] = BUFFER_ALIGN, fastmath: Sequence[str] = ()) -> ir.Module:
+    """One LLVM module holding a C-ABI function per kernel (names must be distinct).
+    `fastmath` flags (fastmath_flags) go on every floating-point instruction, the polynomial
+    math included: the user's opt-in to assume no NaN/inf, reassociate, contract to FMA...
+    Without them only accumulations carry `reassoc` (see `_accumulate`)."""
     module = ir.Module(name=module_name)
     seen: set[str] = set()
     for k in kernels:
@@ -60,6 +84,12 @@ def codegen_kernels(kernels: Sequence[Kernel], module_name: str, *,
         emitter = FunctionEmitter(module, k, fn, align)
         emitter.emit_body(k.body, emitter.entry_env())
         emitter.builder.ret_void()
+    if fastmath:
+        for fn in module.functions:
+            for block in fn.blocks:
+                for instr in block.instructions:
+                    if instr.opname in _FLOAT_OPS:
+                        instr.flags = [f for f in instr.flags if f not in fastmath] + list(fastmath)
     return module
 
 

@@ -144,11 +144,12 @@ class KeyParts:
 
 
 def key_parts(kernels: Sequence[Kernel], module_name: str, *, align: Optional[int],
-              opt: int = target.OPT_LEVEL, host: Optional[target.HostTarget] = None) -> KeyParts:
+              opt: int = target.OPT_LEVEL, host: Optional[target.HostTarget] = None,
+              fastmath: Sequence[str] = ()) -> KeyParts:
     from .. import __version__
     host = host or target.host_target()
     return KeyParts(kernels=repr(list(kernels)), module=module_name,
-                    options=f"align={align} reloc=default codemodel=jitdefault",
+                    options=f"align={align} reloc=default codemodel=jitdefault fastmath={','.join(fastmath)}",
                     opt=opt, triple=host.triple, cpu=host.cpu, features=host.features,
                     tracecomp_version=__version__, llvmlite_version=llvmlite.__version__,
                     llvm_version=".".join(map(str, llvm.llvm_version_info)),
@@ -248,25 +249,25 @@ def _write_atomically(path: Path, data: bytes) -> None:
 # ----------------------------------------------------------------------------- compiling
 
 def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
-                    align: Optional[int] = None) -> jit.JitLibrary:
+                    align: Optional[int] = None, fastmath: Sequence[str] = ()) -> jit.JitLibrary:
     """The kernels as one JIT library: from the cache when an entry matches, else generated,
     compiled and stored."""
     engine = jit.default_engine()
     if not settings.enabled:
-        return engine.compile(codegen_kernels(kernels, module_name, align=align))
-    parts = key_parts(kernels, module_name, align=align)
+        return engine.compile(codegen_kernels(kernels, module_name, align=align, fastmath=fastmath))
+    parts = key_parts(kernels, module_name, align=align, fastmath=fastmath)
     if " at 0x" in parts.kernels:
         # an object without a repr of its own in the loop IR: its address would make every
         # process's key new, so the cache would only grow; compile without it
         log.warning("compile cache: the loop IR of %s prints an object address; not cached", module_name)
-        return engine.compile(codegen_kernels(kernels, module_name, align=align))
+        return engine.compile(codegen_kernels(kernels, module_name, align=align, fastmath=fastmath))
     key = parts.digest()
     disk = DiskCache(settings.directory)
     library = _load(disk, key, engine, [k.name for k in kernels])
     if library is not None:
         return library
     settings.stats.misses += 1
-    code = engine.compile_object(codegen_kernels(kernels, module_name, align=align))
+    code = engine.compile_object(codegen_kernels(kernels, module_name, align=align, fastmath=fastmath))
     try:
         disk.store(key, code, parts)
         settings.stats.stores += 1

@@ -41,12 +41,13 @@ def _check_indices(a: np.ndarray, checks) -> None:
 
 
 class CompiledProgram:
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, fastmath: tuple[str, ...] = ()):
         self.program = program
+        self.fastmath = fastmath          # LLVM fast-math flags (llvm_codegen.fastmath_flags)
         # No alignment promise on pointers: NumPy hands us 16-byte aligned arrays, and copying
         # them to 64-byte alignment costs a full pass over memory, while unaligned vector loads
         # cost next to nothing on current x86 cores. Our own buffers are 64-byte aligned anyway.
-        self.library = compile_kernels(program.kernels, self._module_name, align=None)
+        self.library = compile_kernels(program.kernels, self._module_name, align=None, fastmath=fastmath)
         self._lock = threading.Lock()
         self._fixed: dict[str, np.ndarray] = {}       # temps (workspace views) and constants
         self._plan_workspace()
@@ -63,7 +64,7 @@ class CompiledProgram:
     @functools.cached_property
     def module(self):
         """The kernels' LLVM module (llvmlite.ir), as compiled into `library`."""
-        return codegen_kernels(self.program.kernels, self._module_name, align=None)
+        return codegen_kernels(self.program.kernels, self._module_name, align=None, fastmath=self.fastmath)
 
     def _plan_workspace(self) -> None:
         assignment, sizes = plan_program(self.program)

@@ -87,7 +87,7 @@ def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optiona
         metadata = _merge(metadata, _metadata_overrides)
     checks = [(i, n, c) for i, n in enumerate(program.inputs) for c in program.index_checks.get(n, [])]
 
-    module = build_module(program, name, metadata, checks)
+    module = build_module(program, name, metadata, checks, lowered.fastmath)
     tm = target.host_target_machine(3, reloc="pic", codemodel="default")
     module_ref = target.optimize(target.parse(str(module), name), tm)
     obj = target.emit_object(module_ref, tm)
@@ -214,11 +214,11 @@ def _plan(program) -> tuple[dict[str, int], int]:
     return {n: starts[slot] for n, slot in assignment.items()}, at
 
 
-def build_module(program, name: str, metadata: dict, checks: list) -> ir.Module:
+def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) -> ir.Module:
     from ..lower import llvm_scalar as S
     from ..lower.llvm_codegen import codegen_kernels, counted_loop
 
-    module = codegen_kernels(program.kernels, f"tc_export_{name}", align=None)
+    module = codegen_kernels(program.kernels, f"tc_export_{name}", align=None, fastmath=fastmath)
     kernels = {f.name: f for f in module.functions if not f.is_declaration}
     for f in kernels.values():
         f.linkage = "internal"
