@@ -28,7 +28,7 @@ from typing import Optional, Union
 from ..dtypes import DType
 from ..errors import BackendError
 from ..lower import llvm_scalar as S
-from ..lower.llvm_codegen import names_used
+from ..lower.llvm_codegen import monoid_updates, names_used
 from ..lower.loops import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce,
                            Select, Store, Var)
 
@@ -41,7 +41,6 @@ THREAD_PER_ROW_MAX = 64        # rows no longer than this: one thread per row, n
 SPLIT_MIN_EXTENT = 1 << 16     # rows at least this long are split over several blocks...
 SPLIT_MAX_ROWS = 64            # ...when there are at most this many of them
 SPLIT_TERMS_PER_THREAD = 16
-MONOIDS = ("add", "mul", "maximum", "minimum", "and", "or", "xor")
 
 
 @dataclass
@@ -241,25 +240,6 @@ def _serial(kernel: Kernel, stmts: list, name: str) -> Launch:
 
 
 # ---------------------------------------------------------------- statement analysis
-
-def monoid_updates(r: Reduce) -> Optional[list[tuple[str, Expr]]]:
-    """[(fn, term)] when every accumulator is updated as `acc fn term` with an associative,
-    commutative fn and a term that reads no accumulator, and the body only binds Lets:
-    then threads may each reduce a subset and combine partials.  None otherwise."""
-    if not all(isinstance(s, Let) for s in r.body):
-        return None
-    names = {a.name for a in r.accumulators}
-    out = []
-    for a, u in zip(r.accumulators, r.update):
-        acc = Var(a.name, a.dtype)
-        if not (isinstance(u, Binary) and u.fn in MONOIDS and acc in (u.a, u.b)):
-            return None
-        term = u.b if u.a == acc else u.a
-        if names & names_used(term) or any(names & names_used(s.value) for s in r.body):
-            return None
-        out.append((u.fn, term))
-    return out
-
 
 def cooperative(s: Reduce) -> bool:
     """Can a block's threads share `s`?  Monoid updates llvm_scalar has for the dtypes, or a

@@ -386,17 +386,34 @@ def _is_blockable_sum(s: Reduce) -> bool:
     be summed in any grouping.  Static extents of one block or less gain nothing."""
     if isinstance(s.extent, int) and s.extent <= SUM_BLOCK:
         return False
-    if not all(isinstance(st, Let) for st in s.body):
-        return False
-    names = {a.name for a in s.accumulators}
-    others = []
-    for a, u in zip(s.accumulators, s.update):
+    updates = monoid_updates(s)
+    return updates is not None and all(fn == "add" and S.kind(a.dtype) == "f"
+                                       for (fn, _), a in zip(updates, s.accumulators))
+
+
+MONOIDS = ("add", "mul", "maximum", "minimum", "and", "or", "xor")
+
+
+def monoid_updates(r: Reduce) -> Optional[list[tuple[str, Expr]]]:
+    """[(fn, term)] when every accumulator is updated as `acc fn term` with an associative,
+    commutative fn and a term that reads no accumulator, and the body only binds Lets that
+    read none either: then the terms may be combined in any grouping (blocked sums, threads
+    reducing subsets).  None otherwise."""
+    if not all(isinstance(s, Let) for s in r.body):
+        return None
+    names = {a.name for a in r.accumulators}
+    if any(names & names_used(s.value) for s in r.body):
+        return None
+    out = []
+    for a, u in zip(r.accumulators, r.update):
         acc = Var(a.name, a.dtype)
-        if S.kind(a.dtype) != "f" or not (isinstance(u, Binary) and u.fn == "add" and acc in (u.a, u.b)):
-            return False
-        others.append(u.b if u.a == acc else u.a)
-    others += [st.value for st in s.body]
-    return not any(names & names_used(e) for e in others)
+        if not (isinstance(u, Binary) and u.fn in MONOIDS and acc in (u.a, u.b)):
+            return None
+        term = u.b if u.a == acc else u.a
+        if names & names_used(term):
+            return None
+        out.append((u.fn, term))
+    return out
 
 
 def names_used(e: Expr) -> set[str]:
