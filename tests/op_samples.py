@@ -43,6 +43,19 @@ class Sample:
 _rng = np.random.default_rng(20240611)
 
 
+def assert_outputs_match(got, want) -> None:
+    """Two backends' outputs agree: same dtypes and shapes; floats within a few ulp-scaled
+    tolerances (NaN where NaN), everything else exactly."""
+    assert len(got) == len(want)
+    for o, e in zip(got, want):
+        assert (o.dtype, o.shape) == (e.dtype, e.shape)
+        if e.dtype.kind == "f":
+            tol = 1e-5 if e.dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(o, e, rtol=tol * 20, atol=tol, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(o, e)
+
+
 def arr(shape, dtype=F32, lo=-3.0, hi=3.0) -> np.ndarray:
     """Random values in [lo, hi) (ints: integers in that range; bools: coin flips)."""
     shape = tuple(shape) if not isinstance(shape, int) else (shape,)

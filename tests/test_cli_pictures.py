@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
@@ -16,6 +15,8 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
+
+from test_cli import cli
 
 MODEL = textwrap.dedent('''
     import tracecomp as tc
@@ -29,11 +30,6 @@ INPUTS = [a for s in SHAPES for a in ("--input", f"f32[{','.join(map(str, s))}]"
 GRAD = ["--grad", "0,1,2,3"]
 SVG = "{http://www.w3.org/2000/svg}"
 needs_graphviz = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
-
-
-def cli() -> list[str]:
-    script = shutil.which("tracecomp", path=os.path.dirname(sys.executable))
-    return [script] if script else [sys.executable, "-m", "tracecomp.cli"]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from tracecomp.gpu import cuda_driver
 from tracecomp.gpu.emulator import EmulatedContext
 from tracecomp.gpu.runner import CudaProgram, arch_for
 
-from op_samples import SAMPLES
+from op_samples import SAMPLES, assert_outputs_match
 from test_ptx import _mlp_inputs, mlp_loss
 
 HAVE_GPU = cuda_driver.available()
@@ -24,17 +24,6 @@ FIRST = list({s.op: s for s in reversed(CASES)}.values())[::-1]
 
 def _as_list(out):
     return [np.asarray(t) for t in (out if isinstance(out, (tuple, list)) else [out])]
-
-
-def _assert_same(got, want):
-    assert len(got) == len(want)
-    for o, e in zip(got, want):
-        assert (o.dtype, o.shape) == (e.dtype, e.shape)
-        if e.dtype.kind == "f":
-            tol = 1e-5 if e.dtype == np.float32 else 1e-12
-            np.testing.assert_allclose(o, e, rtol=tol * 20, atol=tol, equal_nan=True)
-        else:
-            np.testing.assert_array_equal(o, e)
 
 
 # ---------------------------------------------------------------- without a GPU
@@ -108,7 +97,7 @@ def _emulated_case(s):
     except tc.TracecompError:
         pytest.skip("an error case")
     got, want = _on_emulator(s.call, s.inputs)
-    _assert_same(got, want)
+    assert_outputs_match(got, want)
 
 
 @pytest.mark.parametrize("s", FIRST, ids=[s.id for s in FIRST])
@@ -128,13 +117,13 @@ def test_emulated_kernels_match_the_cpu_backend_for_every_other_sample(s):
 def test_emulated_mlp_training_step_matches_the_cpu_backend():
     step = tc.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3))
     got, want = _on_emulator(step, _mlp_inputs(batch=8, d_in=20, hidden=24, classes=5))
-    _assert_same(got, want)
+    assert_outputs_match(got, want)
 
 
 def test_emulated_long_rows_split_over_blocks():
     x = np.random.default_rng(1).standard_normal(1 << 17).astype(np.float32)
     got, want = _on_emulator(lambda x: (x.sum(), x.amax()), [x])
-    _assert_same(got, want)
+    assert_outputs_match(got, want)
 
 
 # ---------------------------------------------------------------- on a GPU
@@ -151,13 +140,13 @@ def test_gpu_matches_the_cpu_backend(s):
         tc.trace(s.call, backend="interp")(*s.inputs)
     except tc.TracecompError:
         pytest.skip("an error case")
-    _assert_same(*_on_gpu(s.call, s.inputs))
+    assert_outputs_match(*_on_gpu(s.call, s.inputs))
 
 
 @needs_gpu
 def test_gpu_mlp_training_step_matches_the_cpu_backend():
     step = tc.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3))
-    _assert_same(*_on_gpu(step, _mlp_inputs(batch=256, d_in=784, hidden=512, classes=10)))
+    assert_outputs_match(*_on_gpu(step, _mlp_inputs(batch=256, d_in=784, hidden=512, classes=10)))
 
 
 def test_emulated_block_searches_keep_the_first_extreme_and_nan():
@@ -166,12 +155,12 @@ def test_emulated_block_searches_keep_the_first_extreme_and_nan():
     x[3, 100] = x[3, 2000] = np.nan
     x[5, 7] = x[5, 2900] = 50
     got, want = _on_emulator(lambda x: (x.argmax(dim=1), x.max(dim=1), x.argmin(dim=1)), [x])
-    _assert_same(got, want)
+    assert_outputs_match(got, want)
     y = rng.integers(-5, 5, size=1 << 17).astype(np.int32)       # many ties, rows split over blocks
     got, want = _on_emulator(lambda y: (y.argmax(), y.argmin(), y.max()), [y])
-    _assert_same(got, want)
+    assert_outputs_match(got, want)
     got, want = _on_emulator(lambda z: z.argmax(), [np.full(300, -np.inf, np.float32)])
-    _assert_same(got, want)
+    assert_outputs_match(got, want)
 
 
 @pytest.mark.parametrize("shapes", [((70, 33), (33, 130)), ((2, 3, 20, 9), (3, 9, 70)), ((65, 1), (1, 64))],
@@ -180,9 +169,9 @@ def test_emulated_matmul_tiles_cover_every_edge(shapes):
     rng = np.random.default_rng(3)
     a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
     got, want = _on_emulator(lambda a, b, c: tc.relu(a @ b + c), [a, b, np.ones(shapes[1][-1], np.float32)])
-    _assert_same(got, want)
+    assert_outputs_match(got, want)
     got, want = _on_emulator(lambda a, b: (a.mT @ a, (b.mT.to(tc.float64) @ b.mT.mT.to(tc.float64))), [a, b])
-    _assert_same(got, want)
+    assert_outputs_match(got, want)
 
 
 def test_every_stage_of_a_cuda_function_prints_without_a_gpu():
