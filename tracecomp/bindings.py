@@ -18,6 +18,7 @@ from .errors import ArgumentError, TracecompError, add_location
 from .ops.schema import Argument
 from .ops.table import OpDef
 from .tensor import Tensor, as_tensor
+from .symbolic import Dim
 
 
 class _Mismatch(Exception):
@@ -33,7 +34,12 @@ def _type_name(v: Any) -> str:
 
 
 def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    """An int, NumPy integer or symbolic size (a traced dynamic dim, symbolic.py)."""
+    return isinstance(v, (int, np.integer, Dim)) and not isinstance(v, (bool, np.bool_))
+
+
+def _int(v):
+    return v if isinstance(v, Dim) else int(v)
 
 
 def _scalar(v):
@@ -41,7 +47,7 @@ def _scalar(v):
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
     if _is_int(v):
-        return int(v)
+        return _int(v)
     if isinstance(v, (float, np.floating)):
         return float(v)
     return None
@@ -68,12 +74,12 @@ def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
             return _scalar(v)
     elif base == "int" and t.is_list:
         if t.list_size and _is_int(v):
-            return (int(v),) * t.list_size
+            return (_int(v),) * t.list_size
         if isinstance(v, (list, tuple)) and all(_is_int(x) for x in v):
-            return tuple(int(x) for x in v)
+            return tuple(_int(x) for x in v)
     elif base == "int":
         if _is_int(v):
-            return int(v)
+            return _int(v)
     elif base == "float":
         if _is_int(v) or isinstance(v, (float, np.floating)):
             return float(v)

@@ -11,6 +11,7 @@ import enum
 import numpy as np
 
 from .errors import DTypeError
+from .symbolic import Dim
 
 
 class DType(enum.Enum):
@@ -103,7 +104,7 @@ def scalar_dtype(value) -> DType:
     """The dtype a Python scalar takes when it becomes a tensor on its own."""
     if isinstance(value, (bool, np.bool_)):
         return BOOL
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (int, np.integer, Dim)):       # a symbolic size is an int
         return DEFAULT_INT
     if isinstance(value, (float, np.floating)):
         return DEFAULT_FLOAT

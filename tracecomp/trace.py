@@ -25,6 +25,7 @@ import numpy as np
 from . import pytree, timings
 from .errors import ArgumentError, TraceError
 from .ir import Graph, TensorType
+from .symbolic import Dim
 from .tensor import Tensor, as_tensor
 from .tracer import TraceContext
 
@@ -245,6 +246,18 @@ class TracedFunction:
     def lower(self, *args, **kwargs) -> Lowered:
         return self._lookup(args, kwargs)[0]
 
+    def lower_dynamic(self, args: tuple, dynamic: dict) -> Lowered:
+        """A fresh trace at `args` with some dims symbolic (symbolic.py), for export:
+        `dynamic` maps an argument (position or parameter name) to {axis: size name}."""
+        _, structure, tensors = self._signature(args, {})
+        types = [t._type for t in tensors]
+        for leaf, axes in _dynamic_leaves(self.fn, args, dynamic).items():
+            shape = list(types[leaf].shape)
+            for axis, name in axes.items():
+                shape[axis] = Dim.named(name, shape[axis])
+            types[leaf] = TensorType(tuple(shape), types[leaf].dtype)
+        return self._trace(structure, tensors, types)
+
     def __call__(self, *args, **kwargs):
         key = None if kwargs else _fast_key(args)
         lowered = self._fast.get(key) if key is not None else None
@@ -281,10 +294,10 @@ class TracedFunction:
             start += count
         return frozenset(leaves)
 
-    def _trace(self, structure, tensors: list[Tensor]) -> Lowered:
+    def _trace(self, structure, tensors: list[Tensor], types: list[TensorType] | None = None) -> Lowered:
         from .passes import optimize
         graph = Graph(getattr(self.fn, "__name__", "main").replace("<", "").replace(">", "") or "main",
-                      [t._type for t in tensors])
+                      types or [t._type for t in tensors])
         ctx = _TimedTraceContext(graph)
         times: dict[str, float] = {}
         with timings.recording(times), timings.stage("trace"), ctx:
@@ -312,6 +325,51 @@ class TracedFunction:
             warnings.warn(f"tc.trace: {self.__name__} was traced {len(self._history)} times "
                           f"(more than {self.max_retraces}); every new shape, dtype or Python "
                           f"scalar value retraces. Signatures so far:\n{lines}", stacklevel=3)
+
+
+def _dynamic_leaves(fn: Callable, args: tuple, dynamic: dict) -> dict[int, dict[int, str]]:
+    """{flattened tensor leaf: {axis: size name}} for `dynamic` = {arg: {axis: name}}, where
+    arg is a position or a parameter name of `fn` and the argument must be one tensor."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    if not isinstance(dynamic, dict):
+        raise ArgumentError(f"dynamic= must be a dict like {{'x': {{0: 'batch'}}}}, got {dynamic!r}")
+    starts, at = [], 0
+    for a in args:
+        starts.append(at)
+        at += len(pytree.flatten(a, _is_array_leaf)[0])
+    out: dict[int, dict[int, str]] = {}
+    for key, axes in dynamic.items():
+        pos = key if isinstance(key, int) and not isinstance(key, bool) else \
+            params.index(key) if key in params else None
+        if pos is None or not 0 <= pos < len(args):
+            known = ", ".join(params[:len(args)]) or f"positions 0..{len(args) - 1}"
+            raise ArgumentError(f"dynamic=: {key!r} is not an argument of {getattr(fn, '__name__', 'fn')} "
+                                f"(arguments: {known})")
+        leaves = pytree.flatten(args[pos], _is_array_leaf)[0]
+        if len(leaves) != 1:
+            raise ArgumentError(f"dynamic=: argument {key!r} must be one tensor, not a "
+                                f"{type(args[pos]).__name__} of {len(leaves)} tensors")
+        shape = np.shape(leaves[0])
+        if not isinstance(axes, dict) or not axes:
+            raise ArgumentError(f"dynamic=: argument {key!r} needs a dict of {{axis: size name}}, got {axes!r}")
+        fixed = {}
+        for axis, name in axes.items():
+            if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+                raise ArgumentError(f"dynamic=: argument {key!r} has shape {shape}; axis {axis!r} "
+                                    "is not one of its dims")
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ArgumentError(f"dynamic=: argument {key!r} axis {axis}: the size name must be "
+                                    f"an identifier, got {name!r}")
+            if shape[axis] < 1:
+                raise ArgumentError(f"dynamic=: argument {key!r} axis {axis}: the example size is "
+                                    f"{shape[axis]}; give an example of size >= 1")
+            fixed[axis % len(shape)] = name
+        out[starts[pos]] = fixed
+    return out
 
 
 def _signature_items(key) -> list[tuple[str, str]]:

@@ -108,6 +108,7 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool
         value = value if nested else value.detach()
         return ((value, aux), result) if has_aux else (value, result)
     wrapped.__name__ = f"value_and_grad_{getattr(fn, '__name__', 'fn')}"
+    wrapped.__wrapped__ = fn          # inspect.signature: the same parameters as fn
     return wrapped
 
 
@@ -132,6 +133,7 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) 
         (value_aux, g) = vg(*args, **kwargs)
         return (g, value_aux[1]) if has_aux else g
     wrapped.__name__ = f"grad_{getattr(fn, '__name__', 'fn')}"
+    wrapped.__wrapped__ = fn
     return wrapped
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..errors import IRError
+from ..symbolic import Dim
 from .graph import Graph, Op, Value
 from .types import Location
 
@@ -144,12 +145,16 @@ def format_attr(value: Any) -> str:
         return f"{format_float(float(value))} : f64"
     if isinstance(value, str):
         return format_string(value)
+    if isinstance(value, tuple) and any(isinstance(d, Dim) for d in value):
+        return "[" + ", ".join(format_attr(d) for d in value) + "]"
     if isinstance(value, tuple):
         return _format_int_array(value)
     if isinstance(value, DType):
         return value.mlir
     if isinstance(value, np.ndarray):
         return format_dense(value)
+    if isinstance(value, Dim):                 # a dynamic size (symbolic.py), e.g. x.shape[0]
+        return f'#tc.size<{format_string(str(value))}>'
     raise IRError(f"cannot print attribute value {value!r} of type {type(value).__name__} "
                   "(expected bool, int, float, str, tuple of ints, DType or ndarray)")
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import dtypes as dt
+from ..symbolic import Dim
 from . import loops as L
+from .index_maps import expr as index_expr
 
 
 class X:
@@ -51,7 +53,11 @@ class X:
 
 
 def const(value, dtype) -> L.Const:
-    """A constant whose Python value matches its dtype (1 -> 1.0 for floats)."""
+    """A constant whose Python value matches its dtype (1 -> 1.0 for floats).  A symbolic
+    size (an attribute such as `x / x.shape[0]` with a dynamic dim) is the size parameter
+    converted to `dtype`."""
+    if isinstance(value, Dim):
+        return cast(index_expr(value), dtype)
     if dtype == L.INDEX or (isinstance(dtype, dt.DType) and dtype.is_integer):
         return L.Const(int(value), dtype)
     if dtype is dt.BOOL:

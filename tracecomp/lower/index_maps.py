@@ -6,6 +6,7 @@ expression is then evaluated at.
 """
 from __future__ import annotations
 
+from ..symbolic import Dim
 from . import loops as L
 
 Index = tuple[L.Expr, ...]
@@ -15,12 +16,54 @@ def ic(value: int) -> L.Const:
     return L.Const(int(value), L.INDEX)
 
 
+def size_var(name: str) -> L.Var:
+    """The loop-IR name of the dynamic size `name`: a size parameter of the kernels."""
+    return L.Var(L.SIZE_PREFIX + name, L.INDEX)
+
+
+def dim(d):
+    """A graph dim in the loop IR: an int stays one; a symbolic size (symbolic.Dim) becomes
+    an index expression of size parameters (`784*batch` -> mul(784, size_batch))."""
+    if not isinstance(d, Dim):
+        return d
+    total = None
+    for names, coeff in d.terms.items():
+        term = None
+        for n in names:
+            term = size_var(n) if term is None else mul(term, size_var(n))
+        term = ic(coeff) if term is None else mul(term, coeff)
+        total = term if total is None else add(total, term)
+    return total
+
+
+def symbolic(d):
+    """The inverse of `dim`: a loop-IR dim (int, or an expression of size parameters) as an
+    int or symbolic.Dim, for arithmetic on strides.  (Hints are not kept: 1.)"""
+    if isinstance(d, int):
+        return d
+    if isinstance(d, L.Const):
+        return d.value
+    if isinstance(d, L.Var) and d.name.startswith(L.SIZE_PREFIX):
+        return Dim.named(d.name[len(L.SIZE_PREFIX):], 1)
+    if isinstance(d, L.Binary) and d.fn in ("add", "sub", "mul"):
+        a, b = symbolic(d.a), symbolic(d.b)
+        return a + b if d.fn == "add" else a - b if d.fn == "sub" else a * b
+    raise ValueError(f"not a size expression: {d!r}")
+
+
+def expr(d) -> L.Expr:
+    """A dim (int, Dim or loop-IR expression) as an index expression."""
+    d = dim(d)
+    return ic(d) if isinstance(d, int) else d
+
+
 _FOLD = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
          "floordiv": lambda x, y: x // y, "mod": lambda x, y: x % y, "minimum": min, "maximum": max}
 
 
 def _op(fn: str, a: L.Expr, b) -> L.Expr:
-    b = ic(b) if isinstance(b, int) else b
+    a = expr(a) if isinstance(a, Dim) else a
+    b = ic(b) if isinstance(b, int) else expr(b) if isinstance(b, Dim) else b
     if isinstance(a, L.Const) and isinstance(b, L.Const) and (fn not in ("floordiv", "mod") or b.value):
         return ic(_FOLD[fn](a.value, b.value))
     if fn == "mul" and isinstance(b, L.Const) and b.value == 1:

@@ -176,9 +176,9 @@ class FunctionEmitter:
         nbuf = len(kernel.buffers)
         self.buffers = {buf.name: (buf, arg) for buf, arg in zip(kernel.buffers, fn.args)}
         self.sizes = dict(zip(kernel.sizes, fn.args[nbuf:nbuf + len(kernel.sizes)]))
+        self._cache: dict[int, tuple[Expr, ir.Value]] = {}
         self.strides = {buf.name: self._strides(buf) for buf in kernel.buffers}
         self.parallel_loops = 0
-        self._cache: dict[int, tuple[Expr, ir.Value]] = {}
 
     def entry_env(self) -> dict[str, ir.Value]:
         return dict(self.sizes)
@@ -306,7 +306,7 @@ class FunctionEmitter:
             if isinstance(d, int):
                 static *= d
             else:
-                size = self.size(d)
+                size = self.extent(d)
                 dynamic = size if dynamic is None else self.builder.mul(dynamic, size, flags=("nsw",))
         return strides[::-1]
 
@@ -337,7 +337,13 @@ class FunctionEmitter:
         return self.sizes[name]
 
     def extent(self, extent) -> ir.Value:
-        return ir.Constant(S.I64, extent) if isinstance(extent, int) else self.size(extent)
+        """A trip count or dim: an int, a size parameter's name, or an index expression of
+        size parameters (a dynamic dim such as 784*batch)."""
+        if isinstance(extent, int):
+            return ir.Constant(S.I64, extent)
+        if isinstance(extent, str):
+            return self.size(extent)
+        return self.expr(extent, self.entry_env())
 
     # ------------------------------------------------------------ expressions
     def expr(self, e: Expr, env: dict[str, ir.Value]) -> ir.Value:

@@ -218,7 +218,6 @@ class _Blocked:
         self.kernel = microkernel(em.module, self.dtype, tiles.mr, tiles.nv)
         self.pack_a = pack_function(em.module, self.dtype, tiles.mr)
         self.pack_b = pack_function(em.module, self.dtype, tiles.nr)
-        self.merge = merge_function(em.module, self.dtype, tiles.nr)
         self.tile = _entry_alloca(em, ir.ArrayType(self.t, tiles.mr * tiles.nr))
         self.tile.align = 64
 
@@ -275,20 +274,52 @@ class _Blocked:
                 full = b.and_(b.and_(b.icmp_signed("==", mr, self.c64(tiles.mr)),
                                      b.icmp_signed("==", nr, self.c64(tiles.nr))),
                               b.icmp_signed("==", self.cs["out"], self.c64(1)))
-                with b.if_else(full) as (direct, edge):
-                    with direct:
-                        b.call(self.kernel, [kc, a_panel, b_panel, c, self.rs["out"], add])
-                    with edge:
-                        b.call(self.kernel, [kc, a_panel, b_panel, self.tile, self.c64(tiles.nr),
-                                             ir.Constant(S.I1, 0)])
-                        b.call(self.merge, [self.tile, c, mr, nr, self.rs["out"], self.cs["out"], add])
+
+                def whole_tile():
+                    b.call(self.kernel, [kc, a_panel, b_panel, c, self.rs["out"], add])
+
+                def edge_tile():
+                    b.call(self.kernel, [kc, a_panel, b_panel, self.tile, self.c64(tiles.nr),
+                                         ir.Constant(S.I1, 0)])
+                    b.call(self.merge_function(), [self.tile, c, mr, nr, self.rs["out"], self.cs["out"], add])
+                self.by_tile_kind(full, whole_tile, edge_tile)
                 if self.s.epilogue is not None:
                     with b.if_then(last):
-                        with b.if_else(full) as (whole, part):
-                            with whole:
-                                self.epilogue(i0, j0, self.c64(tiles.mr), self.c64(tiles.nr), rows_inner=True)
-                            with part:
-                                self.epilogue(i0, j0, mr, nr)
+                        self.by_tile_kind(full,
+                                          lambda: self.epilogue(i0, j0, self.c64(tiles.mr), self.c64(tiles.nr),
+                                                                rows_inner=True),
+                                          lambda: self.epilogue(i0, j0, mr, nr))
+
+    def tile_kinds(self) -> tuple[bool, bool]:
+        """(whole tiles can occur, edge tiles can occur), known from the static sizes:
+        work items and blocks are whole register tiles except at the end of m and n, and
+        a tile goes straight into C only when C's columns are contiguous.  Emitting only
+        the paths that can run saves LLVM a copy of the epilogue per product."""
+        tiles, s = self.bl.tiles, self.s
+        cs = self.cs["out"]
+        unit_columns = isinstance(cs, ir.Constant) and cs.constant == 1
+        strided_columns = isinstance(cs, ir.Constant) and cs.constant != 1
+        whole = s.m >= tiles.mr and s.n >= tiles.nr and not strided_columns
+        edge = s.m % tiles.mr != 0 or s.n % tiles.nr != 0 or not unit_columns
+        return whole, edge
+
+    def by_tile_kind(self, full: ir.Value, whole_tile, edge_tile) -> None:
+        """Emit `whole_tile()` for full tiles and `edge_tile()` for the others, branching
+        on `full` only when both kinds can occur."""
+        whole, edge = self.tile_kinds()
+        if whole and edge:
+            with self.b.if_else(full) as (on_whole, on_edge):
+                with on_whole:
+                    whole_tile()
+                with on_edge:
+                    edge_tile()
+        elif whole:
+            whole_tile()
+        else:
+            edge_tile()
+
+    def merge_function(self) -> ir.Function:
+        return merge_function(self.em.module, self.dtype, self.bl.tiles.nr)
 
     def epilogue(self, i0, j0, mr, nr, rows_inner: bool = False) -> None:
         """out[i, j] = epilogue(acc = out[i, j]) over the tile just stored.  `rows_inner`

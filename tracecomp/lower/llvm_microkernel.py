@@ -29,6 +29,7 @@ import llvmlite.ir as ir
 from ..dtypes import DType
 from . import llvm_scalar as S
 from .llvm_codegen import counted_loop
+from .llvm_loop_hints import plain_loop
 
 UNROLL = 4
 PREFETCH_C = True
@@ -158,7 +159,7 @@ def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
     dst, src, count, kc, sx, sp = fn.args
     w, one = ir.Constant(S.I64, width), ir.Constant(S.I64, 1)
     panels = b.udiv(b.add(count, ir.Constant(S.I64, width - 1)), w)
-    with counted_loop(b, ir.Constant(S.I64, 0), panels, "q") as q:
+    with plain_loop(b, ir.Constant(S.I64, 0), panels, "q") as q:
         x0 = b.mul(q.index, w)
         valid = S.intrinsic(b, "smin", [w, b.sub(count, x0)])
         pdst = b.gep(dst, [b.mul(x0, kc)], source_etype=t)
@@ -183,8 +184,8 @@ def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
 def _pack_elements(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sx, sp, valid) -> None:
     """Element by element: rows x < valid from the source, the rest of the panel zeros."""
     t, w = S.register_type(dtype), ir.Constant(S.I64, width)
-    with counted_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
-        with counted_loop(b, ir.Constant(S.I64, 0), w, "x") as x:
+    with plain_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
+        with plain_loop(b, ir.Constant(S.I64, 0), w, "x") as x:
             inside = b.icmp_signed("<", x.index, valid)
             at = b.select(inside, b.add(b.mul(x.index, sx), b.mul(p.index, sp)), ir.Constant(S.I64, 0))
             value = b.load(b.gep(psrc, [at], source_etype=t), typ=t)
@@ -195,7 +196,7 @@ def _pack_elements(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sx
 def _pack_rows(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sp) -> None:
     """A full panel whose `width` rows are contiguous in the source: one vector per p."""
     t, vt = S.register_type(dtype), ir.VectorType(S.register_type(dtype), width)
-    with counted_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
+    with plain_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
         value = b.load(b.gep(psrc, [b.mul(p.index, sp)], source_etype=t), typ=vt, align=dtype.itemsize)
         b.store(value, b.gep(pdst, [b.mul(p.index, ir.Constant(S.I64, width))], source_etype=t),
                 align=dtype.itemsize)
@@ -213,8 +214,8 @@ def merge_function(module: ir.Module, dtype: DType, nr: int) -> ir.Function:
     tile, c, mr, ncols, rs, cs, add = fn.args
     for accumulate in (True, False):
         with b.if_then(add if accumulate else b.not_(add)):
-            with counted_loop(b, ir.Constant(S.I64, 0), mr, "r") as r:
-                with counted_loop(b, ir.Constant(S.I64, 0), ncols, "j") as j:
+            with plain_loop(b, ir.Constant(S.I64, 0), mr, "r") as r:
+                with plain_loop(b, ir.Constant(S.I64, 0), ncols, "j") as j:
                     at = b.gep(c, [b.add(b.mul(r.index, rs), b.mul(j.index, cs))], source_etype=t)
                     src = b.gep(tile, [b.add(b.mul(r.index, ir.Constant(S.I64, nr)), j.index)], source_etype=t)
                     value = b.load(src, typ=t)
@@ -263,7 +264,7 @@ def _pack_transposing(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc,
     def at(ptr, offset):
         return b.gep(ptr, [offset], source_etype=t)
     chunks = b.udiv(kc, ir.Constant(S.I64, v))
-    with counted_loop(b, ir.Constant(S.I64, 0), chunks, "pv") as chunk:
+    with plain_loop(b, ir.Constant(S.I64, 0), chunks, "pv") as chunk:
         p0 = b.mul(chunk.index, ir.Constant(S.I64, v))
         for g in range(width // v):
             rows = [b.load(at(psrc, b.add(b.mul(ir.Constant(S.I64, g * v + x), sx), p0)), typ=vt, align=align)
@@ -272,7 +273,7 @@ def _pack_transposing(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc,
                 row = b.add(b.mul(b.add(p0, ir.Constant(S.I64, pp)), ir.Constant(S.I64, width)),
                             ir.Constant(S.I64, g * v))
                 b.store(col, at(pdst, row), align=align)
-    with counted_loop(b, b.mul(chunks, ir.Constant(S.I64, v)), kc, "pr") as p:
+    with plain_loop(b, b.mul(chunks, ir.Constant(S.I64, v)), kc, "pr") as p:
         for x in range(width):
             value = b.load(at(psrc, b.add(b.mul(ir.Constant(S.I64, x), sx), p.index)), typ=t)
             b.store(value, at(pdst, b.add(b.mul(p.index, ir.Constant(S.I64, width)), ir.Constant(S.I64, x))))

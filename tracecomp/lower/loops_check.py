@@ -181,8 +181,17 @@ class _Checker:
         self.buffers[b.name] = b
 
     def is_extent(self, d: object) -> bool:
+        """An int >= 0, a size parameter, or an index expression (add/sub/mul) of those
+        (a dynamic dim such as 784*size_batch)."""
         if isinstance(d, bool):
             return False
+        if isinstance(d, Var):
+            return d.dtype == INDEX and d.name in self.kernel.sizes
+        if isinstance(d, Const):
+            return d.dtype == INDEX and self.is_extent(d.value)
+        if isinstance(d, Binary):
+            return d.fn in ("add", "sub", "mul") and d.dtype == INDEX and \
+                self.is_extent(d.a) and self.is_extent(d.b)
         return (isinstance(d, int) and d >= 0) or (isinstance(d, str) and d in self.kernel.sizes)
 
     def sizes_hint(self) -> str:

@@ -310,8 +310,11 @@ class _Printer:
     def indices(self, index: tuple[Expr, ...]) -> str:
         return ", ".join(self.expr(i) for i in index)
 
-    def extent(self, extent: Union[int, str]) -> str:
-        return self.const(extent, INDEX) if isinstance(extent, int) else self.lookup(extent)
+    def extent(self, extent: Union[int, str, Expr]) -> str:
+        """An int, a size parameter, or an index expression of size parameters."""
+        if isinstance(extent, int):
+            return self.const(extent, INDEX)
+        return self.lookup(extent) if isinstance(extent, str) else self.expr(extent)
 
     def loop(self, s: Loop) -> None:
         lo, hi, step = self.const(0, INDEX), self.extent(s.extent), self.const(1, INDEX)
@@ -357,7 +360,7 @@ class _Printer:
         for name in dict.fromkeys(v.buffer for v in s.views()):
             buf = self.kernel_ir.buffer(name)
             ssa, ty = self.buffers[name]
-            dynamic = [self.lookup(d) for d in buf.shape if isinstance(d, str)]
+            dynamic = [self.extent(d) for d in buf.shape if not isinstance(d, int)]
             size = str(math.prod(d for d in buf.shape if isinstance(d, int)))
             if dynamic:
                 size = self.const(int(size), INDEX)

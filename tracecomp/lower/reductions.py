@@ -19,6 +19,7 @@ from .. import dtypes as dt
 from ..ir import Op, Value
 from ..ops import rules
 from ..ops.table import by_ir_name
+from ..symbolic import hint
 from . import index_maps as I
 from . import loops as L
 from .exprs import cast, const
@@ -72,7 +73,7 @@ def column_plan(sched, op: Op):
     if not dims or not shape:
         return None
     inner = math.prod(shape[max(dims) + 1:])
-    if inner < COLUMN_MIN_INNER:
+    if hint(inner) < COLUMN_MIN_INNER:
         return None
     t = op.result.type.dtype
     init = _LIMITS[opdef.impl](t) if opdef.impl in _LIMITS else _INIT[opdef.impl]
@@ -116,7 +117,7 @@ def _reduce_loop(sched, x: Value, dims, keepdim, out_index, accs, update, tag: s
     value = sched.inliner.value_at(x, _reduced_index(out_index, x.type.shape, dims, keepdim, r))
     extent = math.prod(x.type.shape[d] for d in dims)
     x_var = f"x{tag}"
-    return L.Reduce(r.name, extent, accs, [L.Let(x_var, value)],
+    return L.Reduce(r.name, I.dim(extent), accs, [L.Let(x_var, value)],
                     update([L.Var(a.name, a.dtype) for a in accs], L.Var(x_var, value.dtype), r))
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..ir import Graph, Op, Value
 from ..ops.table import by_ir_name
+from ..symbolic import hint, shape_hint
 from . import index_maps as I
 from . import loops as L
 from .exprs import cast, const
@@ -115,7 +116,7 @@ def _materialized(graph: Graph) -> set[Value]:
         if opdef.kind in REDUCE_KINDS or opdef.kind == "random":
             keep.update(op.results)
         elif opdef.kind not in VIEW_KINDS:
-            keep.update(r for r in op.results if uses.get(r, 0) > 1 and r.type.numel > 1)
+            keep.update(r for r in op.results if uses.get(r, 0) > 1 and hint(r.type.numel) > 1)
     return keep
 
 
@@ -132,7 +133,7 @@ class Scheduler:
 
     def _buffer(self, v: Value, role: str, prefix: str) -> str:
         name = f"{prefix}{sum(1 for b in self.buffers.values() if b.role == role)}"
-        self.buffers[name] = L.Buffer(name, v.type.dtype, v.type.shape, role)
+        self.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), role)
         self.names[v] = name
         return name
 
@@ -159,6 +160,8 @@ class Scheduler:
         p.outputs = [self._output_buffer(v) for v in g.outputs]
         fuse_epilogues(p)
         self._mark_index_inputs()
+        for k in p.kernels:
+            k.sizes = L.size_params(k)        # dynamic dims: sizes the kernel takes at run time
         return p
 
     def _constant(self, op: Op) -> None:
@@ -275,8 +278,8 @@ def _loops(shape: tuple[int, ...], inner, prefix: str = "i") -> list:
     index = tuple(L.Var(f"{prefix}{d}", L.INDEX) for d in range(len(shape)))
     body = inner(index)
     for d in reversed(range(len(shape))):
-        body = [L.Loop(f"{prefix}{d}", shape[d], body)]
-    if shape and math.prod(shape) >= PARALLEL_MIN_WORK and shape[0] > 1:
+        body = [L.Loop(f"{prefix}{d}", I.dim(shape[d]), body)]
+    if shape and math.prod(shape_hint(shape)) >= PARALLEL_MIN_WORK and hint(shape[0]) > 1:
         body[0].parallel = True
     return body
 

@@ -31,6 +31,7 @@ from typing import Callable, Optional
 
 from ..errors import BackendError
 from ..ir import Op, Value
+from ..symbolic import is_dynamic
 from . import index_maps as I
 from . import loops as L
 from .matmul_tiles import uses_packed, workspace_elements
@@ -48,12 +49,14 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     b_view = _operand_view(sched, b, batch, row=True, col=len(bsh) > 1)
     out_view = _operand_view(sched, out, batch, row=len(ash) > 1, col=len(bsh) > 1)
     workspace = None
-    if uses_packed(dtype, m, n, k):
+    dynamic = any(is_dynamic(d) for d in (m, n, k, *batch))    # plain loops (llvm_matmul.py)
+    if not dynamic and uses_packed(dtype, m, n, k):
         workspace = _fresh(sched.buffers, "w")
         size = workspace_elements(dtype, m, n, k, math.prod(batch))
         sched.buffers[workspace] = L.Buffer(workspace, dtype, (size,), "temp")
     index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
-    return [L.Matmul(out_view, a_view, b_view, m, n, k, tuple(batch), index=index, workspace=workspace)]
+    return [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),
+                     index=index, workspace=workspace)]
 
 
 def _operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool) -> L.View:
@@ -69,7 +72,7 @@ def _operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool)
     mat.insert(0, own.pop() if row else 0)
     lead = len(batch) - len(own)
     batch_strides = [0 if d < lead or shape[d - lead] == 1 else own[d - lead] for d in range(len(batch))]
-    return L.View(buffer, I.ic(offset), tuple(I.ic(st) for st in batch_strides + mat))
+    return L.View(buffer, I.expr(offset), tuple(I.expr(st) for st in batch_strides + mat))
 
 
 def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
@@ -81,9 +84,7 @@ def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
         return None
     if not isinstance(e, L.Load) or e.dtype != v.type.dtype:
         return None
-    shape = sched.buffers[e.buffer].shape
-    if not all(isinstance(d, int) for d in shape):
-        return None
+    shape = [I.symbolic(d) for d in sched.buffers[e.buffer].shape]
     dense = [math.prod(shape[c + 1:]) for c in range(len(shape))]
     offset, strides = 0, [0] * len(syms)
     for c, index in enumerate(e.index):
@@ -99,9 +100,12 @@ def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
 
 
 def _affine(e: L.Expr) -> Optional[dict]:
-    """{var name: coefficient, None: constant} for an affine index expression, else None."""
+    """{var name: coefficient, None: constant} for an affine index expression, else None.
+    Sizes of dynamic dims are constants here: coefficients may be symbolic.Dim values."""
     if isinstance(e, L.Const):
         return {None: e.value}
+    if isinstance(e, L.Var) and e.name.startswith(L.SIZE_PREFIX):
+        return {None: I.symbolic(e)}
     if isinstance(e, L.Var):
         return {e.name: 1}
     if isinstance(e, L.Binary) and e.fn in ("add", "sub", "mul"):
@@ -135,7 +139,7 @@ def _materialize(sched, v: Value) -> None:
     index = tuple(L.Var(f"m{d}", L.INDEX) for d in range(v.type.ndim))
     value = sched.inliner.value_at(v, index)
     name = _fresh(sched.buffers, "t")
-    sched.buffers[name] = L.Buffer(name, v.type.dtype, v.type.shape, "temp")
+    sched.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), "temp")
     sched.names[v] = name
     body = _loops(v.type.shape, lambda ix: [L.Store(name, ix, value)], prefix="m")
     sched.add_kernel(sched.inlined_ops([v.op]) if v.op is not None else [], body)

@@ -32,12 +32,14 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ..errors import ArgumentError, BackendError
+from ..lower.loops import Var
+from .export_sizes import EntrySizes, describe_dim, is_static, public_name, size_names
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 WORKSPACE_ALIGN = 64
 
-OK, ERR_NULL = 0, 1
+OK, ERR_NULL, ERR_SIZE, ERR_ALLOC = 0, 1, 2, 3
 ERR_INDEX_BASE = 16          # 16 + j: index check j failed
 ERR_INPUT_SHAPE = 1000       # 1000 + i: NAME_checked got a wrong shape for input i
 ERR_OUTPUT_SHAPE = 2000      # 2000 + j: ... for output j
@@ -61,16 +63,15 @@ def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optiona
     from .. import __version__
     from . import target
 
-    if dynamic:
-        raise ArgumentError("tc.export: dynamic dimensions are not supported yet; export one "
-                            "library per shape (static shapes only)")
-    lowered, program = lower_for_export(fn, example_inputs)
+    lowered, program = lower_for_export(fn, example_inputs, dynamic)
     name = name or _default_name(path)
     if not name.isidentifier():
         raise ArgumentError(f"tc.export: name {name!r} is not a C identifier")
-    for k in program.kernels:
-        if k.sizes:
-            raise ArgumentError("tc.export: kernels with dynamic sizes are not supported yet")
+    sizes = size_names(program)
+    clash = [public_name(n) for n in sizes if public_name(n) in ("inputs", "outputs")]
+    if clash:
+        raise ArgumentError(f"tc.export: dynamic size name {clash[0]!r} is taken by the entry "
+                            "point's own parameters; pick another name")
 
     host = target.host_target()
     metadata = {
@@ -79,7 +80,10 @@ def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optiona
         "name": name,
         "inputs": [_describe(program, n, i) for i, n in enumerate(program.inputs)],
         "outputs": [_describe(program, n, i) for i, n in enumerate(program.outputs)],
-        "dynamic": [],
+        "sizes": [public_name(n) for n in sizes],
+        "dynamic": [{"name": public_name(v.name), "input": i, "axis": d}
+                    for i, n in enumerate(program.inputs)
+                    for d, v in enumerate(program.buffers[n].shape) if isinstance(v, Var)],
         "output_structure": structure_to_json(lowered.out_structure),
         "target": {"triple": host.triple, "cpu": host.cpu, "features": host.features},
     }
@@ -98,15 +102,25 @@ def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optiona
     return metadata
 
 
-def lower_for_export(fn: Callable, example_inputs: Sequence[Any]):
+def lower_for_export(fn: Callable, example_inputs: Sequence[Any], dynamic: Optional[dict] = None):
     """(the Lowered signature, its scheduled Program) of `fn` at `example_inputs`, for any
-    export target; refuses what no exported artifact can do (random draws)."""
+    export target; refuses what no exported artifact can do (random draws).  `dynamic`
+    ({arg: {axis: name}}) makes those dims sizes the library takes at run time."""
+    from ..symbolic import DynamicShapeError
     from ..trace import TracedFunction, trace
     if not isinstance(example_inputs, (list, tuple)):
         raise ArgumentError("tc.export: example_inputs must be a list or tuple of the function's "
                             "positional arguments")
     traced = fn if isinstance(fn, TracedFunction) else trace(fn)
-    lowered = traced.lower(*example_inputs)
+    if not dynamic:
+        lowered = traced.lower(*example_inputs)
+    else:
+        try:
+            lowered = traced.lower_dynamic(tuple(example_inputs), dynamic)
+            lowered.program
+        except DynamicShapeError as e:
+            raise DynamicShapeError(f"tc.export: the dynamic sizes {dynamic} cannot flow through "
+                                    f"this function: {e}") from None
     if lowered.program.fills:
         raise ArgumentError("tc.export: functions that draw random numbers (rand/randn) cannot "
                             "be exported yet")
@@ -186,11 +200,12 @@ def output_paths(js) -> list[str]:
 
 def _describe(program, buf_name: str, i: int) -> dict:
     b = program.buffers[buf_name]
-    return {"index": i, "dtype": b.dtype.label, "shape": [int(s) for s in b.shape]}
+    return {"index": i, "dtype": b.dtype.label, "shape": [describe_dim(s) for s in b.shape]}
 
 
-def _nbytes(b) -> int:
-    return int(np.prod(b.shape, dtype=np.int64)) * b.dtype.itemsize
+def _maybe_empty(b) -> bool:
+    """Whether a buffer may hold no elements (a static 0 dim; dynamic sizes are >= 1)."""
+    return any(d == 0 for d in b.shape if isinstance(d, int))
 
 
 def _cstring(module: ir.Module, gname: str, text: str) -> ir.GlobalVariable:
@@ -202,16 +217,47 @@ def _cstring(module: ir.Module, gname: str, text: str) -> ir.GlobalVariable:
     return g
 
 
-def _plan(program) -> tuple[dict[str, int], int]:
-    """Byte offset of every temp in the workspace, and its size (runtime/compiled.py's plan,
-    slots laid end to end at 64-byte boundaries)."""
+def _plan(program) -> tuple[dict[str, int], list]:
+    """The slot of every temp and the slots' sizes in bytes (runtime/compiled.py's plan;
+    sizes are symbolic.Dim values where dims are dynamic)."""
     from .memory import plan_program
-    assignment, sizes = plan_program(program)
-    starts, at = [], 0
-    for s in sizes:
+    return plan_program(program)
+
+
+def _libc(module: ir.Module, name: str, ret, args) -> ir.Function:
+    fn = module.globals.get(name)
+    return fn if fn is not None else ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+def _place_temps(module, program, name: str, b: ir.IRBuilder, dims: EntrySizes, ptrs: dict, check):
+    """Point every temp into the workspace: slots laid end to end at 64-byte boundaries.
+    Static sizes: one zero-initialized global (the library is then not re-entrant).
+    Dynamic sizes: a block from aligned_alloc per call, freed before returning (returned
+    here; ERR_ALLOC when it fails)."""
+    assignment, slot_sizes = _plan(program)
+    if all(isinstance(n, int) for n in slot_sizes):
+        starts, at = [], 0
+        for n in slot_sizes:
+            starts.append(at)
+            at += -(-n // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+        ws_type = ir.ArrayType(I8, max(at, WORKSPACE_ALIGN))
+        workspace = ir.GlobalVariable(module, ws_type, f"{name}__workspace")
+        workspace.initializer = ir.Constant(ws_type, None)
+        workspace.linkage = "internal"
+        workspace.align = WORKSPACE_ALIGN
+        for n, slot in assignment.items():
+            ptrs[n] = b.gep(workspace, [ir.Constant(I64, 0), ir.Constant(I64, starts[slot])], inbounds=True)
+        return None
+    starts, at = [], ir.Constant(I64, 0)
+    for n in slot_sizes:
         starts.append(at)
-        at += -(-s // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
-    return {n: starts[slot] for n, slot in assignment.items()}, at
+        at = b.add(at, dims.aligned(dims.dim(n), WORKSPACE_ALIGN))
+    alloc = _libc(module, "aligned_alloc", PTR, [I64, I64])
+    heap = b.call(alloc, [ir.Constant(I64, WORKSPACE_ALIGN), b.add(at, ir.Constant(I64, WORKSPACE_ALIGN))])
+    check(b.icmp_unsigned("==", heap, ir.Constant(PTR, None)), ERR_ALLOC)
+    for n, slot in assignment.items():
+        ptrs[n] = b.gep(heap, [starts[slot]], inbounds=True, source_etype=I8)
+    return heap
 
 
 def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) -> ir.Module:
@@ -229,13 +275,6 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
         raise ArgumentError(f"tc.export: the entry name {name!r} clashes with the kernel "
                             f"{clash[0]!r}; pass another name=")
 
-    offsets, ws_bytes = _plan(program)
-    ws_type = ir.ArrayType(I8, max(ws_bytes, WORKSPACE_ALIGN))
-    workspace = ir.GlobalVariable(module, ws_type, f"{name}__workspace")
-    workspace.initializer = ir.Constant(ws_type, None)
-    workspace.linkage = "internal"
-    workspace.align = WORKSPACE_ALIGN
-
     consts = {}
     for cname, value in program.constants.items():
         b = program.buffers[cname]
@@ -248,12 +287,16 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
         g.align = WORKSPACE_ALIGN
         consts[cname] = g
 
+    sizes = size_names(program)
     memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-    entry = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), name)
+    entry = ir.Function(module, ir.FunctionType(I32, [PTR, PTR] + [I64] * len(sizes)), name)
     entry.args[0].name, entry.args[1].name = "inputs", "outputs"
+    for arg, n in zip(entry.args[2:], sizes):
+        arg.name = public_name(n)
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     fail = entry.append_basic_block("fail")
     code_phi_incoming = []
+    dims = EntrySizes(b, dict(zip(sizes, entry.args[2:])))
 
     def check(cond, code: int):
         ok = entry.append_basic_block()
@@ -264,51 +307,51 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
     def slot_ptr(array, i: int):
         return b.load(b.gep(array, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
 
+    for value in dims.values.values():        # dynamic sizes: >= 1
+        check(b.icmp_signed("<", value, ir.Constant(I64, 1)), ERR_SIZE)
     null = ir.Constant(PTR, None)
     check(b.icmp_unsigned("==", entry.args[0], null) if program.inputs else ir.Constant(ir.IntType(1), 0), ERR_NULL)
     check(b.icmp_unsigned("==", entry.args[1], null) if program.outputs else ir.Constant(ir.IntType(1), 0), ERR_NULL)
     ptrs: dict[str, Any] = {}
     for i, n in enumerate(program.inputs):
         p = slot_ptr(entry.args[0], i)
-        if _nbytes(program.buffers[n]):
+        if not _maybe_empty(program.buffers[n]):
             check(b.icmp_unsigned("==", p, null), ERR_NULL)
         ptrs.setdefault(n, p)
     out_ptrs = []
     for i, n in enumerate(program.outputs):
         p = slot_ptr(entry.args[1], i)
-        if _nbytes(program.buffers[n]):
+        if not _maybe_empty(program.buffers[n]):
             check(b.icmp_unsigned("==", p, null), ERR_NULL)
         out_ptrs.append(p)
         if program.buffers[n].role == "output":
             ptrs.setdefault(n, p)
-    for n, off in offsets.items():
-        ptrs[n] = b.gep(workspace, [ir.Constant(I64, 0), ir.Constant(I64, off)], inbounds=True)
     ptrs.update(consts)
 
     # index checks: every element of an index input within [0, size)
     for j, (i, n, c) in enumerate(checks):
         buf = program.buffers[n]
-        count = int(np.prod(buf.shape, dtype=np.int64))
-        if not count:
-            continue
         et = S.memory_type(buf.dtype)
-        with counted_loop(b, ir.Constant(I64, 0), ir.Constant(I64, count), f"idx{j}") as loop:
+        with counted_loop(b, ir.Constant(I64, 0), dims.count(buf), f"idx{j}") as loop:
             v = b.load(b.gep(ptrs[n], [loop.index], inbounds=True, source_etype=et), typ=et)
             v = b.sext(v, I64) if et.width < 64 else v
             # unsigned compare: negative values wrap to huge ones and fail too
-            check(b.icmp_unsigned(">=", v, ir.Constant(I64, c.size)), ERR_INDEX_BASE + j)
+            check(b.icmp_unsigned(">=", v, dims.dim(c.size)), ERR_INDEX_BASE + j)
 
+    heap = _place_temps(module, program, name, b, dims, ptrs, check)
     for k in program.kernels:
-        b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers])
+        b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers] + [dims.values[s] for s in k.sizes])
     written = set()
     for i, n in enumerate(program.outputs):
         role = program.buffers[n].role
         if role == "output" and n not in written:
             written.add(n)
             continue
-        size = _nbytes(program.buffers[n])
-        if size:
-            b.call(memcpy, [out_ptrs[i], ptrs[n], ir.Constant(I64, size), ir.Constant(ir.IntType(1), 0)])
+        buf = program.buffers[n]
+        if not (is_static(buf) and _maybe_empty(buf)):
+            b.call(memcpy, [out_ptrs[i], ptrs[n], dims.nbytes(buf), ir.Constant(ir.IntType(1), 0)])
+    if heap is not None:
+        b.call(_libc(module, "free", ir.VoidType(), [PTR]), [heap])
     b.ret(ir.Constant(I32, OK))
 
     b.position_at_end(fail)
@@ -324,15 +367,17 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
 
     # error strings
     messages = {OK: "ok", ERR_NULL: "a NULL pointer was passed for the inputs or outputs array "
-                                    "or for a non-empty input or output"}
+                                    "or for a non-empty input or output",
+                ERR_SIZE: "a dynamic size argument is less than 1",
+                ERR_ALLOC: "could not allocate the workspace for these sizes (out of memory)"}
     for j, (i, n, c) in enumerate(checks):
         buf = program.buffers[n]
-        messages[ERR_INDEX_BASE + j] = (f"input {i} ({buf.dtype.label}{list(buf.shape)}): an index is "
+        messages[ERR_INDEX_BASE + j] = (f"input {i} ({buf.dtype.label}{_shape_text(buf)}): an index is "
                                         f"out of bounds for dim {c.dim} with size {c.size} ({c.op})")
     for kind, names, base in (("input", program.inputs, ERR_INPUT_SHAPE), ("output", program.outputs, ERR_OUTPUT_SHAPE)):
         for i, n in enumerate(names):
             buf = program.buffers[n]
-            messages[base + i] = (f"{kind} {i} must have shape {list(buf.shape)} (dtype {buf.dtype.label}); "
+            messages[base + i] = (f"{kind} {i} must have shape {_shape_text(buf)} (dtype {buf.dtype.label}); "
                                   f"the shape passed to {name}_checked differs")
     es = ir.Function(module, ir.FunctionType(PTR, [I32]), f"{name}_error_string")
     eb = ir.IRBuilder(es.append_basic_block("entry"))
@@ -350,9 +395,15 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
     return module
 
 
+def _shape_text(buf) -> str:
+    return "[" + ", ".join(str(describe_dim(d)) for d in buf.shape) + "]"
+
+
 def _checked_entry(module: ir.Module, program, name: str, entry: ir.Function) -> None:
     """`int NAME_checked(inputs, input_shapes, outputs, output_shapes)`: compares each
-    shape array (int64_t[rank] per argument) with the compiled shape, then calls NAME."""
+    shape array (int64_t[rank] per argument) with the compiled shape, then calls NAME.
+    Dynamic sizes are read from the first input dim that carries each, then every dim that
+    depends on them must match its value."""
     fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), f"{name}_checked")
     for arg, n in zip(fn.args, ("inputs", "input_shapes", "outputs", "output_shapes")):
         arg.name = n
@@ -367,6 +418,7 @@ def _checked_entry(module: ir.Module, program, name: str, entry: ir.Function) ->
         b.cbranch(cond, fail, ok)
         b.position_at_end(ok)
 
+    dims = EntrySizes(b, {})
     for shapes, names, base in ((fn.args[1], program.inputs, ERR_INPUT_SHAPE),
                                 (fn.args[3], program.outputs, ERR_OUTPUT_SHAPE)):
         if not names:
@@ -380,8 +432,13 @@ def _checked_entry(module: ir.Module, program, name: str, entry: ir.Function) ->
             check(b.icmp_unsigned("==", p, null), base + i)
             for d, size in enumerate(shape):
                 v = b.load(b.gep(p, [ir.Constant(I64, d)], inbounds=True, source_etype=I64), typ=I64)
-                check(b.icmp_signed("!=", v, ir.Constant(I64, int(size))), base + i)
-    b.ret(b.call(entry, [fn.args[0], fn.args[2]]))
+                if isinstance(size, Var) and size.name not in dims.values:
+                    dims.values[size.name] = v          # the size's first occurrence defines it
+                    check(b.icmp_signed("<", v, ir.Constant(I64, 1)), base + i)
+                    continue
+                check(b.icmp_signed("!=", v, dims.dim(size)), base + i)
+    sizes = [dims.values[n] for n in size_names(program)]
+    b.ret(b.call(entry, [fn.args[0], fn.args[2]] + sizes))
     b.position_at_end(fail)
     if incoming:
         phi = b.phi(I32)
@@ -420,10 +477,28 @@ def render_header(name: str, metadata: dict, checks: list) -> str:
         for d in items:
             where = f"  = {paths[d['index']]} of the Python function" if kind == "outputs" and len(paths) == len(items) else ""
             ctype = C_TYPES[d["dtype"]]
-            n = int(np.prod(d["shape"], dtype=np.int64))
-            lines.append(f" *   {kind}[{d['index']}]: {d['dtype']}{d['shape']}  "
-                         f"-> {ctype}[{n}], {n * ITEMSIZE[d['dtype']]} bytes{where}")
+            shape = "[" + ", ".join(map(str, d["shape"])) + "]"
+            if all(isinstance(n, int) for n in d["shape"]):
+                n = int(np.prod(d["shape"], dtype=np.int64))
+                size = f"{ctype}[{n}], {n * ITEMSIZE[d['dtype']]} bytes"
+            else:
+                n = "*".join(f"({x})" if isinstance(x, str) and " " in x else str(x) for x in d["shape"])
+                size = f"{ctype}[{n}], {n}*{ITEMSIZE[d['dtype']]} bytes"
+            lines.append(f" *   {kind}[{d['index']}]: {d['dtype']}{shape}  -> {size}{where}")
         return "\n".join(lines) or f" *   (no {kind})"
+
+    sizes = metadata.get("sizes", [])
+    size_params = "".join(f", int64_t {n}" for n in sizes)
+    if sizes:
+        size_doc = (f" * {', '.join(sizes)}: the dynamic size{'s' if len(sizes) > 1 else ''} of this call "
+                    "(>= 1), the dims named so below;\n"
+                    " *   one library serves every value.  Temporaries are allocated per call (aligned_alloc).\n")
+        reentrancy = (" * Re-entrant: temporaries live in memory allocated per call, and nothing else is\n"
+                      " * written outside the caller's outputs, so several threads may call it at once.")
+    else:
+        size_doc = ""
+        reentrancy = (" * Not re-entrant: the library keeps its temporaries in one static workspace, so at most\n"
+                      " * one call may run at a time in a process (use a mutex if several threads call it).")
 
     check_lines = "\n".join(
         f" *   {ERR_INDEX_BASE + j}: inputs[{i}] has an index outside [0, {c.size}) ({c.op}, dim {c.dim})"
@@ -452,26 +527,28 @@ extern "C" {{
 {rows(metadata['inputs'], 'inputs')}
  * outputs: an array of {len(metadata['outputs'])} pointers to buffers the caller allocated, in this order:
 {rows(metadata['outputs'], 'outputs')}
- * Shapes are fixed (the library was compiled for exactly these shapes); the element type
+{size_doc} * {"Shapes are fixed except for the named sizes" if sizes else "Shapes are fixed (the library was compiled for exactly these shapes)"}; the element type
  * of each buffer is the C type shown; buffers are dense, row-major, need no particular
  * alignment, and outputs must not overlap each other or any input.
  *
  * Returns 0 on success, otherwise an error code ({name}_error_string(code) says what went
  * wrong) and the outputs are unspecified:
  *   1: a NULL pointer was passed
+ *   2: a dynamic size is less than 1
+ *   3: the workspace for these sizes could not be allocated
 {check_lines}
  * The library cannot check the sizes of the buffers: pass buffers of the sizes above.
- * Not re-entrant: the library keeps its temporaries in one static workspace, so at most
- * one call may run at a time in a process (use a mutex if several threads call it).
+{reentrancy}
  * Loops run in parallel on all cores through libgomp (OMP_NUM_THREADS limits it).
  * libgomp is not fork-safe: a child forked after a call must call omp_set_num_threads(1)
  * before calling again (or exec), else it can wait forever for threads it does not have.
  */
-int {name}(const void* const* inputs, void* const* outputs);
+int {name}(const void* const* inputs, void* const* outputs{size_params});
 
 /* The same, after checking the shapes the caller believes its buffers have:
  * input_shapes[i] points to inputs[i]'s dims (int64_t[rank], row-major order of dims;
- * may be NULL for a scalar), output_shapes likewise.  A shape that differs from the one
+ * may be NULL for a scalar), output_shapes likewise.  Dynamic sizes are taken from the
+ * first input dim named after them.  A shape that differs from the one
  * compiled in returns {ERR_INPUT_SHAPE} + i (input i) or {ERR_OUTPUT_SHAPE} + j (output j) before
  * any buffer is touched; otherwise returns what {name}() returns. */
 int {name}_checked(const void* const* inputs, const int64_t* const* input_shapes,
@@ -483,7 +560,8 @@ const char* {name}_error_string(int code);
 /* A static, NUL-terminated JSON text describing the library:
  *   {{"format": 1, "tracecomp_version": ..., "name": "{name}",
  *    "inputs":  [{{"index": 0, "dtype": "float32", "shape": [..]}}, ...],
- *    "outputs": [...], "dynamic": [],
+ *    "outputs": [...], "sizes": [names of the dynamic sizes, in argument order],
+ *    "dynamic": [{{"name": ..., "input": i, "axis": d}}, ...],
  *    "target": {{"triple": ..., "cpu": ..., "features": "+avx2,+fma,-avx512f,..."}}}}
  * tc.load() in Python reads it to check inputs and the CPU. */
 const char* {name}_metadata(void);

@@ -70,9 +70,10 @@ class ExportedFunction:
     def __init__(self, path: str, lib: ctypes.CDLL, name: str, metadata: dict):
         self.path, self._lib, self.name, self.metadata = path, lib, name, metadata
         self._lock = _lock_for(path)
+        self._sizes = list(metadata.get("sizes", []))
         self._entry = getattr(lib, name)
         self._entry.restype = ctypes.c_int
-        self._entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self._entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * len(self._sizes)
         self._error_string = getattr(lib, f"{name}_error_string")
         self._error_string.restype = ctypes.c_char_p
         self._error_string.argtypes = [ctypes.c_int]
@@ -95,23 +96,70 @@ class ExportedFunction:
         if len(inputs) != len(self._in):
             raise ArgumentError(f"{self.name} takes {len(self._in)} inputs, got {len(inputs)}")
         arrays = []
+        sizes: dict[str, int] = {}
         for i, (x, (dtype, shape)) in enumerate(zip(inputs, self._in)):
             a = x.numpy() if isinstance(x, Tensor) else np.asarray(x)
-            if a.shape != shape or a.dtype != dtype:
-                raise ArgumentError(f"{self.name}: input {i} must be {dtype}{list(shape)}, "
-                                    f"got {a.dtype}{list(a.shape)}")
+            if a.dtype != dtype or not _bind_shape(shape, a.shape, sizes):
+                bound = "".join(f"; {n} = {v}" for n, v in sizes.items())
+                raise ArgumentError(f"{self.name}: input {i} must be {dtype}{_text(shape)}, "
+                                    f"got {a.dtype}{list(a.shape)}{bound}")
             arrays.append(np.ascontiguousarray(a))
-        outs = [np.empty(shape, dtype) for dtype, shape in self._out]
+        outs = [np.empty(tuple(evaluate_dim(d, sizes) for d in shape), dtype) for dtype, shape in self._out]
         in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
         with self._lock:       # one static workspace per library: one call at a time
-            code = self._entry(in_ptrs, out_ptrs)
+            code = self._entry(in_ptrs, out_ptrs, *(sizes[n] for n in self._sizes))
         if code != 0:
             raise ArgumentError(f"{self.name} failed with error {code}: {self.error_string(code)}")
         result = [Tensor.from_numpy(o) for o in outs]
         if self._structure is not None:
             return pytree.unflatten(self._structure, result)
         return result[0] if len(result) == 1 else tuple(result)
+
+
+def _text(shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _bind_shape(expected, actual, sizes: dict[str, int]) -> bool:
+    """Match an input's shape against the metadata's (ints, size names, size expressions),
+    binding each size name at its first occurrence; False on any mismatch."""
+    if len(expected) != len(actual):
+        return False
+    for want, got in zip(expected, actual):
+        if isinstance(want, str) and want.isidentifier() and want not in sizes:
+            if got < 1:
+                return False
+            sizes[want] = int(got)
+        elif evaluate_dim(want, sizes) != got:
+            return False
+    return True
+
+
+def evaluate_dim(dim, sizes: dict[str, int]) -> int:
+    """An int, or a size expression of the metadata ("batch", "784*batch", "batch + 1")."""
+    if isinstance(dim, int):
+        return dim
+    total = 0
+    for sign, term in _terms(dim):
+        value = 1
+        for factor in term.split("*"):
+            factor = factor.strip()
+            value *= int(factor) if factor.lstrip("-").isdigit() else sizes[factor]
+        total += sign * value
+    return total
+
+
+def _terms(text: str):
+    """(sign, product) pairs of a sum written as symbolic.Dim prints it."""
+    sign, out = 1, []
+    for part in text.replace(" - ", " + -").split(" + "):
+        part = part.strip()
+        if part.startswith("-"):
+            out.append((-1, part[1:]))
+        else:
+            out.append((sign, part))
+    return out
 
 
 def load(path: str, name: Optional[str] = None) -> ExportedFunction:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..symbolic import Dim, DynamicShapeError, hint
+
 ALIGN = 64
 
 
@@ -72,17 +74,21 @@ def plan_workspace(temps: dict[str, int], first: dict[str, int],
                    last: dict[str, int]) -> tuple[dict[str, int], list[int]]:
     """Assign each temp (name -> nbytes, live from kernel `first` to kernel `last`) a slot;
     two temps share a slot only if one dies before the other is written.
-    Returns (temp -> slot index, slot sizes in bytes)."""
+    Returns (temp -> slot index, slot sizes in bytes).
+    Sizes may be symbolic (symbolic.Dim, in exported libraries with dynamic dims): a slot is
+    reused or grown only where the comparison holds for every size, the choice among such
+    slots follows the example sizes."""
     slots: list[Slot] = []
     assignment: dict[str, int] = {}
     for name in sorted(temps, key=lambda n: first[n]):
         need, start = temps[name], first[name]
         free = [i for i, s in enumerate(slots) if s.free_after < start]
-        fitting = [i for i in free if slots[i].nbytes >= need]
+        fitting = [i for i in free if _provably_ge(slots[i].nbytes, need)]
+        growable = [i for i in free if _provably_ge(need, slots[i].nbytes)]
         if fitting:
-            i = min(fitting, key=lambda i: slots[i].nbytes)
-        elif free:
-            i = max(free, key=lambda i: slots[i].nbytes)
+            i = min(fitting, key=lambda i: hint(slots[i].nbytes))
+        elif growable:
+            i = max(growable, key=lambda i: hint(slots[i].nbytes))
             slots[i].nbytes = need
         else:
             slots.append(Slot(need))
@@ -92,8 +98,19 @@ def plan_workspace(temps: dict[str, int], first: dict[str, int],
     return assignment, [s.nbytes for s in slots]
 
 
-def buffer_nbytes(buffer) -> int:
-    return int(np.prod(buffer.shape, dtype=np.int64)) * buffer.dtype.itemsize
+def _provably_ge(a, b) -> bool:
+    try:
+        return bool(a >= b)
+    except DynamicShapeError:
+        return False
+
+
+def buffer_nbytes(buffer):
+    """Bytes of a loop-IR buffer: an int, or a symbolic.Dim for dynamic dims."""
+    if all(isinstance(d, int) for d in buffer.shape):
+        return int(np.prod(buffer.shape, dtype=np.int64)) * buffer.dtype.itemsize
+    from ..lower.index_maps import symbolic
+    return math.prod(symbolic(d) for d in buffer.shape) * buffer.dtype.itemsize
 
 
 def plan_program(program) -> tuple[dict[str, int], list[int]]:
@@ -111,4 +128,5 @@ def plan_program(program) -> tuple[dict[str, int], list[int]]:
     for f in program.fills:
         first[f.buffer] = -1
         last.setdefault(f.buffer, -1)
-    return plan_workspace({n: max(1, buffer_nbytes(temps[n])) for n in first}, first, last)
+    sizes = {n: buffer_nbytes(temps[n]) for n in first}
+    return plan_workspace({n: s if isinstance(s, Dim) else max(1, s) for n, s in sizes.items()}, first, last)
