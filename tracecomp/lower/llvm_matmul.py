@@ -42,6 +42,7 @@ import llvmlite.ir as ir
 from ..errors import BackendError
 from . import llvm_scalar as S
 from .llvm_codegen import FunctionEmitter, counted_loop
+from .llvm_loop_hints import plain_loop
 from .llvm_microkernel import merge_function, microkernel, pack_function
 from .llvm_parallel import (_entry_alloca, _field, claimed_chunks, mark_done, outlined_function,
                             recently_late, start_team)
@@ -220,6 +221,8 @@ class _Blocked:
         self.pack_b = pack_function(em.module, self.dtype, tiles.nr)
         self.tile = _entry_alloca(em, ir.ArrayType(self.t, tiles.mr * tiles.nr))
         self.tile.align = 64
+        self.visible = [(n, v) for n, v in env.items() if n not in em.sizes]   # passed to outlined epilogues
+        self.epilogues: dict[bool, ir.Function] = {}
 
     def c64(self, v: int) -> ir.Constant:
         return ir.Constant(S.I64, v)
@@ -285,10 +288,8 @@ class _Blocked:
                 self.by_tile_kind(full, whole_tile, edge_tile)
                 if self.s.epilogue is not None:
                     with b.if_then(last):
-                        self.by_tile_kind(full,
-                                          lambda: self.epilogue(i0, j0, self.c64(tiles.mr), self.c64(tiles.nr),
-                                                                rows_inner=True),
-                                          lambda: self.epilogue(i0, j0, mr, nr))
+                        self.by_tile_kind(full, lambda: self.call_epilogue(i0, j0),
+                                          lambda: self.call_epilogue(i0, j0, mr, nr))
 
     def tile_kinds(self) -> tuple[bool, bool]:
         """(whole tiles can occur, edge tiles can occur), known from the static sizes:
@@ -321,19 +322,41 @@ class _Blocked:
     def merge_function(self) -> ir.Function:
         return merge_function(self.em.module, self.dtype, self.bl.tiles.nr)
 
-    def epilogue(self, i0, j0, mr, nr, rows_inner: bool = False) -> None:
-        """out[i, j] = epilogue(acc = out[i, j]) over the tile just stored.  `rows_inner`
-        (for full tiles, constant bounds) puts the row loop inside: LLVM unrolls it and
+    def call_epilogue(self, i0, j0, mr=None, nr=None) -> None:
+        """The epilogue over the tile at (i0, j0): a whole MR x NR tile, or (mr, nr) given
+        the valid corner of an edge tile."""
+        whole = mr is None
+        if whole not in self.epilogues:
+            self.epilogues[whole] = self.epilogue_function(whole)
+        leading = list(self.em.fn.args[:len(self.em.kernel.buffers) + len(self.em.kernel.sizes)])
+        sizes = [] if whole else [mr, nr]
+        self.b.call(self.epilogues[whole], leading + [v for _, v in self.visible] + [i0, j0] + sizes)
+
+    def epilogue_function(self, whole: bool) -> ir.Function:
+        """`<part>.epilogue.<whole|edge>(buffers, sizes, visible names, i0, j0[, mr, nr])`:
+        out[i, j] = epilogue(acc = out[i, j]) over the tile just stored, while it is in L1.
+        Outlined (a call per tile) because inlined in the tile loops, its dozens of
+        addresses made LLVM's loop strength reduction search for ~25 ms per product.
+        Whole tiles put the row loop inside (constant bounds): LLVM unrolls it and
         vectorizes the column loop, contiguous in C.  With the rows outside, it unrolled
-        the 32 columns and vectorized the rows with gathers and scatters (4x slower)."""
-        b, s = self.b, self.s
+        the 32 columns and vectorized the rows with gathers and scatters (4x slower).
+        Edge tiles run their loops as written (rows outside)."""
+        s, tiles = self.s, self.bl.tiles
+        extra = [("i0", S.I64), ("j0", S.I64)] + ([] if whole else [("mr", S.I64), ("nr", S.I64)])
+        name = f"{self.em.fn.name}.epilogue.{'whole' if whole else 'edge'}"
+        fn, inner, env = outlined_function(self.em, self.visible, name, extra)
+        b = inner.builder
+        i0, j0 = fn.args[-len(extra)], fn.args[-len(extra) + 1]
+        mr, nr = (self.c64(tiles.mr), self.c64(tiles.nr)) if whole else fn.args[-2:]
         names = index_names(s)
         at = flat_index(s.out, tuple(Var(n, INDEX) for n in names))
         out = flat_name(s.out.buffer)
         body = [Let(s.acc, Load(out, (at,), self.dtype)), Store(out, (at,), s.epilogue)]
-        (outer, o_name), (inner, i_name) = ((nr, "mm.c"), (mr, "mm.r")) if rows_inner else ((mr, "mm.r"), (nr, "mm.c"))
-        with counted_loop(b, self.c64(0), outer, o_name) as o:
-            with counted_loop(b, self.c64(0), inner, i_name) as i:
-                r, c = (i.index, o.index) if rows_inner else (o.index, i.index)
-                env = {**self.env, names[-2]: b.add(i0, r), names[-1]: b.add(j0, c)}
-                self.em.emit_body(body, env)
+        (outer, o_name), (inner_n, i_name) = ((nr, "mm.c"), (mr, "mm.r")) if whole else ((mr, "mm.r"), (nr, "mm.c"))
+        loop = counted_loop if whole else plain_loop
+        with loop(b, self.c64(0), outer, o_name) as o:
+            with loop(b, self.c64(0), inner_n, i_name) as i:
+                r, c = (i.index, o.index) if whole else (o.index, i.index)
+                inner.emit_body(body, {**env, names[-2]: b.add(i0, r), names[-1]: b.add(j0, c)})
+        b.ret_void()
+        return fn

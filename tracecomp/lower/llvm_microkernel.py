@@ -24,6 +24,8 @@ in-register transposes) and the merge of a partial tile into C.
 """
 from __future__ import annotations
 
+import functools
+
 import llvmlite.ir as ir
 
 from ..dtypes import DType
@@ -254,26 +256,43 @@ def _transpose_block(width: int, dtype: DType) -> int:
 
 
 def _pack_transposing(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sx) -> None:
-    """A full micro-panel whose source runs along p: V x V blocks are loaded as V vectors
-    (one per x, V consecutive p), transposed in registers and stored as V vectors (one
-    per p, V consecutive x); the last kc % V steps copy element by element."""
+    """A full micro-panel whose source runs along p: V x V blocks transposed in registers
+    (transpose_function), then the last kc % V steps element by element."""
     t, v = S.register_type(dtype), _transpose_block(width, dtype)
-    vt = ir.VectorType(t, v)
-    align = dtype.itemsize
+    c64 = functools.partial(ir.Constant, S.I64)
 
     def at(ptr, offset):
         return b.gep(ptr, [offset], source_etype=t)
-    chunks = b.udiv(kc, ir.Constant(S.I64, v))
-    with plain_loop(b, ir.Constant(S.I64, 0), chunks, "pv") as chunk:
-        p0 = b.mul(chunk.index, ir.Constant(S.I64, v))
-        for g in range(width // v):
-            rows = [b.load(at(psrc, b.add(b.mul(ir.Constant(S.I64, g * v + x), sx), p0)), typ=vt, align=align)
-                    for x in range(v)]
-            for pp, col in enumerate(transpose(b, rows) if v > 1 else rows):
-                row = b.add(b.mul(b.add(p0, ir.Constant(S.I64, pp)), ir.Constant(S.I64, width)),
-                            ir.Constant(S.I64, g * v))
-                b.store(col, at(pdst, row), align=align)
-    with plain_loop(b, b.mul(chunks, ir.Constant(S.I64, v)), kc, "pr") as p:
-        for x in range(width):
-            value = b.load(at(psrc, b.add(b.mul(ir.Constant(S.I64, x), sx), p.index)), typ=t)
-            b.store(value, at(pdst, b.add(b.mul(p.index, ir.Constant(S.I64, width)), ir.Constant(S.I64, x))))
+    chunks = b.udiv(kc, c64(v)) if v > 1 else c64(0)
+    if v > 1:
+        block = transpose_function(b.module, dtype, v)
+        with plain_loop(b, c64(0), chunks, "pv") as chunk:
+            p0 = b.mul(chunk.index, c64(v))
+            for g in range(width // v):
+                src = at(psrc, b.add(b.mul(c64(g * v), sx), p0))
+                b.call(block, [at(pdst, b.add(b.mul(p0, c64(width)), c64(g * v))), src, sx, c64(width)])
+    with plain_loop(b, b.mul(chunks, c64(v)), kc, "pr") as p:
+        with plain_loop(b, c64(0), c64(width), "x") as x:
+            value = b.load(at(psrc, b.add(b.mul(x.index, sx), p.index)), typ=t)
+            b.store(value, at(pdst, b.add(b.mul(p.index, c64(width)), x.index)))
+
+
+def transpose_function(module: ir.Module, dtype: DType, v: int) -> ir.Function:
+    """`transpose(dst, src, sx, ld)`: dst[p * ld + x] = src[x * sx + p] for x, p < V, as V
+    vector loads, a transpose in registers and V vector stores.  A function of its own
+    (not inlined, no loop): inside the packing loop its V * width / V memory accesses
+    made LLVM's loop-load elimination compare every pair (~50 ms of LLVM time per module
+    for NR = 32)."""
+    name = f"tracecomp.matmul.transpose.{dtype.label}.{v}"
+    if name in module.globals:
+        return module.globals[name]
+    t, align = S.register_type(dtype), dtype.itemsize
+    vt = ir.VectorType(t, v)
+    fn, b = _leaf_function(module, name, [("dst", _PTR), ("src", _PTR), ("sx", S.I64), ("ld", S.I64)])
+    dst, src, sx, ld = fn.args
+    rows = [b.load(b.gep(src, [b.mul(ir.Constant(S.I64, x), sx)], source_etype=t), typ=vt, align=align)
+            for x in range(v)]
+    for p, column in enumerate(transpose(b, rows)):
+        b.store(column, b.gep(dst, [b.mul(ir.Constant(S.I64, p), ld)], source_etype=t), align=align)
+    b.ret_void()
+    return fn
