@@ -277,8 +277,6 @@ def test_load_refuses_library_for_missing_cpu_feature(tmp_path, monkeypatch):
 
 def test_export_errors(tmp_path):
     x = tc.tensor(np.ones((2, 3), np.float32))
-    with pytest.raises(tc.ArgumentError, match="dynamic dimensions are not supported yet"):
-        tc.export(lambda x: x * 2.0, [x], str(tmp_path / "libd.so"), dynamic={"x": {0: "batch"}})
     with pytest.raises(tc.ArgumentError, match="not a C identifier"):
         tc.export(lambda x: x * 2.0, [x], str(tmp_path / "libd.so"), name="no-good")
     with pytest.raises(tc.ArgumentError, match="no such file"):

@@ -24,7 +24,16 @@ from .errors import ShapeError
 
 
 class DynamicShapeError(ShapeError):
-    """A dynamic size reached code that needs a concrete number."""
+    """A dynamic size reached code that needs a concrete number.  Raised while a function
+    is being traced, it names the user's line."""
+
+    def __init__(self, message: str):
+        from .errors import add_location
+        from .tracer import current, user_location
+        super().__init__(message)
+        self.reason = message
+        if current() is not None:
+            add_location(self, str(user_location()))
 
 
 Monomial = tuple[str, ...]          # sorted names, repeated for powers; () is the constant
@@ -147,6 +156,12 @@ class Dim:
             return Dim._lift(o) % self
         except TypeError:
             return NotImplemented
+
+    def __truediv__(self, o):
+        raise DynamicShapeError(f"cannot divide the dynamic size {self} by {o} to a float at "
+                                "trace time (divide a tensor by it instead)")
+
+    __rtruediv__ = __truediv__
 
     # ------------------------------------------------------------------ comparisons
     def __eq__(self, o):

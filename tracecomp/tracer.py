@@ -18,6 +18,7 @@ from .dispatch import DispatchKey, state
 from .errors import TraceError
 from .ir import Graph, Location, Value
 from .ir.types import TensorType
+from .symbolic import DynamicShapeError
 from .ops import rules
 from .ops.table import OpDef
 from .results import package, type_args
@@ -148,7 +149,10 @@ def trace_kernel(op: OpDef, args: dict[str, Any]):
     if op.kind == "composite":
         out_types = composite_types(op, args)
     else:
-        out_types = rules.infer(op, type_args(args))
+        try:
+            out_types = rules.infer(op, type_args(args))
+        except DynamicShapeError as e:
+            raise DynamicShapeError(f"{op.full_name}: {e.reason}") from None
     operands, attrs = operands_and_attrs(op, args, ctx.value_of)
     recorded = ctx.record(op.ir_name, operands, attrs, out_types)
     return package(op, [ctx.wrap(v) for v in recorded.results])

@@ -28,7 +28,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..ir import Graph, Op, Value
 from ..ops.table import by_ir_name
-from ..symbolic import hint, shape_hint
+from ..symbolic import DynamicShapeError, hint, shape_hint
 from . import index_maps as I
 from . import loops as L
 from .exprs import cast, const
@@ -189,7 +189,11 @@ class Scheduler:
             return
         builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
                    "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter}.get(opdef.kind, _pointwise)
-        body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
+        try:
+            body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
+        except DynamicShapeError as e:
+            where = f" at {op.loc}" if op.loc is not None else ""
+            raise DynamicShapeError(f"{op.name}{where}: {e}") from None
         self.add_kernel(self.inlined_ops([op]), body)
 
     def add_kernel(self, ops: list[Op], body: list) -> L.Kernel:

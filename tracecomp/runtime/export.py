@@ -120,7 +120,7 @@ def lower_for_export(fn: Callable, example_inputs: Sequence[Any], dynamic: Optio
             lowered.program
         except DynamicShapeError as e:
             raise DynamicShapeError(f"tc.export: the dynamic sizes {dynamic} cannot flow through "
-                                    f"this function: {e}") from None
+                                    f"this function: {e}") from e
     if lowered.program.fills:
         raise ArgumentError("tc.export: functions that draw random numbers (rand/randn) cannot "
                             "be exported yet")

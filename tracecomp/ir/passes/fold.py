@@ -20,6 +20,7 @@ import numpy as np
 
 from ...errors import IRError, TracecompError
 from ...ops.table import OpDef, by_ir_name
+from ...symbolic import Dim
 from ..graph import Graph, Op
 from ..types import TensorType
 from .rewrite import RuleResult, Rewriter, is_constant, rewrite
@@ -31,6 +32,9 @@ FOLD_LIMIT = 4096   # elements; larger results would bloat the graph text and th
 def foldable(opdef: OpDef | None, op: Op, limit: int) -> bool:
     return (opdef is not None and opdef.kind != "composite" and not opdef.nondeterministic
             and all(is_constant(v) for v in op.operands)
+            and all(isinstance(d, int) for r in op.results for d in r.type.shape)   # no dynamic dims
+            and not any(isinstance(a, Dim) or isinstance(a, tuple) and any(isinstance(d, Dim) for d in a)
+                        for a in op.attrs.values())
             and all(r.type.numel <= limit for r in op.results))
 
 
