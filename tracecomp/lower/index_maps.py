@@ -12,8 +12,9 @@ from . import loops as L
 Index = tuple[L.Expr, ...]
 
 
-def ic(value: int) -> L.Const:
-    return L.Const(int(value), L.INDEX)
+def ic(value) -> L.Expr:
+    """An index constant; a symbolic size (symbolic.Dim) becomes its size expression."""
+    return expr(value) if isinstance(value, Dim) else L.Const(int(value), L.INDEX)
 
 
 def size_var(name: str) -> L.Var:

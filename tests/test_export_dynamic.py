@@ -1,0 +1,263 @@
+"""tc.export(..., dynamic=...): one library for every batch size (issue 5).
+
+Every library here is compared, at several sizes, with tracecomp's own static trace of the
+same function at that size (itself tested against NumPy elsewhere)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.ir.mlir_tool import check_with_mlir_opt, find_mlir_opt
+from tracecomp.symbolic import DynamicShapeError
+
+from test_export import ALLOWED_NEEDED, flat, needed
+
+pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None,
+                                reason="tc.export links with the system C compiler; 'cc' is missing")
+
+CC = os.environ.get("CC", "cc")
+SIZES = (1, 2, 31, 257)
+
+
+def mlp(w1, b1, w2, b2, x):
+    h = (x @ w1 + b1).relu()
+    return tc.softmax(h @ w2 + b2, -1)
+
+
+def loss(w1, b1, w2, b2, x, y):
+    """A classifier's training loss: the batch size enters through log_softmax's rows,
+    the mean over the batch and x.shape[0]."""
+    h = (x @ w1 + b1).tanh()
+    logits = h @ w2 + b2
+    return -(tc.log_softmax(logits, -1) * y).sum() / x.shape[0] + 0.01 * (logits ** 2).mean()
+
+
+def weights(rng):
+    return [rng.standard_normal(s).astype(np.float32) * 0.3 for s in [(12, 16), (16,), (16, 5), (5,)]]
+
+
+def batch(rng, n):
+    x = rng.standard_normal((n, 12)).astype(np.float32)
+    y = np.eye(5, dtype=np.float32)[rng.integers(0, 5, n)]
+    return x, y
+
+
+def assert_same(got, want):
+    for g, w in zip(flat(got), flat(want)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6, equal_nan=True)
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    folder = tmp_path_factory.mktemp("dynamic")
+    w = weights(rng)
+    x, y = batch(rng, 8)
+    step = tc.value_and_grad(loss, argnums=(0, 1, 2, 3))
+    forward = str(folder / "libforward.so")
+    train = str(folder / "libtrain.so")
+    md_forward = tc.export(mlp, w + [x], forward, dynamic={"x": {0: "batch"}})
+    md_train = tc.export(step, w + [x, y], train, dynamic={"x": {0: "batch"}, "y": {0: "batch"}})
+    return {"w": w, "forward": (forward, md_forward), "train": (train, md_train), "step": step}
+
+
+def test_metadata_and_header_name_the_dynamic_size(libs):
+    path, md = libs["train"]
+    assert md["sizes"] == ["batch"]
+    assert md["dynamic"] == [{"name": "batch", "input": 4, "axis": 0}, {"name": "batch", "input": 5, "axis": 0}]
+    assert md["inputs"][4]["shape"] == ["batch", 12] and md["outputs"][0]["shape"] == []
+    header = open(path[:-3] + ".h").read()
+    assert "int train(const void* const* inputs, void* const* outputs, int64_t batch);" in header
+    assert "inputs[4]: float32[batch, 12]  -> float[batch*12], batch*12*4 bytes" in header
+    assert needed(path) <= ALLOWED_NEEDED
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_one_forward_library_serves_every_batch_size(libs, n):
+    rng = np.random.default_rng(n)
+    x, _ = batch(rng, n)
+    got = tc.load(libs["forward"][0])(*libs["w"], x)
+    assert got.shape == (n, 5)
+    assert_same(got, tc.trace(mlp)(*libs["w"], x))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_one_training_step_library_serves_every_batch_size(libs, n):
+    rng = np.random.default_rng(100 + n)
+    x, y = batch(rng, n)
+    assert_same(tc.load(libs["train"][0])(*libs["w"], x, y), tc.trace(libs["step"])(*libs["w"], x, y))
+
+
+def test_load_checks_dynamic_shapes(libs):
+    f = tc.load(libs["train"][0])
+    rng = np.random.default_rng(1)
+    x, y = batch(rng, 4)
+    with pytest.raises(tc.ArgumentError, match=r"input 5 must be float32\[batch, 5\], got float32\[3, 5\]; batch = 4"):
+        f(*libs["w"], x, y[:3])
+    with pytest.raises(tc.ArgumentError, match=r"input 4 must be float32\[batch, 12\], got float32\[0, 12\]"):
+        f(*libs["w"], x[:0], y[:0])
+
+
+C_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "libtrain.h"
+
+/* inputs for one batch size, read from a file: the buffers back to back */
+static void read_inputs(const char* path, const void** inputs, const size_t* bytes) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { perror(path); exit(2); }
+    for (int i = 0; i < TRAIN_NUM_INPUTS; i++) {
+        void* p = malloc(bytes[i]);
+        if (fread(p, 1, bytes[i], f) != bytes[i]) { fprintf(stderr, "short read\n"); exit(2); }
+        inputs[i] = p;
+    }
+    fclose(f);
+}
+
+int main(int argc, char** argv) {
+    for (int run = 1; run + 1 < argc; run += 2) {
+        int64_t batch = atoll(argv[run]);
+        size_t in_bytes[] = {%(in_bytes)s};
+        size_t out_bytes[] = {%(out_bytes)s};
+        const void* inputs[TRAIN_NUM_INPUTS];
+        void* outputs[TRAIN_NUM_OUTPUTS];
+        read_inputs(argv[run + 1], inputs, in_bytes);
+        for (int j = 0; j < TRAIN_NUM_OUTPUTS; j++) outputs[j] = malloc(out_bytes[j] ? out_bytes[j] : 1);
+        int code = train(inputs, outputs, batch);
+        if (code != 0) { fprintf(stderr, "error %%d: %%s\n", code, train_error_string(code)); return 1; }
+        printf("batch %%lld\n", (long long)batch);
+        for (int j = 0; j < TRAIN_NUM_OUTPUTS; j++) {
+            const float* o = outputs[j];
+            printf("out%%d", j);
+            for (size_t k = 0; k < out_bytes[j] / sizeof(float); k++) printf(" %%.9g", o[k]);
+            printf("\n");
+        }
+        /* the checked entry point reads the batch size from the input shapes */
+%(shape_decls)s
+        printf("checked %%d\n", train_checked(inputs, in_shapes, outputs, out_shapes));
+        in_shape_5[0] = batch + 1;           /* y claims another batch size than x */
+        code = train_checked(inputs, in_shapes, outputs, out_shapes);
+        printf("checked_bad %%d %%s\n", code, train_error_string(code));
+        printf("size0 %%d %%s\n", train(inputs, outputs, 0), train_error_string(2));
+    }
+    return 0;
+}
+"""
+
+
+def c_dim(d) -> str:
+    return f"({d})"
+
+
+def test_c_program_runs_one_library_at_two_batch_sizes(libs, tmp_path):
+    """The issue's test: a C program compiled against the header calls the library at two
+    batch sizes; its outputs match tracecomp's in Python."""
+    path, md = libs["train"]
+
+    def nbytes(d):
+        return "(size_t)(" + "*".join([c_dim(x) for x in d["shape"]] + ["4"]) + ")"
+
+    decls = []
+    for kind, items in (("in", md["inputs"]), ("out", md["outputs"])):
+        for d in items:
+            dims = ", ".join(c_dim(x) for x in d["shape"]) or "0"
+            decls.append(f"        int64_t {kind}_shape_{d['index']}[] = {{{dims}}};")
+        decls.append(f"        const int64_t* {kind}_shapes[] = {{"
+                     + ", ".join(f"{kind}_shape_{d['index']}" for d in items) + "};")
+    src = tmp_path / "main.c"
+    src.write_text(C_PROGRAM % {"in_bytes": ", ".join(nbytes(d) for d in md["inputs"]),
+                                "out_bytes": ", ".join(nbytes(d) for d in md["outputs"]),
+                                "shape_decls": "\n".join(decls)})
+    libdir = os.path.dirname(path)
+    exe = tmp_path / "main"
+    subprocess.run([CC, "-std=c99", "-Wall", "-Werror", str(src), "-I", libdir, "-L", libdir, "-ltrain",
+                    f"-Wl,-rpath,{libdir}", "-o", str(exe)], check=True, capture_output=True, text=True)
+    args, wants = [], {}
+    for n in (3, 50):
+        x, y = batch(np.random.default_rng(n), n)
+        data = tmp_path / f"in{n}.bin"
+        data.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in libs["w"] + [x, y]))
+        args += [str(n), str(data)]
+        wants[n] = flat(tc.trace(libs["step"])(*libs["w"], x, y))
+    run = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    blocks = run.stdout.split("batch ")[1:]
+    assert [int(b.split("\n", 1)[0]) for b in blocks] == [3, 50]
+    for block in blocks:
+        n = int(block.split("\n", 1)[0])
+        lines = dict(line.split(" ", 1) for line in block.strip().splitlines()[1:])
+        for i, want in enumerate(wants[n]):
+            got = np.array(lines[f"out{i}"].split(), np.float32).reshape(want.shape)
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+        assert lines["checked"] == "0"
+        assert lines["checked_bad"].startswith("1005 input 5 must have shape [batch, 5]")
+        assert lines["size0"] == "2 a dynamic size argument is less than 1"
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: (x.reshape(-1) * 2.0).sum(),                  # flatten: batch*12
+    lambda x: x.reshape(x.shape[0], 3, 4).sum(1),           # split the inner dim
+    lambda x: x.mean(0) + x.mean(),                         # means over the batch
+    lambda x: x.T @ x,                                      # the batch as matmul K
+    lambda x: (x - x.mean(1, keepdim=True)) / (x.var(1, keepdim=True) + 1e-5).sqrt(),
+    lambda x: x.sum(1, keepdim=True).expand(x.shape[0], 12) * x,
+    lambda x: tc.zeros(x.shape) + x.amax(0) - x.argmax(1, keepdim=True).float(),
+    lambda x: tc.cat([x, x * 2.0], 0).sum(0),              # 2*batch rows
+], ids=["flatten", "reshape", "mean", "xTx", "layernorm", "expand", "zeros_amax_argmax", "cat"])
+def test_dynamic_size_flows_through_views_reductions_and_matmuls(fn, tmp_path):
+    rng = np.random.default_rng(7)
+    path = str(tmp_path / "libf.so")
+    tc.export(fn, [rng.standard_normal((6, 12)).astype(np.float32)], path, dynamic={0: {0: "n"}})
+    f = tc.load(path)
+    for n in (1, 5, 40):
+        x = rng.standard_normal((n, 12)).astype(np.float32)
+        assert_same(f(x), tc.trace(fn)(x))
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda x: x.reshape(5, -1), r"reshape: the remainder of the dynamic size 12\*batch divided by 5"),
+    (lambda x: x[:4], "slice: the dynamic size batch has no value at trace time"),
+    (lambda x: x[1], "select: cannot decide whether batch > 1"),
+    (lambda x: x * 2.0 if x.shape[0] > 4 else x, "cannot decide whether batch > 4"),
+    (lambda x: x + np.ones((5, 12), np.float32), "shapes cannot broadcast.*batch in 'self' but 5 in 'other'"),
+], ids=["reshape", "slice", "select", "python_if", "broadcast"])
+def test_shapes_the_size_cannot_flow_through_are_refused_at_export(fn, message, tmp_path):
+    x = np.ones((8, 12), np.float32)
+    with pytest.raises(tc.ShapeError, match=message) as info:
+        tc.export(fn, [x], str(tmp_path / "libbad.so"), dynamic={"x": {0: "batch"}})
+    assert "test_export_dynamic.py" in str(info.value)          # the user's line
+    assert not os.path.exists(tmp_path / "libbad.so")
+
+
+@pytest.mark.parametrize("dynamic, message", [
+    ({"z": {0: "batch"}}, "'z' is not an argument of mlp"),
+    ({"x": {2: "batch"}}, "axis 2 is not one of its dims"),
+    ({"x": {0: "my batch"}}, "must be an identifier"),
+    ({"x": [0]}, "needs a dict of"),
+    ({"x": {0: "inputs"}}, "taken by the entry point"),
+])
+def test_bad_dynamic_specs(dynamic, message, tmp_path, libs):
+    x = np.ones((8, 12), np.float32)
+    with pytest.raises(tc.ArgumentError, match=message):
+        tc.export(mlp, libs["w"] + [x], str(tmp_path / "libbad.so"), dynamic=dynamic)
+
+
+@pytest.mark.skipif(find_mlir_opt() is None, reason="mlir-opt is not installed")
+def test_dynamic_loops_are_valid_mlir(libs):
+    x, y = batch(np.random.default_rng(0), 8)
+    lowered = tc.trace(libs["step"]).lower_dynamic((*libs["w"], x, y), {"x": {0: "batch"}, "y": {0: "batch"}})
+    text = lowered.as_text("loops")
+    assert "%size_batch: index" in text and "memref<?x12xf32>" in text
+    check_with_mlir_opt(text, "loops.mlir")
+    check_with_mlir_opt(lowered.as_text("optimized"), "graph.mlir")
+
+
+def test_dynamic_error_type_is_a_shape_error():
+    assert issubclass(DynamicShapeError, tc.ShapeError)
