@@ -103,6 +103,9 @@ def test_dump_all_writes_every_stage_with_times(workdir):
     (["dump", "mymodel", *INPUTS], "expected MODULE:FUNCTION"),
     (["dump", "mymodel:loss", "--input", "f33[8,3]"], "bad input spec 'f33[8,3]'"),
     (["dump", "mymodel:loss", "--input", "f32[8,x]"], "bad input spec"),
+    (["export", "mymodel:loss", *INPUTS, "--dynamic", "x:batch", "-o", "l.so"], "expected ARG:AXIS:NAME"),
+    (["export", "mymodel:loss", *INPUTS, "--dynamic", "x:0:batch", "--dynamic", "idx:0:batch", "-o", "l.so"],
+     "size 'batch' is 5 at 'x' axis 0 but 4 at 'idx' axis 0"),
     (["dump", "mymodel:loss", "--input", "f32[8,3]"], "cannot take 1 inputs"),
     (["dump", "mymodel:loss", *INPUTS, "--stage", "cubin"], "unknown stage 'cubin'"),
     (["dump", "mymodel:loss", *INPUTS, "--format", "jpeg"], "unknown format 'jpeg'"),
@@ -139,6 +142,31 @@ def test_export_command(workdir):
         sys.modules.pop("mymodel", None)
     np.testing.assert_allclose(value.numpy(), want_value.numpy(), rtol=1e-5)
     np.testing.assert_allclose(grad.numpy(), want_grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_export_command_with_dynamic_sizes(workdir):
+    """--dynamic: the index count and the rows of x are sizes of the call; indices are
+    still checked against the run-time row count."""
+    run(workdir, "export", "mymodel:loss", *INPUTS, "--grad", "0", "--dynamic", "idx:0:n",
+        "--dynamic", "x:0:rows", "-o", "libdyn.so")
+    assert "int64_t rows, int64_t n" in (workdir / "libdyn.h").read_text()
+    f = tc.load(str(workdir / "libdyn.so"))
+    sys.path.insert(0, str(workdir))
+    try:
+        import mymodel
+        step = tc.trace(tc.value_and_grad(mymodel.loss, argnums=0))
+        rng = np.random.default_rng(6)
+        w = rng.standard_normal((8, 3)).astype(np.float32)
+        for rows, n in ((2, 1), (9, 30)):
+            x = rng.standard_normal((rows, 8)).astype(np.float32)
+            idx = rng.integers(0, rows, n)
+            for got, want in zip(f(w, x, idx), step(w, x, idx)):
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+        with pytest.raises(tc.ArgumentError, match="out of bounds for dim 0 with size rows"):
+            f(w, x[:2], np.array([0, 2]))
+    finally:
+        sys.path.remove(str(workdir))
+        sys.modules.pop("mymodel", None)
 
 
 def test_subcommands_have_help(workdir):

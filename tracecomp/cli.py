@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", required=True, metavar="LIB.so",
                         help="the library to write; the header goes next to it with the .h suffix")
     export.add_argument("--name", help="the C entry point's name (default: from the file name)")
+    export.add_argument("--dynamic", action="append", default=[], metavar="ARG:AXIS:NAME",
+                        help="make a dim a size the library takes at run time, e.g. x:0:batch "
+                             "(ARG: a parameter name or position); repeat for more dims")
 
     from tracecomp import demo
     demo_parser = sub.add_parser("demo", help="train an MLP on 8x8 handwritten digits with a compiled "
@@ -232,11 +235,23 @@ def _dump(args) -> int:
     return 0
 
 
+def _dynamic_spec(items: list[str]) -> dict | None:
+    """["x:0:batch", "y:0:batch"] -> {"x": {0: "batch"}, "y": {0: "batch"}}."""
+    spec: dict = {}
+    for item in items:
+        parts = item.split(":")
+        if len(parts) != 3 or not re.fullmatch(r"-?\d+", parts[1]):
+            raise CliError(f"--dynamic {item!r}: expected ARG:AXIS:NAME, e.g. x:0:batch")
+        arg = int(parts[0]) if parts[0].isdigit() else parts[0]
+        spec.setdefault(arg, {})[int(parts[1])] = parts[2]
+    return spec or None
+
+
 def _export(args) -> int:
     import tracecomp as tc
     fn, inputs = _prepare(args)
     t0 = time.perf_counter()
-    md = tc.export(fn, inputs, args.output, name=args.name)
+    md = tc.export(fn, inputs, args.output, name=args.name, dynamic=_dynamic_spec(args.dynamic))
     header = os.path.splitext(args.output)[0] + ".h"
     print(f"wrote {args.output} and {header} (entry point {md['name']}, "
           f"{time.perf_counter() - t0:.2f} s)")

@@ -342,6 +342,7 @@ def _dynamic_leaves(fn: Callable, args: tuple, dynamic: dict) -> dict[int, dict[
         starts.append(at)
         at += len(pytree.flatten(a, _is_array_leaf)[0])
     out: dict[int, dict[int, str]] = {}
+    seen: dict[str, tuple] = {}           # size name -> (example size, where)
     for key, axes in dynamic.items():
         pos = key if isinstance(key, int) and not isinstance(key, bool) else \
             params.index(key) if key in params else None
@@ -367,6 +368,10 @@ def _dynamic_leaves(fn: Callable, args: tuple, dynamic: dict) -> dict[int, dict[
             if shape[axis] < 1:
                 raise ArgumentError(f"dynamic=: argument {key!r} axis {axis}: the example size is "
                                     f"{shape[axis]}; give an example of size >= 1")
+            size, where = shape[axis], f"{key!r} axis {axis}"
+            if seen.setdefault(name, (size, where))[0] != size:
+                raise ArgumentError(f"dynamic=: size {name!r} is {seen[name][0]} at {seen[name][1]} but "
+                                    f"{size} at {where} in the example inputs; one name is one size")
             fixed[axis % len(shape)] = name
         out[starts[pos]] = fixed
     return out
