@@ -1,23 +1,30 @@
 """Ahead-of-time export: a traced function as a shared library and a C header.
 
-`export(fn, example_inputs, "libmodel.so", name=None)` traces and schedules `fn` for the
-example inputs' shapes and dtypes (static shapes only), then builds one LLVM module with
+`export(fn, example_inputs, "libmodel.so", name=None, dynamic=None)` traces and schedules
+`fn` for the example inputs' shapes and dtypes, then builds one LLVM module with
 
 - the kernels (internal linkage, so two exported libraries in one process never bind each
   other's kernels), generated without the 64-byte pointer-alignment assumption so a C
   caller may pass any `malloc`ed buffer;
-- the constants as global arrays and one zero-initialized, 64-byte aligned global
-  workspace for temporaries, laid out by the same liveness plan as runtime/compiled.py
-  (so the library is not re-entrant: one call at a time per process);
-- `int NAME(const void* const* inputs, void* const* outputs)`: checks that no pointer is
-  NULL and that every index input lies in range, runs the kernels in order, copies outputs
-  that are inputs, constants, temps or repeats of another output, and returns 0 or an
-  error code;
+- the constants as global arrays and the temporaries' workspace, laid out by the same
+  liveness plan as runtime/compiled.py: one zero-initialized, 64-byte aligned global for
+  static shapes (so the library is not re-entrant: one call at a time per process), or
+  one aligned_alloc'ed block per call where sizes are dynamic;
+- `int NAME(const void* const* inputs, void* const* outputs, int64_t size...)`: checks
+  that every size is >= 1, that no pointer is NULL and that every index input lies in
+  range, runs the kernels in order, copies outputs that are inputs, constants, temps or
+  repeats of another output, and returns 0 or an error code;
+- `int NAME_checked(...)`, the same after comparing the caller's shapes with the compiled
+  ones (dynamic sizes read from the input shapes);
 - `const char* NAME_error_string(int code)` and `const char* NAME_metadata(void)` (a JSON
   text: tracecomp version, signature, target triple, CPU name and features).
 
 The object comes from a PIC target machine for the host CPU; `cc -shared` links it with
 libm and libgomp only.  `libNAME.h` next to it declares everything with comments.
+
+Dynamic sizes (`dynamic={"x": {0: "batch"}}`): the function is traced with symbolic dims
+(symbolic.py, TracedFunction.lower_dynamic); kernels take the sizes they use as trailing
+index arguments, and export_sizes.py evaluates dims and byte counts in the entry point.
 """
 from __future__ import annotations
 
