@@ -347,7 +347,15 @@ class _Blocked:
         fn, inner, env = outlined_function(self.em, self.visible, name, extra)
         b = inner.builder
         i0, j0 = fn.args[-len(extra)], fn.args[-len(extra) + 1]
-        mr, nr = (self.c64(tiles.mr), self.c64(tiles.nr)) if whole else fn.args[-2:]
+        mr, nr = (None, None) if whole else fn.args[-2:]
+        self.epilogue_loops(inner, env, i0, j0, mr, nr, whole)
+        inner.builder.ret_void()
+        return fn
+
+    def epilogue_loops(self, inner, env, i0, j0, mr, nr, whole):
+        s, tiles, b = self.s, self.bl.tiles, inner.builder
+        if whole:
+            mr, nr = self.c64(tiles.mr), self.c64(tiles.nr)
         names = index_names(s)
         at = flat_index(s.out, tuple(Var(n, INDEX) for n in names))
         out = flat_name(s.out.buffer)
@@ -358,5 +366,3 @@ class _Blocked:
             with loop(b, self.c64(0), inner_n, i_name) as i:
                 r, c = (i.index, o.index) if whole else (o.index, i.index)
                 inner.emit_body(body, {**env, names[-2]: b.add(i0, r), names[-1]: b.add(j0, c)})
-        b.ret_void()
-        return fn

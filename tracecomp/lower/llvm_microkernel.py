@@ -178,7 +178,11 @@ def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
                             with strided:
                                 _pack_elements(b, dtype, width, pdst, psrc, kc, sx, sp, valid)
             with part:
-                _pack_elements(b, dtype, width, pdst, psrc, kc, sx, sp, valid)
+                with b.if_else(b.icmp_signed("==", sx, one)) as (along_x, strided):
+                    with along_x:
+                        _pack_rows_masked(b, dtype, width, pdst, psrc, kc, sp, valid)
+                    with strided:
+                        _pack_elements(b, dtype, width, pdst, psrc, kc, sx, sp, valid)
     b.ret_void()
     return fn
 
@@ -202,6 +206,27 @@ def _pack_rows(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sp) ->
         value = b.load(b.gep(psrc, [b.mul(p.index, sp)], source_etype=t), typ=vt, align=dtype.itemsize)
         b.store(value, b.gep(pdst, [b.mul(p.index, ir.Constant(S.I64, width))], source_etype=t),
                 align=dtype.itemsize)
+
+
+def _pack_rows_masked(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc, sp, valid) -> None:
+    """The last, partial panel when its rows are contiguous in the source (B row-major
+    with n % NR != 0): one masked vector load per p, zeros past `valid`."""
+    t = S.register_type(dtype)
+    vt = ir.VectorType(t, width)
+    lanes = ir.Constant(ir.VectorType(S.I64, width), list(range(width)))
+    mask = b.icmp_signed("<", lanes, splat(b, valid, ir.VectorType(S.I64, width)))
+    load = S.declare(b.module, f"llvm.masked.load.v{width}{_scalar_name(dtype)}.p0", vt,
+                     [_PTR, S.I32, mask.type, vt])
+    zeros = ir.Constant(vt, [0.0] * width)
+    with plain_loop(b, ir.Constant(S.I64, 0), kc, "p") as p:
+        row = b.call(load, [b.gep(psrc, [b.mul(p.index, sp)], source_etype=t),
+                            ir.Constant(S.I32, dtype.itemsize), mask, zeros])
+        b.store(row, b.gep(pdst, [b.mul(p.index, ir.Constant(S.I64, width))], source_etype=t),
+                align=dtype.itemsize)
+
+
+def _scalar_name(dtype: DType) -> str:
+    return "f32" if dtype is DType.float32 else "f64"
 
 
 def merge_function(module: ir.Module, dtype: DType, nr: int) -> ir.Function:
