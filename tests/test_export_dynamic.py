@@ -261,3 +261,45 @@ def test_dynamic_loops_are_valid_mlir(libs):
 
 def test_dynamic_error_type_is_a_shape_error():
     assert issubclass(DynamicShapeError, tc.ShapeError)
+
+
+# ------------------------------------------------------------------- random programs
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from test_random_programs import PROFILE, Builder, _as_list, _compare, _input_array  # noqa: E402
+
+
+@settings(**{**PROFILE, "max_examples": 40})
+@given(st.data())
+def test_random_programs_exported_with_a_dynamic_first_dim(tmp_path_factory, data):
+    """hypothesis' random programs (test_random_programs.py) with the first dim of their
+    full-rank inputs made dynamic: where the export accepts that, the library at two other
+    sizes matches tracecomp's static trace at those sizes."""
+    p = Builder(data).program(max_steps=6)
+    initial = next(k for k, m in enumerate(p.makes) if not isinstance(m, int))
+    first = p.inputs[0].shape
+    if not first or first[0] < 2:
+        return                          # a dim of 1 broadcasts: not the same program dynamic
+    dynamic = {k: {0: "n"} for k, a in enumerate(p.inputs[:initial]) if a.shape == first}
+
+    def fn(*xs):
+        return p(*xs)
+    path = str(tmp_path_factory.mktemp("random") / "librandom.so")
+    try:
+        tc.export(fn, p.inputs, path, dynamic=dynamic)
+    except tc.ShapeError:
+        return                          # the program needs the size's value (a view, a select)
+    f = tc.load(path)
+    for n in (1, first[0] + 3):
+        inputs = [_input_array(data, (n,) + a.shape[1:], str(a.dtype)) if k in dynamic else a
+                  for k, a in enumerate(p.inputs)]
+        want = _as_list(tc.trace(fn)(*inputs))
+        _compare(_as_list(f(*inputs)), want, [p.vals[i] for i in p.outputs], f"output at n={n}")
+
+
+def test_a_dynamic_trace_is_for_export_only(libs):
+    x, _ = batch(np.random.default_rng(0), 4)
+    lowered = tc.trace(mlp).lower_dynamic((*libs["w"], x), {"x": {0: "batch"}})
+    with pytest.raises(tc.ArgumentError, match="for tc.export"):
+        lowered.run([*libs["w"], x])

@@ -141,6 +141,9 @@ class Lowered:
             return CudaProgram(self.program)
         from .runtime.compiled import CompiledProgram
         program = self.program
+        if any(k.sizes for k in program.kernels):
+            raise ArgumentError("a trace with dynamic sizes (lower_dynamic) is for tc.export; "
+                                "tc.trace runs each shape it is called with")
         with timings.recording(self.compile_times), timings.stage("lowering"):
             compiled = CompiledProgram(program, self.fastmath)
         self._log_compile()
