@@ -60,9 +60,8 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ..errors import BackendError
-from ..lower.llvm_codegen import codegen_kernels
 from ..lower.loops import Kernel
-from . import jit, target
+from . import compile_worker, jit, target
 
 log = logging.getLogger("tracecomp.cache")
 
@@ -210,6 +209,7 @@ class DiskCache:
         meta = {"format": FORMAT, "key": key, "object_size": len(code.object),
                 "object_sha256": hashlib.sha256(code.object).hexdigest(),
                 "exports": list(code.exports), "system_libraries": list(code.system_libraries),
+                "object_sizes": list(code.object_sizes),
                 "parts": {k: v for k, v in asdict(parts).items() if k != "kernels"}}
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         for folder in (self.root, obj_path.parent):
@@ -229,7 +229,11 @@ def _checked(meta, obj: bytes, key: str) -> jit.ObjectCode:
     if not (isinstance(exports, list) and all(isinstance(s, str) for s in exports)
             and isinstance(libraries, list) and set(libraries) <= jit.SYSTEM_LIBRARY_NAMES):
         raise CorruptEntry("malformed exports or system libraries in the metadata")
-    return jit.ObjectCode(obj, tuple(exports), tuple(libraries))
+    sizes = meta.get("object_sizes", [])
+    if not (isinstance(sizes, list) and all(type(n) is int and n > 0 for n in sizes)
+            and (not sizes or sum(sizes) == len(obj))):
+        raise CorruptEntry(f"object sizes {sizes} in the metadata do not add up to the object")
+    return jit.ObjectCode(obj, tuple(exports), tuple(libraries), tuple(sizes))
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -253,27 +257,31 @@ def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
     """The kernels as one JIT library: from the cache when an entry matches, else generated,
     compiled and stored."""
     engine = jit.default_engine()
+
+    def compiled() -> jit.ObjectCode:
+        return compile_worker.compile_kernels_object(engine, kernels, module_name, align=align,
+                                                     fastmath=fastmath)
     if not settings.enabled:
-        return engine.compile(codegen_kernels(kernels, module_name, align=align, fastmath=fastmath))
+        return engine.add_code(compiled())
     parts = key_parts(kernels, module_name, align=align, fastmath=fastmath)
     if " at 0x" in parts.kernels:
         # an object without a repr of its own in the loop IR: its address would make every
         # process's key new, so the cache would only grow; compile without it
         log.warning("compile cache: the loop IR of %s prints an object address; not cached", module_name)
-        return engine.compile(codegen_kernels(kernels, module_name, align=align, fastmath=fastmath))
+        return engine.add_code(compiled())
     key = parts.digest()
     disk = DiskCache(settings.directory)
     library = _load(disk, key, engine, [k.name for k in kernels])
     if library is not None:
         return library
     settings.stats.misses += 1
-    code = engine.compile_object(codegen_kernels(kernels, module_name, align=align, fastmath=fastmath))
+    code = compiled()
     try:
         disk.store(key, code, parts)
         settings.stats.stores += 1
     except OSError as e:
         log.warning("compile cache: cannot store %s in %s: %s", module_name, disk.root, e)
-    return engine.add_object(code.object, code.exports, code.system_libraries)
+    return engine.add_code(code)
 
 
 def _load(disk: DiskCache, key: str, engine: jit.JitEngine,
@@ -284,7 +292,7 @@ def _load(disk: DiskCache, key: str, engine: jit.JitEngine,
             return None
         if sorted(code.exports) != sorted(kernel_names):
             raise CorruptEntry(f"exports {sorted(code.exports)}, expected the kernels {sorted(kernel_names)}")
-        library = engine.add_object(code.object, code.exports, code.system_libraries)
+        library = engine.add_code(code)
     except OSError as e:
         log.warning("compile cache: cannot read entry %s under %s: %s", key, disk.root, e)
         return None

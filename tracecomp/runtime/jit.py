@@ -29,7 +29,7 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass
-from typing import Iterable, Optional, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import llvmlite.binding as llvm
 import llvmlite.ir as lir
@@ -45,6 +45,11 @@ _SYSTEM_LIBRARIES = {"GOMP_": "gomp", "omp_": "gomp"}
 _loaded_libraries: dict[str, str] = {}
 _PROCESS = ctypes.CDLL(None)        # dlsym over everything the process has loaded globally
 _load_lock = threading.Lock()
+
+
+def load_lock() -> threading.Lock:
+    """The lock load_system_library holds (compile_worker forks under it)."""
+    return _load_lock
 
 
 def load_system_library(name: str) -> str:
@@ -78,10 +83,32 @@ def _single_thread_in_forked_children(libgomp_path: str) -> None:
 @dataclass(frozen=True)
 class ObjectCode:
     """A compiled module: host ELF object code, the functions to export from it, and the
-    system libraries (names in SYSTEM_LIBRARY_NAMES) it calls into."""
+    system libraries (names in SYSTEM_LIBRARY_NAMES) it calls into.  A module compiled in
+    parts (compile_worker.py) is several ELF objects back to back: `object_sizes` gives
+    their sizes (empty: one object)."""
     object: bytes
     exports: tuple[str, ...]
     system_libraries: tuple[str, ...] = ()
+    object_sizes: tuple[int, ...] = ()
+
+    def objects(self) -> list[bytes]:
+        """The ELF objects, in order."""
+        if not self.object_sizes:
+            return [self.object]
+        if sum(self.object_sizes) != len(self.object) or min(self.object_sizes) <= 0:
+            raise BackendError(f"object code of {len(self.object)} bytes cannot hold objects "
+                               f"of {list(self.object_sizes)} bytes")
+        starts = itertools.accumulate(self.object_sizes, initial=0)
+        return [self.object[a:a + n] for a, n in zip(starts, self.object_sizes)]
+
+    @staticmethod
+    def joined(parts: Sequence["ObjectCode"]) -> "ObjectCode":
+        """One ObjectCode of several (their objects linked together into one library)."""
+        objects = [obj for part in parts for obj in part.objects()]
+        exports = tuple(e for part in parts for e in part.exports)
+        libraries = tuple(sorted({lib for part in parts for lib in part.system_libraries}))
+        sizes = tuple(len(o) for o in objects) if len(objects) > 1 else ()
+        return ObjectCode(b"".join(objects), exports, libraries, sizes)
 
 
 SYSTEM_LIBRARY_NAMES = frozenset({"m", *_SYSTEM_LIBRARIES.values()})
@@ -130,7 +157,7 @@ class JitEngine:
         """Optimize `module` at `opt` and link it; exports default to its defined external
         functions."""
         code = self.compile_object(module, exports, opt=opt)
-        return self.add_object(code.object, code.exports, code.system_libraries)
+        return self.add_code(code)
 
     def compile_object(self, module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
                        opt: int = target.OPT_LEVEL) -> ObjectCode:
@@ -148,10 +175,16 @@ class JitEngine:
                 obj = target.emit_object(module_ref, self.tm)
         return ObjectCode(obj, tuple(exports), tuple(libraries))
 
-    def add_object(self, obj: bytes, exports: Iterable[str],
+    def add_code(self, code: ObjectCode) -> JitLibrary:
+        """Link compiled code (all its objects) into a new library."""
+        return self.add_object(code.objects(), code.exports, code.system_libraries)
+
+    def add_object(self, obj: Union[bytes, Sequence[bytes]], exports: Iterable[str],
                    system_libraries: Iterable[str] = ()) -> JitLibrary:
-        """Link host object code (from `target.emit_object`) into a new library, after
-        loading the system libraries (names in SYSTEM_LIBRARY_NAMES) it calls into."""
+        """Link host object code (from `target.emit_object`; or a list of objects, linked
+        together) into a new library, after loading the system libraries (names in
+        SYSTEM_LIBRARY_NAMES) it calls into."""
+        objects = [obj] if isinstance(obj, (bytes, bytearray)) else list(obj)
         exports = list(exports)
         for lib in system_libraries:
             if lib not in SYSTEM_LIBRARY_NAMES:
@@ -161,7 +194,10 @@ class JitEngine:
         with self._lock:
             lljit = self._current_lljit()
             name = f"tracecomp_{next(self._names)}"
-            builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+            builder = llvm.JITLibraryBuilder()
+            for one in objects:
+                builder.add_object_img(one)
+            builder.add_current_process()
             for symbol in exports:
                 builder.export_symbol(symbol)
             try:

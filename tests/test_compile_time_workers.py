@@ -1,0 +1,226 @@
+"""Compiling a module in parts on forked workers (tracecomp/runtime/compile_worker.py): the
+split, results equal to one process's, the compile cache with several objects, and every
+way a worker can fail (exception, death, hang) ending in a compile in this process."""
+import json
+import logging
+import os
+import time
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.errors import BackendError
+from tracecomp.runtime import cache, compile_worker, jit
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="compile workers need os.fork")
+
+
+def mlp(x, w1, w2, w3):
+    """Three products and their fused tails: several kernels, each worth a group."""
+    h = tc.relu(x @ w1 + 1.0)
+    h = tc.tanh(h @ w2)
+    return (h @ w3).exp().sum(dim=1)
+
+
+def inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(64, 48), (48, 40), (40, 40), (40, 24)]
+    return [rng.standard_normal(s).astype(np.float32) * 0.2 for s in shapes]
+
+
+def expected(x, w1, w2, w3):
+    x, w1, w2, w3 = (a.astype(np.float64) for a in (x, w1, w2, w3))
+    h = np.maximum(x @ w1 + 1.0, 0)
+    h = np.tanh(h @ w2)
+    return np.exp(h @ w3).sum(axis=1)
+
+
+def run_mlp(seed=0):
+    args = inputs(seed)
+    out = np.asarray(tc.trace(mlp)(*args))
+    np.testing.assert_allclose(out, expected(*args), rtol=1e-4, atol=1e-4)
+    return out
+
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Two processes for any module of two kernels or more; the compile cache off.  Yields
+    the workers started, which the test checks are all reaped."""
+    monkeypatch.setenv(compile_worker.PROCESSES_ENV, "2")
+    monkeypatch.setattr(compile_worker, "MIN_SPLIT_WEIGHT", 1)
+    monkeypatch.setattr(cache.settings, "_enabled", False)
+    started, start = [], compile_worker._start_worker
+
+    def recorded(*args):
+        worker = start(*args)
+        if worker is not None:
+            started.append(worker.pid)
+        return worker
+    monkeypatch.setattr(compile_worker, "_start_worker", recorded)
+    yield started
+    for pid in started:
+        with pytest.raises(ChildProcessError):       # reaped: no zombie, nothing running
+            os.waitpid(pid, os.WNOHANG)
+
+
+@pytest.fixture
+def worker_log(caplog):
+    caplog.set_level(logging.DEBUG, logger="tracecomp.compile_worker")
+    return caplog
+
+
+def in_worker(parent: int) -> bool:
+    return os.getpid() != parent
+
+
+# ----------------------------------------------------------------------------- the split
+
+class FakeKernel:
+    def __init__(self, name, size, matmuls=0):
+        self.name, self.text = name, "x" * size + "Matmul(" * matmuls
+
+    def __repr__(self):
+        return self.text
+
+
+def test_split_balances_weight_and_keeps_the_kernels_order(monkeypatch):
+    monkeypatch.setattr(compile_worker, "MIN_SPLIT_WEIGHT", 100)
+    ks = [FakeKernel("a", 900), FakeKernel("b", 100, matmuls=1), FakeKernel("c", 500), FakeKernel("d", 400),
+          FakeKernel("e", 2000)]
+    groups = compile_worker.split(ks, 2)
+    assert len(groups) == 2 and sorted(k.name for g in groups for k in g) == list("abcde")
+    for g in groups:
+        assert [ks.index(k) for k in g] == sorted(ks.index(k) for k in g)
+    loads = [sum(compile_worker.kernel_weight(k) for k in g) for g in groups]
+    assert max(loads) - min(loads) <= max(compile_worker.kernel_weight(k) for k in ks)
+
+
+def test_light_modules_and_one_process_are_one_group(monkeypatch):
+    ks = [FakeKernel("a", 50), FakeKernel("b", 50)]
+    assert compile_worker.split(ks, 2) == [ks]                 # far below MIN_SPLIT_WEIGHT
+    monkeypatch.setattr(compile_worker, "MIN_SPLIT_WEIGHT", 1)
+    assert len(compile_worker.split(ks, 2)) == 2
+    assert compile_worker.split(ks, 1) == [ks]
+    assert compile_worker.split(ks[:1], 4) == [ks[:1]]
+
+
+def test_the_process_count_setting(monkeypatch, caplog):
+    monkeypatch.setenv(compile_worker.PROCESSES_ENV, "1")
+    assert compile_worker.allowed_processes() == 1
+    monkeypatch.setenv(compile_worker.PROCESSES_ENV, "3")
+    assert compile_worker.allowed_processes() == 3
+    monkeypatch.setenv(compile_worker.PROCESSES_ENV, "many")
+    with caplog.at_level(logging.WARNING, logger="tracecomp.compile_worker"):
+        assert compile_worker.allowed_processes() == 1
+    assert "not a number" in caplog.text
+    monkeypatch.delenv(compile_worker.PROCESSES_ENV)
+    assert compile_worker.allowed_processes() == min(2, len(os.sched_getaffinity(0)))
+
+
+# ----------------------------------------------------------------------------- results
+
+def test_a_module_compiled_in_parts_computes_what_one_process_does(split_everything, worker_log):
+    parts = run_mlp()
+    assert len(split_everything) == 1
+    assert "in worker" in worker_log.text and "compile worker" in worker_log.text
+    os.environ[compile_worker.PROCESSES_ENV] = "1"
+    try:
+        whole = run_mlp()
+    finally:
+        os.environ[compile_worker.PROCESSES_ENV] = "2"
+    np.testing.assert_array_equal(parts, whole)
+
+
+def test_three_processes(split_everything, monkeypatch, worker_log):
+    monkeypatch.setenv(compile_worker.PROCESSES_ENV, "3")
+    run_mlp(seed=3)
+    assert len(split_everything) == 2
+
+
+def test_the_cache_stores_and_loads_an_entry_of_several_objects(split_everything, tmp_path, monkeypatch):
+    monkeypatch.setattr(cache.settings, "_enabled", True)
+    monkeypatch.setattr(cache.settings, "_directory", tmp_path)
+    monkeypatch.setattr(cache.settings, "stats", cache.CacheStats())
+    first = run_mlp(seed=1)
+    (meta_path,) = tmp_path.rglob("*.json")
+    meta = json.loads(meta_path.read_text())
+    assert len(meta["object_sizes"]) == 2 and sum(meta["object_sizes"]) == meta["object_size"]
+    np.testing.assert_array_equal(run_mlp(seed=1), first)      # a new trace: linked from disk
+    assert cache.settings.stats == cache.CacheStats(hits=1, misses=1, stores=1)
+
+
+def test_object_sizes_that_do_not_add_up_are_refused():
+    code = jit.ObjectCode(b"x" * 10, ("f",), (), (4, 5))
+    with pytest.raises(BackendError, match="cannot hold"):
+        code.objects()
+    meta = {"format": cache.FORMAT, "key": "k", "object_size": 10, "exports": ["f"],
+            "system_libraries": [], "object_sizes": [4, 5],
+            "object_sha256": __import__("hashlib").sha256(b"x" * 10).hexdigest()}
+    with pytest.raises(cache.CorruptEntry, match="add up"):
+        cache._checked(meta, b"x" * 10, "k")
+
+
+def test_joined_code_lists_every_object_and_export():
+    a = jit.ObjectCode(b"aaa", ("f",), ("m",))
+    b = jit.ObjectCode(b"bb", ("g", "h"), ("gomp", "m"))
+    joined = jit.ObjectCode.joined([a, b])
+    assert joined.objects() == [b"aaa", b"bb"] and joined.exports == ("f", "g", "h")
+    assert joined.system_libraries == ("gomp", "m") and joined.object_sizes == (3, 2)
+
+
+# ----------------------------------------------------------------------------- failures
+
+def test_a_worker_that_raises_leaves_its_part_to_this_process(split_everything, monkeypatch, worker_log):
+    parent, compile_ = os.getpid(), compile_worker._compile
+
+    def failing_in_worker(*args):
+        if in_worker(parent):
+            raise RuntimeError("worker trouble")
+        return compile_(*args)
+    monkeypatch.setattr(compile_worker, "_compile", failing_in_worker)
+    run_mlp(seed=4)
+    assert "RuntimeError: worker trouble" in worker_log.text
+
+
+def test_a_worker_that_dies_leaves_its_part_to_this_process(split_everything, monkeypatch, worker_log):
+    parent, compile_ = os.getpid(), compile_worker._compile
+
+    def dying_in_worker(*args):
+        if in_worker(parent):
+            os._exit(7)
+        return compile_(*args)
+    monkeypatch.setattr(compile_worker, "_compile", dying_in_worker)
+    run_mlp(seed=5)
+    assert "ended without an answer" in worker_log.text
+
+
+def test_a_worker_that_hangs_is_killed_after_the_timeout(split_everything, monkeypatch, worker_log):
+    parent, compile_ = os.getpid(), compile_worker._compile
+
+    def hanging_in_worker(*args):
+        if in_worker(parent):
+            time.sleep(600)
+        return compile_(*args)
+    monkeypatch.setattr(compile_worker, "_compile", hanging_in_worker)
+    monkeypatch.setattr(compile_worker, "WORKER_TIMEOUT_MIN_S", 1.0)
+    started = time.perf_counter()
+    run_mlp(seed=6)
+    assert time.perf_counter() - started < 60
+    assert "did not answer in time" in worker_log.text
+
+
+def test_a_compile_error_is_raised_here_with_its_message(split_everything, monkeypatch):
+    def broken(*args):
+        raise BackendError("kernel 'k' cannot be compiled: made up")
+    monkeypatch.setattr(compile_worker, "_compile", broken)
+    with pytest.raises(BackendError, match="made up"):
+        tc.trace(mlp)(*inputs(seed=7))
+
+
+def test_a_failed_fork_compiles_everything_here(split_everything, monkeypatch, worker_log):
+    def no_fork():
+        raise OSError(12, "Cannot allocate memory")
+    monkeypatch.setattr(compile_worker.os, "fork", no_fork)
+    run_mlp(seed=8)
+    assert "fork failed" in worker_log.text and not split_everything
