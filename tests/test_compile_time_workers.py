@@ -174,10 +174,10 @@ def test_joined_code_lists_every_object_and_export():
 def test_a_worker_that_raises_leaves_its_part_to_this_process(split_everything, monkeypatch, worker_log):
     parent, compile_ = os.getpid(), compile_worker._compile
 
-    def failing_in_worker(*args):
+    def failing_in_worker(*args, **kwargs):
         if in_worker(parent):
             raise RuntimeError("worker trouble")
-        return compile_(*args)
+        return compile_(*args, **kwargs)
     monkeypatch.setattr(compile_worker, "_compile", failing_in_worker)
     run_mlp(seed=4)
     assert "RuntimeError: worker trouble" in worker_log.text
@@ -186,10 +186,10 @@ def test_a_worker_that_raises_leaves_its_part_to_this_process(split_everything, 
 def test_a_worker_that_dies_leaves_its_part_to_this_process(split_everything, monkeypatch, worker_log):
     parent, compile_ = os.getpid(), compile_worker._compile
 
-    def dying_in_worker(*args):
+    def dying_in_worker(*args, **kwargs):
         if in_worker(parent):
             os._exit(7)
-        return compile_(*args)
+        return compile_(*args, **kwargs)
     monkeypatch.setattr(compile_worker, "_compile", dying_in_worker)
     run_mlp(seed=5)
     assert "ended without an answer" in worker_log.text
@@ -198,10 +198,10 @@ def test_a_worker_that_dies_leaves_its_part_to_this_process(split_everything, mo
 def test_a_worker_that_hangs_is_killed_after_the_timeout(split_everything, monkeypatch, worker_log):
     parent, compile_ = os.getpid(), compile_worker._compile
 
-    def hanging_in_worker(*args):
+    def hanging_in_worker(*args, **kwargs):
         if in_worker(parent):
             time.sleep(600)
-        return compile_(*args)
+        return compile_(*args, **kwargs)
     monkeypatch.setattr(compile_worker, "_compile", hanging_in_worker)
     monkeypatch.setattr(compile_worker, "WORKER_TIMEOUT_MIN_S", 1.0)
     started = time.perf_counter()
@@ -211,7 +211,7 @@ def test_a_worker_that_hangs_is_killed_after_the_timeout(split_everything, monke
 
 
 def test_a_compile_error_is_raised_here_with_its_message(split_everything, monkeypatch):
-    def broken(*args):
+    def broken(*args, **kwargs):
         raise BackendError("kernel 'k' cannot be compiled: made up")
     monkeypatch.setattr(compile_worker, "_compile", broken)
     with pytest.raises(BackendError, match="made up"):
@@ -224,3 +224,23 @@ def test_a_failed_fork_compiles_everything_here(split_everything, monkeypatch, w
     monkeypatch.setattr(compile_worker.os, "fork", no_fork)
     run_mlp(seed=8)
     assert "fork failed" in worker_log.text and not split_everything
+
+
+def test_split_modules_declare_the_matmul_helpers_that_group_0_defines():
+    from tracecomp.dtypes import DType
+    from tracecomp.lower import llvm_microkernel as uk
+    from tracecomp.lower.llvm_codegen import codegen_kernels
+    from tracecomp.lower.schedule import schedule
+    program = schedule(tc.trace(mlp).lower(*inputs()).optimized)
+    assert compile_worker.packed_matmul_dtypes(program.kernels) == [DType.float32]
+    helpers = uk.helper_names([DType.float32])
+    with uk.helpers_defined_elsewhere([DType.float32]):
+        module = codegen_kernels(program.kernels, "g1", align=None)
+    used = [f for f in module.functions if f.name in helpers]
+    assert used and all(f.is_declaration for f in used)
+    assert uk.define_helpers(module, [DType.float32]) == helpers
+    for name in helpers:
+        fn = module.globals[name]
+        assert not fn.is_declaration and fn.linkage == "external"
+    plain = codegen_kernels(program.kernels, "whole", align=None)      # unsplit: internal helpers
+    assert all(plain.globals[f.name].linkage == "internal" for f in used)

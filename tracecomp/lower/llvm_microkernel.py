@@ -24,12 +24,16 @@ in-register transposes) and the merge of a partial tile into C.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+from typing import Iterable, Iterator, Optional
 
 import llvmlite.ir as ir
 
 from ..dtypes import DType
 from . import llvm_scalar as S
+from .matmul_tiles import TILES
 from .llvm_codegen import counted_loop
 from .llvm_loop_hints import plain_loop
 
@@ -37,6 +41,59 @@ UNROLL = 4
 PREFETCH_C = True
 LANES = {DType.float32: 16, DType.float64: 8}
 _PTR = ir.PointerType()
+# dtypes whose helpers the modules being generated only declare (another object of the
+# same library defines them), and whether helpers defined now are external (exported to it)
+_defined_elsewhere: contextvars.ContextVar[frozenset] = contextvars.ContextVar(
+    "tracecomp_matmul_helpers_elsewhere", default=frozenset())
+_exporting: contextvars.ContextVar[bool] = contextvars.ContextVar("tracecomp_matmul_helpers_exported",
+                                                                  default=False)
+
+
+@contextlib.contextmanager
+def helpers_defined_elsewhere(dtypes: Iterable[DType]) -> Iterator[None]:
+    """Inside: the helpers of `dtypes` (micro-kernel, packing, merge) are declared, not
+    defined, in the modules generated; `define_helpers` defines them in one module."""
+    token = _defined_elsewhere.set(frozenset(dtypes))
+    try:
+        yield
+    finally:
+        _defined_elsewhere.reset(token)
+
+
+def defined_elsewhere_dtypes() -> frozenset:
+    """The dtypes whose helpers are only declared here (see helpers_defined_elsewhere)."""
+    return _defined_elsewhere.get()
+
+
+def define_helpers(module: ir.Module, dtypes: Iterable[DType]) -> list[str]:
+    """Define every helper of the tiles of `dtypes` in `module` with external linkage (also
+    those it declares), for the other objects of its library; returns their names."""
+    dtypes = [d for d in dtypes if d in TILES]
+    exporting, elsewhere = _exporting.set(True), _defined_elsewhere.set(frozenset())
+    try:
+        for dtype in dtypes:
+            t = TILES[dtype]
+            microkernel(module, dtype, t.mr, t.nv)
+            pack_function(module, dtype, t.mr)
+            pack_function(module, dtype, t.nr)
+            merge_function(module, dtype, t.nr)
+    finally:
+        _exporting.reset(exporting)
+        _defined_elsewhere.reset(elsewhere)
+    return helper_names(dtypes)
+
+
+def helper_names(dtypes: Iterable[DType]) -> list[str]:
+    """The functions define_helpers defines for `dtypes`."""
+    names = []
+    for dtype in dtypes:
+        t = TILES[dtype]
+        names += [microkernel_name(dtype, t.mr, t.nv), merge_name(dtype, t.nr)]
+        for width in (t.mr, t.nr):
+            names.append(pack_name(dtype, width))
+            if _transpose_block(width, dtype) > 1:
+                names.append(transpose_name(dtype, _transpose_block(width, dtype)))
+    return sorted(set(names))
 
 
 def vector_type(dtype: DType) -> ir.VectorType:
@@ -56,23 +113,19 @@ def splat(b: ir.IRBuilder, x: ir.Value, t: ir.VectorType) -> ir.Value:
     return b.shuffle_vector(one, ir.Constant(t, ir.Undefined), ir.Constant(ir.VectorType(S.I32, t.count), [0] * t.count))
 
 
+def microkernel_name(dtype: DType, mr: int, nv: int) -> str:
+    return f"tracecomp.matmul.uk.{_scalar_name(dtype)}.{mr}x{nv * LANES[dtype]}"
+
+
 def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Function:
     """The MR x (nv * L) micro-kernel for `dtype` (f32 or f64), defined on first use."""
     vt, lanes = vector_type(dtype), LANES[dtype]
-    name = f"tracecomp.matmul.uk.{'f32' if dtype is DType.float32 else 'f64'}.{mr}x{nv * lanes}"
-    if name in module.globals:
-        return module.globals[name]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [S.I64, _PTR, _PTR, _PTR, S.I64, S.I1]), name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    fn.attributes.add("noinline")
+    fn, b = _helper_function(module, dtype, microkernel_name(dtype, mr, nv),
+                             [("kc", S.I64), ("a", _PTR), ("b", _PTR), ("c", _PTR), ("ldc", S.I64), ("add", S.I1)])
+    fn.args[2].attributes.align = 64
+    if b is None:
+        return fn
     kc, a, bp, c, ldc, add = fn.args
-    for arg, arg_name in zip(fn.args, ("kc", "a", "b", "c", "ldc", "add")):
-        arg.name = arg_name
-    for p in (a, bp, c):
-        p.add_attribute("noalias")
-    bp.attributes.align = 64
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
     accs = [ir.Constant(vt, None)] * (mr * nv)
     t = S.register_type(dtype)
     if PREFETCH_C:
@@ -133,16 +186,27 @@ def _store_tile(b: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, add: ir
                 b.store(acc, p, align=align)
 
 
-def _leaf_function(module: ir.Module, name: str, args: list[tuple[str, ir.Type]]) -> tuple[ir.Function, ir.IRBuilder]:
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [t for _, t in args]), name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    fn.attributes.add("noinline")
-    for arg, (arg_name, _) in zip(fn.args, args):
-        arg.name = arg_name
-        if isinstance(arg.type, ir.PointerType):
-            arg.add_attribute("noalias")
+def _helper_function(module: ir.Module, dtype: DType, name: str,
+                     args: list[tuple[str, ir.Type]]) -> tuple[ir.Function, Optional[ir.IRBuilder]]:
+    """The helper `name` of `module` and a builder at its entry if its body is to be
+    emitted now (else None: defined already, or declared for another object to define)."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [t for _, t in args]), name)
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")
+        for arg, (arg_name, _) in zip(fn.args, args):
+            arg.name = arg_name
+            if isinstance(arg.type, ir.PointerType):
+                arg.add_attribute("noalias")
+    if fn.blocks or dtype in _defined_elsewhere.get():
+        return fn, None
+    fn.linkage = "external" if _exporting.get() else "internal"
     return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+def pack_name(dtype: DType, width: int) -> str:
+    return f"tracecomp.matmul.pack.{dtype.label}.{width}"
 
 
 def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
@@ -152,12 +216,12 @@ def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
     of the last micro-panel past `count`.  Full micro-panels are copied with vectors:
     transposed in registers when the source runs along p (A row-major, B transposed),
     row by row when it runs along x (A transposed, B row-major)."""
-    name = f"tracecomp.matmul.pack.{dtype.label}.{width}"
-    if name in module.globals:
-        return module.globals[name]
     t = S.register_type(dtype)
-    fn, b = _leaf_function(module, name, [("dst", _PTR), ("src", _PTR), ("count", S.I64),
-                                          ("kc", S.I64), ("sx", S.I64), ("sp", S.I64)])
+    fn, b = _helper_function(module, dtype, pack_name(dtype, width),
+                             [("dst", _PTR), ("src", _PTR), ("count", S.I64), ("kc", S.I64),
+                              ("sx", S.I64), ("sp", S.I64)])
+    if b is None:
+        return fn
     dst, src, count, kc, sx, sp = fn.args
     w, one = ir.Constant(S.I64, width), ir.Constant(S.I64, 1)
     panels = b.udiv(b.add(count, ir.Constant(S.I64, width - 1)), w)
@@ -229,15 +293,19 @@ def _scalar_name(dtype: DType) -> str:
     return "f32" if dtype is DType.float32 else "f64"
 
 
+def merge_name(dtype: DType, nr: int) -> str:
+    return f"tracecomp.matmul.merge.{dtype.label}.{nr}"
+
+
 def merge_function(module: ir.Module, dtype: DType, nr: int) -> ir.Function:
     """`merge(tile, c, mr, nr, rs, cs, add)`: the valid mr x nr corner of a stack tile
     (row length NR) into C at c[r * rs + j * cs], overwriting or adding."""
-    name = f"tracecomp.matmul.merge.{dtype.label}.{nr}"
-    if name in module.globals:
-        return module.globals[name]
     t = S.register_type(dtype)
-    fn, b = _leaf_function(module, name, [("tile", _PTR), ("c", _PTR), ("mr", S.I64), ("nr", S.I64),
-                                          ("rs", S.I64), ("cs", S.I64), ("add", S.I1)])
+    fn, b = _helper_function(module, dtype, merge_name(dtype, nr),
+                             [("tile", _PTR), ("c", _PTR), ("mr", S.I64), ("nr", S.I64), ("rs", S.I64),
+                              ("cs", S.I64), ("add", S.I1)])
+    if b is None:
+        return fn
     tile, c, mr, ncols, rs, cs, add = fn.args
     for accumulate in (True, False):
         with b.if_then(add if accumulate else b.not_(add)):
@@ -302,18 +370,22 @@ def _pack_transposing(b: ir.IRBuilder, dtype: DType, width: int, pdst, psrc, kc,
             b.store(value, at(pdst, b.add(b.mul(p.index, c64(width)), x.index)))
 
 
+def transpose_name(dtype: DType, v: int) -> str:
+    return f"tracecomp.matmul.transpose.{dtype.label}.{v}"
+
+
 def transpose_function(module: ir.Module, dtype: DType, v: int) -> ir.Function:
     """`transpose(dst, src, sx, ld)`: dst[p * ld + x] = src[x * sx + p] for x, p < V, as V
     vector loads, a transpose in registers and V vector stores.  A function of its own
     (not inlined, no loop): inside the packing loop its V * width / V memory accesses
     made LLVM's loop-load elimination compare every pair (~50 ms of LLVM time per module
     for NR = 32)."""
-    name = f"tracecomp.matmul.transpose.{dtype.label}.{v}"
-    if name in module.globals:
-        return module.globals[name]
     t, align = S.register_type(dtype), dtype.itemsize
     vt = ir.VectorType(t, v)
-    fn, b = _leaf_function(module, name, [("dst", _PTR), ("src", _PTR), ("sx", S.I64), ("ld", S.I64)])
+    fn, b = _helper_function(module, dtype, transpose_name(dtype, v),
+                             [("dst", _PTR), ("src", _PTR), ("sx", S.I64), ("ld", S.I64)])
+    if b is None:
+        return fn
     dst, src, sx, ld = fn.args
     rows = [b.load(b.gep(src, [b.mul(ir.Constant(S.I64, x), sx)], source_etype=t), typ=vt, align=align)
             for x in range(v)]

@@ -42,11 +42,14 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from .. import timings
 from ..lower.llvm_codegen import codegen_kernels
-from ..lower.loops import Kernel
+from ..lower.llvm_microkernel import (defined_elsewhere_dtypes as _defined_elsewhere_dtypes, define_helpers,
+                                      helper_names, helpers_defined_elsewhere)
+from ..lower.loops import Kernel, Matmul
+from ..lower.matmul_tiles import TILES
 from . import jit, target
 
 log = logging.getLogger("tracecomp.compile_worker")
@@ -54,6 +57,7 @@ log = logging.getLogger("tracecomp.compile_worker")
 PROCESSES_ENV = "TRACECOMP_COMPILE_PROCESSES"
 MIN_SPLIT_WEIGHT = 6000          # ~60 ms of LLVM work, in kernel_weight units
 MATMUL_WEIGHT = 2500             # a packed product's blocked loop nest and epilogue
+HELPERS_WEIGHT = 9000            # the micro-kernel, packing and merge of one dtype
 WORKER_TIMEOUT_MIN_S = 30.0
 WORKER_TIMEOUT_FACTOR = 5.0
 
@@ -69,10 +73,17 @@ class _Worker:
 def compile_kernels_object(engine: jit.JitEngine, kernels: Sequence[Kernel], module_name: str, *,
                            align: Optional[int], fastmath: Sequence[str] = ()) -> jit.ObjectCode:
     """The object code of `kernels` (one module, or one object per group of them)."""
-    groups = split(list(kernels), allowed_processes())
+    shared = packed_matmul_dtypes(kernels)
+    groups = split(list(kernels), allowed_processes(), preload=HELPERS_WEIGHT * len(shared))
     if len(groups) == 1:
         return _compile(engine, kernels, module_name, align, fastmath)
     names = [module_name] + [f"{module_name}.part{i}" for i in range(1, len(groups))]
+    with helpers_defined_elsewhere(shared):
+        return _compile_groups(engine, groups, names, align, fastmath, shared)
+
+
+def _compile_groups(engine, groups, names, align, fastmath, shared) -> jit.ObjectCode:
+    """Group 0 here (with the matmul helpers of the `shared` dtypes), the others on workers."""
     workers = []
     try:
         for group, name in zip(groups[1:], names[1:]):
@@ -80,14 +91,14 @@ def compile_kernels_object(engine: jit.JitEngine, kernels: Sequence[Kernel], mod
             if worker is not None:
                 workers.append(worker)
         started = time.perf_counter()
-        parts = [_compile(engine, groups[0], names[0], align, fastmath)]
+        parts = [_compile(engine, groups[0], names[0], align, fastmath, define=shared)]
         own = time.perf_counter() - started
         timeout = max(WORKER_TIMEOUT_MIN_S, WORKER_TIMEOUT_FACTOR * own)
         answers = {}
         with timings.stage("machine_code"):
             for worker in workers:
                 answers[worker.module_name] = _answer(worker, time.perf_counter() + timeout)
-        log.debug("compiled %s: %d kernels here in %.1f ms, %s; waited %.1f ms", module_name,
+        log.debug("compiled %s: %d kernels here in %.1f ms, %s; waited %.1f ms", names[0],
                   len(groups[0]), own * 1e3, ", ".join(f"{len(w.kernels)} in worker {w.pid}" for w in workers),
                   (time.perf_counter() - started - own) * 1e3)
     finally:
@@ -102,9 +113,36 @@ def compile_kernels_object(engine: jit.JitEngine, kernels: Sequence[Kernel], mod
 
 
 def _compile(engine: jit.JitEngine, kernels: Sequence[Kernel], module_name: str,
-             align: Optional[int], fastmath: Sequence[str]) -> jit.ObjectCode:
+             align: Optional[int], fastmath: Sequence[str], define: Sequence = ()) -> jit.ObjectCode:
+    """The kernels' object code; with `define`, also the matmul helpers of those dtypes,
+    which the groups compiled under helpers_defined_elsewhere only declare."""
     module = codegen_kernels(kernels, module_name, align=align, fastmath=fastmath)
-    return engine.compile_object(module, [k.name for k in kernels])
+    if define:
+        define_helpers(module, define)
+    elsewhere = helper_names(_defined_elsewhere_dtypes()) if not define else ()
+    return engine.compile_object(module, [k.name for k in kernels], defined_elsewhere=elsewhere)
+
+
+def packed_matmul_dtypes(kernels: Sequence[Kernel]) -> list:
+    """The dtypes of the products that may run the packed kernel (a workspace, a float
+    dtype with tiles): the helpers a split module shares.  Over-approximating only costs
+    compiling helpers nobody calls."""
+    dtypes = set()
+    for kernel in kernels:
+        for s in _statements(kernel.body):
+            if isinstance(s, Matmul) and s.workspace is not None:
+                dtype = kernel.buffer(s.out.buffer).dtype
+                if dtype in TILES:
+                    dtypes.add(dtype)
+    return sorted(dtypes, key=str)
+
+
+def _statements(body: list) -> Iterator:
+    for s in body:
+        yield s
+        inner = getattr(s, "body", None)
+        if isinstance(inner, list):
+            yield from _statements(inner)
 
 
 # ----------------------------------------------------------------------------- splitting
@@ -132,14 +170,15 @@ def kernel_weight(kernel: Kernel) -> int:
     return len(text) + MATMUL_WEIGHT * text.count("Matmul(")
 
 
-def split(kernels: list[Kernel], processes: int) -> list[list[Kernel]]:
+def split(kernels: list[Kernel], processes: int, preload: int = 0) -> list[list[Kernel]]:
     """Up to `processes` groups of about equal weight, each in the kernels' order: the
-    heaviest kernel first to the lightest group.  One group when the module is light."""
+    heaviest kernel first to the lightest group; group 0 starts at `preload` (the matmul
+    helpers it compiles for all).  One group when the module is light."""
     weights = {id(k): kernel_weight(k) for k in kernels}
     count = min(processes, len(kernels), max(1, sum(weights.values()) // MIN_SPLIT_WEIGHT))
     if count <= 1:
         return [kernels]
-    loads, members = [0] * count, [set() for _ in range(count)]
+    loads, members = [preload] + [0] * (count - 1), [set() for _ in range(count)]
     for k in sorted(kernels, key=lambda k: -weights[id(k)]):
         lightest = loads.index(min(loads))
         loads[lightest] += weights[id(k)]

@@ -160,8 +160,9 @@ class JitEngine:
         return self.add_code(code)
 
     def compile_object(self, module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
-                       opt: int = target.OPT_LEVEL) -> ObjectCode:
-        """Optimize `module` at `opt` and emit its object code for this engine's machine."""
+                       opt: int = target.OPT_LEVEL, defined_elsewhere: Iterable[str] = ()) -> ObjectCode:
+        """Optimize `module` at `opt` and emit its object code for this engine's machine.
+        `defined_elsewhere`: functions it calls that another object of its library defines."""
         with target.LLVM_LOCK:         # one module through parse, passes and codegen at a time
             module_ref = as_module_ref(module)
             with timings.stage("llvm_opt"):
@@ -170,7 +171,7 @@ class JitEngine:
             libraries = sorted(_needed_system_libraries(module_ref))
             for lib in libraries:
                 load_system_library(lib)
-            _check_external_symbols(module_ref)
+            _check_external_symbols(module_ref, frozenset(defined_elsewhere))
             with timings.stage("machine_code"):
                 obj = target.emit_object(module_ref, self.tm)
         return ObjectCode(obj, tuple(exports), tuple(libraries))
@@ -251,11 +252,11 @@ def _needed_system_libraries(module_ref: llvm.ModuleRef) -> set[str]:
     return needed
 
 
-def _check_external_symbols(module_ref: llvm.ModuleRef) -> None:
+def _check_external_symbols(module_ref: llvm.ModuleRef, defined_elsewhere: frozenset = frozenset()) -> None:
     """Name a function the module calls that no loaded library defines, before linking:
     ORC's own report ("failed to materialize") does not say which symbol is missing."""
     missing = [f.name for f in module_ref.functions
-               if f.is_declaration and not f.name.startswith("llvm.")
+               if f.is_declaration and not f.name.startswith("llvm.") and f.name not in defined_elsewhere
                and not llvm.address_of_symbol(f.name) and not hasattr(_PROCESS, f.name)]
     if missing:
         raise BackendError(f"module '{module_ref.name}' calls {', '.join(sorted(missing))}, which no "
