@@ -228,17 +228,18 @@ def test_a_failed_fork_compiles_everything_here(split_everything, monkeypatch, w
 
 def test_split_modules_declare_the_matmul_helpers_that_group_0_defines():
     from tracecomp.dtypes import DType
+    from tracecomp.lower import llvm_matmul_nest as nest
     from tracecomp.lower import llvm_microkernel as uk
     from tracecomp.lower.llvm_codegen import codegen_kernels
     from tracecomp.lower.schedule import schedule
     program = schedule(tc.trace(mlp).lower(*inputs()).optimized)
     assert compile_worker.packed_matmul_dtypes(program.kernels) == [DType.float32]
-    helpers = uk.helper_names([DType.float32])
+    helpers = nest.helper_names([DType.float32])
     with uk.helpers_defined_elsewhere([DType.float32]):
         module = codegen_kernels(program.kernels, "g1", align=None)
     used = [f for f in module.functions if f.name in helpers]
     assert used and all(f.is_declaration for f in used)
-    assert uk.define_helpers(module, [DType.float32]) == helpers
+    assert nest.define_helpers(module, [DType.float32]) == helpers
     for name in helpers:
         fn = module.globals[name]
         assert not fn.is_declaration and fn.linkage == "external"

@@ -7,17 +7,22 @@
   whose inner loop LLVM vectorizes, or ijk (a vectorized dot product per element) when
   n == 1.
 - Float products with a workspace run the GotoBLAS/BLIS loop nest (block sizes and their
-  reasons in matmul_tiles.py), per work item:
+  reasons in matmul_tiles.py), one work item at a time:
       for jc in n-range step NC:           B panel  KC x NC  -> workspace (L3)
         for pc in 0..k step KC:            pack B[pc:pc+kc, jc:jc+nc]
           for ic in m-range step MC:       A block  MC x KC  -> workspace (L2)
             for jr step NR, ir step MR:    micro-kernel on the L1-resident micro-panels
+  The nest is one function per dtype and module (llvm_matmul_nest.py, sizes and strides
+  as arguments), shared by all products: a copy per product cost ~25 ms of LLVM time each.
   The micro-kernel (llvm_microkernel.py) writes full tiles straight into C; partial tiles
   (and C with a non-unit column stride) go through a stack tile that `merge` copies out.
-  After the last K-block the epilogue runs over the tile just stored, while it is in L1:
-  a loop over its elements that reads the accumulated value as `acc`, binds the index
-  names, and evaluates the loop-IR epilogue with the ordinary emitter (so every Unary,
-  Binary and math function works there, vectorized along j).
+  After the last K-block the nest calls the product's epilogue over the tile just stored,
+  while it is in L1: an outlined function per kind of tile (whole, edge; only the kinds
+  the static sizes allow) that loops over the tile's elements, reads the accumulated value
+  as `acc`, binds the index names, and evaluates the loop-IR epilogue with the ordinary
+  emitter (so every Unary, Binary and math function works there, vectorized along j).
+  The nest reaches it through a pointer, with a context holding the kernel's buffers,
+  sizes and visible names.
 
 Parallelism: a work item is one part of one batch matrix; each matrix splits into `parts`
 ranges of register tiles along one dim (matmul_tiles.Blocks.split_m), so that there are
@@ -43,7 +48,7 @@ from ..errors import BackendError
 from . import llvm_scalar as S
 from .llvm_codegen import FunctionEmitter, counted_loop
 from .llvm_loop_hints import plain_loop
-from .llvm_microkernel import merge_function, microkernel, pack_function
+from .llvm_matmul_nest import EPILOGUE_PTR, EPILOGUE_TYPE, nest_function
 from .llvm_parallel import (_entry_alloca, _field, claimed_chunks, mark_done, outlined_function,
                             recently_late, start_team)
 from .loops import Const, Let, Load, Matmul, Store, Var, INDEX
@@ -170,7 +175,7 @@ def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: s
         for name_d, value in zip(names[:-2], _delinearize(b, index, s.batch)):
             env_b[name_d] = value
         rng = _item_range(b, b.srem(item.index, parts), parts, s, plan.blocks)
-        _Blocked(inner, s, plan.blocks, env_b, ws).emit(*rng)
+        _Item(inner, s, plan.blocks, env_b, ws).emit(*rng)
     b.ret_void()
     return fn
 
@@ -197,15 +202,15 @@ def _item_range(b: ir.IRBuilder, part: ir.Value, parts: ir.Value, s: Matmul, bl:
     return zero, ir.Constant(S.I64, s.m), lo, hi
 
 
-class _Blocked:
-    """The five-loop nest of one work item (rows [m_lo, m_hi), columns [n_lo, n_hi))."""
+class _Item:
+    """One work item (rows [m_lo, m_hi), columns [n_lo, n_hi) of one batch matrix): a call
+    of the module's loop nest (llvm_matmul_nest.py) with this product's operands, block
+    sizes and epilogue functions."""
 
     def __init__(self, em: FunctionEmitter, s: Matmul, bl: Blocks, env: dict, ws: ir.Value):
-        self.em, self.s, self.bl, self.env, self.b = em, s, bl, env, em.builder
+        self.em, self.s, self.bl, self.env, self.b, self.ws = em, s, bl, env, em.builder, ws
         self.dtype = em.kernel.buffer(s.out.buffer).dtype
         self.t = S.register_type(self.dtype)
-        self.a_pack = ws
-        self.b_pack = self.gep(ws, self.c64(bl.a_elements))
         zeros = (Const(0, INDEX), Const(0, INDEX))
         names = index_names(s)
         batch = tuple(Var(n, INDEX) for n in names[:-2])
@@ -215,14 +220,7 @@ class _Blocked:
             self.ptr[role] = self.gep(base, em.expr(flat_index(view, batch + zeros), env))
             self.rs[role] = em.expr(view.strides[-2], env)
             self.cs[role] = em.expr(view.strides[-1], env)
-        tiles = bl.tiles
-        self.kernel = microkernel(em.module, self.dtype, tiles.mr, tiles.nv)
-        self.pack_a = pack_function(em.module, self.dtype, tiles.mr)
-        self.pack_b = pack_function(em.module, self.dtype, tiles.nr)
-        self.tile = _entry_alloca(em, ir.ArrayType(self.t, tiles.mr * tiles.nr))
-        self.tile.align = 64
-        self.visible = [(n, v) for n, v in env.items() if n not in em.sizes]   # passed to outlined epilogues
-        self.epilogues: dict[bool, ir.Function] = {}
+        self.visible = [(n, v) for n, v in env.items() if n not in em.sizes]   # passed to the epilogues
 
     def c64(self, v: int) -> ir.Constant:
         return ir.Constant(S.I64, v)
@@ -230,66 +228,47 @@ class _Blocked:
     def gep(self, ptr: ir.Value, offset: ir.Value) -> ir.Value:
         return self.b.gep(ptr, [offset], source_etype=self.t)
 
-    def blocks_of(self, lo, hi, step: int, name: str):
-        """A counted_loop over the blocks of [lo, hi), and the function giving a block's
-        (start, length) from the loop's state."""
-        b = self.b
-        count = b.sdiv(b.add(b.sub(hi, lo), self.c64(step - 1)), self.c64(step))
-
-        def block(state):
-            start = b.add(lo, b.mul(state.index, self.c64(step)))
-            return start, S.intrinsic(b, "smin", [self.c64(step), b.sub(hi, start)])
-        return counted_loop(b, self.c64(0), count, name), block
-
     def emit(self, m_lo, m_hi, n_lo, n_hi) -> None:
-        b, bl, s = self.b, self.bl, self.s
-        k_blocks = -(-s.k // bl.kc)
-        jloop, jblock = self.blocks_of(n_lo, n_hi, bl.nc, "mm.jc")
-        with jloop as jstate:
-            jc, nc = jblock(jstate)
-            with counted_loop(b, self.c64(0), self.c64(k_blocks), "mm.pc") as pstate:
-                pc = b.mul(pstate.index, self.c64(bl.kc))
-                kc = S.intrinsic(b, "smin", [self.c64(bl.kc), b.sub(self.c64(s.k), pc)])
-                src = self.gep(self.ptr["b"], b.add(b.mul(pc, self.rs["b"]), b.mul(jc, self.cs["b"])))
-                b.call(self.pack_b, [self.b_pack, src, nc, kc, self.cs["b"], self.rs["b"]])
-                add = b.icmp_signed(">", pstate.index, self.c64(0))
-                add = b.or_(add, ir.Constant(S.I1, int(s.accumulate)))
-                last = b.icmp_signed("==", pstate.index, self.c64(k_blocks - 1))
-                iloop, iblock = self.blocks_of(m_lo, m_hi, bl.mc, "mm.ic")
-                with iloop as istate:
-                    ic, mc = iblock(istate)
-                    src = self.gep(self.ptr["a"], b.add(b.mul(ic, self.rs["a"]), b.mul(pc, self.cs["a"])))
-                    b.call(self.pack_a, [self.a_pack, src, mc, kc, self.rs["a"], self.cs["a"]])
-                    self.tiles(ic, mc, jc, nc, kc, add, last)
+        bl, s = self.bl, self.s
+        nest = nest_function(self.em.module, self.dtype)
+        whole, edge, context = self.epilogues()
+        operands = [value for role in ("a", "b", "out") for value in (self.ptr[role], self.rs[role], self.cs[role])]
+        self.b.call(nest, operands + [m_lo, m_hi, n_lo, n_hi, self.c64(s.k), self.c64(bl.kc), self.c64(bl.mc),
+                                      self.c64(bl.nc), self.ws, self.c64(bl.a_elements),
+                                      ir.Constant(S.I1, int(s.accumulate)), whole, edge, context])
 
-    def tiles(self, ic, mc, jc, nc, kc, add, last) -> None:
-        b, tiles = self.b, self.bl.tiles
-        jloop, jtile = self.blocks_of(self.c64(0), nc, tiles.nr, "mm.jr")
-        with jloop as jstate:
-            jr, nr = jtile(jstate)
-            iloop, itile = self.blocks_of(self.c64(0), mc, tiles.mr, "mm.ir")
-            with iloop as istate:
-                ir_, mr = itile(istate)
-                a_panel = self.gep(self.a_pack, b.mul(ir_, kc))
-                b_panel = self.gep(self.b_pack, b.mul(jr, kc))
-                i0, j0 = b.add(ic, ir_), b.add(jc, jr)
-                c = self.gep(self.ptr["out"], b.add(b.mul(i0, self.rs["out"]), b.mul(j0, self.cs["out"])))
-                full = b.and_(b.and_(b.icmp_signed("==", mr, self.c64(tiles.mr)),
-                                     b.icmp_signed("==", nr, self.c64(tiles.nr))),
-                              b.icmp_signed("==", self.cs["out"], self.c64(1)))
+    def epilogues(self) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """(whole-tile epilogue, edge-tile epilogue, their context): null pointers without an
+        epilogue or for a kind of tile that cannot occur (tile_kinds); the context holds the
+        kernel's buffers and sizes and the visible names, stored for this item."""
+        null = ir.Constant(EPILOGUE_PTR, None)
+        if self.s.epilogue is None:
+            return null, null, ir.Constant(_PTR, None)
+        values = list(self.em.fn.args[:len(self.em.kernel.buffers) + len(self.em.kernel.sizes)])
+        values += [v for _, v in self.visible]
+        struct = ir.LiteralStructType([v.type for v in values])
+        context = _entry_alloca(self.em, struct)
+        for k, value in enumerate(values):
+            self.b.store(value, _field(self.b, context, struct, k))
+        whole, edge = self.tile_kinds()
+        return (self.epilogue_entry(True, struct) if whole else null,
+                self.epilogue_entry(False, struct) if edge else null, context)
 
-                def whole_tile():
-                    b.call(self.kernel, [kc, a_panel, b_panel, c, self.rs["out"], add])
-
-                def edge_tile():
-                    b.call(self.kernel, [kc, a_panel, b_panel, self.tile, self.c64(tiles.nr),
-                                         ir.Constant(S.I1, 0)])
-                    b.call(self.merge_function(), [self.tile, c, mr, nr, self.rs["out"], self.cs["out"], add])
-                self.by_tile_kind(full, whole_tile, edge_tile)
-                if self.s.epilogue is not None:
-                    with b.if_then(last):
-                        self.by_tile_kind(full, lambda: self.call_epilogue(i0, j0),
-                                          lambda: self.call_epilogue(i0, j0, mr, nr))
+    def epilogue_entry(self, whole: bool, struct: ir.LiteralStructType) -> ir.Function:
+        """`<part>.epilogue.<whole|edge>.entry(context, i0, j0, mr, nr)`, the nest's view of
+        epilogue_function: it loads the arguments from the context."""
+        inner = self.epilogue_function(whole)
+        inner.attributes.discard("noinline")
+        inner.attributes.add("alwaysinline")
+        fn = ir.Function(self.em.module, EPILOGUE_TYPE, f"{inner.name}.entry")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        context, i0, j0, mr, nr = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        values = [b.load(_field(b, context, struct, k), typ=t) for k, t in enumerate(struct.elements)]
+        b.call(inner, values + [i0, j0] + ([] if whole else [mr, nr]))
+        b.ret_void()
+        return fn
 
     def tile_kinds(self) -> tuple[bool, bool]:
         """(whole tiles can occur, edge tiles can occur), known from the static sizes:
@@ -303,34 +282,6 @@ class _Blocked:
         whole = s.m >= tiles.mr and s.n >= tiles.nr and not strided_columns
         edge = s.m % tiles.mr != 0 or s.n % tiles.nr != 0 or not unit_columns
         return whole, edge
-
-    def by_tile_kind(self, full: ir.Value, whole_tile, edge_tile) -> None:
-        """Emit `whole_tile()` for full tiles and `edge_tile()` for the others, branching
-        on `full` only when both kinds can occur."""
-        whole, edge = self.tile_kinds()
-        if whole and edge:
-            with self.b.if_else(full) as (on_whole, on_edge):
-                with on_whole:
-                    whole_tile()
-                with on_edge:
-                    edge_tile()
-        elif whole:
-            whole_tile()
-        else:
-            edge_tile()
-
-    def merge_function(self) -> ir.Function:
-        return merge_function(self.em.module, self.dtype, self.bl.tiles.nr)
-
-    def call_epilogue(self, i0, j0, mr=None, nr=None) -> None:
-        """The epilogue over the tile at (i0, j0): a whole MR x NR tile, or (mr, nr) given
-        the valid corner of an edge tile."""
-        whole = mr is None
-        if whole not in self.epilogues:
-            self.epilogues[whole] = self.epilogue_function(whole)
-        leading = list(self.em.fn.args[:len(self.em.kernel.buffers) + len(self.em.kernel.sizes)])
-        sizes = [] if whole else [mr, nr]
-        self.b.call(self.epilogues[whole], leading + [v for _, v in self.visible] + [i0, j0] + sizes)
 
     def epilogue_function(self, whole: bool) -> ir.Function:
         """`<part>.epilogue.<whole|edge>(buffers, sizes, visible names, i0, j0[, mr, nr])`:

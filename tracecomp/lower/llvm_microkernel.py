@@ -1,6 +1,6 @@
 """The matmul micro-kernel: one MR x NR register tile of C from packed panels, in LLVM IR.
 
-`microkernel(module, dtype, mr, nv)` defines (once per module) the internal function
+`microkernel(module, dtype, mr, nv)` defines (once per module) the function
 
     void tracecomp.matmul.uk.<f32|f64>.<MR>x<NR>(i64 kc, ptr a, ptr b, ptr c, i64 ldc, i1 add)
 
@@ -20,7 +20,13 @@ lines are prefetched for writing (PREFETCH_C): C is re-read once per K-block and
 otherwise stall the tile's stores (measured +10% at 4096^3 f32, +3% at 1024^3).
 
 Also here: the packing functions that copy A and B panels into micro-panels (with
-in-register transposes) and the merge of a partial tile into C.
+in-register transposes) and the merge of a partial tile into C.  LLVM leaves their loops
+as written (llvm_loop_hints.plain_loop): they are vectorized by hand or run on edges only.
+
+These helpers (and llvm_matmul_nest's loop nest) are internal functions of the module that
+uses them.  A module compiled in parts on several processes (runtime/compile_worker.py)
+compiles them once: inside `helpers_defined_elsewhere(dtypes)` the modules generated only
+declare them, and llvm_matmul_nest.define_helpers defines them, external, in one module.
 """
 from __future__ import annotations
 
@@ -51,8 +57,9 @@ _exporting: contextvars.ContextVar[bool] = contextvars.ContextVar("tracecomp_mat
 
 @contextlib.contextmanager
 def helpers_defined_elsewhere(dtypes: Iterable[DType]) -> Iterator[None]:
-    """Inside: the helpers of `dtypes` (micro-kernel, packing, merge) are declared, not
-    defined, in the modules generated; `define_helpers` defines them in one module."""
+    """Inside: the helpers of `dtypes` (micro-kernel, packing, merge, loop nest) are
+    declared, not defined, in the modules generated; llvm_matmul_nest.define_helpers
+    defines them in one module."""
     token = _defined_elsewhere.set(frozenset(dtypes))
     try:
         yield
@@ -65,35 +72,26 @@ def defined_elsewhere_dtypes() -> frozenset:
     return _defined_elsewhere.get()
 
 
-def define_helpers(module: ir.Module, dtypes: Iterable[DType]) -> list[str]:
-    """Define every helper of the tiles of `dtypes` in `module` with external linkage (also
-    those it declares), for the other objects of its library; returns their names."""
-    dtypes = [d for d in dtypes if d in TILES]
+@contextlib.contextmanager
+def defining_exported_helpers() -> Iterator[None]:
+    """Inside: helpers are defined (also those declared so far) with external linkage."""
     exporting, elsewhere = _exporting.set(True), _defined_elsewhere.set(frozenset())
     try:
-        for dtype in dtypes:
-            t = TILES[dtype]
-            microkernel(module, dtype, t.mr, t.nv)
-            pack_function(module, dtype, t.mr)
-            pack_function(module, dtype, t.nr)
-            merge_function(module, dtype, t.nr)
+        yield
     finally:
         _exporting.reset(exporting)
         _defined_elsewhere.reset(elsewhere)
-    return helper_names(dtypes)
 
 
-def helper_names(dtypes: Iterable[DType]) -> list[str]:
-    """The functions define_helpers defines for `dtypes`."""
-    names = []
-    for dtype in dtypes:
-        t = TILES[dtype]
-        names += [microkernel_name(dtype, t.mr, t.nv), merge_name(dtype, t.nr)]
-        for width in (t.mr, t.nr):
-            names.append(pack_name(dtype, width))
-            if _transpose_block(width, dtype) > 1:
-                names.append(transpose_name(dtype, _transpose_block(width, dtype)))
-    return sorted(set(names))
+def leaf_helper_names(dtype: DType) -> list[str]:
+    """The micro-kernel, packing (and transposing) and merge functions of `dtype`'s tiles."""
+    t = TILES[dtype]
+    names = [microkernel_name(dtype, t.mr, t.nv), merge_name(dtype, t.nr)]
+    for width in (t.mr, t.nr):
+        names.append(pack_name(dtype, width))
+        if _transpose_block(width, dtype) > 1:
+            names.append(transpose_name(dtype, _transpose_block(width, dtype)))
+    return names
 
 
 def vector_type(dtype: DType) -> ir.VectorType:
@@ -120,7 +118,7 @@ def microkernel_name(dtype: DType, mr: int, nv: int) -> str:
 def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Function:
     """The MR x (nv * L) micro-kernel for `dtype` (f32 or f64), defined on first use."""
     vt, lanes = vector_type(dtype), LANES[dtype]
-    fn, b = _helper_function(module, dtype, microkernel_name(dtype, mr, nv),
+    fn, b = helper_function(module, dtype, microkernel_name(dtype, mr, nv),
                              [("kc", S.I64), ("a", _PTR), ("b", _PTR), ("c", _PTR), ("ldc", S.I64), ("add", S.I1)])
     fn.args[2].attributes.align = 64
     if b is None:
@@ -186,7 +184,7 @@ def _store_tile(b: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, add: ir
                 b.store(acc, p, align=align)
 
 
-def _helper_function(module: ir.Module, dtype: DType, name: str,
+def helper_function(module: ir.Module, dtype: DType, name: str,
                      args: list[tuple[str, ir.Type]]) -> tuple[ir.Function, Optional[ir.IRBuilder]]:
     """The helper `name` of `module` and a builder at its entry if its body is to be
     emitted now (else None: defined already, or declared for another object to define)."""
@@ -217,7 +215,7 @@ def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
     transposed in registers when the source runs along p (A row-major, B transposed),
     row by row when it runs along x (A transposed, B row-major)."""
     t = S.register_type(dtype)
-    fn, b = _helper_function(module, dtype, pack_name(dtype, width),
+    fn, b = helper_function(module, dtype, pack_name(dtype, width),
                              [("dst", _PTR), ("src", _PTR), ("count", S.I64), ("kc", S.I64),
                               ("sx", S.I64), ("sp", S.I64)])
     if b is None:
@@ -301,7 +299,7 @@ def merge_function(module: ir.Module, dtype: DType, nr: int) -> ir.Function:
     """`merge(tile, c, mr, nr, rs, cs, add)`: the valid mr x nr corner of a stack tile
     (row length NR) into C at c[r * rs + j * cs], overwriting or adding."""
     t = S.register_type(dtype)
-    fn, b = _helper_function(module, dtype, merge_name(dtype, nr),
+    fn, b = helper_function(module, dtype, merge_name(dtype, nr),
                              [("tile", _PTR), ("c", _PTR), ("mr", S.I64), ("nr", S.I64), ("rs", S.I64),
                               ("cs", S.I64), ("add", S.I1)])
     if b is None:
@@ -382,7 +380,7 @@ def transpose_function(module: ir.Module, dtype: DType, v: int) -> ir.Function:
     for NR = 32)."""
     t, align = S.register_type(dtype), dtype.itemsize
     vt = ir.VectorType(t, v)
-    fn, b = _helper_function(module, dtype, transpose_name(dtype, v),
+    fn, b = helper_function(module, dtype, transpose_name(dtype, v),
                              [("dst", _PTR), ("src", _PTR), ("sx", S.I64), ("ld", S.I64)])
     if b is None:
         return fn

@@ -46,8 +46,8 @@ from typing import Iterator, Optional, Sequence
 
 from .. import timings
 from ..lower.llvm_codegen import codegen_kernels
-from ..lower.llvm_microkernel import (defined_elsewhere_dtypes as _defined_elsewhere_dtypes, define_helpers,
-                                      helper_names, helpers_defined_elsewhere)
+from ..lower.llvm_matmul_nest import define_helpers, helper_names
+from ..lower.llvm_microkernel import defined_elsewhere_dtypes, helpers_defined_elsewhere
 from ..lower.loops import Kernel, Matmul
 from ..lower.matmul_tiles import TILES
 from . import jit, target
@@ -55,9 +55,13 @@ from . import jit, target
 log = logging.getLogger("tracecomp.compile_worker")
 
 PROCESSES_ENV = "TRACECOMP_COMPILE_PROCESSES"
-MIN_SPLIT_WEIGHT = 6000          # ~60 ms of LLVM work, in kernel_weight units
-MATMUL_WEIGHT = 2500             # a packed product's blocked loop nest and epilogue
-HELPERS_WEIGHT = 9000            # the micro-kernel, packing and merge of one dtype
+# Weights: ~0.01 ms of code generation and LLVM work each on the 2-core VM (W4's 20 kernels
+# compiled one per module: ms = 0.0147 x loop-IR characters + 10.5 per product + 3.4 per
+# kernel; in one module each costs ~0.6 of that, the helpers ~125 ms).
+MIN_SPLIT_WEIGHT = 4000          # ~60 ms
+KERNEL_WEIGHT = 230              # a function through the pass pipeline, however small
+MATMUL_WEIGHT = 700              # a product's dispatch, work-item and epilogue functions
+HELPERS_WEIGHT = 15000           # the loop nest, micro-kernel, packing and merge of one dtype (~125 ms)
 WORKER_TIMEOUT_MIN_S = 30.0
 WORKER_TIMEOUT_FACTOR = 5.0
 
@@ -119,7 +123,7 @@ def _compile(engine: jit.JitEngine, kernels: Sequence[Kernel], module_name: str,
     module = codegen_kernels(kernels, module_name, align=align, fastmath=fastmath)
     if define:
         define_helpers(module, define)
-    elsewhere = helper_names(_defined_elsewhere_dtypes()) if not define else ()
+    elsewhere = helper_names(defined_elsewhere_dtypes()) if not define else ()
     return engine.compile_object(module, [k.name for k in kernels], defined_elsewhere=elsewhere)
 
 
@@ -163,11 +167,10 @@ def allowed_processes() -> int:
 
 
 def kernel_weight(kernel: Kernel) -> int:
-    """Estimated LLVM work of a kernel: the size of its loop IR (~100 units per ms on the
-    2-core VM), plus MATMUL_WEIGHT per Matmul statement, whose code is much larger than
-    its loop IR."""
+    """Estimated compile work of a kernel: the size of its loop IR, plus MATMUL_WEIGHT per
+    Matmul statement (whose code is larger than its loop IR) and KERNEL_WEIGHT."""
     text = repr(kernel)
-    return len(text) + MATMUL_WEIGHT * text.count("Matmul(")
+    return len(text) + MATMUL_WEIGHT * text.count("Matmul(") + KERNEL_WEIGHT
 
 
 def split(kernels: list[Kernel], processes: int, preload: int = 0) -> list[list[Kernel]]:
