@@ -116,6 +116,8 @@ def test_the_process_count_setting(monkeypatch, caplog):
     assert "not a number" in caplog.text
     monkeypatch.delenv(compile_worker.PROCESSES_ENV)
     assert compile_worker.allowed_processes() == min(2, len(os.sched_getaffinity(0)))
+    monkeypatch.setattr(compile_worker, "FORK_MAX_RSS", 1 << 20)      # this process is bigger
+    assert compile_worker.allowed_processes() == 1
 
 
 # ----------------------------------------------------------------------------- results

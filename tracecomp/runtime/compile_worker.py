@@ -10,9 +10,9 @@ needs no imports and no pickling: it generates, optimizes and emits its group an
 the object (and a JSON header) into a pipe.  Each group is a module of its own: the matmul
 helpers (micro-kernel, packing) are compiled once per group that has a product.
 
-When it runs: on Linux (os.fork), with at least two CPUs this process may use, and a
-module of at least MIN_SPLIT_WEIGHT (estimated ~60 ms of LLVM work; fork, pipe and wait
-cost a few ms).  `TRACECOMP_COMPILE_PROCESSES=1` turns it off; a larger number allows
+When it runs: on Linux (os.fork), with at least two CPUs this process may use, a process
+of at most FORK_MAX_RSS resident bytes, and a module of at least MIN_SPLIT_WEIGHT
+(estimated ~60 ms of work; fork, pipe and wait cost a few ms).  `TRACECOMP_COMPILE_PROCESSES=1` turns it off; a larger number allows
 that many processes (default: 2, or 1 with one CPU).
 
 Robustness:
@@ -62,6 +62,7 @@ MIN_SPLIT_WEIGHT = 4000          # ~60 ms
 KERNEL_WEIGHT = 230              # a function through the pass pipeline, however small
 MATMUL_WEIGHT = 700              # a product's dispatch, work-item and epilogue functions
 HELPERS_WEIGHT = 15000           # the loop nest, micro-kernel, packing and merge of one dtype (~125 ms)
+FORK_MAX_RSS = 2 << 30           # a bigger process compiles alone
 WORKER_TIMEOUT_MIN_S = 30.0
 WORKER_TIMEOUT_FACTOR = 5.0
 
@@ -153,8 +154,9 @@ def _statements(body: list) -> Iterator:
 
 def allowed_processes() -> int:
     """Processes that may compile one module: TRACECOMP_COMPILE_PROCESSES, else 2 when this
-    process may run on two CPUs or more; always 1 without os.fork or off Linux."""
-    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+    process may run on two CPUs or more; always 1 without os.fork, off Linux, or in a
+    process of more than FORK_MAX_RSS bytes (fork copies its page tables: ~25 ms per GiB)."""
+    if not hasattr(os, "fork") or not sys.platform.startswith("linux") or _resident_bytes() > FORK_MAX_RSS:
         return 1
     setting = os.environ.get(PROCESSES_ENV, "").strip()
     if setting:
@@ -164,6 +166,14 @@ def allowed_processes() -> int:
             log.warning("%s=%r is not a number; compiling in one process", PROCESSES_ENV, setting)
             return 1
     return min(2, len(os.sched_getaffinity(0)))
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def kernel_weight(kernel: Kernel) -> int:
