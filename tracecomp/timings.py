@@ -10,7 +10,9 @@ Tracer, less the autograd engine; recording the forward pass's autograd history 
 here), autodiff (the backward engine run while tracing grad / value_and_grad), passes (the graph pipeline), lowering (scheduling into loop IR, LLVM IR
 building and parsing; the compile cache's lookups fall here too), llvm_opt (LLVM's pass
 pipeline), machine_code (instruction selection to object code), jit_link (linking the
-object into a JIT library).
+object into a JIT library).  A module compiled in parts (runtime/compile_worker.py) records
+this process's own stages; the time it then waits for a worker's part counts as
+machine_code.
 """
 from __future__ import annotations
 
