@@ -247,3 +247,19 @@ def test_split_modules_declare_the_matmul_helpers_that_group_0_defines():
         assert not fn.is_declaration and fn.linkage == "external"
     plain = codegen_kernels(program.kernels, "whole", align=None)      # unsplit: internal helpers
     assert all(plain.globals[f.name].linkage == "internal" for f in used)
+
+
+def test_products_of_two_dtypes_and_batched_epilogues_in_parts(split_everything, worker_log):
+    """Helpers of both dtypes defined in group 0; an epilogue that reads a batched operand
+    through the batch index (a visible name in the nest's context)."""
+    rng = np.random.default_rng(11)
+    a32, b32 = rng.standard_normal((3, 40, 24)).astype(np.float32), rng.standard_normal((24, 36)).astype(np.float32)
+    c32 = rng.standard_normal((3, 40, 36)).astype(np.float32)
+    a64, b64 = rng.standard_normal((33, 17)), rng.standard_normal((17, 45))
+
+    def fn(a32, b32, c32, a64, b64):
+        return tc.tanh(a32 @ b32) * c32, (a64 @ b64).exp().sum(dim=0)
+    got32, got64 = tc.trace(fn)(a32, b32, c32, a64, b64)
+    np.testing.assert_allclose(np.asarray(got32), np.tanh(a32.astype(np.float64) @ b32) * c32, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(got64), np.exp(a64 @ b64).sum(axis=0), rtol=1e-10)
+    assert len(split_everything) == 1 and "in worker" in worker_log.text
