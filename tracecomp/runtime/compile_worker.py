@@ -33,6 +33,7 @@ as machine_code.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -62,6 +63,7 @@ MIN_SPLIT_WEIGHT = 4000          # ~60 ms
 KERNEL_WEIGHT = 230              # a function through the pass pipeline, however small
 MATMUL_WEIGHT = 700              # a product's dispatch, work-item and epilogue functions
 HELPERS_WEIGHT = 15000           # the loop nest, micro-kernel, packing and merge of one dtype (~125 ms)
+LAZY_CODEGEN_MODULES = ("tracecomp.lower.llvm_matmul", "tracecomp.lower.llvm_parallel", "tracecomp.lower.llvm_math")
 FORK_MAX_RSS = 2 << 30           # a bigger process compiles alone
 WORKER_TIMEOUT_MIN_S = 30.0
 WORKER_TIMEOUT_FACTOR = 5.0
@@ -83,6 +85,7 @@ def compile_kernels_object(engine: jit.JitEngine, kernels: Sequence[Kernel], mod
     if len(groups) == 1:
         return _compile(engine, kernels, module_name, align, fastmath)
     names = [module_name] + [f"{module_name}.part{i}" for i in range(1, len(groups))]
+    _import_code_generators()
     with helpers_defined_elsewhere(shared):
         return _compile_groups(engine, groups, names, align, fastmath, shared)
 
@@ -115,6 +118,13 @@ def _compile_groups(engine, groups, names, align, fastmath, shared) -> jit.Objec
             code = _compile(engine, group, name, align, fastmath)
         parts.append(code)
     return jit.ObjectCode.joined(parts)
+
+
+def _import_code_generators() -> None:
+    """Import the modules code generation imports on first use, before forking: else
+    every worker imports them again (~30 ms when Python compiles them from source)."""
+    for name in LAZY_CODEGEN_MODULES:
+        importlib.import_module(name)
 
 
 def _compile(engine: jit.JitEngine, kernels: Sequence[Kernel], module_name: str,
