@@ -120,6 +120,13 @@ def test_emulated_mlp_training_step_matches_the_cpu_backend():
     assert_outputs_match(got, want)
 
 
+@pytest.mark.parametrize("shape", [(37, 70), (5, 1100), (3, 4, 9)])
+def test_emulated_column_reductions(shape):
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    got, want = _on_emulator(lambda x: (x.amax(0), x.sum(0), x.mean(0, keepdim=True), (x > 0).any(0)), [x])
+    assert_outputs_match(got, want)
+
+
 def test_emulated_long_rows_split_over_blocks():
     x = np.random.default_rng(1).standard_normal(1 << 17).astype(np.float32)
     got, want = _on_emulator(lambda x: (x.sum(), x.amax()), [x])

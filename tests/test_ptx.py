@@ -126,6 +126,26 @@ def test_long_rows_are_split_over_blocks_and_finished_in_a_second_pass():
     assert part.workspaces[0].elements == 256 and part.workspaces == fin.workspaces
 
 
+def test_column_reductions_give_each_thread_a_column():
+    """amax(0) has no atomic: a thread per column walks the rows (it used to be one thread
+    for everything); a sum over many columns does the same instead of atomics, one over
+    few columns keeps them."""
+    ptx, launches = _ptx_and_plan(lambda x: x.amax(0), np.ones((300, 70), np.float32))
+    assert [l.kind for l in launches] == ["elementwise", "columns"]
+    assert not re.search(r"(red|atom)\.global", ptx)
+    _, launches = _ptx_and_plan(lambda x: x.sum(0), np.ones((64, 4096), np.float32))
+    assert [l.kind for l in launches] == ["elementwise", "columns"] and launches[1].grid == (16, 1, 1)
+    ptx, launches = _ptx_and_plan(lambda x: x.sum(0), np.ones((4096, 512), np.float32))
+    assert [l.kind for l in launches] == ["elementwise", "elementwise"]
+    assert re.search(r"(red|atom)\.global\.add\.f32", ptx)
+
+
+@needs_ptxas
+def test_column_reductions_assemble():
+    ptx, _ = _ptx_and_plan(lambda x: (x.amax(0), x.prod(1), (x > 0).all(0)), np.ones((300, 70), np.float32))
+    assemble(ptx, "sm_80")
+
+
 def test_scatter_add_uses_atomics():
     ptx, launches = _ptx_and_plan(lambda x, i, v: x.index_add(0, i, v), np.zeros((5, 3), np.float32),
                                   np.array([0, 4, 0]), np.ones((3, 3), np.float32))

@@ -13,6 +13,11 @@ copies, then accumulates), so each becomes its own launch on one stream:
   partials / finish   a rows nest with few long rows: `partials` has several blocks per
                row, each reducing a chunk into a workspace; `finish` combines the chunks
                of a row and runs the rest of the row's body;
+  columns      a Loop nest that accumulates into a buffer along some of its loops (a
+               column reduction `out[j] = max(out[j], x[i, j])`): the loops whose points
+               touch disjoint elements (j) are flattened into a grid-stride space, and each
+               thread runs the others (i) in order for its points: no atomics, and a warp
+               reads consecutive elements of each row;
   matmul       a Matmul: 64x64 output tiles, one block of 16x16 threads each (4x4
                elements per thread), staged through shared memory;
   serial       anything whose iterations depend on each other: one thread.
@@ -41,6 +46,7 @@ THREAD_PER_ROW_MAX = 64        # rows no longer than this: one thread per row, n
 SPLIT_MIN_EXTENT = 1 << 16     # rows at least this long are split over several blocks...
 SPLIT_MAX_ROWS = 64            # ...when there are at most this many of them
 SPLIT_TERMS_PER_THREAD = 16
+COLUMNS_MIN_POINTS = 1024      # a columns plan needs this many parallel points to beat atomics
 
 
 @dataclass
@@ -141,14 +147,19 @@ def row_disjoint(stmts: list, dims, shared: set[str]) -> bool:
     fixed position?  Then different points of the outer loops touch disjoint elements and
     may run on different threads or blocks (a row kernel that stores exp(x) and reads it
     back for its sum, then divides it in place)."""
-    vars_ = [Var(v, INDEX) for v, _ in dims]
-    for name in shared:
-        indices = [ix for buf, ix in accesses(stmts) if buf == name]
-        for v in vars_:
-            common = set.intersection(*({p for p, e in enumerate(ix) if e == v} for ix in indices))
-            if not common:
-                return False
-    return True
+    return all(disjoint_vars(stmts, dims, shared))
+
+
+def disjoint_vars(stmts: list, dims, shared: set[str]) -> list[bool]:
+    """Per loop of `dims`: does every access to a buffer in `shared` index it with that
+    loop's var at one fixed position (so that its iterations touch disjoint elements)?"""
+    indices = {name: [ix for buf, ix in accesses(stmts) if buf == name] for name in shared}
+    out = []
+    for v, _ in dims:
+        var = Var(v, INDEX)
+        out.append(all(set.intersection(*({p for p, e in enumerate(ix) if e == var} for ix in found))
+                       for found in indices.values() if found))
+    return out
 
 
 def iteration_local(loop: Loop, shared: set[str]) -> bool:
@@ -187,8 +198,12 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
     loads, stores = buffers_touched(seg)
     shared = loads & stores
     atomic = bool(shared) and all_atomic(seg, shared)
-    if shared and not atomic and not row_disjoint(seg, dims, shared):      # (no dims: one row)
-        return [_serial(kernel, seg, name)]
+    if shared and not row_disjoint(seg, dims, shared):      # (no dims: one row)
+        columns, points = _columns(kernel, seg, dims, shared, name)
+        if columns is not None and (not atomic or points is None or points >= COLUMNS_MIN_POINTS):
+            return [columns]
+        if not atomic:
+            return [_serial(kernel, seg, name)]
     reduces = [s for s in body if isinstance(s, Reduce)]
     rows = static_product([e for _, e in dims])
     longest = max((r.extent if isinstance(r.extent, int) else SPLIT_MIN_EXTENT for r in reduces), default=0)
@@ -204,6 +219,22 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
     total = rows
     blocks = MAX_BLOCKS if total is None else min(-(-total // ELEMENTWISE_THREADS), MAX_BLOCKS)
     return [Launch(name, kernel, "elementwise", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1))]
+
+
+def _columns(kernel: Kernel, seg: list, dims, shared: set[str], name: str):
+    """(the columns plan of a single loop nest (module docstring), its parallel points or
+    None when they are not static), or (None, None) when none of its loops may run in
+    parallel or its body holds a further Loop or Reduce."""
+    if len(seg) != 1 or not isinstance(seg[0], Loop):
+        return None, None
+    _, body = perfect_nest(seg[0])
+    parallel = disjoint_vars(seg, dims, shared)
+    if not any(parallel) or any(isinstance(s, (Loop, Reduce)) for s in body):
+        return None, None
+    points = static_product([e for (_, e), p in zip(dims, parallel) if p])
+    blocks = MAX_BLOCKS if points is None else min(-(-points // ELEMENTWISE_THREADS), MAX_BLOCKS)
+    launch = Launch(name, kernel, "columns", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1), shared=shared)
+    return launch, points
 
 
 def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], threads: int,

@@ -26,7 +26,7 @@ from ..lower import llvm_scalar as S
 from ..lower.llvm_codegen import FunctionEmitter, counted_loop, declare_kernel_function
 from ..lower.loops import Loop, Matmul, Reduce, Store
 from . import nvptx_intrinsics as X
-from .launch import (Launch, atomic_add_term, cooperative, iteration_local, perfect_nest,
+from .launch import (Launch, atomic_add_term, cooperative, disjoint_vars, iteration_local, perfect_nest,
                      static_product)
 
 PARAM_ALIGN = 16        # cuMemAlloc returns 256-byte aligned memory; 16 allows vector loads
@@ -162,7 +162,7 @@ def emit_launch(module: ir.Module, launch: Launch) -> ir.Function:
         from .nvptx_reduce import emit_split
         emit_split(em)
     else:
-        {"elementwise": _elementwise, "rows": _rows, "serial": _serial}[launch.kind](em)
+        {"elementwise": _elementwise, "columns": _columns, "rows": _rows, "serial": _serial}[launch.kind](em)
     em.builder.ret_void()
     launch.shared_bytes = em.shared_bytes
     return fn
@@ -184,6 +184,24 @@ def _elementwise(em: GpuEmitter) -> None:
     with strided_loop(b, start, total, step, "flat") as loop:
         env = em.entry_env()
         em.delinearize(loop.index, dims, env)
+        em.emit_body(body, env)
+        loop.next = []
+
+
+def _columns(em: GpuEmitter) -> None:
+    """A grid-stride loop over the nest's parallel loops (launch.disjoint_vars); each
+    thread runs the other loops, in their order, at each of its points."""
+    b = em.builder
+    dims, body = perfect_nest(em.launch.stmts[0])
+    parallel = disjoint_vars(em.launch.stmts, dims, em.launch.shared)
+    outer = [d for d, p in zip(dims, parallel) if p]
+    for var, extent in reversed([d for d, p in zip(dims, parallel) if not p]):
+        body = [Loop(var, extent, body)]
+    start = b.add(b.mul(em.sreg64("ctaid.x"), em.sreg64("ntid.x"), flags=("nuw",)), em.sreg64("tid.x"), flags=("nuw",))
+    step = b.mul(em.sreg64("ntid.x"), em.sreg64("nctaid.x"), flags=("nuw",))
+    with strided_loop(b, start, em.product([e for _, e in outer]), step, "point") as loop:
+        env = em.entry_env()
+        em.delinearize(loop.index, outer, env)
         em.emit_body(body, env)
         loop.next = []
 
