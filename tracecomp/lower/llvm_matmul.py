@@ -291,19 +291,19 @@ class _Item:
         Whole tiles put the row loop inside (constant bounds): LLVM unrolls it and
         vectorizes the column loop, contiguous in C.  With the rows outside, it unrolled
         the 32 columns and vectorized the rows with gathers and scatters (4x slower).
-        Edge tiles run their loops as written (rows outside)."""
-        s, tiles = self.s, self.bl.tiles
+        Edge tiles run their loops as written (rows outside).  The nest reaches it through
+        epilogue_entry, into which it is inlined."""
         extra = [("i0", S.I64), ("j0", S.I64)] + ([] if whole else [("mr", S.I64), ("nr", S.I64)])
         name = f"{self.em.fn.name}.epilogue.{'whole' if whole else 'edge'}"
         fn, inner, env = outlined_function(self.em, self.visible, name, extra)
-        b = inner.builder
         i0, j0 = fn.args[-len(extra)], fn.args[-len(extra) + 1]
         mr, nr = (None, None) if whole else fn.args[-2:]
         self.epilogue_loops(inner, env, i0, j0, mr, nr, whole)
         inner.builder.ret_void()
         return fn
 
-    def epilogue_loops(self, inner, env, i0, j0, mr, nr, whole):
+    def epilogue_loops(self, inner: FunctionEmitter, env: dict, i0, j0, mr, nr, whole: bool) -> None:
+        """The loops over the tile's elements at (i0, j0), emitted by `inner`."""
         s, tiles, b = self.s, self.bl.tiles, inner.builder
         if whole:
             mr, nr = self.c64(tiles.mr), self.c64(tiles.nr)
