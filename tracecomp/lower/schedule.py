@@ -28,7 +28,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..ir import Graph, Op, Value
 from ..ops.table import by_ir_name
-from ..symbolic import DynamicShapeError, hint, shape_hint
+from ..symbolic import DynamicShapeError, hint, is_dynamic, shape_hint
 from . import index_maps as I
 from . import loops as L
 from .exprs import cast, const
@@ -160,8 +160,9 @@ class Scheduler:
         p.outputs = [self._output_buffer(v) for v in g.outputs]
         fuse_epilogues(p)
         self._mark_index_inputs()
-        for k in p.kernels:
-            k.sizes = L.size_params(k)        # dynamic dims: sizes the kernel takes at run time
+        if any(is_dynamic(d) for v in g.inputs for d in v.type.shape):
+            for k in p.kernels:
+                k.sizes = L.size_params(k)    # dynamic dims: sizes the kernel takes at run time
         return p
 
     def _constant(self, op: Op) -> None:
