@@ -13,6 +13,7 @@ import pytest
 
 import tracecomp as tc
 from tracecomp.ir.mlir_tool import check_with_mlir_opt, find_mlir_opt
+from tracecomp.lower.loops import Matmul
 from tracecomp.symbolic import DynamicShapeError
 
 from test_export import ALLOWED_NEEDED, flat, needed
@@ -219,6 +220,30 @@ def test_dynamic_size_flows_through_views_reductions_and_matmuls(fn, tmp_path):
     for n in (1, 5, 40):
         x = rng.standard_normal((n, 12)).astype(np.float32)
         assert_same(f(x), tc.trace(fn)(x))
+
+
+@pytest.mark.parametrize("fn, dims", [
+    (lambda x, w: (x @ w).relu() + 1.0, "m"),                   # the batch as rows, epilogue fused
+    (lambda x, w: x.T @ (x @ w), "k"),                           # ... as the depth
+    (lambda x, w: w.T @ x.T, "n"),                               # ... as the columns
+], ids=["m", "k", "n"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_matmuls_take_run_time_sizes(fn, dims, dtype, tmp_path):
+    """The packed matmul kernel with a run-time m, n or k: sizes around its register tiles
+    (8 x 32 / 8 x 16), its blocks and its thread split."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((40, 72)).astype(dtype)
+    path = str(tmp_path / "libmm.so")
+    example = [rng.standard_normal((64, 40)).astype(dtype), w]
+    program = tc.trace(fn).lower_dynamic(tuple(example), {"x": {0: "n"}}).program
+    assert all(s.workspace is not None for k in program.kernels for s in k.body if isinstance(s, Matmul))
+    tc.export(fn, example, path, dynamic={"x": {0: "n"}})
+    f = tc.load(path)
+    for n in (1, 7, 9, 33, 300, 1000):
+        x = rng.standard_normal((n, 40)).astype(dtype)
+        got, want = f(x, w).numpy(), fn(tc.tensor(x), tc.tensor(w)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10,
+                                   atol=1e-3 if dtype == np.float32 else 1e-9, err_msg=f"n={n}")
 
 
 @pytest.mark.parametrize("fn, message", [

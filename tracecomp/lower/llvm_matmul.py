@@ -79,14 +79,15 @@ def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> Non
 
 
 def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
+    """The packed plan; m, n and k may be run-time sizes (dynamic dims), batch dims not."""
     if s.workspace is None or dtype not in TILES:
         return None
-    if not all(isinstance(d, int) for d in s.extents()) or min(s.m, s.n, s.k) == 0:
+    if not all(isinstance(d, int) for d in s.batch) or 0 in (s.m, s.n, s.k):
         return None
     ws = em.kernel.buffer(s.workspace)
     if not isinstance(ws.shape[0], int):
         return None
-    bl = blocks(dtype, s.m, s.n, s.k)
+    bl = blocks(dtype, *(d if isinstance(d, int) else None for d in (s.m, s.n, s.k)))
     capacity = ws.shape[0] // bl.thread_elements
     if capacity < 1:
         raise BackendError(f"kernel '{em.kernel.name}': Matmul workspace '{s.workspace}' holds "
@@ -108,15 +109,21 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
 
     def serial():
         b.call(part, args + [ir.Constant(S.I64, 0), batch, ir.Constant(S.I64, 1)])
-    if em.in_parallel or flops(s.m, s.n, s.k, plan.batch_count) < PARALLEL_MIN_FLOPS or plan.capacity < 2:
+    work = _flops(em, s, plan.batch_count)
+    if em.in_parallel or _below(b, work, PARALLEL_MIN_FLOPS) is True or plan.capacity < 2:
         serial()
         return
     max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
     threads = S.intrinsic(b, "smin", [b.sext(b.call(max_threads, []), S.I64),
                                       ir.Constant(S.I64, plan.capacity)])
     one_thread = b.icmp_signed("<", threads, ir.Constant(S.I64, 2))
-    if flops(s.m, s.n, s.k, plan.batch_count) < BACKOFF_MAX_FLOPS:
-        one_thread = b.or_(one_thread, recently_late(b))
+    small = _below(b, work, PARALLEL_MIN_FLOPS)       # a run-time size: decided at run time
+    if small is not False:
+        one_thread = b.or_(one_thread, small)
+    late_matters = _below(b, work, BACKOFF_MAX_FLOPS)
+    if late_matters is not False:
+        late = recently_late(b)
+        one_thread = b.or_(one_thread, late if late_matters is True else b.and_(late_matters, late))
     with b.if_else(one_thread) as (one, many):
         with one:
             serial()
@@ -124,12 +131,40 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
             _launch(em, s, plan, part, args, threads, prefix)
 
 
+def _flops(em: FunctionEmitter, s: Matmul, batch: int):
+    """The product's FLOPs: an int, or an i64 value when a size is known at run time only."""
+    if all(isinstance(d, int) for d in (s.m, s.n, s.k)):
+        return flops(s.m, s.n, s.k, batch)
+    b = em.builder
+    total = ir.Constant(S.I64, 2 * batch)
+    for d in (s.m, s.n, s.k):
+        total = b.mul(total, em.extent(d))
+    return total
+
+
+def _below(b: ir.IRBuilder, work, limit: int):
+    """work < limit: a bool for static work, an i1 value for run-time work."""
+    if isinstance(work, int):
+        return work < limit
+    return b.icmp_signed("<", work, ir.Constant(S.I64, limit))
+
+
+def _split_tiles(em: FunctionEmitter, s: Matmul, bl: Blocks) -> ir.Value:
+    """Register tiles along the split dim (matmul_tiles.Blocks.split_tiles, at run time
+    when that dim is a run-time size)."""
+    size, step = (s.m, bl.tiles.mr) if bl.split_m else (s.n, bl.tiles.nr)
+    if isinstance(size, int):
+        return ir.Constant(S.I64, -(-size // step))
+    b = em.builder
+    return b.sdiv(b.add(em.extent(size), ir.Constant(S.I64, step - 1)), ir.Constant(S.I64, step))
+
+
 def _launch(em: FunctionEmitter, s: Matmul, plan: Plan, part: ir.Function, args: list,
             threads: ir.Value, prefix: str) -> None:
     """GOMP_parallel over `threads` threads, on batch * parts work items: each matrix splits
     into parts = ceil(threads * ITEMS_PER_THREAD / batch), at most one per register tile."""
     b = em.builder
-    batch, split = ir.Constant(S.I64, plan.batch_count), ir.Constant(S.I64, plan.blocks.split_tiles(s.m, s.n))
+    batch, split = ir.Constant(S.I64, plan.batch_count), _split_tiles(em, s, plan.blocks)
     wanted = b.mul(threads, ir.Constant(S.I64, ITEMS_PER_THREAD))
     parts = b.sdiv(b.add(wanted, ir.Constant(S.I64, plan.batch_count - 1)), batch)
     parts = S.intrinsic(b, "smin", [parts, split])
@@ -174,7 +209,7 @@ def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: s
         names = index_names(s)
         for name_d, value in zip(names[:-2], _delinearize(b, index, s.batch)):
             env_b[name_d] = value
-        rng = _item_range(b, b.srem(item.index, parts), parts, s, plan.blocks)
+        rng = _item_range(inner, b.srem(item.index, parts), parts, s, plan.blocks)
         _Item(inner, s, plan.blocks, env_b, ws).emit(*rng)
     b.ret_void()
     return fn
@@ -188,18 +223,19 @@ def _delinearize(b: ir.IRBuilder, flat: ir.Value, extents: tuple[int, ...]) -> l
     return out[::-1]
 
 
-def _item_range(b: ir.IRBuilder, part: ir.Value, parts: ir.Value, s: Matmul, bl: Blocks):
+def _item_range(em: FunctionEmitter, part: ir.Value, parts: ir.Value, s: Matmul, bl: Blocks):
     """(m_lo, m_hi, n_lo, n_hi) of one part: a balanced range of register tiles."""
-    tiles = ir.Constant(S.I64, bl.split_tiles(s.m, s.n))
+    b = em.builder
+    tiles = _split_tiles(em, s, bl)
     t0 = b.sdiv(b.mul(part, tiles), parts)
     t1 = b.sdiv(b.mul(b.add(part, ir.Constant(S.I64, 1)), tiles), parts)
     step, size = (bl.tiles.mr, s.m) if bl.split_m else (bl.tiles.nr, s.n)
     lo = b.mul(t0, ir.Constant(S.I64, step))
-    hi = S.intrinsic(b, "smin", [b.mul(t1, ir.Constant(S.I64, step)), ir.Constant(S.I64, size)])
+    hi = S.intrinsic(b, "smin", [b.mul(t1, ir.Constant(S.I64, step)), em.extent(size)])
     zero = ir.Constant(S.I64, 0)
     if bl.split_m:
-        return lo, hi, zero, ir.Constant(S.I64, s.n)
-    return zero, ir.Constant(S.I64, s.m), lo, hi
+        return lo, hi, zero, em.extent(s.n)
+    return zero, em.extent(s.m), lo, hi
 
 
 class _Item:
@@ -233,7 +269,7 @@ class _Item:
         nest = nest_function(self.em.module, self.dtype)
         whole, edge, context = self.epilogues()
         operands = [value for role in ("a", "b", "out") for value in (self.ptr[role], self.rs[role], self.cs[role])]
-        self.b.call(nest, operands + [m_lo, m_hi, n_lo, n_hi, self.c64(s.k), self.c64(bl.kc), self.c64(bl.mc),
+        self.b.call(nest, operands + [m_lo, m_hi, n_lo, n_hi, self.em.extent(s.k), self.c64(bl.kc), self.c64(bl.mc),
                                       self.c64(bl.nc), self.ws, self.c64(bl.a_elements),
                                       ir.Constant(S.I1, int(s.accumulate)), whole, edge, context])
 
@@ -279,6 +315,8 @@ class _Item:
         cs = self.cs["out"]
         unit_columns = isinstance(cs, ir.Constant) and cs.constant == 1
         strided_columns = isinstance(cs, ir.Constant) and cs.constant != 1
+        if not (isinstance(s.m, int) and isinstance(s.n, int)):       # run-time sizes: either
+            return not strided_columns, True
         whole = s.m >= tiles.mr and s.n >= tiles.nr and not strided_columns
         edge = s.m % tiles.mr != 0 or s.n % tiles.nr != 0 or not unit_columns
         return whole, edge

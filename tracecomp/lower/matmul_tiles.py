@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Optional
 
 from ..dtypes import DType
 
@@ -103,31 +104,40 @@ def _aligned(elements: int, t: Tiles) -> int:
     return _round_up(elements, t.lanes)
 
 
-def blocks(dtype: DType, m: int, n: int, k: int) -> Blocks:
+def blocks(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int]) -> Blocks:
+    """Block sizes for an m x k @ k x n product; None for a size known only at run time
+    (a dynamic dim of an exported library), which the blocks then do not shrink to."""
     t = TILES[dtype]
-    m_tiles, n_tiles = -(-m // t.mr), -(-n // t.nr)
+    m_tiles = -(-m // t.mr) if m is not None else None
+    n_tiles = -(-n // t.nr) if n is not None else None
     # Each part packs its own panels: split rows and every part packs all of B (k x n),
     # split columns and every part packs all of A (m x k).  So split the dim whose other
     # operand is smaller (W4's 256x784 @ 784x512: the columns), unless that dim has too
-    # few register tiles to share out.
-    if min(m_tiles, n_tiles) >= SPLIT_MIN_TILES:
+    # few register tiles to share out.  A run-time size counts as large.
+    if m is None or n is None:
+        split_m = m is None
+    elif min(m_tiles, n_tiles) >= SPLIT_MIN_TILES:
         split_m = n <= m
     else:
         split_m = m_tiles >= n_tiles
     # K-blocks of equal depth (k = 784: 4 x 196, not 3 x 256 + 16): a thin last block
     # reads and writes all of C for a few FMAs per element.
-    kc = -(-k // -(-k // t.kc))
-    return Blocks(t, min(t.mc, _round_up(m, t.mr)), kc, min(t.nc, _round_up(n, t.nr)), split_m)
+    kc = -(-k // -(-k // t.kc)) if k is not None else t.kc
+    mc = min(t.mc, _round_up(m, t.mr)) if m is not None else t.mc
+    nc = min(t.nc, _round_up(n, t.nr)) if n is not None else t.nc
+    return Blocks(t, mc, kc, nc, split_m)
 
 
 def _round_up(x: int, step: int) -> int:
     return -(-x // step) * step
 
 
-def workspace_elements(dtype: DType, m: int, n: int, k: int, batch: int) -> int:
-    """Elements of the workspace buffer for a packed matmul of this size."""
+def workspace_elements(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int], batch: int) -> int:
+    """Elements of the workspace buffer for a packed matmul of this size (None: a run-time
+    size, as in `blocks`)."""
     bl = blocks(dtype, m, n, k)
-    threads = min(max_threads(), batch * bl.split_tiles(m, n))
+    split = None if (m if bl.split_m else n) is None else bl.split_tiles(m, n)
+    threads = max_threads() if split is None else min(max_threads(), batch * split)
     return bl.thread_elements * max(threads, 1)
 
 

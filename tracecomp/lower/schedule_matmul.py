@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 from ..errors import BackendError
 from ..ir import Op, Value
-from ..symbolic import is_dynamic
+from ..symbolic import hint, is_dynamic
 from . import index_maps as I
 from . import loops as L
 from .matmul_tiles import uses_packed, workspace_elements
@@ -49,10 +49,11 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     b_view = _operand_view(sched, b, batch, row=True, col=len(bsh) > 1)
     out_view = _operand_view(sched, out, batch, row=len(ash) > 1, col=len(bsh) > 1)
     workspace = None
-    dynamic = any(is_dynamic(d) for d in (m, n, k, *batch))    # plain loops (llvm_matmul.py)
-    if not dynamic and uses_packed(dtype, m, n, k):
+    static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm_matmul.py)
+    if static_batch and uses_packed(dtype, hint(m), hint(n), hint(k)):
         workspace = _fresh(sched.buffers, "w")
-        size = workspace_elements(dtype, m, n, k, math.prod(batch))
+        known = [None if is_dynamic(d) else d for d in (m, n, k)]       # run-time sizes: unbounded
+        size = workspace_elements(dtype, *known, math.prod(batch))
         sched.buffers[workspace] = L.Buffer(workspace, dtype, (size,), "temp")
     index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
     return [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),
