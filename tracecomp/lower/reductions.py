@@ -57,7 +57,7 @@ def row_rank(op: Op) -> int:
     return ndim - len(dims)
 
 
-COLUMN_MIN_INNER = 16     # kept contiguous elements below which a column plan does not pay
+COLUMN_MIN_INNER = 2      # kept contiguous elements below which a column plan does not pay
 
 
 def column_plan(sched, op: Op):
