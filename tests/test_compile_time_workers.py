@@ -173,43 +173,31 @@ def test_joined_code_lists_every_object_and_export():
 
 # ----------------------------------------------------------------------------- failures
 
-def test_a_worker_that_raises_leaves_its_part_to_this_process(split_everything, monkeypatch, worker_log):
+def _raise_in_worker():
+    raise RuntimeError("worker trouble")
+
+
+@pytest.mark.parametrize("misbehave, logged", [
+    (_raise_in_worker, "RuntimeError: worker trouble"),
+    (lambda: os._exit(7), "ended without an answer"),
+    (lambda: time.sleep(600), "did not answer in time"),
+], ids=["raises", "dies", "hangs"])
+def test_a_worker_that_fails_leaves_its_part_to_this_process(misbehave, logged, split_everything,
+                                                             monkeypatch, worker_log):
+    """A worker that raises, dies or hangs (killed after the timeout): this process compiles
+    the worker's part itself, and the log says what happened."""
     parent, compile_ = os.getpid(), compile_worker._compile
 
     def failing_in_worker(*args, **kwargs):
         if in_worker(parent):
-            raise RuntimeError("worker trouble")
+            misbehave()
         return compile_(*args, **kwargs)
     monkeypatch.setattr(compile_worker, "_compile", failing_in_worker)
-    run_mlp(seed=4)
-    assert "RuntimeError: worker trouble" in worker_log.text
-
-
-def test_a_worker_that_dies_leaves_its_part_to_this_process(split_everything, monkeypatch, worker_log):
-    parent, compile_ = os.getpid(), compile_worker._compile
-
-    def dying_in_worker(*args, **kwargs):
-        if in_worker(parent):
-            os._exit(7)
-        return compile_(*args, **kwargs)
-    monkeypatch.setattr(compile_worker, "_compile", dying_in_worker)
-    run_mlp(seed=5)
-    assert "ended without an answer" in worker_log.text
-
-
-def test_a_worker_that_hangs_is_killed_after_the_timeout(split_everything, monkeypatch, worker_log):
-    parent, compile_ = os.getpid(), compile_worker._compile
-
-    def hanging_in_worker(*args, **kwargs):
-        if in_worker(parent):
-            time.sleep(600)
-        return compile_(*args, **kwargs)
-    monkeypatch.setattr(compile_worker, "_compile", hanging_in_worker)
     monkeypatch.setattr(compile_worker, "WORKER_TIMEOUT_MIN_S", 1.0)
     started = time.perf_counter()
-    run_mlp(seed=6)
+    run_mlp(seed=4)
     assert time.perf_counter() - started < 60
-    assert "did not answer in time" in worker_log.text
+    assert logged in worker_log.text
 
 
 def test_a_compile_error_is_raised_here_with_its_message(split_everything, monkeypatch):
