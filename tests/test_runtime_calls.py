@@ -130,3 +130,44 @@ def test_a_call_leaves_no_reference_cycles():
         gc.garbage.clear()
         gc.enable()
     assert cycles == [], f"{len(cycles)} objects in reference cycles, e.g. {cycles[:3]}"
+
+
+# ---------------------------------------------------------------- large outputs are recycled
+
+def _ptr(a) -> int:
+    return data_pointer(np.asarray(a))
+
+
+def test_a_large_output_reuses_the_block_of_one_nobody_holds():
+    """BlockCache: once every array on an output's memory is gone, the next output of that
+    size gets the same (already faulted-in) block."""
+    f = tc.trace(lambda x: x * 2.0 + 1.0)
+    x = np.random.default_rng(0).standard_normal(1 << 21).astype(np.float32)       # 8 MiB
+    out = f(x)
+    first = _ptr(out)
+    assert first % 64 == 0 and np.asarray(out).flags.writeable
+    del out
+    again = f(x)
+    assert _ptr(again) == first
+    np.testing.assert_array_equal(np.asarray(again), x * 2.0 + 1.0)
+
+
+def test_a_block_with_a_live_view_is_never_reused():
+    f = tc.trace(lambda x: x + 1.0)
+    x = np.zeros(1 << 21, np.float32)
+    out = np.asarray(f(x))
+    tail = out[5:][::2]                  # a view of a view: keeps the block alive alone
+    del out
+    newer = f(x + 5.0)
+    assert not np.shares_memory(np.asarray(newer), tail)
+    np.testing.assert_array_equal(tail, 1.0)
+
+
+def test_the_cache_keeps_at_most_its_limit_of_free_blocks():
+    from tracecomp.runtime.memory import BlockCache
+    cache = BlockCache(limit=20 << 20)
+    arrays = [cache.empty_at((1 << 20,), np.dtype(np.float32), (4 << 20) + 64)[0] for _ in range(8)]
+    del arrays
+    assert cache.free_bytes <= 20 << 20 and len(cache.free[(4 << 20) + 64]) == 4
+    cache.clear()
+    assert cache.free_bytes == 0

@@ -27,7 +27,7 @@ from ..lower.llvm_codegen import codegen_kernels
 from ..lower.schedule import Program
 from .. import random as tc_random
 from .cache import compile_kernels
-from .memory import ALIGN, aligned_empty, buffer_nbytes, data_pointer, plan_program
+from .memory import ALIGN, BlockCache, aligned_empty, buffer_nbytes, data_pointer, output_blocks, plan_program
 
 
 def _check_indices(a: np.ndarray, checks) -> None:
@@ -153,6 +153,11 @@ class CompiledProgram:
             pointers = [data_pointer(a) for a in inputs]
         outs = []
         for shape, dtype, raw_bytes in self._output_specs:     # aligned_empty_at, inlined
+            if raw_bytes >= BlockCache.MIN_BYTES:
+                out, pointer = output_blocks.empty_at(shape, dtype, raw_bytes)
+                outs.append(out)
+                pointers.append(pointer)
+                continue
             raw = np.empty(raw_bytes, np.uint8)
             base = data_pointer(raw)
             start = -base % ALIGN

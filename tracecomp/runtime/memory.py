@@ -3,7 +3,8 @@
 Outputs are fresh, 64-byte aligned arrays from NumPy's allocator, which requests
 transparent huge pages for large arrays itself (np.core.multiarray._set_madvise_hugepage)
 and, through malloc, reuses memory a previous call released: a fresh anonymous mmap per
-call measured 100-170 ms to first-touch 64 MiB on this VM (BENCHMARKS.md, W2).  Temporaries live in one workspace per compiled
+call measured 100-170 ms to first-touch 64 MiB on this VM (BENCHMARKS.md, W2).  Large
+outputs come from BlockCache, which recycles a block once no array references it.  Temporaries live in one workspace per compiled
 function, kept across calls; temps whose lifetimes do not overlap share memory (greedy
 best fit over the kernels' order), and no slot is reused while a live value still reads it.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +61,56 @@ def aligned_empty_at(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarra
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return aligned_empty_at(shape, dtype)[0]
+
+
+class BlockCache:
+    """Large output buffers recycled once nothing references them any more.
+
+    A fresh 64 MiB output costs its first touch on every call (page faults, zeroing: ~4 ms
+    of W1's ~19 ms here, and softmax's 7.7-14.6 ms spread, depending on whether the pages
+    come as huge pages), because malloc hands such sizes back to the kernel when they are
+    freed.  Here a block of at least MIN_BYTES is handed out through a ctypes window that
+    owns nothing: the arrays built on it (and every view of them) keep the window alive,
+    and when the last one dies a finalizer puts the block back, already faulted in, for
+    the next output of that size.  So memory is reused only after the caller dropped every
+    reference to it, as malloc would; at most `limit` bytes of free blocks are kept."""
+
+    MIN_BYTES = 4 << 20
+
+    def __init__(self, limit: int = 512 << 20):
+        self.limit = limit
+        self.free: dict[int, list[np.ndarray]] = {}
+        self.free_bytes = 0
+        self.lock = threading.Lock()
+
+    def empty_at(self, shape: tuple[int, ...], dtype: np.dtype, raw_bytes: int) -> tuple[np.ndarray, int]:
+        """A 64-byte aligned array of `raw_bytes` - ALIGN bytes and its data address."""
+        with self.lock:
+            blocks = self.free.get(raw_bytes)
+            raw = blocks.pop() if blocks else None
+            if raw is not None:
+                self.free_bytes -= raw_bytes
+        if raw is None:
+            raw = np.empty(raw_bytes, np.uint8)
+        base = data_pointer(raw)
+        start = -base % ALIGN
+        window = (ctypes.c_char * (raw_bytes - ALIGN)).from_buffer(raw, start)
+        weakref.finalize(window, self._give_back, raw)
+        return np.ndarray(shape, dtype, window), base + start
+
+    def _give_back(self, raw: np.ndarray) -> None:
+        with self.lock:
+            if self.free_bytes + raw.nbytes <= self.limit:
+                self.free.setdefault(raw.nbytes, []).append(raw)
+                self.free_bytes += raw.nbytes
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free.clear()
+            self.free_bytes = 0
+
+
+output_blocks = BlockCache()
 
 
 def is_aligned(a: np.ndarray) -> bool:
