@@ -18,6 +18,7 @@ flow through fails at trace/export time with a message, never with wrong code.  
 """
 from __future__ import annotations
 
+import operator
 from typing import Union
 
 from .errors import ShapeError
@@ -126,36 +127,35 @@ class Dim:
             terms[tuple(rest)] = c // dc
         return self._make(terms, o)
 
-    def __floordiv__(self, o):
+    def _exactly(self, o, failure: str):
+        """self / o (_quotient), or NotImplemented for a non-integer o; raises `failure`
+        where the division is not exact for every value."""
         try:
             q = self._quotient(o)
         except TypeError:
             return NotImplemented
         if q is None:
-            raise DynamicShapeError(f"cannot divide the dynamic size {self} by {o} exactly")
+            raise DynamicShapeError(failure)
         return q
 
-    def __rfloordiv__(self, o):
-        try:
-            return Dim._lift(o) // self
-        except TypeError:
-            return NotImplemented
+    def __floordiv__(self, o):
+        return self._exactly(o, f"cannot divide the dynamic size {self} by {o} exactly")
 
     def __mod__(self, o):
+        q = self._exactly(o, f"the remainder of the dynamic size {self} divided by {o} depends on its value")
+        return q if q is NotImplemented else 0
+
+    def _reflected(self, o, op):
         try:
-            q = self._quotient(o)
+            return op(Dim._lift(o), self)
         except TypeError:
             return NotImplemented
-        if q is None:
-            raise DynamicShapeError(f"the remainder of the dynamic size {self} divided by {o} "
-                                    "depends on its value")
-        return 0
+
+    def __rfloordiv__(self, o):
+        return self._reflected(o, operator.floordiv)
 
     def __rmod__(self, o):
-        try:
-            return Dim._lift(o) % self
-        except TypeError:
-            return NotImplemented
+        return self._reflected(o, operator.mod)
 
     def __truediv__(self, o):
         raise DynamicShapeError(f"cannot divide the dynamic size {self} by {o} to a float at "
