@@ -60,6 +60,19 @@ def test_dump_loops_is_accepted_by_mlir_opt(workdir):
     check_with_mlir_opt((workdir / "loops.mlir").read_text(), "loops.mlir")
 
 
+@pytest.mark.skipif(find_mlir_opt() is None, reason="mlir-opt is not installed")
+def test_dump_with_dynamic_sizes_shows_the_code_that_takes_them(workdir):
+    """--dynamic on dump: the loops take `%size_rows` (valid MLIR), and the llvm and asm
+    stages print without compiling anything to run."""
+    dyn = ["--dynamic", "x:0:rows", "--dynamic", "idx:0:n"]
+    run(workdir, "dump", "mymodel:loss", *INPUTS, "--grad", "0", *dyn, "--stage", "loops", "-o", "loops.mlir")
+    text = (workdir / "loops.mlir").read_text()
+    assert "%size_rows: index" in text and "%size_n: index" in text
+    check_with_mlir_opt(text, "loops.mlir")
+    asm = run(workdir, "dump", "mymodel:loss", *INPUTS, *dyn, "--stage", "asm").stdout
+    assert "# mymodel.py:" in asm
+
+
 def test_dump_dot_and_svg(workdir):
     run(workdir, "dump", "mymodel:loss", *INPUTS, "--stage", "graph", "--format", "dot", "-o", "g.dot")
     dot = (workdir / "g.dot").read_text()

@@ -38,6 +38,10 @@ def _add_function_args(p: argparse.ArgumentParser) -> None:
                         "random normals, integers and bools with zeros")
     p.add_argument("--grad", metavar="ARGNUMS",
                    help="trace tc.value_and_grad(FUNCTION, argnums=...) instead, e.g. --grad 0,1")
+    p.add_argument("--dynamic", action="append", default=[], metavar="ARG:AXIS:NAME",
+                   help="make a dim a size known at run time, e.g. x:0:batch (ARG: a parameter "
+                        "name or position; repeat for more dims): exported libraries take it as "
+                        "an argument, dumps show the code that does")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,9 +72,6 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", required=True, metavar="LIB.so",
                         help="the library to write; the header goes next to it with the .h suffix")
     export.add_argument("--name", help="the C entry point's name (default: from the file name)")
-    export.add_argument("--dynamic", action="append", default=[], metavar="ARG:AXIS:NAME",
-                        help="make a dim a size the library takes at run time, e.g. x:0:batch "
-                             "(ARG: a parameter name or position); repeat for more dims")
 
     from tracecomp import demo
     demo_parser = sub.add_parser("demo", help="train an MLP on 8x8 handwritten digits with a compiled "
@@ -173,10 +174,12 @@ def _render(lowered, stage: str, fmt: str, arch: str = "sm_80") -> bytes:
     return pictures.render(dot, fmt)
 
 
-def _lower(fn, inputs, spec: str):
+def _lower(fn, inputs, spec: str, dynamic: dict | None = None):
     import tracecomp as tc
     from tracecomp.errors import TracecompError
     try:
+        if dynamic:
+            return tc.trace(fn).lower_dynamic(tuple(inputs), dynamic)
         return tc.trace(fn).lower(*inputs)
     except TracecompError:
         raise
@@ -195,7 +198,7 @@ def _dump(args) -> int:
                        f"stage {args.stage} is text only")
     fn, inputs = _prepare(args)
     t0 = time.perf_counter()
-    lowered = _lower(fn, inputs, args.function)
+    lowered = _lower(fn, inputs, args.function, _dynamic_spec(args.dynamic))
     trace_time = time.perf_counter() - t0
     if args.stage != "all":
         data = _render(lowered, args.stage, args.format, args.arch)

@@ -165,6 +165,13 @@ class Lowered:
         from .lower.source_notes import source_notes
         return print_kernels(self.program.kernels, source_notes(self.program))
 
+    @functools.cached_property
+    def cpu_module(self):
+        """The kernels' LLVM module (llvmlite.ir), as the CPU backend compiles it; built
+        without compiling (a dump needs no JIT, and a dynamic trace has none)."""
+        from .lower.llvm_codegen import codegen_kernels
+        return codegen_kernels(self.program.kernels, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
+
     @property
     def llvm(self) -> str:
         from .lower.source_notes import annotate, source_notes
@@ -172,7 +179,7 @@ class Lowered:
         if self.device == "cuda":      # the NVPTX module the PTX comes from, optimized
             from .gpu.nvptx_target import optimized_module
             return str(optimized_module(self.gpu_module.llvm_ir))
-        module = target.optimize(target.parse(str(self.compiled.module)), target.host_target_machine())
+        module = target.optimize(target.parse(str(self.cpu_module)), target.host_target_machine())
         return annotate(str(module), source_notes(self.program), ";")
 
     @property
@@ -182,7 +189,7 @@ class Lowered:
         if self.device == "cuda":      # a GPU's assembly is its PTX
             return self.ptx
         tm = target.host_target_machine()
-        text = target.emit_assembly(target.optimize(target.parse(str(self.compiled.module)), tm), tm)
+        text = target.emit_assembly(target.optimize(target.parse(str(self.cpu_module)), tm), tm)
         return annotate(text, source_notes(self.program), "#" if tm.triple.startswith(("x86", "i686")) else "//")
 
     @property
