@@ -63,8 +63,8 @@ _FOLD = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, 
 
 
 def _op(fn: str, a: L.Expr, b) -> L.Expr:
-    a = expr(a) if isinstance(a, Dim) else a
-    b = ic(b) if isinstance(b, int) else expr(b) if isinstance(b, Dim) else b
+    a = ic(a) if isinstance(a, Dim) else a
+    b = ic(b) if isinstance(b, (int, Dim)) else b
     if isinstance(a, L.Const) and isinstance(b, L.Const) and (fn not in ("floordiv", "mod") or b.value):
         return ic(_FOLD[fn](a.value, b.value))
     if fn == "mul" and isinstance(b, L.Const) and b.value == 1:

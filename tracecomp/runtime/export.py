@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import ArgumentError, BackendError
 from ..lower.loops import Var
-from .export_sizes import EntrySizes, describe_dim, is_static, public_name, size_names
+from .export_sizes import EntrySizes, describe_dim, public_name, size_names
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -224,13 +224,6 @@ def _cstring(module: ir.Module, gname: str, text: str) -> ir.GlobalVariable:
     return g
 
 
-def _plan(program) -> tuple[dict[str, int], list]:
-    """The slot of every temp and the slots' sizes in bytes (runtime/compiled.py's plan;
-    sizes are symbolic.Dim values where dims are dynamic)."""
-    from .memory import plan_program
-    return plan_program(program)
-
-
 def _libc(module: ir.Module, name: str, ret, args) -> ir.Function:
     fn = module.globals.get(name)
     return fn if fn is not None else ir.Function(module, ir.FunctionType(ret, args), name)
@@ -240,8 +233,10 @@ def _place_temps(module, program, name: str, b: ir.IRBuilder, dims: EntrySizes, 
     """Point every temp into the workspace: slots laid end to end at 64-byte boundaries.
     Static sizes: one zero-initialized global (the library is then not re-entrant).
     Dynamic sizes: a block from aligned_alloc per call, freed before returning (returned
-    here; ERR_ALLOC when it fails)."""
-    assignment, slot_sizes = _plan(program)
+    here; ERR_ALLOC when it fails).  The plan is runtime/compiled.py's; its slot sizes are
+    symbolic.Dim values where dims are dynamic."""
+    from .memory import plan_program
+    assignment, slot_sizes = plan_program(program)
     if all(isinstance(n, int) for n in slot_sizes):
         starts, at = [], 0
         for n in slot_sizes:
@@ -355,7 +350,7 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
             written.add(n)
             continue
         buf = program.buffers[n]
-        if not (is_static(buf) and _maybe_empty(buf)):
+        if not _maybe_empty(buf):
             b.call(memcpy, [out_ptrs[i], ptrs[n], dims.nbytes(buf), ir.Constant(ir.IntType(1), 0)])
     if heap is not None:
         b.call(_libc(module, "free", ir.VoidType(), [PTR]), [heap])

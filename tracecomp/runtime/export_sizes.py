@@ -40,10 +40,6 @@ def describe_dim(d):
     return d if isinstance(d, int) else str(symbolic(d))
 
 
-def is_static(buffer) -> bool:
-    return all(isinstance(d, int) for d in buffer.shape)
-
-
 class EntrySizes:
     """Evaluates dims for the entry point being built with `builder`; `values` maps each
     size parameter to its i64 argument."""
