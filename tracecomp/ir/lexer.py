@@ -14,6 +14,17 @@ from ..errors import IRError
 _PUNCT = ("->", "(", ")", "{", "}", "[", "]", "<", ">", ",", ":", "=", "-", "#")
 _ID_CHARS = "_$."
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
+# Token classes are ASCII only: str.isdigit/isalpha also accept '²' or 'é', which would
+# start a rule whose ASCII-only body then consumes nothing (an endless loop) or int() rejects.
+_DIGITS = frozenset("0123456789")
+
+
+def _is_digit(char: str) -> bool:
+    return char in _DIGITS
+
+
+def _is_id_start(char: str) -> bool:
+    return char.isascii() and (char.isalpha() or char == "_")
 
 
 def located_error(filename: str, lines: list[str], line: int, col: int, message: str) -> IRError:
@@ -78,9 +89,9 @@ class Lexer:
             return self.token("string", start, self.string_body())
         if char in "%@":
             return self.sigil_name(char)
-        if char.isdigit():
+        if _is_digit(char):
             return self.number()
-        if char.isalpha() or char == "_":
+        if _is_id_start(char):
             return self.identifier()
         for punct in _PUNCT:
             if text.startswith(punct, start):
@@ -142,16 +153,16 @@ class Lexer:
             if not digits:
                 raise self.error(start, "expected hex digits after '0x'")
             return self.token("int", start, int(digits, 16))
-        self.take_while(str.isdigit)
+        self.take_while(_is_digit)
         if not self.text.startswith(".", self.pos):
             return self.token("int", start, int(self.text[start:self.pos]))
         self.pos += 1
-        self.take_while(str.isdigit)
+        self.take_while(_is_digit)
         if self.text[self.pos:self.pos + 1] in ("e", "E"):
             self.pos += 1
             if self.text[self.pos:self.pos + 1] in ("+", "-"):
                 self.pos += 1
-            if not self.take_while(str.isdigit):
+            if not self.take_while(_is_digit):
                 raise self.error(self.pos, "expected exponent digits in float literal")
         return self.token("float", start, float(self.text[start:self.pos]))
 

@@ -1,0 +1,34 @@
+"""Hostile text for the IR lexer/parser: only IRError (with line and column) or success."""
+import subprocess
+import sys
+
+from hypothesis import given, settings, strategies as st
+
+from tracecomp.errors import IRError
+from tracecomp.ir.parser import parse_graph
+
+
+def test_non_ascii_letter_is_an_error_not_a_hang():
+    # Used to loop forever growing memory: the lexer emitted an empty token without advancing.
+    code = ("from tracecomp.ir.parser import parse_graph\n"
+            "from tracecomp.errors import IRError\n"
+            "for t in ['é', 'x²', '1²', '%a = é']:\n"
+            "    try: parse_graph(t)\n"
+            "    except IRError as e: assert e.line >= 1 and e.col >= 1\n"
+            "    else: raise SystemExit('no error for ' + repr(t))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _parse_or_located_error(text: str) -> None:
+    try:
+        parse_graph(text)
+    except IRError as err:
+        assert err.line >= 1 and err.col >= 1
+
+
+@settings(max_examples=200, deadline=2000)
+@given(st.text(max_size=40))
+def test_arbitrary_unicode_text(text):
+    _parse_or_located_error(text)
