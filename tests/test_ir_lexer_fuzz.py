@@ -32,3 +32,32 @@ def _parse_or_located_error(text: str) -> None:
 @given(st.text(max_size=40))
 def test_arbitrary_unicode_text(text):
     _parse_or_located_error(text)
+
+
+def _const(value: str, type: str) -> str:
+    return ('func.func @f() -> ' + type + ' {\n  %0 = "tc.constant"() {value = dense<' + value
+            + '> : ' + type + '} : () -> ' + type + '\n  "func.return"(%0) : (' + type
+            + ') -> ()\n}\n')
+
+
+def _located(text: str) -> IRError:
+    try:
+        parse_graph(text)
+    except IRError as err:
+        assert err.line >= 1 and err.col >= 1
+        return err
+    raise AssertionError("no IRError")
+
+
+def test_deep_nesting_is_an_error_not_recursion():
+    err = _located(_const("[" * 5000 + "1" + "]" * 5000, "tensor<1xf32>"))
+    assert "MAX_NESTING" in str(err)
+
+
+def test_huge_constant_is_refused_before_allocation():
+    err = _located(_const("0", "tensor<65536x65536x4xf32>"))
+    assert "MAX_CONSTANT_ELEMENTS" in str(err)
+
+
+def test_superscript_digit_in_shape():
+    _located("func.func @f(%a: tensor<2²xf32>) {}")

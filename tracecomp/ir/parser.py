@@ -27,6 +27,10 @@ from .lexer import Lexer, Token, located_error
 from .types import Location, TensorType
 
 _DTYPE_NAMES = {d.mlir for d in DType}
+# Limits on hostile text: nesting deeper than this would exhaust Python's stack, and a
+# short `dense<0> : tensor<...>` could otherwise ask for any amount of memory.
+MAX_NESTING = 64
+MAX_CONSTANT_ELEMENTS = 1 << 26
 
 
 def parse_graph(text: str, filename: str = "<ir>") -> Graph:
@@ -230,14 +234,14 @@ class _Parser:
     def parse_type(self) -> tuple[TensorType, Token]:
         token = self.expect_kind("type", "a tensor type like 'tensor<4xf32>'", "here")
         body, offset, shape = token.value, 0, []
-        while offset < len(body) and (body[offset].isdigit() or body[offset] in "?*"):
+        while offset < len(body) and body[offset] in "0123456789?*":
             end = body.find("x", offset)
             dim = body[offset:end] if end >= 0 else body[offset:]
             column = len("tensor<") + offset
             if dim in ("?", "*"):
                 problem = "dynamic dimensions" if dim == "?" else "unranked tensors"
                 raise self.error(token, f"{problem} are not supported", column)
-            if not dim.isdigit() or end < 0:
+            if not (dim.isascii() and dim.isdigit()) or end < 0:
                 raise self.error(token, f"expected 'x' and an element type after dimension "
                                         f"'{dim}'", column)
             shape.append(int(dim))
@@ -350,7 +354,10 @@ class _Parser:
             content = self.parse_dense_literal()
         self.expect(">", "to close the dense constant")
         self.expect(":", "after 'dense<...>' (a constant needs its tensor type)")
-        type, _ = self.parse_type()
+        type, type_token = self.parse_type()
+        if type.numel > MAX_CONSTANT_ELEMENTS:
+            raise self.error(type_token, f"constant of {type.numel} elements exceeds the limit "
+                                         f"of {MAX_CONSTANT_ELEMENTS} (MAX_CONSTANT_ELEMENTS)")
         if isinstance(content, Token):
             return _dense_from_hex(self, content, type)
         if content is None:
@@ -359,10 +366,13 @@ class _Parser:
             return np.zeros(type.shape, type.dtype.np)
         return _dense_from_literal(self, keyword, content, type)
 
-    def parse_dense_literal(self) -> Any:
+    def parse_dense_literal(self, depth: int = 0) -> Any:
         """A nested list of numbers/bools, or one scalar (a splat)."""
+        if self.at("[") and depth >= MAX_NESTING:
+            raise self.error(self.peek(), f"dense constant nested deeper than {MAX_NESTING} "
+                                          f"lists (MAX_NESTING)")
         if self.accept("["):
-            items = self.comma_list(self.parse_dense_literal, "]")
+            items = self.comma_list(lambda: self.parse_dense_literal(depth + 1), "]")
             self.expect("]", "to close the list in a dense constant")
             return items
         if self.at("true") or self.at("false"):
