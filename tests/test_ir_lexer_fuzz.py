@@ -61,3 +61,9 @@ def test_huge_constant_is_refused_before_allocation():
 
 def test_superscript_digit_in_shape():
     _located("func.func @f(%a: tensor<2²xf32>) {}")
+
+
+def test_oversized_dimension():
+    big = "tensor<99999999999999999999x0xf32>"
+    err = _located(_const("", big))
+    assert "overflow int64" in str(err)

@@ -15,6 +15,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
@@ -245,6 +246,9 @@ class _Parser:
                 raise self.error(token, f"expected 'x' and an element type after dimension "
                                         f"'{dim}'", column)
             shape.append(int(dim))
+            if math.prod(shape) >= 1 << 63 or shape[-1] >= 1 << 63:
+                raise self.error(token, f"dimension '{dim}' makes the shape's size overflow "
+                                        f"int64", column)
             offset = end + 1
         try:
             return TensorType(tuple(shape), from_mlir(body[offset:])), token
