@@ -116,6 +116,8 @@ def test_dump_all_writes_every_stage_with_times(workdir):
     (["dump", "mymodel", *INPUTS], "expected MODULE:FUNCTION"),
     (["dump", "mymodel:loss", "--input", "f33[8,3]"], "bad input spec 'f33[8,3]'"),
     (["dump", "mymodel:loss", "--input", "f32[8,x]"], "bad input spec"),
+    (["dump", "mymodel:loss", "--input", "f32[99999999999,99999999999]"], "exceed the CLI's limit"),
+    (["dump", "mymodel:loss", "--input", "f32[8,\u00b2]"], "bad input spec"),
     (["export", "mymodel:loss", *INPUTS, "--dynamic", "x:batch", "-o", "l.so"], "expected ARG:AXIS:NAME"),
     (["export", "mymodel:loss", *INPUTS, "--dynamic", "x:0:batch", "--dynamic", "idx:0:batch", "-o", "l.so"],
      "size 'batch' is 5 at 'x' axis 0 but 4 at 'idx' axis 0"),

@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -118,6 +119,10 @@ def load_function(spec: str):
     return fn
 
 
+# The CLI fills each --input with random data: a shape beyond this is a typo, not a plan.
+MAX_INPUT_ELEMENTS = 1 << 28
+
+
 def parse_input(spec: str, rng):
     import numpy as np
     import tracecomp as tc
@@ -129,6 +134,9 @@ def parse_input(spec: str, rng):
     if any(not d.isdigit() for d in dims):
         raise CliError(f"bad input spec {spec!r}: dims must be non-negative integers")
     shape, dtype = tuple(int(d) for d in dims), np.dtype(DTYPES[m.group(1)])
+    if math.prod(shape) > MAX_INPUT_ELEMENTS:
+        raise CliError(f"bad input spec {spec!r}: {math.prod(shape)} elements exceed the CLI's "
+                       f"limit of {MAX_INPUT_ELEMENTS} for a random example input")
     if dtype.kind == "f":
         return tc.tensor(rng.standard_normal(shape).astype(dtype))
     return tc.tensor(np.zeros(shape, dtype))
@@ -281,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(lines[0].split()) + (f" ({where[0]})" if where else "")
         print(f"tracecomp: error: {msg}", file=sys.stderr)
         return 2
-    except OSError as e:
-        print(f"tracecomp: error: {e}", file=sys.stderr)
+    except (OSError, MemoryError) as e:
+        print(f"tracecomp: error: {e or 'out of memory'}", file=sys.stderr)
         return 2
     parser.print_help()
     return 0
