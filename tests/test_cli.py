@@ -138,6 +138,15 @@ def test_user_errors_are_one_line(workdir, args, message):
 
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="export needs 'cc'")
+def test_export_into_a_directory_puts_both_files_inside(workdir):
+    (workdir / "out").mkdir()
+    out = run(workdir, "export", "mymodel:loss", *INPUTS, "-o", "out").stdout
+    assert "wrote out/libloss.so and out/libloss.h" in out
+    assert sorted(p.name for p in (workdir / "out").iterdir()) == ["libloss.h", "libloss.so"]
+    assert not (workdir / "out.h").exists()
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="export needs 'cc'")
 def test_export_command(workdir):
     out = run(workdir, "export", "mymodel:loss", *INPUTS, "--grad", "0", "-o", "libloss.so").stdout
     assert "wrote libloss.so and libloss.h" in out

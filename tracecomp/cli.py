@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="compile a function into a shared library and C header")
     _add_function_args(export)
     export.add_argument("-o", "--output", required=True, metavar="LIB.so",
-                        help="the library to write; the header goes next to it with the .h suffix")
+                        help="the library to write (an existing directory: lib<FUNCTION>.so inside "
+                             "it); the header goes next to it with the .h suffix")
     export.add_argument("--name", help="the C entry point's name (default: from the file name)")
 
     from tracecomp import demo
@@ -258,13 +259,25 @@ def _dynamic_spec(items: list[str]) -> dict | None:
     return spec or None
 
 
+def export_paths(output: str, function: str) -> str:
+    """The library's path for `-o`: one rule for the .so and its .h (same stem, beside it).
+
+    An existing directory gets `lib<function>.so` (and `.h`) inside it; anything else is the
+    library's own path.
+    """
+    if os.path.isdir(output):
+        return os.path.join(output, f"lib{function}.so")
+    return output
+
+
 def _export(args) -> int:
     import tracecomp as tc
     fn, inputs = _prepare(args)
     t0 = time.perf_counter()
-    md = tc.export(fn, inputs, args.output, name=args.name, dynamic=_dynamic_spec(args.dynamic))
-    header = os.path.splitext(args.output)[0] + ".h"
-    print(f"wrote {args.output} and {header} (entry point {md['name']}, "
+    output = export_paths(args.output, args.name or args.function.rpartition(":")[2])
+    md = tc.export(fn, inputs, output, name=args.name, dynamic=_dynamic_spec(args.dynamic))
+    header = os.path.splitext(output)[0] + ".h"
+    print(f"wrote {output} and {header} (entry point {md['name']}, "
           f"{time.perf_counter() - t0:.2f} s)")
     return 0
 
