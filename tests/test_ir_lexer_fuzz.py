@@ -67,3 +67,24 @@ def test_oversized_dimension():
     big = "tensor<99999999999999999999x0xf32>"
     err = _located(_const("", big))
     assert "overflow int64" in str(err)
+
+
+def _real_dump() -> str:
+    import numpy as np
+    import tracecomp as tc
+    x = np.ones((4, 3), np.float32)
+    return tc.trace(lambda a: (a * 2 + 1).tanh().sum(dim=1)).lower(x).as_text("graph")
+
+
+_DUMP = _real_dump()
+
+
+@settings(max_examples=200, deadline=2000)
+@given(st.lists(st.tuples(st.integers(0, len(_DUMP)), st.integers(0, 3), st.text(max_size=3)),
+                max_size=4))
+def test_random_edits_of_a_real_dump(edits):
+    text = _DUMP
+    for pos, cut, insert in edits:
+        pos = min(pos, len(text))
+        text = text[:pos] + insert + text[pos + cut:]
+    _parse_or_located_error(text)
