@@ -11,7 +11,9 @@ Invariants:
   result and operand counts and types agree with the op's function type);
 - every malformed input raises IRError whose message starts with
   `<file>: line L, column C:` and says what was expected and what was found; the error
-  also carries `.line` and `.col`.
+  also carries `.line` and `.col`;
+- hostile text is bounded: dense lists nest at most MAX_NESTING deep, a constant holds at
+  most MAX_CONSTANT_ELEMENTS elements, a shape's size fits int64.
 """
 from __future__ import annotations
 
