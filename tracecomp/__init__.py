@@ -10,6 +10,7 @@ from .dtypes import BOOL as bool, FLOAT32 as float32, FLOAT64 as float64, INT32 
 from .errors import (ArgumentError, DTypeError, IRError, ShapeError, TableError, TraceError,
                      TracecompError)
 from .factories import tensor
+from .logs import configure as _configure_logging
 from .random import manual_seed
 from .tensor import Tensor
 
@@ -37,6 +38,7 @@ def _install() -> None:
 
 
 _install()
+_configure_logging()
 
 # These need the generated API.
 from . import autograd  # noqa: E402

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 import warnings
 from typing import Any, Callable
@@ -30,9 +29,6 @@ from .tensor import Tensor, as_tensor
 from .tracer import TraceContext
 
 log = logging.getLogger("tracecomp.trace")
-if os.environ.get("TRACECOMP_LOG"):
-    logging.basicConfig()
-    log.setLevel(logging.DEBUG if os.environ["TRACECOMP_LOG"].lower() in ("debug", "2") else logging.INFO)
 
 DEFAULT_MAX_RETRACES = 8
 BACKENDS = ("cpu", "interp")
