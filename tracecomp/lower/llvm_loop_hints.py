@@ -6,7 +6,7 @@ carries `!llvm.loop` metadata asking the loop vectorizer for width 1 and interle
 loops that are already vectorized by hand (the matmul's packing) or that run on edges
 only (partial panels and tiles): left to LLVM, each such loop came back as a vector loop,
 a vector epilogue, runtime checks and unrolled remainders, and the matmul's two packing
-functions cost ~250 ms of LLVM time per module while their hot paths gained nothing.
+functions were a large part of a module's LLVM time while their hot paths gained nothing.
 
 llvmlite.ir has no self-referencing metadata node, which a loop ID must be (its first
 operand is itself, else LLVM ignores it): `_LoopID` prints one, `distinct`, per loop.

@@ -13,7 +13,7 @@
           for ic in m-range step MC:       A block  MC x KC  -> workspace (L2)
             for jr step NR, ir step MR:    micro-kernel on the L1-resident micro-panels
   The nest is one function per dtype and module (llvm_matmul_nest.py, sizes and strides
-  as arguments), shared by all products: a copy per product cost ~25 ms of LLVM time each.
+  as arguments), shared by all products: a copy per product would cost its own LLVM time.
   The micro-kernel (llvm_microkernel.py) writes full tiles straight into C; partial tiles
   (and C with a non-unit column stride) go through a stack tile that `merge` copies out.
   After the last K-block the nest calls the product's epilogue over the tile just stored,
@@ -325,7 +325,7 @@ class _Item:
         """`<part>.epilogue.<whole|edge>(buffers, sizes, visible names, i0, j0[, mr, nr])`:
         out[i, j] = epilogue(acc = out[i, j]) over the tile just stored, while it is in L1.
         Outlined (a call per tile) because inlined in the tile loops, its dozens of
-        addresses made LLVM's loop strength reduction search for ~25 ms per product.
+        addresses made LLVM's loop strength reduction search at length for every product.
         Whole tiles put the row loop inside (constant bounds): LLVM unrolls it and
         vectorizes the column loop, contiguous in C.  With the rows outside, it unrolled
         the 32 columns and vectorized the rows with gathers and scatters (4x slower).

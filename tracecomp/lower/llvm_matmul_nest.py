@@ -22,8 +22,8 @@ tile is in L1: `epilogue_whole(context, i0, j0, MR, NR)` for full tiles,
 visible names).
 
 Why one function with run-time sizes rather than a copy per product with constant ones:
-every copy was ~25 ms of LLVM time (5 nested loops through the whole pass pipeline), 8
-copies for W4's train step; the loops run once per block or tile, so constants in them
+every copy costs its own LLVM time (5 nested loops through the whole pass pipeline, for
+each product of W4's train step); the loops run once per block or tile, so constants in them
 gained nothing measurable.
 """
 from __future__ import annotations

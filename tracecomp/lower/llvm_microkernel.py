@@ -17,7 +17,7 @@ column stride) tile passes a stack tile as `c` and merges the valid part itself.
 The p loop is unrolled by UNROLL with a remainder loop, so the loop overhead (one compare,
 one branch, two pointer bumps) is paid once per UNROLL steps.  Before it, the C tile's
 lines are prefetched for writing (PREFETCH_C): C is re-read once per K-block and would
-otherwise stall the tile's stores (measured +10% at 4096^3 f32, +3% at 1024^3).
+otherwise stall the tile's stores (the gain: BENCHMARKS.md, "Figures that were in the code").
 
 Also here: the packing functions that copy A and B panels into micro-panels (with
 in-register transposes) and the merge of a partial tile into C.  LLVM leaves their loops
@@ -376,8 +376,8 @@ def transpose_function(module: ir.Module, dtype: DType, v: int) -> ir.Function:
     """`transpose(dst, src, sx, ld)`: dst[p * ld + x] = src[x * sx + p] for x, p < V, as V
     vector loads, a transpose in registers and V vector stores.  A function of its own
     (not inlined, no loop): inside the packing loop its V * width / V memory accesses
-    made LLVM's loop-load elimination compare every pair (~50 ms of LLVM time per module
-    for NR = 32)."""
+    made LLVM's loop-load elimination compare every pair, a quadratic cost in LLVM
+    time for NR = 32)."""
     t, align = S.register_type(dtype), dtype.itemsize
     vt = ir.VectorType(t, v)
     fn, b = helper_function(module, dtype, transpose_name(dtype, v),

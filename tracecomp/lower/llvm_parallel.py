@@ -10,13 +10,13 @@ For such a loop `for i in range(n): body` the kernel gets two internal functions
 Work is split dynamically (`claimed_chunks`): the n iterations form CHUNKS_PER_THREAD
 chunks per thread, and every thread claims chunk `counter++` (an atomic add on a counter
 in the struct, zeroed by the caller) until none is left.  With a static split, a thread
-that the OS deschedules holds back the whole region by its share of the work (on the
-shared 2-core machine W4's median went from 4 to 27 ms); now the threads that run take
+that the OS deschedules holds back the whole region by its share of the work (W4's median
+grew several-fold on a shared 2-core machine); now the threads that run take
 its chunks, and the region waits only for the chunk in flight, or for a thread that has
 not started yet to reach libgomp's closing barrier.
 That last wait is what remains on a loaded machine: a worker waiting for a core makes the
-caller wait too, at every region (W4 on 2 cores at load ~8: median 30-130 ms against 10-20
-ms on one thread).  So each region times itself (`start_team`): when the calling thread
+caller wait too, at every region (W4 on 2 cores at load 8 ran slower than on one
+thread).  So each region times itself (`start_team`): when the calling thread
 waited at the closing barrier for more than half as long as it worked, plus LATE_MIN_CYCLES,
 the module's parallel regions run serially for a while (a global of the module, read
 before each region): BACKOFF_CYCLES, doubled after every late try up to MAX_BACKOFF_CYCLES

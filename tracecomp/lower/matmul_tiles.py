@@ -8,15 +8,14 @@ two 512-bit FMA pipes with 4 cycles of latency):
 - MR x NR: the accumulators are MR * NR / L vector registers (L = 16 f32 or 8 f64 lanes);
   two FMA pipes times four cycles need >= 8 independent accumulators, and each step
   loads NR / L vectors of B and broadcasts MR elements of A, so a taller tile loads less
-  per FMA.  In L1 every tile from 6 x 32 to 14 x 32 ran at the FMA peak (~235 GFLOP/s
-  f32, ~119 f64 per core); on whole products 8 x 32 was best (1024^3 f32 on two cores:
-  8 rows 442 GFLOP/s, 6 rows 433, 12 rows 429, 4 x 48 418), and 8 x 16 for f64: 16
-  accumulators + 2 B vectors + broadcasts, no spills;
+  per FMA.  In L1 every tile from 6 x 32 to 14 x 32 ran at the FMA peak; on whole products
+  8 x 32 was best by a few percent (the sweep: BENCHMARKS.md, "Figures that were in the
+  code"), and 8 x 16 for f64: 16 accumulators + 2 B vectors + broadcasts, no spills;
 - KC: the B micro-panel (KC x NR) stays in L1 while the A micro-panels stream past it:
   256 * 32 * 4 bytes = 32 KB of the 48 KB (f64: 256 * 16 * 8 = 32 KB), leaving room for
   the A micro-panel (8 KB / 16 KB) and the C tile.  Each K-block reads and writes C once
-  more, which the micro-kernel hides by prefetching its C tile; 384 and 512 measured the
-  same at 1024^3 and 4096^3;
+  more, which the micro-kernel hides by prefetching its C tile; a KC of 384 or 512 gained
+  nothing;
 - MC: the A block (MC x KC) stays in L2 while B's micro-panels stream through L1: f32
   MC = 192 -> 192 KB, f64 MC = 96 -> 192 KB; well under 1 MB, because each core's L2 also
   holds B micro-panels and C lines in flight;

@@ -17,14 +17,12 @@ CPU name and features, the tracecomp, llvmlite and LLVM versions, and a hash of
 tracecomp's own source files and tables (computed once per process; the package version
 stays the same while the code changes).  A hit skips code generation (llvmlite.ir), LLVM's
 passes and machine-code emission; tracing, graph passes and scheduling still run, because
-the runtime needs the Program (buffers, workspace plan, constants) they build.  The first
-call of W5 (the MLP train step), per stage in ms on a quiet machine: trace + autodiff +
-passes 36-58, schedule 22-42, codegen (llvmlite.ir) 55-83, IR text 25, LLVM parse 7, passes
-and machine code ~700 at O2; on a hit instead: loop-IR repr 1, source hash 10 (once per
-process), reading and checking the entry <1, link 2.  Keying on the LLVM IR text would keep
-codegen and the text (~100 ms) in every warm call; keying on the optimized graph would
-also skip the scheduling (~25 ms), but the scheduler sizes matmul workspaces by the
-host's core count, which the graph does not show and the loop IR does.
+the runtime needs the Program (buffers, workspace plan, constants) they build.  LLVM's
+passes and machine code are most of a first call (W5's stages: BENCHMARKS.md, "Figures
+that were in the code").  Keying on the LLVM IR text would keep codegen and the text in
+every warm call; keying on the optimized graph would also skip the scheduling, but the
+scheduler sizes matmul workspaces by the host's core count, which the graph does not
+show and the loop IR does.
 
 An entry is two files in `<dir>/v1/<key[:2]>/`: `<key>.o`, the ELF object, and
 `<key>.json`, its metadata (key, object size and sha256, exported symbols, system

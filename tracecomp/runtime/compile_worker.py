@@ -56,9 +56,8 @@ from . import jit, target
 log = logging.getLogger("tracecomp.compile_worker")
 
 PROCESSES_ENV = "TRACECOMP_COMPILE_PROCESSES"
-# Weights: ~0.01 ms of code generation and LLVM work each on the 2-core VM (W4's 20 kernels
-# compiled one per module: ms = 0.0147 x loop-IR characters + 10.5 per product + 3.4 per
-# kernel; in one module each costs ~0.6 of that, the helpers ~125 ms).
+# Weights: about 0.01 ms of code generation and LLVM work each, fitted to W4's kernels
+# compiled one per module (the fit: BENCHMARKS.md, "Figures that were in the code").
 MIN_SPLIT_WEIGHT = 4000          # ~60 ms
 KERNEL_WEIGHT = 230              # a function through the pass pipeline, however small
 MATMUL_WEIGHT = 700              # a product's dispatch, work-item and epilogue functions

@@ -3,7 +3,7 @@
 Outputs are fresh, 64-byte aligned arrays from NumPy's allocator, which requests
 transparent huge pages for large arrays itself (np.core.multiarray._set_madvise_hugepage)
 and, through malloc, reuses memory a previous call released: a fresh anonymous mmap per
-call measured 100-170 ms to first-touch 64 MiB on this VM (BENCHMARKS.md, W2).  Large
+call pays the first touch of every page again (BENCHMARKS.md, W2).  Large
 outputs come from BlockCache, which recycles a block once no array references it.  Temporaries live in one workspace per compiled
 function, kept across calls; temps whose lifetimes do not overlap share memory (greedy
 best fit over the kernels' order), and no slot is reused while a live value still reads it.
@@ -66,9 +66,9 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 class BlockCache:
     """Large output buffers recycled once nothing references them any more.
 
-    A fresh 64 MiB output costs its first touch on every call (page faults, zeroing: ~4 ms
-    of W1's ~19 ms here, and softmax's 7.7-14.6 ms spread, depending on whether the pages
-    come as huge pages), because malloc hands such sizes back to the kernel when they are
+    A fresh 64 MiB output costs its first touch on every call (page faults and zeroing, a
+    fifth of W1's time, and a spread of 2x in softmax's, depending on whether the pages
+    come as huge pages; BENCHMARKS.md, "Figures that were in the code"), because malloc hands such sizes back to the kernel when they are
     freed.  Here a block of at least MIN_BYTES is handed out through a ctypes window that
     owns nothing: the arrays built on it (and every view of them) keep the window alive,
     and when the last one dies a finalizer puts the block back, already faulted in, for

@@ -3,12 +3,8 @@ optimization pipeline and assembly output.
 
 OPT_LEVEL (2) is the level tracecomp's CPU code is optimized and emitted at.  O2 keeps the
 loop and SLP vectorizers (and interleaving and unrolling) on, like O3, runs the benchmark
-workloads as fast, and compiles in ~60% of O3's time (W4's train step: 0.70 vs 1.18 s on
-a quiet machine).  One thread, CPU time per call, medians of 11 interleaved repetitions,
-O2 vs O3 (at 41d907c): W1 31.5 vs 31.4 ms, W2 softmax 12.9 vs 12.9, layernorm 8.55 vs
-8.50, W3 1024^3 10.15 vs 10.15, W4 4.94 vs 4.90, bit-identical results.  (Earlier, at
-761fe8a, O3 even made W4 20% slower: three of its matmul kernels, operands read
-transposed, ran 1.2-3.6x slower than at O2.)
+workloads as fast with bit-identical results, and compiles in a little over half of O3's
+time (the comparison: BENCHMARKS.md, "Figures that were in the code").
 
 Invariants:
 - llvmlite's native target, asm printer and asm parser are initialized once, on first use
