@@ -186,10 +186,40 @@ def test_format_attr_rejects(value):
         format_attr(value)
 
 
-def test_location_text_matches_location_mlir():
+def test_location_text_plain_and_with_an_origin():
     loc = Location('dir/my "file".py', 12, 4)
-    assert format_location(loc) == loc.mlir()
+    assert format_location(loc) == 'loc("dir/my \\"file\\".py":12:4)'
     assert format_location(None) == "loc(unknown)"
+    assert (format_location(Location("m.py", 3, 0, "backward", "tc.tanh"))
+            == 'loc("backward:tc.tanh"("m.py":3:0))')
+    assert format_location(Location("m.py", 3, 0, "forward", "tc.softmax")) == 'loc("forward:tc.softmax"("m.py":3:0))'
+    assert format_location(Location("m.py", 3, 0, "backward")) == 'loc("backward"("m.py":3:0))'
+
+
+ORIGINS = [Location("m.py", 3, 0), Location("m.py", 3, 0, "backward", "tc.tanh"),
+           Location("m.py", 3, 0, "forward", "tc.softmax"), Location("m.py", 3, 0, "backward")]
+
+
+@pytest.mark.parametrize("loc", ORIGINS, ids=str)
+def test_origins_round_trip_and_mlir_opt_accepts_them(loc):
+    g = Graph("f", [TensorType((4,), F32)])
+    g.outputs = g.add_op("tc.tanh", [g.inputs[0]], {}, [TensorType((4,), F32)], loc).results
+    text = print_graph(g)
+    back = parse_graph(text)
+    assert back.ops[0].loc == loc and print_graph(back) == text
+    if find_mlir_opt():
+        check_with_mlir_opt(text)
+
+
+@pytest.mark.parametrize("label, message", [("sideways", "'forward' or 'backward'"),
+                                            ("backward:", "'forward' or 'backward'")])
+def test_malformed_origin_is_an_ir_error(label, message):
+    text = ('func.func @f(%arg0: tensor<4xf32>) -> (tensor<4xf32>) {\n'
+            f'  %0 = "tc.tanh"(%arg0) : (tensor<4xf32>) -> tensor<4xf32> loc("{label}"("m.py":3:0))\n'
+            '  return %0 : tensor<4xf32>\n}\n')
+    with pytest.raises(IRError, match=message) as e:
+        parse_graph(text)
+    assert "line 2, column 64" in str(e.value)    # where the origin's name is
 
 
 def test_parsed_attr_types():

@@ -7,6 +7,7 @@ call; each is a small pure function on Python values (shapes, dims).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -99,8 +100,18 @@ def _describe_args(args: dict[str, Any]) -> str:
 def run_composite(op: OpDef, args: dict[str, Any]):
     env = {**{k: v for k, v in HELPERS.items() if not callable(v) or isinstance(v, dt.DType)}, **args}
     try:
-        return formula.Evaluator(env, _call).run_program(op.program)
+        with _derived_from(op):
+            return formula.Evaluator(env, _call).run_program(op.program)
     except TracecompError as e:
         # The failing op is inside the decomposition; say which op the user called, with what.
         e.args = (f"{op.name}() failed for {_describe_args(args)}: {e.args[0]}",) + e.args[1:]
         raise
+
+
+def _derived_from(op: OpDef):
+    """While a trace records a composite's program, its ops name the composite as their
+    source (the outermost one, when composites nest)."""
+    from .tracer import current
+    ctx = current()
+    loc = ctx.location() if ctx is not None else None
+    return contextlib.nullcontext() if loc is None else ctx.located(loc.derived(source=op.ir_name))

@@ -32,10 +32,10 @@ def decompose(graph: Graph) -> Graph:
                 copy = new.add_op(op.name, operands, op.attrs, [r.type for r in op.results], op.loc)
                 mapping.update(zip(op.results, copy.results))
                 continue
-            ctx.location_override = op.loc
-            args = opdef.arguments_from([ctx.wrap(v) for v in operands], op.attrs)
-            values = _result_values(dispatcher.call(opdef, args), ctx)
-            ctx.location_override = None
+            # the composite's pieces keep its line and phase, and name it as their source
+            with ctx.located(op.loc.derived(source=op.name) if op.loc is not None else None):
+                args = opdef.arguments_from([ctx.wrap(v) for v in operands], op.attrs)
+                values = _result_values(dispatcher.call(opdef, args), ctx)
             if [v.type for v in values] != [r.type for r in op.results]:
                 raise IRError(f"decomposing {op.name} (at {op.loc}) produced types "
                               f"{[str(v.type) for v in values]}, expected "

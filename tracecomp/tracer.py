@@ -7,6 +7,7 @@ types with the table's shape rules, and appends one op with the user's source lo
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -17,7 +18,7 @@ import numpy as np
 from .dispatch import DispatchKey, state
 from .errors import TraceError
 from .ir import Graph, Location, Value
-from .ir.types import TensorType
+from .ir.types import BACKWARD, TensorType
 from .symbolic import DynamicShapeError
 from .ops import rules
 from .ops.table import OpDef
@@ -25,6 +26,7 @@ from .results import package, type_args
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 CONSTANT = "tc.constant"
+UNKNOWN_LOCATION = Location("<unknown>", 0)   # carries the phase of an op no frame explains
 
 
 def user_location() -> Location | None:
@@ -51,17 +53,30 @@ class TraceContext:
         self.inline_composites = inline_composites
         self.location_override: Location | None = None
         self.backward_depth = 0            # > 0 while the autograd engine runs
-        self.backward_ops: set = set()     # ops recorded by the engine: the backward pass
         self._constants: dict[int, tuple[Any, Value]] = {}
 
     def record(self, name: str, operands: list, attrs: dict, types: list):
-        op = self.graph.add_op(name, operands, attrs, types, self.location())
-        if self.backward_depth:
-            self.backward_ops.add(op)
-        return op
+        loc = self.location()
+        if self.backward_depth:                # every op the engine records is backward
+            loc = (loc or UNKNOWN_LOCATION).derived(BACKWARD)
+        return self.graph.add_op(name, operands, attrs, types, loc)
+
+    @property
+    def backward_ops(self) -> set:
+        """The ops of the backward pass: the engine's, and the seed gradients."""
+        return {op for op in self.graph.ops if op.loc is not None and op.loc.is_backward}
 
     def location(self) -> Location | None:
         return self.location_override or user_location()
+
+    @contextlib.contextmanager
+    def located(self, loc: Location | None):
+        """Ops recorded inside get `loc` (None: the user's frame, as outside)."""
+        old, self.location_override = self.location_override, loc
+        try:
+            yield
+        finally:
+            self.location_override = old
 
     def value_of(self, t) -> Value:
         if t._value is not None:

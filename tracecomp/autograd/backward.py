@@ -138,20 +138,23 @@ def run_backward(roots: list, grad_roots: list, retain_graph: bool = False,
     needed = _needed(root_nodes, set(targets)) if targets is not None else None
     buffers: dict[Node, list] = {}
     for e, g in zip(edges, grad_roots):
-        _accumulate(buffers.setdefault(e.node, [None] * e.node.num_outputs), e.input_nr, g)
+        with recorded_at(e.node):
+            _accumulate(buffers.setdefault(e.node, [None] * e.node.num_outputs), e.input_nr, g)
     ready = collections.deque(n for n in root_nodes if deps[n] == 0)
     with set_grad_enabled(create_graph), _backward_phase():
         while ready:
             node = ready.popleft()
             grads = buffers.pop(node, [None] * node.num_outputs)
-            _deliver(node, grads, targets, captured, create_graph)
             run = needed is None or node in needed
-            results = _run_node(node, grads, retain_graph) if run else [None] * len(node.next_edges)
-            for e, g in zip(node.next_edges, results):
+            with recorded_at(node):            # the sums of gradients too
+                _deliver(node, grads, targets, captured, create_graph)
+                results = _run_node(node, grads, retain_graph) if run else [None] * len(node.next_edges)
+                for e, g in zip(node.next_edges, results):
+                    if e is not None and g is not None:
+                        _accumulate(buffers.setdefault(e.node, [None] * e.node.num_outputs), e.input_nr, g)
+            for e in node.next_edges:
                 if e is None:
                     continue
-                if g is not None:
-                    _accumulate(buffers.setdefault(e.node, [None] * e.node.num_outputs), e.input_nr, g)
                 deps[e.node] -= 1
                 if deps[e.node] == 0:
                     ready.append(e.node)
@@ -193,12 +196,17 @@ def _detached(g, create_graph: bool):
     return g if create_graph else g.detach()
 
 
-def _run_node(node: Node, grads: list, retain_graph: bool) -> list:
+def recorded_at(node: Node | None):
+    """Ops an active trace records inside belong to the backward pass of `node`'s forward
+    op: they get its origin (its line, the backward phase, the op they differentiate),
+    not the frame that happens to run the engine (the `tracecomp` console script, say)."""
     from ..tracer import current
     ctx = current()
-    old = ctx.location_override if ctx else None
-    if ctx is not None and node.loc is not None:
-        ctx.location_override = node.loc       # backward ops point at their forward op's line
+    origin = node.origin if node is not None else None
+    return contextlib.nullcontext() if ctx is None or origin is None else ctx.located(origin)
+
+
+def _run_node(node: Node, grads: list, retain_graph: bool) -> list:
     try:
         return node.apply(grads)
     except TracecompError as e:
@@ -206,7 +214,5 @@ def _run_node(node: Node, grads: list, retain_graph: bool) -> list:
             raise
         raise add_location(e, f"{node.loc} (in {node.name()})") from None
     finally:
-        if ctx is not None:
-            ctx.location_override = old
         if not retain_graph:
             node.release()

@@ -11,14 +11,17 @@ from typing import Any, Callable, Sequence
 
 from ..errors import ArgumentError
 from ..tensor import Tensor, as_tensor
-from .backward import run_backward
+from .backward import recorded_at, run_backward
 from .grad_mode import enable_grad, is_grad_enabled
 from .kernels import primal
 
 
 def _ones_like(t):
+    """The seed gradient of `t`, recorded (when tracing) as part of the backward pass of
+    the op that made `t`."""
     import tracecomp
-    return tracecomp.ones_like(t)
+    with recorded_at(t.grad_fn):
+        return tracecomp.ones_like(t)
 
 
 def _root_grads(tensors: list, grads: Sequence | None) -> list:
@@ -103,7 +106,8 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool
             grads = [None] * len(inputs)
         else:
             grads = run_backward([value], [_ones_like(value)], nested, nested, inputs)
-        grads = [g if g is not None else _zeros_like(x) for g, x in zip(grads, inputs)]
+        with recorded_at(value.grad_fn):      # zeros for inputs the value does not use
+            grads = [g if g is not None else _zeros_like(x) for g, x in zip(grads, inputs)]
         result = grads[0] if isinstance(argnums, int) else tuple(grads)
         value = value if nested else value.detach()
         return ((value, aux), result) if has_aux else (value, result)

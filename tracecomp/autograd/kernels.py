@@ -55,10 +55,12 @@ def autograd_kernel(op: OpDef, args: dict[str, Any]):
         raise AutogradError(f"{op.full_name}: no derivative formula in derivatives.yaml, "
                             "but an input requires grad")
     from .backward import gradient_edge
-    from ..tracer import user_location
+    from ..tracer import current, user_location
     edges = [gradient_edge(_slot_tensor(args, s)) if w else None for s, w in zip(slots, wants)]
     outputs = _outputs(result)
-    node = node_class(derivative.node_name)(derivative, args, outputs, slots, edges, user_location())
+    ctx = current()       # inside a backward pass being traced, the location it overrides
+    loc = ctx.location() if ctx is not None else user_location()
+    node = node_class(derivative.node_name)(derivative, args, outputs, slots, edges, loc)
     for i, (out, diff) in enumerate(zip(outputs, derivative.differentiable_outputs() * len(outputs))):
         if diff and out.dtype.is_floating_point:
             out.requires_grad = True

@@ -12,6 +12,7 @@ import functools
 from typing import Any, NamedTuple
 
 from ..errors import TracecompError
+from ..ir.types import BACKWARD
 from .derivatives import Derivative
 
 
@@ -39,6 +40,17 @@ class Node:
 
     def name(self) -> str:
         return type(self).__name__
+
+    @property
+    def source_op(self) -> str | None:
+        """The IR name of the forward op this node differentiates (None for a leaf)."""
+        return None
+
+    @property
+    def origin(self):
+        """The location of the ops this node records: its forward op's line, in the
+        backward phase, derived from that op (None when the forward op had no location)."""
+        return None if self.loc is None else self.loc.derived(BACKWARD, self.source_op)
 
     def __repr__(self) -> str:
         return f"<{self.name()}>"
@@ -72,6 +84,10 @@ class FormulaNode(Node):
         self.saved: dict[str, Any] | None = dict(args)
         self.saved_outputs: list | None = list(outputs)
         self.input_types = [_slot_value(args, s)._type for s in slots]
+
+    @property
+    def source_op(self) -> str:
+        return self.derivative.op.ir_name
 
     def release(self) -> None:
         self.saved = self.saved_outputs = None

@@ -27,7 +27,7 @@ from ..dtypes import DType, from_mlir
 from ..errors import DTypeError, IRError
 from .graph import Graph, Value
 from .lexer import Lexer, Token, located_error
-from .types import Location, TensorType
+from .types import Location, TensorType, parse_label
 
 _DTYPE_NAMES = {d.mlir for d in DType}
 # Limits on hostile text: nesting deeper than this would exhaust Python's stack, and a
@@ -263,7 +263,20 @@ class _Parser:
         if self.accept("unknown"):
             self.expect(")", "after 'unknown'")
             return None
-        file = self.expect_kind("string", "a file name string or 'unknown'", "in 'loc('")
+        first = self.expect_kind("string", "a file name string or 'unknown'", "in 'loc('")
+        if self.accept("("):                      # a name location: the op's origin
+            try:
+                phase, source = parse_label(first.value)
+            except ValueError as e:
+                raise self.error(first, str(e)) from None
+            inner = self.expect_kind("string", "a file name string", "in the origin's location")
+            location = self._file_line_col(inner)
+            self.expect(")", "to close the location")
+            return Location(location.file, location.line, location.col, phase, source)
+        return self._file_line_col(first)
+
+    def _file_line_col(self, file: Token) -> Location:
+        """The rest of `"file":line:col)` after the file name."""
         self.expect(":", "after the location's file name")
         line = self.expect_kind("int", "a line number", "in the location")
         self.expect(":", "after the location's line number")

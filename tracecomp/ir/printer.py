@@ -115,10 +115,12 @@ def _is_bare_identifier(text: str) -> bool:
 
 
 def format_location(loc: Location | None) -> str:
-    """`loc("file":line:col)`, or `loc(unknown)` for None."""
+    """`loc("file":line:col)`, `loc("phase:source"("file":line:col))` for an op derived
+    from another (an MLIR name location), or `loc(unknown)` for None."""
     if loc is None:
         return "loc(unknown)"
-    return f"loc({format_string(loc.file)}:{loc.line}:{loc.col})"
+    where = f"{format_string(loc.file)}:{loc.line}:{loc.col}"
+    return f"loc({where})" if loc.label is None else f"loc({format_string(loc.label)}({where}))"
 
 
 def format_string(text: str) -> str:
