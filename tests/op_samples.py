@@ -76,6 +76,17 @@ def distinct(shape, dtype=F32) -> np.ndarray:
     return (_rng.permutation(n) - n // 2).reshape(shape).astype(dtype) * (0.5 if dtype in FLOATS else 1)
 
 
+def int_cast(to):
+    """The written rule for float -> int casts (README, "Semantics worth knowing"): truncate;
+    NaN, infinities and values outside the integer's range give its minimum, as on x86."""
+    def ref(x):
+        info = np.iinfo(to)
+        x = np.asarray(x, np.float64)
+        ok = np.isfinite(x) & (x >= info.min) & (x < -float(info.min))
+        return np.where(ok, np.trunc(np.where(ok, x, 0)), info.min).astype(to)
+    return ref
+
+
 def edge(dtype=F32) -> np.ndarray:
     """Edge values: zeros of both signs, negatives, large, tiny and non-finite."""
     return np.array([0.0, -0.0, -1.0, 1.0, -2.5, 3.5, 1e-30, 1e20, -1e20, np.inf, -np.inf, np.nan],
@@ -200,7 +211,7 @@ def _sigmoid(x):
 UNARY = {
     "neg": (np.negative, arr, "same", NUMERIC, True),
     "abs": (np.abs, arr, "same", NUMERIC, True),
-    "sign": (lambda x: x if x.dtype == bool else np.sign(x), arr, "same", ALL, True),
+    "sign": (lambda x: x if x.dtype == bool else np.nan_to_num(np.sign(x), nan=0.0), arr, "same", ALL, True),
     "reciprocal": (lambda x: 1 / np.asarray(x, np.float64), pos, "float", ALL, True),
     "square": (np.square, arr, "same", NUMERIC, True),
     "sqrt": (np.sqrt, pos, "float", ALL, True),
@@ -226,8 +237,8 @@ UNARY = {
               np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49, -0.51, 3.7], d), "same", NUMERIC, True),
     "logical_not": (np.logical_not, arr, "bool", ALL, True),
 }
-# Ops whose NaN/inf edge values are meaningful; reciprocal/rsqrt/log of 0, etc.
-EDGE_OK = set(UNARY) - {"relu"}
+# Ops whose NaN/inf edge values are meaningful: all of them (reciprocal/rsqrt/log of 0, etc.)
+EDGE_OK = set(UNARY)
 
 
 def _unary_samples():
@@ -668,6 +679,7 @@ def _shape_samples():
     sample("squeeze", lambda x: x.squeeze(1), [y], lambda x: x, F32, "non-1 dim is kept")
     sample("squeeze", lambda x: tc.squeeze(x, (0, -2)), [arr((1, 3, 1, 2), I64)],
            lambda x: x.squeeze((0, 2)), I64, "dims (0, -2)")
+    sample("squeeze", lambda x: tc.squeeze(x, ()), [y], lambda x: x, F32, "dims () squeeze nothing")
     sample("unsqueeze", lambda x: tc.unsqueeze(x, 0), [arr((3,), I32)], lambda x: x[None], I32, "dim 0")
     sample("unsqueeze", lambda x: x.unsqueeze(-1), [x], lambda x: x[..., None], F32, "x.unsqueeze(-1)")
     sample("unsqueeze", lambda x: x.unsqueeze(-1), [np.array(1.0, F64)], lambda x: x.reshape(1), F64, "0-d")
@@ -779,6 +791,10 @@ def _index_samples():
            lambda x, i: np.take_along_axis(x, i, 0), I32, "x.gather(0, i) int32 index")
     sample("gather", lambda x, i: x.gather(1, i), [arr((3, 4), F64), np.array([[3], [0]], np.int64)],
            lambda x, i: np.take_along_axis(x[:2], i, 1), F64, "index smaller than self")
+    sample("gather", lambda x, i: tc.gather(x, 0, i), [np.array(2.5, F32), np.array([0, 0], np.int64)],
+           lambda x, i: np.full(2, x), F32, "0-d self, 1-d index")
+    sample("gather", lambda x, i: tc.gather(x, 0, i), [arr((5,)), np.zeros((2, 0), np.int64)],
+           lambda x, i: np.zeros((2, 0), x.dtype), F32, "empty index of more dims")
 
 
     def scatter_add_ref(x, d, i, src):
@@ -855,6 +871,10 @@ def _cast_samples():
     sample("to", lambda x: x.to(np.float32), [arr((2, 2), B)], _cast(F32), F32, "bool to np.float32")
     sample("to", lambda x: x.to(dtype=tc.bool), [x], _cast(B), B, "float to bool")
     sample("to", lambda x: x.to(tc.float32), [arr((3,), F32)], lambda x: x, F32, "same dtype")
+    special = np.array([np.nan, np.inf, -np.inf, 3.7, -3.7, 1e10, -1e10, 2.0 ** 31, -2.0 ** 31, 2.0 ** 63], F64)
+    for d in (I32, I64):
+        sample("to", lambda x, d=d: x.to(d), [special], int_cast(d), d, f"nan, inf, out of range to {d}: INT_MIN")
+        sample("to", lambda x, d=d: x.to(d), [special.astype(F32)], int_cast(d), d, f"f32 nan, inf to {d}")
     for name, d in (("float", F32), ("double", F64), ("int", I32), ("long", I64), ("bool", B)):
         for src in (F32, I64, B):
             v = x if src == F32 else arr((6,), src)
@@ -898,6 +918,10 @@ def _factory_samples():
     sample("arange", lambda: tc.arange(2.5), [], lambda: np.arange(2.5), F32, "fractional end")
     sample("arange.start", lambda: tc.arange(1, 10, 3), [], lambda: np.arange(1, 10, 3), I64, "(1, 10, 3)")
     sample("arange.start", lambda: tc.arange(-2, 3), [], lambda: np.arange(-2, 3), I64, "(-2, 3)")
+    sample("arange.start", lambda: tc.arange(0.0, -8.000001, -4.0, dtype=tc.int64), [],
+           lambda: np.array([0, -4]), I64, "float bounds, int64: each bound truncated first")
+    sample("arange.start", lambda: tc.arange(0.5, 5, 1.5, dtype=tc.int32), [],
+           lambda: np.arange(0, 5, 1), I32, "(0.5, 5, 1.5) int32 counts (0, 5, 1)")
     sample("arange.start", lambda: tc.arange(0, 1, 0.25), [], lambda: np.arange(0, 1, 0.25), F32, "float step")
     sample("arange.start", lambda: tc.arange(10, 0, -3), [], lambda: np.arange(10, 0, -3), I64, "negative step")
     sample("arange.start", lambda: tc.arange(1, 2.5, 0.5, dtype=tc.float64), [],

@@ -105,7 +105,8 @@ def _int_pow(x, y, dtype):
 
 
 UNARY_REF = {
-    "neg": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "exp2": np.exp2,
+    "neg": np.negative, "abs": np.abs, "sign": lambda x: np.where(np.isnan(x), 0, np.sign(x)).astype(x.dtype),
+    "exp": np.exp, "exp2": np.exp2,
     "expm1": np.expm1, "log": np.log, "log2": np.log2, "log1p": np.log1p, "sin": np.sin,
     "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x),
     "floor": np.floor, "ceil": np.ceil, "round": np.round, "not": np.logical_not,
@@ -251,8 +252,9 @@ def _cast_reference(x: np.ndarray, dst: DType) -> np.ndarray:
     if dst is BOOL:
         return x != 0
     if x.dtype.kind == "f" and dst in (I32, I64):
-        info = np.iinfo(dst.np)      # saturating, NaN -> 0 (LLVM's fptosi.sat)
-        return np.where(np.isnan(x), 0, np.clip(np.trunc(x), info.min, info.max)).astype(dst.np)
+        info = np.iinfo(dst.np)      # truncation; NaN, infinities, out of range -> INT_MIN (x86)
+        ok = np.isfinite(x) & (x >= info.min) & (x < -float(info.min))
+        return np.where(ok, np.trunc(np.where(ok, x, 0)), info.min).astype(dst.np)
     return x.astype(dst.np)
 
 
@@ -269,12 +271,12 @@ def test_casts(src):
             np.testing.assert_array_equal(arrays["y"], _cast_reference(x, d), err_msg=f"{src} -> {d}")
 
 
-def test_float_to_int_saturates_and_nan_gives_zero():
-    k = map_kernel("sat", [F32], I32, 4, lambda x: Cast(x, I32))
-    x = np.array([math.nan, 1e10, -1e10, math.inf], np.float32)
-    arrays = {"x0": aligned(x, np.float32), "y": aligned(np.zeros(4), np.int32)}
+def test_float_to_int_of_nan_inf_and_out_of_range_is_int_min():
+    k = map_kernel("sat", [F32], I32, 6, lambda x: Cast(x, I32))
+    x = np.array([math.nan, 1e10, -1e10, math.inf, 2.0 ** 31, -2.0 ** 31], np.float32)
+    arrays = {"x0": aligned(x, np.float32), "y": aligned(np.zeros(6), np.int32)}
     run(compile_kernels([k]), k, arrays)
-    assert arrays["y"].tolist() == [0, 2**31 - 1, -2**31, 2**31 - 1]
+    assert arrays["y"].tolist() == [-2**31] * 5 + [-2**31]
 
 
 def test_select_and_bool_buffers():

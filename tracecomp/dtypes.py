@@ -95,6 +95,19 @@ def to_dtype(x) -> DType:
     return _BY_NUMPY[np_dtype]
 
 
+def cast_array(a: np.ndarray, to: np.dtype) -> np.ndarray:
+    """`a.astype(to)`, with tracecomp's rule for float -> integer casts (the compiled code's
+    too, llvm_scalar.cast): truncate toward zero; NaN, infinities and values out of the
+    integer's range give its minimum (INT_MIN), as x86's conversion instructions and so
+    PyTorch on x86 do.  NumPy alone leaves these to the platform."""
+    a, to = np.asarray(a), np.dtype(to)
+    if a.dtype.kind != "f" or to.kind not in "iu":
+        return a.astype(to)
+    low, high = float(np.iinfo(to).min), -float(np.iinfo(to).min)   # -2^(w-1), 2^(w-1): exact
+    valid = (a >= low) & (a < high)
+    return np.where(valid, np.where(valid, a, 0).astype(to), np.iinfo(to).min).astype(to, copy=False)
+
+
 def promote_types(a: DType, b: DType) -> DType:
     """Smallest dtype both convert to: the higher of the two in bool < i32 < i64 < f32 < f64."""
     return a if _RANK[a] >= _RANK[b] else b

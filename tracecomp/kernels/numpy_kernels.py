@@ -18,6 +18,7 @@ from ..errors import BackendError, ShapeError
 from ..ir.types import TensorType
 from ..ops import elementwise, rules
 from ..ops.table import OpDef
+from .. import dtypes as dt
 from .. import random as tc_random
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -30,8 +31,12 @@ def _np_erf(x):
 
 
 def _np_sign(x):
+    """NumPy's sign, but sign(NaN) is 0, as in PyTorch (NumPy has no sign loop for bool)."""
     x = np.asarray(x)
-    return x.copy() if x.dtype == np.bool_ else np.sign(x)   # NumPy has no sign loop for bool
+    if x.dtype == np.bool_:
+        return x.copy()
+    s = np.sign(x)
+    return np.where(np.isnan(s), 0, s).astype(s.dtype) if s.dtype.kind == "f" else s
 
 
 def _np_pow(a, b):
@@ -86,7 +91,7 @@ def _conform(value, t: TensorType) -> np.ndarray:
     """Cast and broadcast a kernel's result to the type the rules promised."""
     arr = np.asarray(value)
     if arr.dtype != t.dtype.np:
-        arr = arr.astype(t.dtype.np)
+        arr = dt.cast_array(arr, t.dtype.np)
     if arr.shape != t.shape:
         arr = np.broadcast_to(arr, t.shape)
     return arr
@@ -234,9 +239,11 @@ def _index_select(op: OpDef, args, out_types):
 @kernel("gather")
 def _gather(op: OpDef, args, out_types):
     x, index = args["self"], args["index"]
+    if index.size == 0:
+        return [np.empty(index.shape, x.dtype)]
     if x.ndim == 0:
         _check_bounds(op, index, 1, 0)
-        return [x]
+        return [np.broadcast_to(x, index.shape)]
     d = rules.normalize_dim(op, args["dim"], x.ndim)
     _check_bounds(op, index, x.shape[d], d)
     window = tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(index.shape))
@@ -294,7 +301,7 @@ def _slice_backward(op: OpDef, args, out_types):
 
 @kernel("cast")
 def _cast(op: OpDef, args, out_types):
-    return [args["self"].astype(out_types[0].dtype.np)]
+    return [dt.cast_array(args["self"], out_types[0].dtype.np)]
 
 
 # ---------------------------------------------------------------- factories
@@ -308,7 +315,7 @@ def _full(op: OpDef, args, out_types):
 @kernel("arange")
 def _arange(op: OpDef, args, out_types):
     t = out_types[0]
-    start, step = args.get("start", 0), args.get("step", 1)
+    start, _, step = rules.arange_bounds(args, t.dtype)
     return [start + step * np.arange(t.shape[0], dtype=np.float64 if t.dtype.is_floating_point else np.int64)]
 
 

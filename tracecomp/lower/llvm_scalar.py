@@ -6,11 +6,13 @@ divisor's sign); integer division by zero gives 0 and INT_MIN / -1 wraps instead
 trapping; float `floordiv`/`mod` follow NumPy's divmod exactly (inf/NaN cases included);
 `maximum`/`minimum` propagate NaN; `ne` on floats is unordered (true for NaN), the other
 comparisons ordered; bools compare unsigned, add/maximum are `or`, mul/minimum `and`;
-`round` is half-to-even; `sign` keeps 0, -0 and NaN; floor/ceil/round of integers and
-sign of bools are the identity; a Cast to bool is `!= 0` (NaN -> true).  Two choices go
-beyond NumPy, where C leaves the result undefined: float -> int casts saturate (NaN -> 0,
-LLVM's fptosi.sat, never poison), and an integer `pow` with a negative exponent is 1 / a**-b
-truncated (1 for a == 1, +-1 for a == -1, else 0) where NumPy raises.
+`round` is half-to-even; `sign` keeps 0 and -0, and gives 0 for NaN (PyTorch); floor/ceil/
+round of integers and sign of bools are the identity; a Cast to bool is `!= 0` (NaN -> true).
+Two choices go beyond NumPy, where C leaves the result undefined: a float -> int cast
+truncates, and NaN, infinities and out-of-range values give INT_MIN, as x86 (and so PyTorch
+there) does, on every host (dtypes.cast_array states the same rule for the eager kernels;
+never LLVM's poison); an integer `pow` with a negative exponent is 1 / a**-b truncated (1 for
+a == 1, +-1 for a == -1, else 0) where NumPy raises.
 
 Representation: bool is i1 in registers and i8 in memory; index is i64.  Integer
 arithmetic on user data wraps (no nsw: overflow is defined, like NumPy's); arithmetic on
@@ -133,7 +135,8 @@ def _fallback_math_function(module: ir.Module, name: str, dtype: DTypeLike) -> i
 
 def _float_sign(b, x, t):
     one, zero = constant(1.0, t), constant(0.0, t)
-    neg = b.select(b.fcmp_ordered("<", x, zero), constant(-1.0, t), x)
+    rest = b.select(b.fcmp_ordered("==", x, zero), x, zero)        # 0 and -0 stay, NaN -> 0
+    neg = b.select(b.fcmp_ordered("<", x, zero), constant(-1.0, t), rest)
     return b.select(b.fcmp_ordered(">", x, zero), one, neg)
 
 
@@ -314,9 +317,11 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DTypeLike, dst: DTypeLike) -> ir.Val
         return b.uitofp(x, to) if d == "f" else b.zext(x, to)
     if s == "f" and d == "f":
         return b.fpext(x, to) if to == F64 else b.fptrunc(x, to)
-    if s == "f":
-        sat = declare(b.module, f"llvm.fptosi.sat.i{to.width}.{'f32' if x.type == F32 else 'f64'}", to, [x.type])
-        return b.call(sat, [x])
+    if s == "f":      # fptosi of NaN or an out-of-range value is poison: convert only valid ones
+        low = ir.Constant(x.type, -float(2 ** (to.width - 1)))
+        valid = b.and_(b.fcmp_ordered(">=", x, low), b.fcmp_ordered("<", x, ir.Constant(x.type, float(2 ** (to.width - 1)))))
+        converted = b.fptosi(b.select(valid, x, ir.Constant(x.type, 0.0)), to)
+        return b.select(valid, converted, ir.Constant(to, -(2 ** (to.width - 1))))
     if d == "f":
         return b.sitofp(x, to)
     if to.width > x.type.width:

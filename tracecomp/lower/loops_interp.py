@@ -12,10 +12,18 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import loops as L
+
+
+def _sign(x):
+    """sign with sign(NaN) = 0 (PyTorch), bools unchanged."""
+    if isinstance(x, np.bool_):
+        return x
+    s = np.sign(x)
+    return s.dtype.type(0) if s != s else s
 from .matmul_loops import expand_matmul, flat_name
 
 _UNARY = {
-    "neg": np.negative, "abs": np.abs, "sign": lambda x: x if isinstance(x, np.bool_) else np.sign(x), "exp": np.exp, "exp2": np.exp2,
+    "neg": np.negative, "abs": np.abs, "sign": _sign, "exp": np.exp, "exp2": np.exp2,
     "expm1": np.expm1, "log": np.log, "log2": np.log2, "log1p": np.log1p, "sin": np.sin,
     "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt, "floor": np.floor,
     "ceil": np.ceil, "round": np.round, "not": np.logical_not, "logical_not": np.logical_not,
@@ -101,7 +109,9 @@ class LoopInterpreter:
             x = self.expr(e.x, env)
             if e.dtype == L.INDEX:
                 return int(x)
-            return _typed(x != 0 if e.dtype is dt.BOOL else x, e.dtype)
+            if e.dtype is dt.BOOL:
+                return _typed(x != 0, e.dtype)
+            return dt.cast_array(np.asarray(x), e.dtype.np)[()]
         raise TypeError(f"unknown expression {e!r}")
 
 

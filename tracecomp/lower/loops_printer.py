@@ -16,8 +16,9 @@ divf), `mod` is the floored remainder with the divisor's sign (Python's %, NumPy
 matching loops_interp; `maximum`/`minimum` propagate NaN; `ne` on floats is true for NaN
 (une), the other comparisons are false for NaN (ordered); bools compare unsigned
 (false < true), add/maximum are `or`, mul/minimum are `and`; `round` rounds half to even;
-`sign` keeps 0, -0 and NaN; floor/ceil/round of integers and sign of bools are the
-identity; a Cast to bool is `!= 0` (NaN -> true).
+`sign` keeps 0 and -0 and gives 0 for NaN; floor/ceil/round of integers and sign of bools
+are the identity; a Cast to bool is `!= 0` (NaN -> true); a float -> int Cast truncates and
+gives INT_MIN for NaN, infinities and values out of range (select around arith.fptosi).
 
 Kernels print in order, each preceded by its source notes as `//` comments when given:
 `// mlp.py:18: tc.matmul tc.add` (mlir-opt ignores comments).
@@ -93,8 +94,11 @@ def _identity(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> s
 def _float_sign(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
     x, ty = args[0], mlir_type(t)
     ones = p.op(f"math.copysign {p.const(1.0, t)}, {x} : {ty}")
-    nonzero = p.op(f"arith.cmpf one, {x}, {p.const(0.0, t)} : {ty}")      # false for 0, -0, NaN
-    return p.op(f"arith.select {nonzero}, {ones}, {x} : {ty}", name)
+    zero = p.const(0.0, t)
+    nonzero = p.op(f"arith.cmpf one, {x}, {zero} : {ty}")      # false for 0, -0, NaN
+    is_zero = p.op(f"arith.cmpf oeq, {x}, {zero} : {ty}")      # 0 and -0 stay, NaN -> 0
+    rest = p.op(f"arith.select {is_zero}, {x}, {zero} : {ty}")
+    return p.op(f"arith.select {nonzero}, {ones}, {rest} : {ty}", name)
 
 
 def _int_sign(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
@@ -421,7 +425,20 @@ class _Printer:
             return self.apply(ne, [x, self.const(0, src)], src, name)
         if how == "resize":
             how = _RESIZE[dtype_kind(src)][0 if dst.itemsize > src.itemsize else 1]
+        if how == "arith.fptosi":
+            return self.float_to_int(x, src, dst, name)
         return self.op(f"{how} {x} : {mlir_type(src)} to {mlir_type(dst)}", name)
+
+    def float_to_int(self, x: str, src: DTypeLike, dst: DTypeLike, name: str | None) -> str:
+        """Truncation of the values in range; INT_MIN for NaN, infinities and the rest."""
+        ty, width = mlir_type(src), 8 * dst.itemsize
+        low, high = self.const(-float(2 ** (width - 1)), src), self.const(float(2 ** (width - 1)), src)
+        valid = self.op(f"arith.andi {self.op(f'arith.cmpf oge, {x}, {low} : {ty}')}, "
+                        f"{self.op(f'arith.cmpf olt, {x}, {high} : {ty}')} : i1")
+        safe = self.op(f"arith.select {valid}, {x}, {self.const(0.0, src)} : {ty}")
+        converted = self.op(f"arith.fptosi {safe} : {ty} to {mlir_type(dst)}")
+        return self.op(f"arith.select {valid}, {converted}, {self.const(-(2 ** (width - 1)), dst)} : "
+                       f"{mlir_type(dst)}", name)
 
 
 _STMT_RULES: dict[type, Callable] = {Let: _Printer.let, Store: _Printer.store,

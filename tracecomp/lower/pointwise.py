@@ -104,6 +104,8 @@ class Inliner:
 
     def _gather(self, opdef, args, out, index):
         x = args["self"].type
+        if out.numel == 0:           # an empty index of any rank: nothing is ever read
+            return const(0, out.dtype)
         if x.ndim == 0:
             return self.value_at(args["self"], ())
         d = args["dim"] % x.ndim
@@ -151,7 +153,7 @@ class Inliner:
         return const(args["fill_value"], out.dtype)
 
     def _arange(self, opdef, args, out, index):
-        start, step = args.get("start", 0), args.get("step", 1)
+        start, _, step = rules.arange_bounds(args, out.dtype)
         if out.dtype.is_floating_point:
             i = L.Cast(index[0], dt.FLOAT64)
             return cast(L.Binary("add", L.Binary("mul", i, const(step, dt.FLOAT64), dt.FLOAT64),

@@ -309,7 +309,9 @@ def _expand(op: OpDef, args):
 @rule("squeeze")
 def _squeeze(op: OpDef, args):
     x = _tensor(op, args, "self")
-    dims = normalize_dims(op, args.get("dim"), x.shape)
+    dim = args.get("dim")
+    # squeeze(x) squeezes every size-1 dim, squeeze(x, ()) none (PyTorch), unlike a reduction's dim=()
+    dims = () if isinstance(dim, (tuple, list)) and len(dim) == 0 else normalize_dims(op, dim, x.shape)
     return [TensorType(tuple(d for i, d in enumerate(x.shape) if not (i in dims and d == 1)), x.dtype)]
 
 
@@ -410,7 +412,12 @@ def _gather(op: OpDef, args):
     x, index = _tensor(op, args, "self"), _tensor(op, args, "index")
     _check_index(op, index)
     d = normalize_dim(op, args["dim"], x.shape)
-    if index.ndim != x.ndim or any(i > s for j, (i, s) in enumerate(zip(index.shape, x.shape)) if j != d):
+    # As in PyTorch: a 0-d self gathers like a one-element vector, and an empty index
+    # gathers nothing whatever its shape.
+    shape = x.shape if x.ndim else (1,) * min(index.ndim, 1)
+    if index.numel == 0:
+        return [TensorType(index.shape, x.dtype)]
+    if index.ndim != len(shape) or any(i > s for j, (i, s) in enumerate(zip(index.shape, shape)) if j != d):
         raise ShapeError(f"{op.full_name}: 'index' shape {index.shape} must have the same number of "
                          f"dims as 'self' {x.shape} and be no larger outside dim {d}")
     return [TensorType(index.shape, x.dtype)]
@@ -531,8 +538,18 @@ def arange_length(op: OpDef, start, end, step) -> int:
 
 @rule("arange")
 def _arange(op: OpDef, args):
-    start, end, step = args.get("start", 0), args["end"], args.get("step", 1)
     dtype = args.get("dtype")
     if dtype is None:
-        dtype = dt.DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else dt.INT64
+        floats = any(isinstance(args.get(k), float) for k in ("start", "end", "step"))
+        dtype = dt.DEFAULT_FLOAT if floats else dt.INT64
+    start, end, step = arange_bounds(args, dtype)
     return [TensorType((arange_length(op, start, end, step),), dtype)]
+
+
+def arange_bounds(args: dict[str, Any], dtype: DType) -> tuple:
+    """(start, end, step) as arange counts them: for an integer dtype each is truncated to
+    an integer first, as PyTorch does (arange(0.0, -8.000001, -4.0) in int64 is [0, -4])."""
+    bounds = args.get("start", 0), args["end"], args.get("step", 1)
+    if dtype.is_floating_point:
+        return bounds
+    return tuple(int(v) if isinstance(v, float) else v for v in bounds)    # ints and sizes stay

@@ -99,7 +99,9 @@ class CompiledProgram:
             self._calls.append((fn, pick))
         # each result: ("new", j) the j-th fresh output, ("in", i) input i written in place
         # (donation), ("copy", array) a copy of an input or fixed buffer returned as is
-        self._fills = list(p.fills)
+        # each random fill: (fill, j) into the j-th fresh output, or (fill, the fixed temp)
+        self._fills = [(f, self._outputs.index(f.buffer) if f.buffer in self._outputs else self._fixed[f.buffer])
+                       for f in p.fills]
         self._results = []
         self._plain_results = p.outputs == self._outputs     # the fresh outputs, in order
         for name in p.outputs:
@@ -165,10 +167,10 @@ class CompiledProgram:
             pointers.append(base + start)
         pointers += self._fixed_pointers
         with self._lock:
-            for f in self._fills:
+            for f, target in self._fills:
                 gen = tc_random.generator()
                 draw = gen.random if f.impl == "uniform" else gen.standard_normal
-                self._fixed[f.buffer][...] = draw(f.shape, dtype=f.dtype.np)
+                (outs[target] if isinstance(target, int) else target)[...] = draw(f.shape, dtype=f.dtype.np)
             for fn, pick in self._calls:
                 fn(*pick(pointers))
             if self._plain_results:

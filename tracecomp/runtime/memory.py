@@ -179,7 +179,8 @@ def plan_program(program) -> tuple[dict[str, int], list[int]]:
                 first.setdefault(b.name, i)
                 last[b.name] = i
     for f in program.fills:
-        first[f.buffer] = -1
-        last.setdefault(f.buffer, -1)
+        if f.buffer in temps:         # a random output is filled in its fresh output buffer
+            first[f.buffer] = -1
+            last.setdefault(f.buffer, -1)
     sizes = {n: buffer_nbytes(temps[n]) for n in first}
     return plan_workspace({n: s if isinstance(s, Dim) else max(1, s) for n, s in sizes.items()}, first, last)
