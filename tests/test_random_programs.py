@@ -37,6 +37,7 @@ SLOW = bool(os.environ.get("TRACECOMP_SLOW"))
 DTYPES = ("float32", "float64", "int32", "int64", "bool")
 MANTISSA = {"float32": 24, "float64": 53}
 TOLERANCE = {"float32": 2e-4, "float64": 1e-9}
+SEED = 20261125
 
 # Elementwise ops from the table whose every tensor argument is required, by arity.
 _TABLE = default_table()
@@ -153,9 +154,11 @@ def _exact_float(op: str, args: list[Val], dims_size: int = 1) -> tuple[bool, in
 class Builder:
     """Draws the steps of one program, applying each eagerly to check it."""
 
-    def __init__(self, data, allow_ints: bool = True):
+    def __init__(self, data, allow_ints: bool = True, random_ops: bool = False):
         self.data, self.p = data, Program()
         self.allow_ints = allow_ints
+        self.random_ops = random_ops          # tc.rand/tc.randn steps, some of them outputs
+        self.randoms: list[int] = []
 
     def draw(self, strategy):
         return self.data.draw(strategy)
@@ -201,6 +204,17 @@ class Builder:
         if exact:
             exact, bits, frac = _exact_float(name, args)
         return self.apply(name, getattr(tc, name), ids, exact, bits, frac)
+
+    def random(self) -> bool:
+        """tc.rand or tc.randn of an existing value's shape: fresh numbers on every call, so
+        check_program seeds the generator alike before each run it compares."""
+        shape = self.p.vals[self.pick()].shape
+        dtype = self.draw(st.sampled_from([tc.float32, tc.float64]))
+        draw = self.draw(st.sampled_from([tc.rand, tc.randn]))
+        kept = self.apply(f"{draw.__name__} {dtype.label}", lambda: draw(shape, dtype=dtype), [], False)
+        if kept:
+            self.randoms.append(len(self.p.vals) - 1)
+        return kept
 
     def scalar_operand(self) -> bool:
         i = self.pick()
@@ -332,13 +346,15 @@ class Builder:
             _add_input(self.p, self.data, _broadcast_shape(self.data, base) if k else base, dtype)
         steps = self.draw(st.integers(3, max_steps))
         kinds = [self.elementwise, self.elementwise, self.scalar_operand, self.reduction, self.view,
-                 self.matmul, self.composition, self.cat]
+                 self.matmul, self.composition, self.cat] + [self.random] * (2 * self.random_ops)
         done = attempts = 0
         while done < steps and attempts < 6 * steps:
             attempts += 1
             done += self.draw(st.sampled_from(kinds))()
         last = len(self.p.vals) - 1
         extra = self.draw(st.lists(st.integers(0, last), max_size=2))
+        if self.randoms:              # a random value returned as it is, not only used
+            extra.append(self.draw(st.sampled_from(self.randoms)))
         self.p.outputs = list(dict.fromkeys([last] + extra))
         return self.p
 
@@ -375,8 +391,12 @@ def check_program(p: Program) -> None:
 
     def fn(*xs):
         return p(*xs)
-    got = _as_list(tc.trace(fn)(*p.inputs))
-    want = _as_list(tc.trace(fn, backend="interp")(*p.inputs))
+
+    def run(f):
+        tc.manual_seed(SEED)          # random ops draw the same numbers in both runs
+        return f(*p.inputs)
+    got = _as_list(run(tc.trace(fn)))
+    want = _as_list(run(tc.trace(fn, backend="interp")))
     _compare(got, want, [p.vals[i] for i in p.outputs], "output")
     floats = [k for k, a in enumerate(p.inputs) if a.dtype.kind == "f"]
     outs = [p.vals[i] for i in p.outputs if p.vals[i].dtype.startswith("float")]
@@ -391,12 +411,12 @@ def check_program(p: Program) -> None:
         return total
     grad = tc.value_and_grad(loss, argnums=tuple(floats))
     try:
-        want_loss, want_grads = tc.trace(grad, backend="interp")(*p.inputs)
+        want_loss, want_grads = run(tc.trace(grad, backend="interp"))
     except tc.TracecompError as e:      # e.g. a derivative marked not_implemented
         with pytest.raises(type(e)):
-            tc.trace(grad)(*p.inputs)
+            run(tc.trace(grad))
         return
-    got_loss, got_grads = tc.trace(grad)(*p.inputs)
+    got_loss, got_grads = run(tc.trace(grad))
     # the program's precision bounds the loss and gradients, whatever dtype holds them
     tol = TOLERANCE["float32" if any(v.dtype == "float32" for v in p.vals) else "float64"]
     history = max(v.scale for v in p.vals)
@@ -426,6 +446,15 @@ def test_random_programs_match_the_interpreter(data):
 @given(st.data())
 def test_random_float_programs_and_their_gradients_match_the_interpreter(data):
     check_program(Builder(data, allow_ints=False).program(max_steps=6))
+
+
+@settings(**{**PROFILE, "max_examples": 400 if SLOW else 60})
+@given(st.data())
+def test_random_programs_with_random_ops_as_outputs(data):
+    """tc.rand/tc.randn values returned by the compiled function (and used by other steps)."""
+    builder = Builder(data, random_ops=True)
+    p = builder.program(max_steps=6)
+    check_program(p)
 
 
 @pytest.mark.slow
