@@ -14,3 +14,23 @@ if not os.environ.get("TRACECOMP_TEST_CACHE_DIR"):
     os.environ["TRACECOMP_TEST_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 os.environ["TRACECOMP_CACHE_DIR"] = os.environ["TRACECOMP_TEST_CACHE_DIR"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The PyTorch OpInfo samples skipped as not supported yet, by reason, and their share."""
+    def of_opinfo(outcome):
+        return [r for r in terminalreporter.stats.get(outcome, [])
+                if getattr(r, "when", None) == "call" and r.nodeid.startswith("tests/test_torch_opinfo.py::")]
+    skipped = of_opinfo("skipped")
+    total = len(skipped) + len(of_opinfo("passed")) + len(of_opinfo("failed"))
+    if not total:
+        return
+    reasons: dict[str, int] = {}
+    for r in skipped:
+        reason = r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    terminalreporter.section("PyTorch OpInfo samples skipped")
+    terminalreporter.line(f"{len(skipped)} of {total} sample tests skipped ({100 * len(skipped) / total:.1f}%):")
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        terminalreporter.line(f"  {n:5d}  {reason}")

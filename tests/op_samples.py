@@ -266,6 +266,12 @@ def _unary_samples():
            np.logical_not, B, "zeros and nan")
     sample("sigmoid", tc.sigmoid, [np.array([-100.0, -30.0, 0.0, 30.0, 100.0], F32)], _sigmoid, F32,
            "saturation")
+    sample("round.decimals", lambda x: tc.round(x, decimals=2), [arr((6,), F32)], lambda x: np.round(x, 2), F32,
+           "decimals=2")
+    sample("round.decimals", lambda x: x.round(decimals=-2), [arr((2, 3), F64, -900, 900)],
+           lambda x: np.round(x, -2), F64, "x.round(decimals=-2) f64")
+    sample("round.decimals", lambda x: tc.round(x, decimals=0), [np.array([0.5, 1.5, -2.5], F32)], np.round, F32,
+           "decimals=0 ties to even")
 
 
 _unary_samples()
@@ -531,6 +537,13 @@ def _reduction_samples():
                _np_reduce(fn, (0, 2), True, ddof=0), F32, "correction=0 keepdim")
         sample(name, lambda x, n=name: getattr(x, n)(dim=-1, correction=2), [arr((2, 5), F64)],
                _np_reduce(fn, -1, ddof=2), F64, "correction=2 f64")
+        sample(f"{name}.dim", lambda x, t=t: t(x, 1, False, True), [x3], _np_reduce(fn, 1, True, ddof=0), F32,
+               "(dim, unbiased=False, keepdim=True)")
+        sample(f"{name}.dim", lambda x, n=name: getattr(x, n)(dim=(0, 1), unbiased=True), [x3],
+               _np_reduce(fn, (0, 1), ddof=1), F32, f"x.{name}(dim=, unbiased=True)")
+        sample(f"{name}.unbiased", lambda x, t=t: t(x, False), [x3], _np_reduce(fn, ddof=0), F32, "unbiased=False")
+        sample(f"{name}.unbiased", lambda x, n=name: getattr(x, n)(unbiased=True), [arr((7,), F64)],
+               _np_reduce(fn, ddof=1), F64, f"x.{name}(unbiased=True)")
 
     sample("logsumexp", lambda x: x.logsumexp(1), [x3[0]],
            lambda x: np.log(np.sum(np.exp(x), axis=1)), F32, "x.logsumexp(1)")
@@ -875,10 +888,20 @@ def _cast_samples():
     for d in (I32, I64):
         sample("to", lambda x, d=d: x.to(d), [special], int_cast(d), d, f"nan, inf, out of range to {d}: INT_MIN")
         sample("to", lambda x, d=d: x.to(d), [special.astype(F32)], int_cast(d), d, f"f32 nan, inf to {d}")
+    sample("to.dtype", lambda x: x.to(tc.float64, False, True), [x], _cast(F64), F64,
+           "x.to(tc.float64, non_blocking, copy)")
+    sample("to.dtype", lambda x: x.to(tc.int32, memory_format="contiguous_format"), [x], _cast(I32), I32,
+           "memory_format=")
+    sample("to.device", lambda x: x.to("cpu"), [x], lambda x: x, F32, "x.to('cpu')")
+    sample("to.device", lambda x: x.to("cpu:0", tc.int64), [x], _cast(I64), I64, "device and dtype")
+    sample("to.other", lambda x, y: x.to(y), [x, arr((2,), F64)], lambda x, y: x.astype(F64), F64,
+           "x.to(other) takes its dtype")
     for name, d in (("float", F32), ("double", F64), ("int", I32), ("long", I64), ("bool", B)):
         for src in (F32, I64, B):
             v = x if src == F32 else arr((6,), src)
             sample(name, lambda t, n=name: getattr(t, n)(), [v], _cast(d), d, f"x.{name}() from {src}")
+        sample(name, lambda t, n=name: getattr(t, n)(memory_format="preserve_format"), [x], _cast(d), d,
+               "memory_format=")
 
 
 _cast_samples()
@@ -922,6 +945,10 @@ def _factory_samples():
            lambda: np.array([0, -4]), I64, "float bounds, int64: each bound truncated first")
     sample("arange.start", lambda: tc.arange(0.5, 5, 1.5, dtype=tc.int32), [],
            lambda: np.arange(0, 5, 1), I32, "(0.5, 5, 1.5) int32 counts (0, 5, 1)")
+    sample("arange.start", lambda: tc.arange(0, 4, device="cpu"), [], lambda: np.arange(4), I64, "device='cpu'")
+    sample("zeros", lambda: tc.zeros(2, 2, device="cpu"), [], lambda: np.zeros((2, 2)), F32, "device='cpu'")
+    sample("full_like", lambda x: tc.full_like(x, 2, device="cpu", memory_format="preserve_format"), [arr((2,), F32)],
+           lambda x: np.full(2, 2.0), F32, "device=, memory_format=")
     sample("arange.start", lambda: tc.arange(0, 1, 0.25), [], lambda: np.arange(0, 1, 0.25), F32, "float step")
     sample("arange.start", lambda: tc.arange(10, 0, -3), [], lambda: np.arange(10, 0, -3), I64, "negative step")
     sample("arange.start", lambda: tc.arange(1, 2.5, 0.5, dtype=tc.float64), [],

@@ -42,6 +42,7 @@ KINKS = {
     ("round", "tc.round(float64)"),
     ("round", "x.round() float32"),
     ("round", "0-d float64"),               # 2.5
+    ("round.decimals", "decimals=0 ties to even"),
     ("atan2", "axes"),                      # atan2(+-0, -1): the branch cut
 }
 

@@ -94,7 +94,34 @@ def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
             return dt.to_dtype(v)
         except TracecompError as e:
             raise _Mismatch(f"argument '{arg.name}': {e}") from None
+    elif base == "Device":
+        return _check_device(arg.name, v)
+    elif base == "MemoryFormat":
+        return _check_memory_format(arg.name, v)
     raise _Mismatch(f"argument '{arg.name}' must be {t}, not {_type_name(v)}")
+
+
+def _check_device(name: str, v) -> None:
+    """device="cpu", "cpu:0" or a torch.device of type cpu: tracecomp's tensors live in host
+    memory (CUDA is a compile target: tc.trace(fn, device="cuda"))."""
+    kind = getattr(v, "type", v)
+    if isinstance(kind, str) and kind.split(":")[0] == "cpu":
+        return None
+    raise _Mismatch(f"argument '{name}' must be 'cpu', not {v!r}: tracecomp tensors live in "
+                    "host memory (compile for a GPU with tc.trace(fn, device='cuda'))")
+
+
+MEMORY_FORMATS = ("contiguous_format", "preserve_format", "channels_last", "channels_last_3d")
+
+
+def _check_memory_format(name: str, v) -> None:
+    """One of PyTorch's memory formats (or its name).  A format changes only strides, never
+    values, and tracecomp's tensors are values whose layout the compiler picks: every
+    format gives the same tensor (channels_last included: a request, not a meaning)."""
+    if str(v).removeprefix("torch.") in MEMORY_FORMATS:
+        return None
+    raise _Mismatch(f"argument '{name}' must be a memory format ({', '.join(MEMORY_FORMATS)}), "
+                    f"not {v!r}")
 
 
 _NO_SELF = object()

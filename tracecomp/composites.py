@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from . import dtypes as dt
-from .errors import ArgumentError, ShapeError, TracecompError
+from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
 from .ops import formula
 from .ops.table import OpDef
 
@@ -66,9 +66,14 @@ def _expect_ranks(name: str, a, b, n: int):
     raise ShapeError(f"{name}: expects two {n}-D tensors, got shapes {a.shape} and {b.shape}")
 
 
+def _expect_float(name: str, x):
+    raise DTypeError(f"{name}: expects a floating-point tensor, got {x.dtype.label}")
+
+
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
+    "expect_float": _expect_float,
     "range": range, "len": len, "list": list, "reversed": reversed, "float": float,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
 }

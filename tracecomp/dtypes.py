@@ -72,9 +72,12 @@ def from_mlir(name: str) -> DType:
 
 
 def to_dtype(x) -> DType:
-    """Accept a DType, a NumPy dtype/type, or a name like 'float32'."""
+    """Accept a DType, a NumPy dtype/type, a name like 'float32', or a torch.dtype (by its
+    name, so that code written for PyTorch runs unchanged; torch is never imported)."""
     if isinstance(x, DType):
         return x
+    if type(x).__module__ == "torch" and type(x).__name__ == "dtype":
+        x = str(x).removeprefix("torch.")
     if isinstance(x, str):
         if x in DType.__members__:
             return DType[x]
@@ -87,8 +90,8 @@ def to_dtype(x) -> DType:
         return BOOL
     try:
         np_dtype = np.dtype(x)
-    except TypeError:
-        raise DTypeError(f"not a dtype: {x!r}") from None
+    except (TypeError, ValueError):          # ValueError: an object whose .dtype is ours
+        raise DTypeError(f"not a dtype: {type(x).__name__} {x!r}") from None
     if np_dtype not in _BY_NUMPY:     # an explicit request for a dtype we lack is refused
         raise DTypeError(f"unsupported dtype '{np_dtype}': tracecomp has bool, int32, int64, "
                          "float32, float64")

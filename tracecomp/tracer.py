@@ -126,6 +126,8 @@ def operands_and_attrs(op: OpDef, args: dict[str, Any], value_of) -> tuple[list,
     from .tensor import Tensor
     operands, attrs = [], {}
     for a in op.schema.arguments:
+        if a.binding_only:
+            continue
         v = args[a.name]
         if isinstance(v, Tensor):
             operands.append(value_of(v))

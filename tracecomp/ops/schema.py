@@ -13,7 +13,10 @@ from dataclasses import dataclass
 
 from ..errors import SchemaError
 
-BASE_TYPES = ("Tensor", "Scalar", "int", "float", "bool", "str", "ScalarType")
+BASE_TYPES = ("Tensor", "Scalar", "int", "float", "bool", "str", "ScalarType", "Device", "MemoryFormat")
+# Accepted for PyTorch compatibility, checked when a call binds, and then dropped: they
+# can only say what tracecomp does anyway (the CPU, a contiguous layout), so no op sees them.
+BINDING_ONLY_TYPES = ("Device", "MemoryFormat")
 _TYPE_RE = re.compile(
     r"^(?P<base>[A-Za-z]+)"
     r"(?:\((?P<alias>[a-z]+)(?P<write>!)?(?: -> (?P<after>\*|[a-z]+))?\))?"
@@ -71,6 +74,10 @@ class Argument:
     @property
     def has_default(self) -> bool:
         return self.default is not None
+
+    @property
+    def binding_only(self) -> bool:
+        return self.type.base in BINDING_ONLY_TYPES
 
     def default_value(self):
         """The default as a Python value: None, True/False, numbers, strings, int lists."""
