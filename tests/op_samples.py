@@ -824,6 +824,8 @@ def _index_samples():
            arr((2, 2), I32)], lambda x, i, s: scatter_add_ref(x, 1, i, s), I32, "int32, dim -1")
     sample("scatter_add", lambda x, i, s: tc.scatter_add(x, 0, i, s), [np.array(1.5, F64), np.array(0, np.int64),
            np.array(2.0, F64)], lambda x, i, s: x + s, F64, "0-d")
+    sample("scatter_add", lambda x, i, s: tc.scatter_add(x, 0, i, s), [arr((5,)), np.zeros((2, 0), np.int64),
+           arr((2, 0))], lambda x, i, s: x, F32, "empty index of more dims adds nothing")
 
     def index_add_ref(x, d, i, src, alpha=1):
         out = x.copy()

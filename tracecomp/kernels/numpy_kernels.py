@@ -254,6 +254,8 @@ def _gather(op: OpDef, args, out_types):
 def _scatter_add(op: OpDef, args, out_types):
     x, index, src = args["self"], args["index"].astype(np.int64), args["src"]
     out = np.array(x, dtype=out_types[0].dtype.np, copy=True)
+    if index.size == 0:
+        return [out]
     if x.ndim == 0:
         _check_bounds(op, index, 1, 0)
         return [out + src]

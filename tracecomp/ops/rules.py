@@ -433,6 +433,8 @@ def _scatter_add(op: OpDef, args):
     if src.dtype != x.dtype:
         raise DTypeError(f"{op.full_name}: 'self' ({x.dtype.label}) and 'src' ({src.dtype.label}) "
                          "must have the same dtype")
+    if index.numel == 0:              # scatters nothing, whatever the shapes (as in PyTorch)
+        return [TensorType(x.shape, x.dtype)]
     if not index.ndim == src.ndim == x.ndim or \
             any(i > s for i, s in zip(index.shape, src.shape)) or \
             any(i > s for j, (i, s) in enumerate(zip(index.shape, x.shape)) if j != d):

@@ -148,6 +148,12 @@ def permute_permute(op: Op, args: Args, rw: Rewriter) -> Replacement:
     return rw.add(op.name, [source], {**op.attrs, "dims": dims}, [op.results[0].type], op.loc).results
 
 
+def scatter_nothing(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    """scatter_add/index_add with an empty index add nothing: the result is `self` (PyTorch
+    accepts such an index whatever its shape, which the scatter loops cannot index by)."""
+    return [args["self"]] if args["index"].type.numel == 0 else None
+
+
 PATTERNS: dict[str, list[Pattern]] = {
     "tc.mul": [mul_by_one],
     "tc.add": [add_zero],
@@ -161,6 +167,8 @@ PATTERNS: dict[str, list[Pattern]] = {
     "tc.permute": [permute_identity, permute_permute],
     "tc.expand": [same_type_identity],
     "tc.to": [same_type_identity],
+    "tc.scatter_add": [scatter_nothing],
+    "tc.index_add": [scatter_nothing],
 }
 
 
