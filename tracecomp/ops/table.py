@@ -84,9 +84,9 @@ class OpDef:
             raise ValueError(f"{self.ir_name} expects {len(fixed)} tensor operand(s), got {len(operands)}")
         rest, out = iter(operands), {}
         for a in self.schema.arguments:
-            if a.binding_only:
-                out[a.name] = None
-            elif a.name in attrs:
+            if a.binding_only:        # checked when the call bound; no op sees it
+                continue
+            if a.name in attrs:
                 out[a.name] = attrs[a.name]
             elif a.type.is_tensor_list:
                 out[a.name] = [next(rest) for _ in range(n_list)]
