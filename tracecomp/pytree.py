@@ -54,6 +54,25 @@ def leaf_paths(structure: Any, prefix: str = "") -> list[str]:
     return out
 
 
+def static_values(structure: Any) -> list:
+    """Parallel to leaf_paths: LEAF for each leaf, the value itself for each static value."""
+    out: list = []
+    _statics(structure, out)
+    return out
+
+
+def _statics(s: Any, out: list) -> None:
+    if s == LEAF:
+        out.append(LEAF)
+        return
+    kind, body = s
+    if kind == "static":
+        out.append(body)
+    else:
+        for v in (v for _, v in body) if kind == "dict" else body:
+            _statics(v, out)
+
+
 def _paths(s: Any, path: str, out: list[str]) -> None:
     if s == LEAF:
         out.append(path)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
+from .. import pytree
 from ..errors import ArgumentError
 from ..tensor import Tensor, as_tensor
 from .backward import recorded_at, run_backward
@@ -71,12 +74,13 @@ def _argnums(argnums, nargs: int) -> tuple[int, ...]:
     return tuple(n % nargs for n in nums)
 
 
-def _differentiable_input(x, i: int) -> Tensor:
-    """A leaf that requires grad for argument `i`; an input already tracked (nested grad) stays."""
+def _differentiable_input(x, where: str) -> Tensor:
+    """A leaf that requires grad for the input at `where`; one already tracked (nested grad)
+    stays."""
     t = as_tensor(x)
     if not t.dtype.is_floating_point:
         raise ArgumentError(f"can only differentiate with respect to floating point inputs; "
-                            f"argument {i} has dtype {t.dtype.label}")
+                            f"{where} has dtype {t.dtype.label}")
     if t.requires_grad and is_grad_enabled():
         return t
     leaf = t.detach()
@@ -85,16 +89,56 @@ def _differentiable_input(x, i: int) -> Tensor:
     return leaf
 
 
+def _is_array(x) -> bool:
+    """A leaf of a differentiated pytree: a tensor, a NumPy array or scalar, a Python float."""
+    return isinstance(x, (Tensor, np.ndarray, np.generic, float, int)) or hasattr(x, "__dlpack__")
+
+
+def _is_tracked(x) -> bool:
+    return isinstance(x, Tensor)
+
+
+class Differentiated:
+    """The pytrees of the arguments being differentiated, as leaves that require grad and
+    the structures to put gradients back into (JAX's convention: a gradient has the shape
+    of its argument's pytree)."""
+
+    def __init__(self, trees: list, names: list[str]):
+        self.structures, self.leaves, self.trees = [], [], []
+        for tree, name in zip(trees, names):
+            leaves, structure = pytree.flatten(tree, _is_array)
+            paths = pytree.leaf_paths(structure, name)
+            for path, s in zip(paths, pytree.static_values(structure)):
+                if s is not pytree.LEAF and s is not None:
+                    raise ArgumentError(f"{path} is a {type(s).__name__}, not a tensor: a differentiated "
+                                        "argument holds tensors only (pass other values as arguments "
+                                        "that argnums does not select)")
+            tensor_paths = [p for p, s in zip(paths, pytree.static_values(structure)) if s is pytree.LEAF]
+            inputs = [_differentiable_input(x, p) for x, p in zip(leaves, tensor_paths)]
+            self.structures.append((structure, len(inputs)))
+            self.leaves.extend(inputs)
+            self.trees.append(pytree.unflatten(structure, inputs))
+
+    def gradients(self, grads: list) -> list:
+        """`grads` (one per leaf, None where unused) as one pytree per argument."""
+        grads = [g if g is not None else _zeros_like(x) for g, x in zip(grads, self.leaves)]
+        out, it = [], iter(grads)
+        for structure, n in self.structures:
+            out.append(pytree.unflatten(structure, [next(it) for _ in range(n)]))
+        return out
+
+
 def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """fn -> (value, gradient(s)) of its scalar result w.r.t. the arguments in `argnums`."""
     def wrapped(*args, **kwargs):
         nums = _argnums(argnums, len(args))
         args = list(args)
-        nested = any(isinstance(args[i], Tensor) and args[i].requires_grad for i in nums) and is_grad_enabled()
-        inputs = []
-        for i in nums:
-            args[i] = _differentiable_input(args[i], i)
-            inputs.append(args[i])
+        diff = Differentiated([args[i] for i in nums], [f"argument {i}" for i in nums])
+        inputs = diff.leaves
+        nested = any(x.requires_grad for i in nums for x in pytree.flatten(args[i], _is_tracked)[0]) \
+            and is_grad_enabled()
+        for i, tree in zip(nums, diff.trees):
+            args[i] = tree
         with enable_grad():
             out = fn(*args, **kwargs)
         value, aux = _split_aux(out, has_aux)
@@ -107,7 +151,7 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool
         else:
             grads = run_backward([value], [_ones_like(value)], nested, nested, inputs)
         with recorded_at(value.grad_fn):      # zeros for inputs the value does not use
-            grads = [g if g is not None else _zeros_like(x) for g, x in zip(grads, inputs)]
+            grads = diff.gradients(grads)
         result = grads[0] if isinstance(argnums, int) else tuple(grads)
         value = value if nested else value.detach()
         return ((value, aux), result) if has_aux else (value, result)
@@ -142,54 +186,56 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) 
 
 
 def vjp(fn: Callable, *primals) -> tuple[Any, Callable]:
-    """(fn(*primals), vjp_fn) where vjp_fn(cotangent) gives one gradient per primal."""
-    nested = is_grad_enabled() and any(isinstance(p, Tensor) and p.requires_grad for p in primals)
-    inputs = [_differentiable_input(p, i) for i, p in enumerate(primals)]
+    """(fn(*primals), vjp_fn): vjp_fn(cotangents shaped like the output) gives one gradient
+    pytree per primal.  Primals, outputs and cotangents may be pytrees."""
+    nested = is_grad_enabled() and any(t.requires_grad for t in pytree.flatten(primals, _is_tracked)[0])
+    diff = Differentiated(list(primals), [f"primal {i}" for i in range(len(primals))])
     with enable_grad():
-        out = fn(*inputs)
-    outs = [out] if isinstance(out, Tensor) else list(out)
+        out = fn(*diff.trees)
+    outs, out_structure = pytree.flatten(out, _is_tracked)
 
     def vjp_fn(*cotangents):
-        cts = list(cotangents[0]) if len(cotangents) == 1 and isinstance(cotangents[0], (tuple, list)) \
-            else list(cotangents)
+        tree = cotangents[0] if len(cotangents) == 1 else cotangents
+        cts = pytree.flatten(tree, _is_array)[0]
         if len(cts) != len(outs):
-            raise ArgumentError(f"vjp_fn takes one cotangent per output ({len(outs)}), got {len(cts)}")
+            raise ArgumentError(f"vjp_fn takes cotangents shaped like fn's output ({len(outs)} "
+                                f"tensor(s)), got {len(cts)}")
         live = [(o, c) for o, c in zip(outs, cts) if o.requires_grad]
-        if not live:
-            return tuple(_zeros_like(x) for x in inputs)
-        grads = run_backward([o for o, _ in live], _root_grads([o for o, _ in live], [c for _, c in live]),
-                             True, nested, inputs)
-        return tuple(g if g is not None else _zeros_like(x) for g, x in zip(grads, inputs))
+        grads = [None] * len(diff.leaves)
+        if live:
+            grads = run_backward([o for o, _ in live], _root_grads([o for o, _ in live], [c for _, c in live]),
+                                 True, nested, diff.leaves)
+        return tuple(diff.gradients(grads))
     if nested:
         return out, vjp_fn
-    detached = out.detach() if isinstance(out, Tensor) else _rebuild(out, [o.detach() for o in outs])
-    return detached, vjp_fn
+    return pytree.unflatten(out_structure, [o.detach() for o in outs]), vjp_fn
 
 
 def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
-    """(fn(*primals), the directional derivative along `tangents`), by forward mode."""
+    """(fn(*primals), the directional derivative along `tangents`), by forward mode.  Primals
+    and tangents are sequences of pytrees of the same structure."""
     if len(primals) != len(tangents):
         raise ArgumentError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    p_leaves, structure = pytree.flatten(tuple(primals), _is_array)
+    t_leaves, t_structure = pytree.flatten(tuple(tangents), _is_array)
+    if len(p_leaves) != len(t_leaves):
+        raise ArgumentError(f"jvp: the tangents hold {len(t_leaves)} tensor(s), the primals "
+                            f"{len(p_leaves)}; they must have the same structure")
+    paths = [p for p, s in zip(pytree.leaf_paths(structure, "primals"), pytree.static_values(structure))
+             if s is pytree.LEAF]
     duals = []
-    for i, (p, t) in enumerate(zip(primals, tangents)):
+    for where, p, t in zip(paths, p_leaves, t_leaves):
         p, t = as_tensor(p), as_tensor(t)
         if tuple(p.shape) != tuple(t.shape) or p.dtype != t.dtype:
-            raise ArgumentError(f"jvp: tangent {i} is {t.dtype.label}{list(t.shape)} but its primal is "
-                                f"{p.dtype.label}{list(p.shape)}; they must match")
+            raise ArgumentError(f"jvp: the tangent of {where} is {t.dtype.label}{list(t.shape)} but the "
+                                f"primal is {p.dtype.label}{list(p.shape)}; they must match")
         if not p.dtype.is_floating_point:
-            raise ArgumentError(f"jvp: primal {i} has dtype {p.dtype.label}; only floating point inputs")
+            raise ArgumentError(f"jvp: {where} has dtype {p.dtype.label}; only floating point inputs")
         dual = primal(p)
         dual._tangent = t
         duals.append(dual)
-    out = fn(*duals)
-    outs = [out] if isinstance(out, Tensor) else list(out)
+    out = fn(*pytree.unflatten(structure, duals))
+    outs, out_structure = pytree.flatten(out, _is_tracked)
     tangent_outs = [o._tangent if o._tangent is not None else _zeros_like(o) for o in outs]
-    plain = [primal(o) for o in outs]
-    if isinstance(out, Tensor):
-        return plain[0], tangent_outs[0]
-    return _rebuild(out, plain), _rebuild(out, tangent_outs)
-
-
-def _rebuild(like, items: list):
-    """A tuple/list/named tuple like `like` holding `items` (named tuples take them by position)."""
-    return type(like)(*items) if hasattr(type(like), "_fields") else type(like)(items)
+    return (pytree.unflatten(out_structure, [primal(o) for o in outs]),
+            pytree.unflatten(out_structure, tangent_outs))
