@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -328,3 +329,35 @@ def test_a_dynamic_trace_is_for_export_only(libs):
     lowered = tc.trace(mlp).lower_dynamic((*libs["w"], x), {"x": {0: "batch"}})
     with pytest.raises(tc.ArgumentError, match="for tc.export"):
         lowered.run([*libs["w"], x])
+
+
+CHILD_HUGE_SIZE = """
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+entry = getattr(lib, sys.argv[2])
+entry.restype = ctypes.c_int
+entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+buf = ctypes.create_string_buffer(1 << 16)
+ptrs = (ctypes.c_void_p * 8)(*([ctypes.addressof(buf)] * 8))
+for size in (1 << 62, (1 << 61) + 1, 1 << 55):
+    code = entry(ptrs, ptrs, size)
+    lib_error = getattr(lib, sys.argv[2] + "_error_string")
+    lib_error.restype = ctypes.c_char_p
+    print(size, code, lib_error(code).decode())
+"""
+
+
+def test_a_size_whose_buffers_would_overflow_int64_returns_an_error(tmp_path):
+    """`step(in, out, 1 << 62)`: the workspace's byte count wrapped around and the call wrote
+    far outside a small block (a segfault); now it returns error 4 before touching memory."""
+    def fn(x):
+        return (x.exp() * 2.0).sum(1) + x.sum(1)         # temps of batch x 784 floats
+    path = str(tmp_path / "libhuge.so")
+    tc.export(fn, [np.ones((3, 784), np.float32)], path, dynamic={"x": {0: "batch"}})
+    run = subprocess.run([sys.executable, "-c", CHILD_HUGE_SIZE, path, "huge"], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    for line in run.stdout.strip().splitlines():
+        size, code, message = line.split(" ", 2)
+        assert code == "4", line
+        assert "larger than 2^62 bytes" in message

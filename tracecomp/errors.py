@@ -53,6 +53,10 @@ class BackendError(TracecompError, RuntimeError):
     """A backend cannot run what it was given."""
 
 
+class OutOfMemoryError(TracecompError, MemoryError):
+    """The memory a tensor needs could not be allocated (names the op, shape and bytes)."""
+
+
 def add_location(err: TracecompError, where: str | None) -> TracecompError:
     """Append the user's source location to an error once (errors bubble through nested calls)."""
     if where and not getattr(err, "_located", False):

@@ -1,7 +1,10 @@
 """Flattening nested tuples/lists/dicts into leaves and a hashable structure, and back."""
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable
+
+import numpy as np
 
 LEAF = "*"
 
@@ -45,6 +48,30 @@ def _build(s: Any, it) -> Any:
     if isinstance(kind, type):
         return kind(*items)
     return tuple(items) if kind == "tuple" else items
+
+
+def cache_key(structure: Any) -> Any:
+    """`structure` as a dictionary key: every static value (and dict key) by its type and
+    bit pattern, so that 1, 1.0 and True, or 0.0 and -0.0, are different keys (they can
+    trace different programs) and a NaN equals itself (one trace, not one per call)."""
+    if structure == LEAF:
+        return LEAF
+    kind, body = structure
+    if kind == "static":
+        return ("static", _typed(body))
+    if kind == "dict":
+        return ("dict", tuple((_typed(k), cache_key(v)) for k, v in body))
+    return (kind, tuple(cache_key(v) for v in body))
+
+
+def _typed(x: Any) -> tuple:
+    if isinstance(x, float):
+        return (type(x), struct.pack("<d", x))
+    if isinstance(x, np.generic):
+        return (type(x), x.tobytes())
+    if isinstance(x, complex):
+        return (type(x), struct.pack("<dd", x.real, x.imag))
+    return (type(x), x)
 
 
 def leaf_paths(structure: Any, prefix: str = "") -> list[str]:

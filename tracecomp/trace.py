@@ -13,6 +13,7 @@ of every compile stage (timings.py; `Lowered.timings`), logged when TRACECOMP_LO
 """
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import time
@@ -31,6 +32,7 @@ from .tracer import TraceContext
 log = logging.getLogger("tracecomp.trace")
 
 DEFAULT_MAX_RETRACES = 8
+DEFAULT_CACHE_SIZE = 64      # compiled signatures kept per traced function (least recently used go)
 BACKENDS = ("cpu", "interp")
 DEVICES = ("cpu", "cuda")
 
@@ -105,6 +107,7 @@ class Lowered:
         self.reused_inputs: dict[int, int] = {}       # output position -> donated input it was written into
         self.compile_times: dict[str, float] = {}     # seconds per stage (timings.py)
         self.fastmath: tuple[str, ...] = ()          # LLVM fast-math flags of the CPU code
+        self.same_leaf = list(range(len(optimized.outputs)))  # per output, the first that is the same object
 
     STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
 
@@ -204,22 +207,54 @@ class Lowered:
     def run(self, inputs: list[np.ndarray]):
         if self.backend == "interp":
             from .runtime.interpreter import run_graph
-            arrays = run_graph(self.optimized, inputs)
-            return pytree.unflatten(self.out_structure, [Tensor.from_numpy(a) for a in arrays])
-        arrays = self.compiled(inputs)       # exactly the outputs' shapes and dtypes
-        types = self._output_types
+            arrays = list(run_graph(self.optimized, inputs))
+        else:
+            arrays = self.compiled(inputs)       # exactly the outputs' shapes and dtypes
         if self.out_structure == pytree.LEAF:
-            return Tensor(arrays[0], types[0])
-        return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, types)])
+            return Tensor(arrays[0], self._output_types[0])
+        if self._repeated:
+            return pytree.unflatten(self.out_structure, self._distinct(arrays))
+        return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, self._output_types)])
+
+    def _distinct(self, arrays: list[np.ndarray]) -> list[Tensor]:
+        """The outputs as Tensors when some output Value repeats: an output the passes merged
+        into an earlier one (CSE of `(x * 2, x * 2)`) though the function returned two
+        objects gets its own copy, as eager gives two tensors; the same object returned
+        twice comes back as the same Tensor twice, as eager."""
+        out: list[Tensor] = []
+        for i, (a, t) in enumerate(zip(arrays, self._output_types)):
+            j = self.same_leaf[i]
+            if j != i:
+                out.append(out[j])
+            else:
+                out.append(Tensor(a.copy() if i in self._merged_outputs else a, t))
+        return out
+
+    @functools.cached_property
+    def _repeated(self) -> bool:
+        outputs = self.optimized.outputs
+        return len(set(outputs)) != len(outputs)
 
     @functools.cached_property
     def _output_types(self) -> list[TensorType]:
         return [v.type for v in self.optimized.outputs]
 
+    @functools.cached_property
+    def _merged_outputs(self) -> list[int]:
+        """Outputs that are an earlier output's Value though the function returned another
+        object (see _distinct)."""
+        outputs, first = self.optimized.outputs, {}
+        merged = []
+        for i, v in enumerate(outputs):
+            if first.setdefault(v, i) != i and self.same_leaf[i] == i:
+                merged.append(i)
+        return merged
+
 
 class TracedFunction:
     def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES,
-                 device: str = "cpu", donate_argnums: int | tuple[int, ...] = (), fastmath=False):
+                 device: str = "cpu", donate_argnums: int | tuple[int, ...] = (), fastmath=False,
+                 cache_size: int = DEFAULT_CACHE_SIZE):
         from .lower.llvm_codegen import fastmath_flags
         if backend not in BACKENDS:
             raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
@@ -234,7 +269,10 @@ class TracedFunction:
         self.fastmath = fastmath_flags(fastmath)
         self._fast: dict[tuple, Lowered] = {}     # _fast_key -> Lowered, for calls of plain arrays
         self.max_retraces = max_retraces
-        self._cache: dict[Any, Lowered] = {}
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise ArgumentError(f"tc.trace: cache_size must be a positive int, got {cache_size!r}")
+        self.cache_size = cache_size
+        self._cache: collections.OrderedDict[Any, Lowered] = collections.OrderedDict()   # LRU order
         self._history: list[Any] = []
         self._warned = False
         functools.update_wrapper(self, fn)
@@ -246,7 +284,7 @@ class TracedFunction:
             if t._data is None:
                 raise TraceError("tc.trace'd functions take concrete tensors, not traced ones "
                                  "(nested tc.trace inside a traced function is not supported)")
-        key = (structure, tuple(t._type for t in tensors))
+        key = (pytree.cache_key(structure), tuple(t._type for t in tensors))
         return key, structure, tensors
 
     def lower(self, *args, **kwargs) -> Lowered:
@@ -268,6 +306,7 @@ class TracedFunction:
         key = None if kwargs else _fast_key(args)
         lowered = self._fast.get(key) if key is not None else None
         if lowered is not None:
+            self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
             return lowered.run([a if type(a) is np.ndarray else a._data for a in args])
         lowered, tensors = self._lookup(args, kwargs)     # the signature is computed once per call
         if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
@@ -276,12 +315,24 @@ class TracedFunction:
 
     def _lookup(self, args: tuple, kwargs: dict) -> tuple[Lowered, list[Tensor]]:
         key, structure, tensors = self._signature(args, kwargs)
-        if key not in self._cache:
-            self._note_retrace(key)
-            donated = self._donated_leaves(args)
-            self._cache[key] = self._trace(structure, tensors)
-            self._cache[key].donated_inputs = donated
-        return self._cache[key], tensors
+        lowered = self._cache.get(key)
+        if lowered is not None:
+            self._cache.move_to_end(key)
+            return lowered, tensors
+        self._note_retrace((structure, key[1]))
+        donated = self._donated_leaves(args)
+        lowered = self._cache[key] = self._trace(structure, tensors)
+        lowered.donated_inputs = donated
+        lowered.cache_key = key
+        while len(self._cache) > self.cache_size:
+            self._evict(next(iter(self._cache)))
+        return lowered, tensors
+
+    def _evict(self, key) -> None:
+        """Drop the least recently used signature; its native code goes with its last user."""
+        gone = self._cache.pop(key)
+        for fast in [k for k, v in self._fast.items() if v is gone]:
+            del self._fast[fast]
 
     def _donated_leaves(self, args: tuple) -> frozenset:
         """The positions, among the flattened tensor inputs, of the donated arguments' leaves."""
@@ -312,11 +363,14 @@ class TracedFunction:
             result = self.fn(*args, **kwargs)
             out_leaves, out_structure = pytree.flatten(result, lambda x: isinstance(x, (Tensor, np.ndarray)))
             graph.outputs = [ctx.value_of(as_tensor(t)) for t in out_leaves]
+            # for each output, the first output that is the very same object
+            same_leaf = [next(j for j, u in enumerate(out_leaves) if u is t) for t in out_leaves]
         with timings.recording(times), timings.stage("passes"):
             optimized = optimize(graph)
         lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, self.backend, self.device)
         lowered.compile_times = times
         lowered.fastmath = self.fastmath
+        lowered.same_leaf = same_leaf
         if self.backend == "interp":
             lowered._log_compile()
         return lowered
@@ -325,6 +379,8 @@ class TracedFunction:
         if self._history:
             log.info("retracing %s: %s", self.__name__, _explain_change(self._history[-1], key))
         self._history.append(key)
+        if self._warned:                  # only the last signature is still needed (the log)
+            del self._history[:-1]
         if len(self._history) > self.max_retraces and not self._warned:
             self._warned = True
             lines = "\n".join(f"  {i}: {_explain_key(k)}" for i, k in enumerate(self._history))
@@ -420,8 +476,12 @@ def _explain_change(old, new) -> str:
 
 def trace(fn: Callable | None = None, *, backend: str = "cpu",
           max_retraces: int = DEFAULT_MAX_RETRACES, device: str = "cpu",
-          donate_argnums: int | tuple[int, ...] = (), fastmath=False):
+          donate_argnums: int | tuple[int, ...] = (), fastmath=False, cache_size: int = DEFAULT_CACHE_SIZE):
     """Compile `fn` on its first call per input signature; usable as @trace or trace(fn).
+    The signature is the pytree structure, each tensor's shape and dtype, and each other
+    value by type and bits (1, 1.0 and True differ; a NaN is one signature).  The last
+    `cache_size` signatures used keep their compiled code; older ones are dropped and
+    compile again if they come back.
     device="cuda" runs it on the first CUDA GPU (tracecomp/gpu); its "ptx" stage prints
     without one.
 
@@ -442,6 +502,7 @@ def trace(fn: Callable | None = None, *, backend: str = "cpu",
     its fast-math flags); or a set of those flag names ("nnan", "ninf", "nsz", "arcp",
     "contract", "afn", "reassoc").  Results may then differ in the last bits, and NaN/inf
     inputs give undefined results."""
+    options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size)
     if fn is None:
-        return lambda f: TracedFunction(f, backend, max_retraces, device, donate_argnums, fastmath)
-    return TracedFunction(fn, backend, max_retraces, device, donate_argnums, fastmath)
+        return lambda f: TracedFunction(f, *options)
+    return TracedFunction(fn, *options)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendError, ShapeError
+from ..errors import BackendError, OutOfMemoryError, ShapeError
 from ..ir.types import TensorType
 from ..ops import elementwise, rules
 from ..ops.table import OpDef
@@ -84,6 +84,11 @@ def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np
         if isinstance(e, ShapeError):
             raise
         raise BackendError(f"{op.full_name}: {e}") from None
+    except MemoryError:
+        need = sum(t.numel * t.dtype.itemsize for t in out_types if isinstance(t.numel, int))
+        shapes = ", ".join(f"{t.dtype.label}{list(t.shape)}" for t in out_types)
+        raise OutOfMemoryError(f"{op.full_name}: cannot allocate {need / 2 ** 30:.1f} GiB for its "
+                               f"result ({shapes})") from None
     return [_conform(o, t) for o, t in zip(outs, out_types)]
 
 

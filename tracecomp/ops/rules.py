@@ -36,7 +36,18 @@ def infer(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
         if args.get(name) not in allowed:
             raise ArgumentError(f"{op.full_name}: argument '{name}' must be one of "
                                 f"{', '.join(map(repr, allowed))}, got {args.get(name)!r}")
-    return RULES[op.kind](op, args)
+    return [_addressable(op, t) for t in RULES[op.kind](op, args)]
+
+
+MAX_BYTES = 2 ** 63 - 1      # a tensor's bytes must fit the int64 sizes and offsets of the code
+
+
+def _addressable(op: OpDef, t: TensorType) -> TensorType:
+    """`t`, if its bytes fit int64 (sizes, strides and offsets in every backend are int64)."""
+    if all(isinstance(d, int) for d in t.shape) and t.numel * t.dtype.itemsize > MAX_BYTES:
+        raise ShapeError(f"{op.full_name}: a result of shape {t.shape} ({t.dtype.label}) has "
+                         f"{t.numel} elements, more bytes than a 64-bit size can count")
+    return t
 
 
 # ---------------------------------------------------------------- shared helpers

@@ -46,7 +46,8 @@ I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 WORKSPACE_ALIGN = 64
 
-OK, ERR_NULL, ERR_SIZE, ERR_ALLOC = 0, 1, 2, 3
+OK, ERR_NULL, ERR_SIZE, ERR_ALLOC, ERR_TOO_LARGE = 0, 1, 2, 3, 4
+MAX_TOTAL_BYTES = 2.0 ** 62  # all buffers of one call together: far from int64's wrap-around
 ERR_INDEX_BASE = 16          # 16 + j: index check j failed
 ERR_INPUT_SHAPE = 1000       # 1000 + i: NAME_checked got a wrong shape for input i
 ERR_OUTPUT_SHAPE = 2000      # 2000 + j: ... for output j
@@ -311,6 +312,11 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
 
     for value in dims.values.values():        # dynamic sizes: >= 1
         check(b.icmp_signed("<", value, ir.Constant(I64, 1)), ERR_SIZE)
+    if dims.values:                            # and small enough that no byte count wraps
+        total = ir.Constant(ir.DoubleType(), 0.0)
+        for buf in program.buffers.values():
+            total = b.fadd(total, dims.approx_nbytes(buf))
+        check(b.fcmp_unordered(">=", total, ir.Constant(ir.DoubleType(), MAX_TOTAL_BYTES)), ERR_TOO_LARGE)
     null = ir.Constant(PTR, None)
     check(b.icmp_unsigned("==", entry.args[0], null) if program.inputs else ir.Constant(ir.IntType(1), 0), ERR_NULL)
     check(b.icmp_unsigned("==", entry.args[1], null) if program.outputs else ir.Constant(ir.IntType(1), 0), ERR_NULL)
@@ -371,7 +377,8 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
     messages = {OK: "ok", ERR_NULL: "a NULL pointer was passed for the inputs or outputs array "
                                     "or for a non-empty input or output",
                 ERR_SIZE: "a dynamic size argument is less than 1",
-                ERR_ALLOC: "could not allocate the workspace for these sizes (out of memory)"}
+                ERR_ALLOC: "could not allocate the workspace for these sizes (out of memory)",
+                ERR_TOO_LARGE: "the dynamic sizes make the buffers larger than 2^62 bytes"}
     for j, (i, n, c) in enumerate(checks):
         buf = program.buffers[n]
         messages[ERR_INDEX_BASE + j] = (f"input {i} ({buf.dtype.label}{_shape_text(buf)}): an index is "
@@ -538,6 +545,7 @@ extern "C" {{
  *   1: a NULL pointer was passed
  *   2: a dynamic size is less than 1
  *   3: the workspace for these sizes could not be allocated
+ *   4: the dynamic sizes make the buffers larger than 2^62 bytes (no int64 size may wrap)
 {check_lines}
  * The library cannot check the sizes of the buffers: pass buffers of the sizes above.
 {reentrancy}

@@ -60,6 +60,27 @@ class EntrySizes:
         a, c = self.dim(d.a), self.dim(d.b)
         return {"add": self.b.add, "sub": self.b.sub, "mul": self.b.mul}[d.fn](a, c)
 
+    def approx_nbytes(self, buffer) -> ir.Value:
+        """A buffer's bytes in double precision: exact enough to compare with a limit, and
+        unable to wrap around as the int64 product of huge sizes would."""
+        f64 = ir.DoubleType()
+
+        def value(d):
+            if isinstance(d, Dim):
+                d = loop_dim(d)
+            if isinstance(d, int):
+                return ir.Constant(f64, float(d))
+            if isinstance(d, L.Const):
+                return ir.Constant(f64, float(d.value))
+            if isinstance(d, L.Var):
+                return self.b.sitofp(self.values[d.name], f64)
+            a, c = value(d.a), value(d.b)
+            return {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul}[d.fn](a, c)
+        total = ir.Constant(f64, float(buffer.dtype.itemsize))
+        for d in buffer.shape:
+            total = self.b.fmul(total, value(d))
+        return total
+
     def count(self, buffer) -> ir.Value:
         """Elements of a buffer (constant operands fold when LLVM optimizes the module)."""
         total = ir.Constant(I64, 1)
