@@ -107,3 +107,36 @@ def test_the_signature_cache_keeps_the_most_recently_used():
 def test_cache_size_must_be_positive():
     with pytest.raises(tc.ArgumentError, match="cache_size"):
         tc.trace(lambda x: x, cache_size=0)
+
+
+# ------------------------------------------------------------------ 4: uint64
+
+@pytest.mark.parametrize("make", [lambda a: tc.tensor(a), lambda a: tc.trace(lambda x: x + 1)(a),
+                                  lambda a: tc.ones(2) + a], ids=["tensor", "traced", "operand"])
+def test_uint64_is_refused_rather_than_wrapped(make):
+    a = np.array([2 ** 63, 1], np.uint64)
+    with pytest.raises(tc.DTypeError, match="uint64.*do not fit int64"):
+        make(a)
+
+
+def test_smaller_unsigned_ints_widen_exactly():
+    assert tc.tensor(np.array([255], np.uint8)).numpy().tolist() == [255]
+    assert tc.tensor(np.array([2 ** 32 - 1], np.uint32)).numpy().tolist() == [2 ** 32 - 1]
+
+
+# ------------------------------------------------------------------ 5: integer outputs
+
+@pytest.mark.parametrize("fn", [lambda x: (x * 3).long().sum(), lambda x: (x > 0).any(),
+                                lambda x: x.argmax()], ids=["int64", "bool", "argmax"])
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_grad_of_an_integer_output_raises(fn, traced):
+    grad = tc.grad(fn)
+    with pytest.raises(tc.ArgumentError, match="floating-point scalar, got (int64|bool)"):
+        (tc.trace(grad) if traced else grad)(np.ones(3, np.float32))
+    with pytest.raises(tc.ArgumentError, match="floating-point scalar"):
+        tc.value_and_grad(fn)(np.ones(3, np.float32))
+
+
+def test_grad_of_a_float_output_of_integer_work_is_still_fine():
+    g = tc.grad(lambda x: (x * 2).sum().float() + x.sum())(np.ones(3, np.float32))
+    assert g.numpy().tolist() == [3.0, 3.0, 3.0]

@@ -51,14 +51,18 @@ _RANK = {d: i for i, d in enumerate(DType)}   # bool < i32 < i64 < f32 < f64
 
 
 def from_numpy(np_dtype) -> DType:
-    """The DType for a NumPy dtype; float16/uint8/complex are refused by name."""
+    """The DType for a NumPy dtype: smaller ints and floats widen to one that holds every
+    value (uint8 -> int32, uint32 -> int64, float16 -> float32); uint64 and complex are
+    refused.  uint64 is refused as a type rather than checked value by value: its values
+    past 2^63 have no int64, and a per-call scan would cost what a compiled call costs."""
     dt = np.dtype(np_dtype)
     if dt in _BY_NUMPY:
         return _BY_NUMPY[dt]
     if dt.kind in "iu" and dt.itemsize <= 4:
         return INT32 if dt.itemsize < 4 or dt.kind == "i" else INT64
     if dt.kind == "u":
-        return INT64
+        raise DTypeError(f"unsupported dtype {dt}: its values past 2^63 do not fit int64, tracecomp's "
+                         "widest integer (convert with .astype(np.int64) if yours are smaller)")
     if dt.kind == "f" and dt.itemsize < 4:
         return FLOAT32
     raise DTypeError(f"unsupported dtype {dt}: tracecomp has bool, int32, int64, float32, float64")

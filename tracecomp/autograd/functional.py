@@ -146,6 +146,10 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool
             shape = getattr(value, "shape", type(value).__name__)
             raise ArgumentError(f"grad needs fn to return a scalar (0-d) tensor, got {shape}"
                                 + ("; with has_aux=True return (scalar, aux)" if not has_aux else ""))
+        if not value.dtype.is_floating_point:       # its gradient is not zero: it is undefined
+            raise ArgumentError(f"grad needs fn to return a floating-point scalar, got {value.dtype.label} "
+                                "(as PyTorch and JAX, tracecomp does not differentiate integer or bool "
+                                "results; return a float, e.g. with .float())")
         if not value.requires_grad:
             grads = [None] * len(inputs)
         else:
