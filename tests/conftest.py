@@ -14,6 +14,8 @@ if not os.environ.get("TRACECOMP_TEST_CACHE_DIR"):
     os.environ["TRACECOMP_TEST_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 os.environ["TRACECOMP_CACHE_DIR"] = os.environ["TRACECOMP_TEST_CACHE_DIR"]
+# ... and so does the key that authenticates its entries (never the user's own key file)
+os.environ["TRACECOMP_CACHE_KEY"] = os.path.join(os.environ["TRACECOMP_TEST_CACHE_DIR"], "cache.key")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -8,7 +8,9 @@ Where and how to switch it:
 - `TRACECOMP_CACHE=0` turns it off; from Python, `tc.compile_cache.enabled = False`
   (None: back to the environment's choice);
 - `tc.compile_cache.clear()` deletes the entries; `tc.compile_cache.stats` counts hits,
-  misses, stores and rejected (corrupt) entries in this process.
+  misses, stores, rejected (corrupt or unauthenticated) and evicted entries in this process;
+- the folder holds at most `$TRACECOMP_CACHE_MAX_BYTES` (default 1 GiB; from Python,
+  `tc.compile_cache.max_bytes`): past it, the least recently used entries are deleted.
 
 What is keyed.  The cache sits after the scheduler: the key holds the loop IR of the
 program's kernels (the repr of loops.py's dataclasses, which is every field the code
@@ -26,11 +28,19 @@ show and the loop IR does.
 
 An entry is two files in `<dir>/v1/<key[:2]>/`: `<key>.o`, the ELF object, and
 `<key>.json`, its metadata (key, object size and sha256, exported symbols, system
-libraries, the key's parts for humans).  No Python object is ever deserialized: loading
-parses JSON, checks the object's size and sha256 and links it; a system library is loaded only if
-its name is one tracecomp itself loads (jit.SYSTEM_LIBRARY_NAMES).  Anyone who can write
-the folder can make this process run their machine code, as with any compiled-code
-cache: folders are created private to the user (0700).
+libraries, the key's parts for humans, and an HMAC).  No Python object is ever
+deserialized: loading parses JSON, checks the object's size and sha256 and links it; a
+system library is loaded only if its name is one tracecomp itself loads
+(jit.SYSTEM_LIBRARY_NAMES).
+
+Trust.  Whoever can write an entry can make this process run their machine code, so:
+folders are created private (0700), and a folder not owned by this user or writable by
+group or others is not used at all (logged; the code is compiled in memory), as ssh and
+ccache refuse such folders; files are read without following links, only if regular and
+of bounded size (safe_files.py); each entry carries an HMAC-SHA256 under this user's
+secret key (cache_auth.py) over its JSON and object, checked before anything else, so
+only holders of the key can write entries that are used; and the object's ELF structure
+is checked (elf_check.py) before the JIT links it.
 Invariants:
 - writes are atomic: each file goes to a temporary name in its folder, then os.replace;
   the object is written before the JSON that vouches for it, so a reader sees no entry,
@@ -39,7 +49,9 @@ Invariants:
   sha256 check or does not link is logged (logger "tracecomp.cache"), recompiled and
   overwritten; processes compiling the same key at once each compile and write whole files;
 - a cache that cannot be read or written (permissions, full disk) never fails a compile:
-  it is logged and the code is compiled as if there were no cache.
+  it is logged and the code is compiled as if there were no cache;
+- eviction is safe while other processes read and write: a hit touches its files (the
+  LRU order is their mtime), and an entry deleted while read is a miss.
 """
 from __future__ import annotations
 
@@ -59,11 +71,16 @@ import llvmlite.binding as llvm
 
 from ..errors import BackendError
 from ..lower.loops import Kernel
-from . import compile_worker, jit, target
+from . import cache_auth, compile_worker, elf_check, jit, target
+from .safe_files import UnsafeFile, check_private, read_regular
 
 log = logging.getLogger("tracecomp.cache")
 
-FORMAT = 1                   # bump when the entry layout or the key's meaning changes
+FORMAT = 2                   # bump when the entry layout or the key's meaning changes
+MAX_BYTES_ENV = "TRACECOMP_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 1 << 30  # the folder's size cap
+MAX_JSON_BYTES = 1 << 20     # larger files are not entries anyone here wrote
+MAX_OBJECT_BYTES = 1 << 30
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -72,7 +89,8 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     stores: int = 0
-    rejected: int = 0        # entries found corrupt, truncated or unlinkable
+    rejected: int = 0        # entries found corrupt, truncated, unauthenticated or unlinkable
+    evicted: int = 0         # entries deleted to keep the folder under its cap
 
 
 class CacheSettings:
@@ -82,6 +100,7 @@ class CacheSettings:
     def __init__(self) -> None:
         self._enabled: Optional[bool] = None
         self._directory: Optional[Path] = None
+        self._max_bytes: Optional[int] = None
         self.stats = CacheStats()
 
     @property
@@ -106,6 +125,24 @@ class CacheSettings:
     @directory.setter
     def directory(self, value: Optional[str | os.PathLike]) -> None:
         self._directory = None if value is None else Path(value)
+
+    @property
+    def max_bytes(self) -> int:
+        if self._max_bytes is not None:
+            return self._max_bytes
+        setting = os.environ.get(MAX_BYTES_ENV, "").strip()
+        try:
+            return int(setting) if setting else DEFAULT_MAX_BYTES
+        except ValueError:
+            log.warning("compile cache: %s=%r is not a number of bytes; using %d", MAX_BYTES_ENV,
+                        setting, DEFAULT_MAX_BYTES)
+            return DEFAULT_MAX_BYTES
+
+    @max_bytes.setter
+    def max_bytes(self, value: Optional[int]) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"compile_cache.max_bytes must be a non-negative int or None, got {value!r}")
+        self._max_bytes = value
 
     def clear(self) -> None:
         """Delete every entry of the current folder."""
@@ -178,42 +215,104 @@ class CorruptEntry(Exception):
 
 
 class DiskCache:
-    """The entries under one folder: `load` and `store` by key (a sha256 hex digest)."""
+    """The entries under one folder: `load` and `store` by key (a sha256 hex digest),
+    authenticated with `secret` (cache_auth.py)."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, secret: bytes):
         self.directory = Path(directory)
         self.root = self.directory / f"v{FORMAT}"
+        self.secret = secret
+
+    @classmethod
+    def open(cls, directory: Path) -> Optional["DiskCache"]:
+        """The cache in `directory`, made private if new; None (logged once) if the folder or
+        the user's key cannot be trusted: the code is then compiled in memory only."""
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            check_private(directory)
+            root = directory / f"v{FORMAT}"
+            if root.exists():
+                check_private(root)
+            return cls(directory, cache_auth.user_key())
+        except OSError as e:
+            if str(directory) not in _WARNED:
+                _WARNED.add(str(directory))
+                log.warning("compile cache: not using %s: %s", directory, e)
+            return None
 
     def paths(self, key: str) -> tuple[Path, Path]:
         folder = self.root / key[:2]
         return folder / f"{key}.o", folder / f"{key}.json"
 
     def load(self, key: str) -> Optional[jit.ObjectCode]:
-        """The entry's object code, None if there is none; CorruptEntry if it is damaged."""
+        """The entry's object code, None if there is none; CorruptEntry if it is damaged or
+        not authenticated by this user's key."""
         obj_path, meta_path = self.paths(key)
         try:
-            meta_bytes = meta_path.read_bytes()
+            if obj_path.parent.exists():
+                check_private(obj_path.parent)
+            meta_bytes = read_regular(meta_path, MAX_JSON_BYTES, private=True)
+            obj = read_regular(obj_path, MAX_OBJECT_BYTES, private=True)
         except FileNotFoundError:
-            return None
+            return None                  # none, or evicted by another process meanwhile
+        except UnsafeFile as e:
+            raise CorruptEntry(str(e)) from None
         try:
             meta = json.loads(meta_bytes)        # ValueError on bad UTF-8 or JSON
-            obj = obj_path.read_bytes()
-        except (ValueError, RecursionError, FileNotFoundError) as e:
+        except (ValueError, RecursionError) as e:
             raise CorruptEntry(f"{type(e).__name__}: {e}") from None
-        return _checked(meta, obj, key)
+        if not isinstance(meta, dict) or not cache_auth.verify(self.secret, meta, obj):
+            raise CorruptEntry("its HMAC does not verify: not written with this user's cache key")
+        code = _checked(meta, obj, key)
+        try:
+            os.utime(meta_path)          # recently used: eviction goes by this mtime
+        except OSError:
+            pass
+        return code
 
-    def store(self, key: str, code: jit.ObjectCode, parts: KeyParts) -> None:
+    def store(self, key: str, code: jit.ObjectCode, parts: KeyParts, max_bytes: int) -> int:
+        """Write the entry, then evict least recently used ones past `max_bytes`; returns
+        how many were evicted."""
         obj_path, meta_path = self.paths(key)
         meta = {"format": FORMAT, "key": key, "object_size": len(code.object),
                 "object_sha256": hashlib.sha256(code.object).hexdigest(),
                 "exports": list(code.exports), "system_libraries": list(code.system_libraries),
                 "object_sizes": list(code.object_sizes),
                 "parts": {k: v for k, v in asdict(parts).items() if k != "kernels"}}
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        meta["hmac"] = cache_auth.sign(self.secret, meta, code.object)
         for folder in (self.root, obj_path.parent):
             folder.mkdir(mode=0o700, exist_ok=True)
+            check_private(folder)
         _write_atomically(obj_path, code.object)
         _write_atomically(meta_path, json.dumps(meta, indent=1).encode())
+        return self.evict(max_bytes, keep=key)
+
+    def evict(self, max_bytes: int, keep: str = "") -> int:
+        """Delete least recently used entries (by their JSON's mtime) until the folder holds
+        at most `max_bytes`; never `keep`.  Files another process deletes meanwhile are
+        skipped, and a reader that loses an entry sees a miss."""
+        entries, total = [], 0
+        for meta_path in self.root.glob("*/*.json"):
+            try:
+                size = meta_path.stat().st_size + meta_path.with_suffix(".o").stat().st_size
+                entries.append((meta_path.stat().st_mtime, meta_path, size))
+            except FileNotFoundError:
+                continue
+            total += size
+        evicted = 0
+        for _, meta_path, size in sorted(entries):
+            if total <= max_bytes:
+                break
+            if meta_path.stem == keep:
+                continue
+            for path in (meta_path, meta_path.with_suffix(".o")):     # the JSON first: no half entry is used
+                path.unlink(missing_ok=True)
+            total -= size
+            evicted += 1
+        return evicted
+
+
+_WARNED: set[str] = set()
 
 
 def _checked(meta, obj: bytes, key: str) -> jit.ObjectCode:
@@ -231,6 +330,13 @@ def _checked(meta, obj: bytes, key: str) -> jit.ObjectCode:
     if not (isinstance(sizes, list) and all(type(n) is int and n > 0 for n in sizes)
             and (not sizes or sum(sizes) == len(obj))):
         raise CorruptEntry(f"object sizes {sizes} in the metadata do not add up to the object")
+    at = 0
+    for i, n in enumerate(sizes or [len(obj)]):      # LLVM's linker must get sound ELF only
+        try:
+            elf_check.check_object(obj[at:at + n], f"object {i}")
+        except elf_check.ElfError as e:
+            raise CorruptEntry(str(e)) from None
+        at += n
     return jit.ObjectCode(obj, tuple(exports), tuple(libraries), tuple(sizes))
 
 
@@ -268,14 +374,16 @@ def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
         log.warning("compile cache: the loop IR of %s prints an object address; not cached", module_name)
         return engine.add_code(compiled())
     key = parts.digest()
-    disk = DiskCache(settings.directory)
+    disk = DiskCache.open(settings.directory)
+    if disk is None:
+        return engine.add_code(compiled())
     library = _load(disk, key, engine, [k.name for k in kernels])
     if library is not None:
         return library
     settings.stats.misses += 1
     code = compiled()
     try:
-        disk.store(key, code, parts)
+        settings.stats.evicted += disk.store(key, code, parts, settings.max_bytes)
         settings.stats.stores += 1
     except OSError as e:
         log.warning("compile cache: cannot store %s in %s: %s", module_name, disk.root, e)
