@@ -141,15 +141,15 @@ def test_user_errors_are_one_line(workdir, args, message):
 def test_export_into_a_directory_puts_both_files_inside(workdir):
     (workdir / "out").mkdir()
     out = run(workdir, "export", "mymodel:loss", *INPUTS, "-o", "out").stdout
-    assert "wrote out/libloss.so and out/libloss.h" in out
-    assert sorted(p.name for p in (workdir / "out").iterdir()) == ["libloss.h", "libloss.so"]
+    assert "wrote out/libloss.so, out/libloss.h and out/libloss.so.sha256" in out
+    assert sorted(p.name for p in (workdir / "out").iterdir()) == ["libloss.h", "libloss.so", "libloss.so.sha256"]
     assert not (workdir / "out.h").exists()
 
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="export needs 'cc'")
 def test_export_command(workdir):
     out = run(workdir, "export", "mymodel:loss", *INPUTS, "--grad", "0", "-o", "libloss.so").stdout
-    assert "wrote libloss.so and libloss.h" in out
+    assert "wrote libloss.so, libloss.h and libloss.so.sha256" in out
     assert (workdir / "libloss.h").exists()
     f = tc.load(str(workdir / "libloss.so"))
     rng = np.random.default_rng(5)

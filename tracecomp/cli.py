@@ -277,7 +277,7 @@ def _export(args) -> int:
     output = export_paths(args.output, args.name or args.function.rpartition(":")[2])
     md = tc.export(fn, inputs, output, name=args.name, dynamic=_dynamic_spec(args.dynamic))
     header = os.path.splitext(output)[0] + ".h"
-    print(f"wrote {output} and {header} (entry point {md['name']}, "
+    print(f"wrote {output}, {header} and {output}.sha256 (entry point {md['name']}, "
           f"{time.perf_counter() - t0:.2f} s)")
     return 0
 

@@ -60,8 +60,9 @@ ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
            dynamic: Optional[dict] = None, *, target: str = "cpu",
            _metadata_overrides: Optional[dict] = None) -> dict:
-    """Write the shared library `path` and its header (same stem, `.h`) for `fn` at the
-    example inputs' shapes and dtypes.  Returns the metadata written into the library.
+    """Write the shared library `path`, its header (same stem, `.h`) and its checksum
+    (`path`.sha256) for `fn` at the example inputs' shapes and dtypes.  Returns the metadata
+    written into the library.
     target="cuda" writes PTX and a JSON of its launches instead (gpu/export_ptx.py)."""
     if target != "cpu":
         if dynamic:
@@ -473,7 +474,21 @@ def _link(obj: bytes, path: str) -> None:
         if r.returncode != 0:
             raise BackendError(f"linking {path} failed ({' '.join(cmd)}): {r.stderr.strip()}")
         shutil.move(out_tmp, os.path.abspath(path))
+    write_checksum(path)
 
+
+def checksum_path(path: str) -> str:
+    return path + ".sha256"
+
+
+def write_checksum(path: str) -> None:
+    """`path`.sha256 in sha256sum's format: tc.load checks a library against it, so a file
+    damaged or truncated after export is refused before it is loaded."""
+    import hashlib
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with open(checksum_path(path), "w") as f:
+        f.write(f"{digest}  {os.path.basename(path)}\n")
 
 def render_header(name: str, metadata: dict, checks: list) -> str:
     guard = f"TRACECOMP_{name.upper()}_H"

@@ -1,7 +1,11 @@
 """tc.load: call a library written by tc.export from Python.
 
-`load("libmodel.so", name=None)` opens the library, reads NAME_metadata() (JSON), refuses a
-library compiled for CPU features this host lacks, and returns an ExportedFunction: called
+`load("libmodel.so", name=None)` first checks the file without loading it: an ELF shared
+library for this machine whose segments and sections lie inside the file (a truncated
+library would otherwise be mapped and die with SIGBUS), defining NAME_metadata, and equal
+to its checksum file (`libmodel.so.sha256`, written by tc.export) when that is present.
+Then it opens the library, reads NAME_metadata() (JSON), refuses a library compiled for
+CPU features this host lacks, and returns an ExportedFunction: called
 with the inputs (tc.Tensors, NumPy arrays or anything array-like) it checks each one's
 shape and dtype against the metadata, allocates the outputs and calls NAME(inputs, outputs)
 through ctypes (one call at a time per library file: its workspace is static).  It
@@ -162,6 +166,35 @@ def _terms(text: str):
     return out
 
 
+MAX_LIBRARY_BYTES = 1 << 31
+
+
+def _check_file(path: str, name: str) -> None:
+    """The checks before dlopen (module docstring); BackendError says what is wrong."""
+    import hashlib
+    from . import elf_check
+    from .export import checksum_path
+    from .safe_files import UnsafeFile, read_regular
+    try:
+        data = read_regular(os.path.realpath(path), MAX_LIBRARY_BYTES)
+    except (UnsafeFile, OSError) as e:
+        raise BackendError(f"tc.load: cannot read {path}: {e}") from None
+    try:
+        elf_check.check_library(data, f"{name}_metadata", path)
+    except elf_check.ElfError as e:
+        raise BackendError(f"tc.load: {e}; is it a library written by tc.export (and its name "
+                           f"{name!r})?") from None
+    try:
+        recorded = read_regular(os.path.realpath(checksum_path(path)), 4096).split()[0].decode()
+    except (FileNotFoundError, IndexError, UnicodeDecodeError):
+        return                        # no checksum file beside it: the structure was checked
+    except OSError as e:
+        raise BackendError(f"tc.load: cannot read {checksum_path(path)}: {e}") from None
+    if hashlib.sha256(data).hexdigest() != recorded:
+        raise BackendError(f"tc.load: {path} does not match its checksum file {checksum_path(path)} "
+                           "(changed or damaged since tc.export wrote it)")
+
+
 def load(path: str, name: Optional[str] = None) -> ExportedFunction:
     """Open a library written by tc.export (see module docstring)."""
     from .. import __version__
@@ -169,6 +202,7 @@ def load(path: str, name: Optional[str] = None) -> ExportedFunction:
     if not os.path.exists(path):
         raise ArgumentError(f"tc.load: no such file: {path}")
     name = name or _default_name(path)
+    _check_file(path, name)
     try:
         # libgomp through the JIT's loader first: it makes forked children run one thread
         # (libgomp is not fork-safe), which protects the exported library's parallel loops too
