@@ -283,7 +283,7 @@ def test_other_cpu_features_miss(fresh_cache, monkeypatch):
 
 def test_source_hash_covers_the_lowering_and_the_table():
     from tracecomp.ops.table import table_path
-    import tracecomp.lower.llvm_codegen as codegen
+    import tracecomp.lower.llvm.codegen as codegen
     files = {p.resolve() for p in cache.source_files()}
     for path in (codegen.__file__, cache.__file__, jit.__file__, table_path("ops.yaml")):
         assert Path(path).resolve() in files

@@ -218,10 +218,10 @@ def test_a_failed_fork_compiles_everything_here(split_everything, monkeypatch, w
 
 def test_split_modules_declare_the_matmul_helpers_that_group_0_defines():
     from tracecomp.dtypes import DType
-    from tracecomp.lower import llvm_matmul_nest as nest
-    from tracecomp.lower import llvm_microkernel as uk
-    from tracecomp.lower.llvm_codegen import codegen_kernels
-    from tracecomp.lower.schedule import schedule
+    from tracecomp.lower.llvm.gemm import nest
+    from tracecomp.lower.llvm.gemm import microkernel as uk
+    from tracecomp.lower.llvm.codegen import codegen_kernels
+    from tracecomp.lower.schedule.scheduler import schedule
     program = schedule(tc.trace(mlp).lower(*inputs()).optimized)
     assert compile_worker.packed_matmul_dtypes(program.kernels) == [DType.float32]
     helpers = nest.helper_names([DType.float32])

@@ -18,11 +18,11 @@ import pytest
 
 from tracecomp.dtypes import DType
 from tracecomp.errors import BackendError
-from tracecomp.lower import llvm_scalar
-from tracecomp.lower.llvm_codegen import BUFFER_ALIGN, codegen_kernels
-from tracecomp.lower.loops import (INDEX, Accumulator, Binary, Buffer, Cast, Const, Kernel, Let,
+from tracecomp.lower.llvm import scalar as llvm_scalar
+from tracecomp.lower.llvm.codegen import BUFFER_ALIGN, codegen_kernels
+from tracecomp.lower.loops.ir import (INDEX, Accumulator, Binary, Buffer, Cast, Const, Kernel, Let,
                                    Load, Loop, Reduce, Select, Store, Unary, Var)
-from tracecomp.lower.loops_check import BINARY_KINDS, UNARY_KINDS, check_kernel
+from tracecomp.lower.loops.check import BINARY_KINDS, UNARY_KINDS, check_kernel
 from tracecomp.runtime import jit, target
 
 F32, F64, I32, I64, BOOL = DType.float32, DType.float64, DType.int32, DType.int64, DType.bool
@@ -503,7 +503,7 @@ def test_duplicate_kernel_names_are_refused():
         codegen_kernels([k, k], "m")
 
 
-def test_math_functions_come_from_llvm_math_when_it_exists(monkeypatch):
+def test_math_functions_come_from_the_polynomials_else_libm(monkeypatch):
     calls = []
 
     class FakeLlvmMath:
@@ -516,7 +516,7 @@ def test_math_functions_come_from_llvm_math_when_it_exists(monkeypatch):
             t = ir.FloatType() if suffix == "f32" else ir.DoubleType()
             return llvm_scalar.declare(module, f"poly_{name}_{suffix}", t, [t])
 
-    monkeypatch.setattr(llvm_scalar, "_llvm_math", lambda: FakeLlvmMath)
+    monkeypatch.setattr(llvm_scalar, "_polynomials", lambda: FakeLlvmMath)
     k = map_kernel("m", [F32], F32, 4, lambda x: Binary("add", Unary("exp", x, F32), Unary("erf", x, F32), F32))
     text = str(codegen_kernels([k], "m"))
     assert calls == [("exp", "f32"), ("erf", "f32")]

@@ -1,4 +1,4 @@
-"""Accuracy, special values and vectorization of tracecomp.lower.llvm_math.
+"""Accuracy, special values and vectorization of tracecomp.lower.llvm.math.functions.
 
 Each function is compiled (O3, host CPU) into `void apply(T* in0, [T* in1,] T* out, i64 n)`
 and run through ctypes on numpy arrays. float32 results are compared, in ulps of the
@@ -17,6 +17,7 @@ import math
 import os
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,8 +25,9 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from tracecomp.errors import BackendError
-from tracecomp.lower.llvm_math import ARITY, MATH_FUNCTIONS, get_math_function
-from tracecomp.lower.llvm_math_fit import erf_ld
+from tracecomp.lower.llvm.math.functions import ARITY, MATH_FUNCTIONS, get_math_function
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))     # the offline fitter
+from llvm_math_fit import erf_ld  # noqa: E402
 
 LD = np.longdouble
 NP = {"f32": np.float32, "f64": np.float64}

@@ -20,13 +20,13 @@ import pytest
 from tracecomp.dtypes import DType
 from tracecomp.errors import IRError
 from tracecomp.ir.mlir_tool import find_mlir_opt
-from tracecomp.lower import loops as L
-from tracecomp.lower.loops import (INDEX, Accumulator, Binary, Buffer, Cast, Const, Kernel, Let,
+from tracecomp.lower.loops import ir as L
+from tracecomp.lower.loops.ir import (INDEX, Accumulator, Binary, Buffer, Cast, Const, Kernel, Let,
                                    Load, Loop, Reduce, Select, Store, Unary, Var)
-from tracecomp.lower.loops_check import (BINARY_KINDS, UNARY_KINDS, check_kernel, dtype_kind,
+from tracecomp.lower.loops.check import (BINARY_KINDS, UNARY_KINDS, check_kernel, dtype_kind,
                                          dtype_name)
-from tracecomp.lower.loops_interp import LoopInterpreter
-from tracecomp.lower.loops_printer import BINARY_OPS, UNARY_OPS, print_kernel, print_kernels
+from tracecomp.lower.loops.interp import LoopInterpreter
+from tracecomp.lower.loops.printer import BINARY_OPS, UNARY_OPS, print_kernel, print_kernels
 
 F32, F64, I32, I64, BOOL = DType.float32, DType.float64, DType.int32, DType.int64, DType.bool
 DTYPES = (F32, F64, I32, I64, BOOL, INDEX)
@@ -248,7 +248,7 @@ def _scheduled_kernels() -> list[Kernel]:
     """Every kernel the scheduler makes for the shared op samples, renamed to be unique."""
     import tracecomp as tc
     from op_samples import SAMPLES
-    from tracecomp.lower.schedule import schedule
+    from tracecomp.lower.schedule.scheduler import schedule
     kernels = []
     for s in (s for samples in SAMPLES.values() for s in samples):
         try:

@@ -23,12 +23,12 @@ from hypothesis import given, settings, strategies as st
 import tracecomp as tc
 from tracecomp.dtypes import DType
 from tracecomp.errors import BackendError, IRError
-from tracecomp.lower import loops as L
-from tracecomp.lower.llvm_codegen import codegen_kernels
-from tracecomp.lower.loops_check import check_kernel
-from tracecomp.lower.loops_interp import run_program
-from tracecomp.lower.loops_printer import print_kernels
-from tracecomp.lower.schedule import schedule
+from tracecomp.lower.loops import ir as L
+from tracecomp.lower.llvm.codegen import codegen_kernels
+from tracecomp.lower.loops.check import check_kernel
+from tracecomp.lower.loops.interp import run_program
+from tracecomp.lower.loops.printer import print_kernels
+from tracecomp.lower.schedule.scheduler import schedule
 from tracecomp.runtime import jit
 
 from test_loops_ir import MLIR_OPT, mlir_opt_accepts
@@ -252,7 +252,7 @@ def test_accumulate_adds_to_the_old_output_and_the_epilogue_sees_the_sum(dtype):
     s = L.Matmul(view("y", n, 1), view("a", k, 1), view("b", n, 1), m, n, k, accumulate=True,
                  epilogue=L.Binary("mul", L.Var("acc", dtype), two, dtype), index=("i", "j"),
                  workspace="w" if dtype.is_floating_point else None)
-    from tracecomp.lower.matmul_tiles import workspace_elements
+    from tracecomp.lower.schedule.tiles import workspace_elements
     size = workspace_elements(dtype, m, n, k, 1) if dtype.is_floating_point else 1
     bufs = [L.Buffer("a", dtype, (m, k), "input"), L.Buffer("b", dtype, (k, n), "input"),
             L.Buffer("y", dtype, (m, n), "output"), L.Buffer("w", dtype, (size,), "temp")]
@@ -262,7 +262,7 @@ def test_accumulate_adds_to_the_old_output_and_the_epilogue_sees_the_sum(dtype):
     arrays = {"a": a, "b": b, "y": y, "w": np.zeros(bufs[-1].shape, dtype.np)}
     got = _run_kernel(kern, arrays)["y"]
     _check(got, a, b, dtype.np.type, lambda p: 2 * (p + y))
-    from tracecomp.lower.loops_interp import LoopInterpreter
+    from tracecomp.lower.loops.interp import LoopInterpreter
     small = {"a": a[:3, :4].copy(), "b": b[:4, :5].copy(), "y": y[:3, :5].copy(), "w": arrays["w"]}
     s3 = dataclasses.replace(s, a=view("a", 4, 1), b=view("b", 5, 1), out=view("y", 5, 1), m=3, n=5, k=4)
     bufs3 = [dataclasses.replace(bf, shape=np.shape(small[bf.name])) for bf in bufs]

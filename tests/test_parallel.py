@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp.lower import llvm_scalar as S
-from tracecomp.lower.llvm_parallel import _field, claimed_chunks, mark_done, recently_late, start_team
+from tracecomp.lower.llvm import scalar as S
+from tracecomp.lower.llvm.parallel import _field, claimed_chunks, mark_done, recently_late, start_team
 from tracecomp.runtime import jit
 
 _PTR = ir.PointerType()

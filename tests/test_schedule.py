@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp.lower import loops as L
-from tracecomp.lower.loops_interp import run_program
-from tracecomp.lower.schedule import schedule
-from tracecomp.lower.schedule_rows import unique_exprs
+from tracecomp.lower.loops import ir as L
+from tracecomp.lower.loops.interp import run_program
+from tracecomp.lower.schedule.scheduler import schedule
+from tracecomp.lower.schedule.rows import unique_exprs
 
 from op_samples import SAMPLES
 
@@ -148,8 +148,8 @@ def test_row_fusion_in_the_backward_of_softmax_log_softmax_and_layernorm():
 def test_row_kernels_pass_the_checker_and_mlir_opt():
     import subprocess
     from tracecomp.ir.mlir_tool import find_mlir_opt
-    from tracecomp.lower.loops_check import check_kernel
-    from tracecomp.lower.loops_printer import print_kernels
+    from tracecomp.lower.loops.check import check_kernel
+    from tracecomp.lower.loops.printer import print_kernels
     x = np.random.default_rng(5).standard_normal((16, 40)).astype(np.float32)
     p = _program(lambda x: (tc.softmax(x, 1), tc.log_softmax(x, 1), x.var(1, keepdim=True) * x,
                             x.argmax(1, keepdim=True) == 3), x)

@@ -113,8 +113,8 @@ class Lowered:
 
     @functools.cached_property
     def program(self):
-        from .lower.donation import donate
-        from .lower.schedule import schedule
+        from .lower.schedule.donation import donate
+        from .lower.schedule.scheduler import schedule
         with timings.recording(self.compile_times), timings.stage("lowering"):
             program = schedule(self.optimized)
             if self.donated_inputs and self.backend == "cpu" and self.device == "cpu":
@@ -160,20 +160,20 @@ class Lowered:
 
     @property
     def loops(self) -> str:
-        from .lower.loops_printer import print_kernels
-        from .lower.source_notes import source_notes
+        from .lower.loops.printer import print_kernels
+        from .lower.loops.source_notes import source_notes
         return print_kernels(self.program.kernels, source_notes(self.program))
 
     @functools.cached_property
     def cpu_module(self):
         """The kernels' LLVM module (llvmlite.ir), as the CPU backend compiles it; built
         without compiling (a dump needs no JIT, and a dynamic trace has none)."""
-        from .lower.llvm_codegen import codegen_kernels
+        from .lower.llvm.codegen import codegen_kernels
         return codegen_kernels(self.program.kernels, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
 
     @property
     def llvm(self) -> str:
-        from .lower.source_notes import annotate, source_notes
+        from .lower.loops.source_notes import annotate, source_notes
         from .runtime import target
         if self.device == "cuda":      # the NVPTX module the PTX comes from, optimized
             from .gpu.nvptx_target import optimized_module
@@ -183,7 +183,7 @@ class Lowered:
 
     @property
     def asm(self) -> str:
-        from .lower.source_notes import annotate, source_notes
+        from .lower.loops.source_notes import annotate, source_notes
         from .runtime import target
         if self.device == "cuda":      # a GPU's assembly is its PTX
             return self.ptx
@@ -255,7 +255,7 @@ class TracedFunction:
     def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES,
                  device: str = "cpu", donate_argnums: int | tuple[int, ...] = (), fastmath=False,
                  cache_size: int = DEFAULT_CACHE_SIZE):
-        from .lower.llvm_codegen import fastmath_flags
+        from .lower.llvm.codegen import fastmath_flags
         if backend not in BACKENDS:
             raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         if device not in DEVICES:

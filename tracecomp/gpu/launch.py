@@ -32,10 +32,9 @@ from typing import Optional, Union
 
 from ..dtypes import DType
 from ..errors import BackendError
-from ..lower import llvm_scalar as S
-from ..lower.llvm_codegen import monoid_updates, names_used
-from ..lower.loops import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce,
-                           Select, Store, Var)
+from ..lower.llvm import scalar as S
+from ..lower.llvm.codegen import monoid_updates, names_used
+from ..lower.loops.ir import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Var)
 
 ELEMENTWISE_THREADS = 256
 MAX_BLOCKS = 65535             # gridDim.y/z limit; x is capped the same for simplicity

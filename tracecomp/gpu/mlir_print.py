@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..lower.loops import Kernel, Loop, Reduce
-from ..lower.loops_printer import print_kernels
-from ..lower.matmul_loops import index_names
+from ..lower.loops.ir import Kernel, Loop, Reduce
+from ..lower.loops.printer import print_kernels
+from ..lower.loops.matmul import index_names
 from .launch import Launch, perfect_nest
 from .program import GpuModule
 

@@ -22,9 +22,9 @@ from typing import Sequence
 import llvmlite.ir as ir
 
 from ..errors import BackendError
-from ..lower import llvm_scalar as S
-from ..lower.llvm_codegen import FunctionEmitter, counted_loop, declare_kernel_function
-from ..lower.loops import Loop, Matmul, Reduce, Store
+from ..lower.llvm import scalar as S
+from ..lower.llvm.codegen import FunctionEmitter, counted_loop, declare_kernel_function
+from ..lower.loops.ir import Loop, Matmul, Reduce, Store
 from . import nvptx_intrinsics as X
 from .launch import (Launch, atomic_add_term, cooperative, disjoint_vars, iteration_local, perfect_nest,
                      static_product)

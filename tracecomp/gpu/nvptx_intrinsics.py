@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..lower import llvm_scalar as S
+from ..lower.llvm import scalar as S
 
 SHARED = 3
 FULL_MASK = ir.Constant(S.I32, -1)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..lower import llvm_scalar as S
-from ..lower.loops import Matmul, View
+from ..lower.llvm import scalar as S
+from ..lower.loops.ir import Matmul, View
 from . import nvptx_intrinsics as X
 from .launch import MATMUL_K, MATMUL_THREADS, MATMUL_TILE
 from .nvptx_codegen import GpuEmitter, strided_loop

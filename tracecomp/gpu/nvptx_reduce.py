@@ -25,8 +25,8 @@ import math
 
 import llvmlite.ir as ir
 
-from ..lower import llvm_scalar as S
-from ..lower.loops import Loop, Reduce
+from ..lower.llvm import scalar as S
+from ..lower.loops.ir import Loop, Reduce
 from . import nvptx_intrinsics as X
 from .launch import arg_update, monoid_updates, perfect_nest
 from .nvptx_codegen import GpuEmitter, strided_loop

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import llvmlite.ir as ir
 
-from ..lower.schedule import Program
+from ..lower.schedule.scheduler import Program
 from . import nvptx_target as T
 from .launch import Launch, plan_kernel
 from .nvptx_codegen import emit_launch

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import random as tc_random
 from ..errors import ArgumentError, BackendError
-from ..lower.schedule import Program
+from ..lower.schedule.scheduler import Program
 from ..runtime.compiled import _check_indices
 from . import cuda_driver
 from .nvptx_target import PTX_ISA

@@ -70,7 +70,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ..errors import BackendError
-from ..lower.loops import Kernel
+from ..lower.loops.ir import Kernel
 from . import cache_auth, compile_worker, elf_check, jit, target
 from .safe_files import UnsafeFile, check_private, read_regular
 

@@ -46,11 +46,11 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 from .. import timings
-from ..lower.llvm_codegen import codegen_kernels
-from ..lower.llvm_matmul_nest import define_helpers, helper_names
-from ..lower.llvm_microkernel import defined_elsewhere_dtypes, helpers_defined_elsewhere
-from ..lower.loops import Kernel, Matmul
-from ..lower.matmul_tiles import TILES
+from ..lower.llvm.codegen import codegen_kernels
+from ..lower.llvm.gemm.nest import define_helpers, helper_names
+from ..lower.llvm.gemm.microkernel import defined_elsewhere_dtypes, helpers_defined_elsewhere
+from ..lower.loops.ir import Kernel, Matmul
+from ..lower.schedule.tiles import TILES
 from . import jit, target
 
 log = logging.getLogger("tracecomp.compile_worker")
@@ -62,7 +62,7 @@ MIN_SPLIT_WEIGHT = 4000          # ~60 ms
 KERNEL_WEIGHT = 230              # a function through the pass pipeline, however small
 MATMUL_WEIGHT = 700              # a product's dispatch, work-item and epilogue functions
 HELPERS_WEIGHT = 15000           # the loop nest, micro-kernel, packing and merge of one dtype (~125 ms)
-LAZY_CODEGEN_MODULES = ("tracecomp.lower.llvm_matmul", "tracecomp.lower.llvm_parallel", "tracecomp.lower.llvm_math")
+LAZY_CODEGEN_MODULES = ("tracecomp.lower.llvm.gemm.matmul", "tracecomp.lower.llvm.parallel", "tracecomp.lower.llvm.math.functions")
 FORK_MAX_RSS = 2 << 30           # a bigger process compiles alone
 WORKER_TIMEOUT_MIN_S = 30.0
 WORKER_TIMEOUT_FACTOR = 5.0

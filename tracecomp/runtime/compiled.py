@@ -23,8 +23,8 @@ import threading
 import numpy as np
 
 from ..errors import ArgumentError, ShapeError, add_location
-from ..lower.llvm_codegen import codegen_kernels
-from ..lower.schedule import Program
+from ..lower.llvm.codegen import codegen_kernels
+from ..lower.schedule.scheduler import Program
 from .. import random as tc_random
 from .cache import compile_kernels
 from .memory import ALIGN, BlockCache, aligned_empty, buffer_nbytes, data_pointer, output_blocks, plan_program

@@ -39,7 +39,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ..errors import ArgumentError, BackendError
-from ..lower.loops import Var
+from ..lower.loops.ir import Var
 from .export_sizes import EntrySizes, describe_dim, public_name, size_names
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -265,8 +265,8 @@ def _place_temps(module, program, name: str, b: ir.IRBuilder, dims: EntrySizes, 
 
 
 def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) -> ir.Module:
-    from ..lower import llvm_scalar as S
-    from ..lower.llvm_codegen import codegen_kernels, counted_loop
+    from ..lower.llvm import scalar as S
+    from ..lower.llvm.codegen import codegen_kernels, counted_loop
 
     module = codegen_kernels(program.kernels, f"tc_export_{name}", align=None, fastmath=fastmath)
     kernels = {f.name: f for f in module.functions if not f.is_declaration}

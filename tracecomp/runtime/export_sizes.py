@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..lower import loops as L
-from ..lower.index_maps import dim as loop_dim, symbolic
+from ..lower.loops import ir as L
+from ..lower.loops.index import dim as loop_dim, symbolic
 from ..symbolic import Dim
 
 I64 = ir.IntType(64)

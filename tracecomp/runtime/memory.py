@@ -162,7 +162,7 @@ def buffer_nbytes(buffer):
     """Bytes of a loop-IR buffer: an int, or a symbolic.Dim for dynamic dims."""
     if all(isinstance(d, int) for d in buffer.shape):
         return int(np.prod(buffer.shape, dtype=np.int64)) * buffer.dtype.itemsize
-    from ..lower.index_maps import symbolic
+    from ..lower.loops.index import symbolic
     return math.prod(symbolic(d) for d in buffer.shape) * buffer.dtype.itemsize
 
 

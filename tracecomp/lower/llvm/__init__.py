@@ -1,0 +1,1 @@
+"""Loop IR -> LLVM IR for the host CPU: function emitter, scalars, parallel loops, loop hints."""

@@ -1,0 +1,1 @@
+"""The packed matmul: blocking, packing and the register-tile micro-kernel."""

@@ -1,0 +1,356 @@
+"""CPU code for the loop IR's Matmul statement: a blocked, packed, parallel kernel.
+
+`emit_matmul(em, s, env)` emits statement `s` into the function `em` is building.
+- Matmuls without a workspace (the scheduler gives none to integer, vector and thin
+  products: matmul_tiles.uses_packed), empty ones and ones with dynamic extents run the
+  statement's loop expansion (matmul_loops.py) through the ordinary emitter: ikj order,
+  whose inner loop LLVM vectorizes, or ijk (a vectorized dot product per element) when
+  n == 1.
+- Float products with a workspace run the GotoBLAS/BLIS loop nest (block sizes and their
+  reasons in matmul_tiles.py), one work item at a time:
+      for jc in n-range step NC:           B panel  KC x NC  -> workspace (L3)
+        for pc in 0..k step KC:            pack B[pc:pc+kc, jc:jc+nc]
+          for ic in m-range step MC:       A block  MC x KC  -> workspace (L2)
+            for jr step NR, ir step MR:    micro-kernel on the L1-resident micro-panels
+  The nest is one function per dtype and module (llvm_matmul_nest.py, sizes and strides
+  as arguments), shared by all products: a copy per product would cost its own LLVM time.
+  The micro-kernel (llvm_microkernel.py) writes full tiles straight into C; partial tiles
+  (and C with a non-unit column stride) go through a stack tile that `merge` copies out.
+  After the last K-block the nest calls the product's epilogue over the tile just stored,
+  while it is in L1: an outlined function per kind of tile (whole, edge; only the kinds
+  the static sizes allow) that loops over the tile's elements, reads the accumulated value
+  as `acc`, binds the index names, and evaluates the loop-IR epilogue with the ordinary
+  emitter (so every Unary, Binary and math function works there, vectorized along j).
+  The nest reaches it through a pointer, with a context holding the kernel's buffers,
+  sizes and visible names.
+
+Parallelism: a work item is one part of one batch matrix; each matrix splits into `parts`
+ranges of register tiles along one dim (matmul_tiles.Blocks.split_m), so that there are
+about ITEMS_PER_THREAD items per thread (T threads: min(omp_get_max_threads(), what the
+workspace holds)).  Threads claim items dynamically (llvm_parallel.claimed_chunks): one
+that the OS deschedules leaves its items to the others instead of stalling the product,
+and a team that kept its caller waiting anyway turns on llvm_parallel's serial back-off
+(which products below BACKOFF_MAX_FLOPS follow).
+Each thread packs into its own slice of the workspace; no barriers are needed because
+items write disjoint parts of C.  The items run in an outlined `<kernel>.mm<k>.part`
+function (buffers, sizes and visible names as arguments, like llvm_parallel's outlined
+loops), called directly for small products or from `GOMP_parallel` through `.omp`, which
+claims items and passes the thread's workspace slice.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from ....errors import BackendError
+from .. import scalar as S
+from ..codegen import FunctionEmitter, counted_loop
+from ..loop_hints import plain_loop
+from .nest import EPILOGUE_PTR, EPILOGUE_TYPE, nest_function
+from ..parallel import (_entry_alloca, _field, claimed_chunks, mark_done, outlined_function, recently_late, start_team)
+from ...loops.ir import Const, Let, Load, Matmul, Store, Var, INDEX
+from ...loops.matmul import expand_matmul, flat_index, flat_name, index_names
+from ...schedule.tiles import TILES, Blocks, blocks, flops
+
+PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
+ITEMS_PER_THREAD = 2                # work items per thread, claimed dynamically
+BACKOFF_MAX_FLOPS = 1 << 28         # larger products (~1 ms and up) ignore llvm_parallel's back-off
+_PTR = ir.PointerType()
+
+
+@dataclass(frozen=True)
+class Plan:
+    blocks: Blocks
+    capacity: int          # threads the workspace holds panels for
+    batch_count: int
+
+
+def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> None:
+    dtype = em.kernel.buffer(s.out.buffer).dtype
+    plan = _plan(em, s, dtype)
+    if plan is None:
+        order = "ijk" if s.n == 1 else "ikj"
+        em.emit_body(expand_matmul(s, dtype, order, parallel=not em.in_parallel), dict(env))
+    else:
+        _emit_packed(em, s, env, plan)
+
+
+def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
+    """The packed plan; m, n and k may be run-time sizes (dynamic dims), batch dims not."""
+    if s.workspace is None or dtype not in TILES:
+        return None
+    if not all(isinstance(d, int) for d in s.batch) or 0 in (s.m, s.n, s.k):
+        return None
+    ws = em.kernel.buffer(s.workspace)
+    if not isinstance(ws.shape[0], int):
+        return None
+    bl = blocks(dtype, *(d if isinstance(d, int) else None for d in (s.m, s.n, s.k)))
+    capacity = ws.shape[0] // bl.thread_elements
+    if capacity < 1:
+        raise BackendError(f"kernel '{em.kernel.name}': Matmul workspace '{s.workspace}' holds "
+                           f"{ws.shape[0]} elements, a thread needs {bl.thread_elements} "
+                           "(size it with matmul_tiles.workspace_elements)")
+    return Plan(bl, capacity, math.prod(s.batch))
+
+
+def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan: Plan) -> None:
+    """Call the outlined work-item function: directly, or on every thread via libgomp."""
+    b = em.builder
+    captured = [(name, v) for name, v in env.items() if name not in em.sizes]
+    prefix = f"{em.fn.name}.mm{em.parallel_loops}"
+    em.parallel_loops += 1
+    part = _part_function(em, s, captured, plan, f"{prefix}.part")
+    leading = list(em.fn.args[:len(em.kernel.buffers) + len(em.kernel.sizes)])
+    args = leading + [v for _, v in captured] + [em.buffers[s.workspace][1]]
+    batch = ir.Constant(S.I64, plan.batch_count)
+
+    def serial():
+        b.call(part, args + [ir.Constant(S.I64, 0), batch, ir.Constant(S.I64, 1)])
+    work = _flops(em, s, plan.batch_count)
+    if em.in_parallel or _below(b, work, PARALLEL_MIN_FLOPS) is True or plan.capacity < 2:
+        serial()
+        return
+    max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
+    threads = S.intrinsic(b, "smin", [b.sext(b.call(max_threads, []), S.I64),
+                                      ir.Constant(S.I64, plan.capacity)])
+    one_thread = b.icmp_signed("<", threads, ir.Constant(S.I64, 2))
+    small = _below(b, work, PARALLEL_MIN_FLOPS)       # a run-time size: decided at run time
+    if small is not False:
+        one_thread = b.or_(one_thread, small)
+    late_matters = _below(b, work, BACKOFF_MAX_FLOPS)
+    if late_matters is not False:
+        late = recently_late(b)
+        one_thread = b.or_(one_thread, late if late_matters is True else b.and_(late_matters, late))
+    with b.if_else(one_thread) as (one, many):
+        with one:
+            serial()
+        with many:
+            _launch(em, s, plan, part, args, threads, prefix)
+
+
+def _flops(em: FunctionEmitter, s: Matmul, batch: int):
+    """The product's FLOPs: an int, or an i64 value when a size is known at run time only."""
+    if all(isinstance(d, int) for d in (s.m, s.n, s.k)):
+        return flops(s.m, s.n, s.k, batch)
+    b = em.builder
+    total = ir.Constant(S.I64, 2 * batch)
+    for d in (s.m, s.n, s.k):
+        total = b.mul(total, em.extent(d))
+    return total
+
+
+def _below(b: ir.IRBuilder, work, limit: int):
+    """work < limit: a bool for static work, an i1 value for run-time work."""
+    if isinstance(work, int):
+        return work < limit
+    return b.icmp_signed("<", work, ir.Constant(S.I64, limit))
+
+
+def _split_tiles(em: FunctionEmitter, s: Matmul, bl: Blocks) -> ir.Value:
+    """Register tiles along the split dim (matmul_tiles.Blocks.split_tiles, at run time
+    when that dim is a run-time size)."""
+    size, step = (s.m, bl.tiles.mr) if bl.split_m else (s.n, bl.tiles.nr)
+    if isinstance(size, int):
+        return ir.Constant(S.I64, -(-size // step))
+    b = em.builder
+    return b.sdiv(b.add(em.extent(size), ir.Constant(S.I64, step - 1)), ir.Constant(S.I64, step))
+
+
+def _launch(em: FunctionEmitter, s: Matmul, plan: Plan, part: ir.Function, args: list,
+            threads: ir.Value, prefix: str) -> None:
+    """GOMP_parallel over `threads` threads, on batch * parts work items: each matrix splits
+    into parts = ceil(threads * ITEMS_PER_THREAD / batch), at most one per register tile."""
+    b = em.builder
+    batch, split = ir.Constant(S.I64, plan.batch_count), _split_tiles(em, s, plan.blocks)
+    wanted = b.mul(threads, ir.Constant(S.I64, ITEMS_PER_THREAD))
+    parts = b.sdiv(b.add(wanted, ir.Constant(S.I64, plan.batch_count - 1)), batch)
+    parts = S.intrinsic(b, "smin", [parts, split])
+    struct = ir.LiteralStructType([a.type for a in args] + [S.I64] * 4)
+    data = _entry_alloca(em, struct)
+    zero = ir.Constant(S.I64, 0)
+    for k, value in enumerate(args + [b.mul(batch, parts), parts, zero, zero]):    # counter = 0, done
+        b.store(value, _field(b, data, struct, k))
+    element = S.register_type(em.kernel.buffer(s.workspace).dtype)
+    omp = _omp_function(em.module, part, struct, plan.blocks.thread_elements, element, f"{prefix}.omp")
+    start_team(b, omp, data, _field(b, data, struct, len(args) + 3), b.trunc(threads, S.I32))
+
+
+def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStructType,
+                  thread_elements: int, element: ir.Type, name: str) -> ir.Function:
+    """`void name(ptr data)`: the work items this thread claims, one at a time, packing
+    into its own `thread_elements` slice of the workspace."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    *args, ws, items, parts = [b.load(_field(b, fn.args[0], struct, k), typ=t)
+                               for k, t in enumerate(struct.elements[:-2])]
+    counter, done = (_field(b, fn.args[0], struct, len(struct.elements) - k) for k in (2, 1))
+    with claimed_chunks(b, module, counter, items, ir.Constant(S.I64, 1)) as (tid, lo, hi):
+        slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=element)
+        b.call(part, args + [slice_, lo, hi, parts])
+    mark_done(b, tid, done)
+    b.ret_void()
+    return fn
+
+
+def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: str) -> ir.Function:
+    """`name(buffers, sizes, captured, ws, lo, hi, parts)`: work items [lo, hi)."""
+    fn, inner, env = outlined_function(em, captured, name, [("ws", _PTR), ("lo", S.I64), ("hi", S.I64),
+                                                            ("parts", S.I64)])
+    ws, lo, hi, parts = fn.args[-4:]
+    b = inner.builder
+    with counted_loop(b, lo, hi, "mm.item") as item:
+        index = b.sdiv(item.index, parts)
+        env_b = dict(env)
+        names = index_names(s)
+        for name_d, value in zip(names[:-2], _delinearize(b, index, s.batch)):
+            env_b[name_d] = value
+        rng = _item_range(inner, b.srem(item.index, parts), parts, s, plan.blocks)
+        _Item(inner, s, plan.blocks, env_b, ws).emit(*rng)
+    b.ret_void()
+    return fn
+
+
+def _delinearize(b: ir.IRBuilder, flat: ir.Value, extents: tuple[int, ...]) -> list[ir.Value]:
+    out = []
+    for n in reversed(extents):
+        out.append(b.srem(flat, ir.Constant(S.I64, n)))
+        flat = b.sdiv(flat, ir.Constant(S.I64, n))
+    return out[::-1]
+
+
+def _item_range(em: FunctionEmitter, part: ir.Value, parts: ir.Value, s: Matmul, bl: Blocks):
+    """(m_lo, m_hi, n_lo, n_hi) of one part: a balanced range of register tiles."""
+    b = em.builder
+    tiles = _split_tiles(em, s, bl)
+    t0 = b.sdiv(b.mul(part, tiles), parts)
+    t1 = b.sdiv(b.mul(b.add(part, ir.Constant(S.I64, 1)), tiles), parts)
+    step, size = (bl.tiles.mr, s.m) if bl.split_m else (bl.tiles.nr, s.n)
+    lo = b.mul(t0, ir.Constant(S.I64, step))
+    hi = S.intrinsic(b, "smin", [b.mul(t1, ir.Constant(S.I64, step)), em.extent(size)])
+    zero = ir.Constant(S.I64, 0)
+    if bl.split_m:
+        return lo, hi, zero, em.extent(s.n)
+    return zero, em.extent(s.m), lo, hi
+
+
+class _Item:
+    """One work item (rows [m_lo, m_hi), columns [n_lo, n_hi) of one batch matrix): a call
+    of the module's loop nest (llvm_matmul_nest.py) with this product's operands, block
+    sizes and epilogue functions."""
+
+    def __init__(self, em: FunctionEmitter, s: Matmul, bl: Blocks, env: dict, ws: ir.Value):
+        self.em, self.s, self.bl, self.env, self.b, self.ws = em, s, bl, env, em.builder, ws
+        self.dtype = em.kernel.buffer(s.out.buffer).dtype
+        self.t = S.register_type(self.dtype)
+        zeros = (Const(0, INDEX), Const(0, INDEX))
+        names = index_names(s)
+        batch = tuple(Var(n, INDEX) for n in names[:-2])
+        self.ptr, self.rs, self.cs = {}, {}, {}
+        for role, view in zip(("out", "a", "b"), s.views()):
+            base = em.buffers[view.buffer][1]
+            self.ptr[role] = self.gep(base, em.expr(flat_index(view, batch + zeros), env))
+            self.rs[role] = em.expr(view.strides[-2], env)
+            self.cs[role] = em.expr(view.strides[-1], env)
+        self.visible = [(n, v) for n, v in env.items() if n not in em.sizes]   # passed to the epilogues
+
+    def c64(self, v: int) -> ir.Constant:
+        return ir.Constant(S.I64, v)
+
+    def gep(self, ptr: ir.Value, offset: ir.Value) -> ir.Value:
+        return self.b.gep(ptr, [offset], source_etype=self.t)
+
+    def emit(self, m_lo, m_hi, n_lo, n_hi) -> None:
+        bl, s = self.bl, self.s
+        nest = nest_function(self.em.module, self.dtype)
+        whole, edge, context = self.epilogues()
+        operands = [value for role in ("a", "b", "out") for value in (self.ptr[role], self.rs[role], self.cs[role])]
+        self.b.call(nest, operands + [m_lo, m_hi, n_lo, n_hi, self.em.extent(s.k), self.c64(bl.kc), self.c64(bl.mc),
+                                      self.c64(bl.nc), self.ws, self.c64(bl.a_elements),
+                                      ir.Constant(S.I1, int(s.accumulate)), whole, edge, context])
+
+    def epilogues(self) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """(whole-tile epilogue, edge-tile epilogue, their context): null pointers without an
+        epilogue or for a kind of tile that cannot occur (tile_kinds); the context holds the
+        kernel's buffers and sizes and the visible names, stored for this item."""
+        null = ir.Constant(EPILOGUE_PTR, None)
+        if self.s.epilogue is None:
+            return null, null, ir.Constant(_PTR, None)
+        values = list(self.em.fn.args[:len(self.em.kernel.buffers) + len(self.em.kernel.sizes)])
+        values += [v for _, v in self.visible]
+        struct = ir.LiteralStructType([v.type for v in values])
+        context = _entry_alloca(self.em, struct)
+        for k, value in enumerate(values):
+            self.b.store(value, _field(self.b, context, struct, k))
+        whole, edge = self.tile_kinds()
+        return (self.epilogue_entry(True, struct) if whole else null,
+                self.epilogue_entry(False, struct) if edge else null, context)
+
+    def epilogue_entry(self, whole: bool, struct: ir.LiteralStructType) -> ir.Function:
+        """`<part>.epilogue.<whole|edge>.entry(context, i0, j0, mr, nr)`, the nest's view of
+        epilogue_function: it loads the arguments from the context."""
+        inner = self.epilogue_function(whole)
+        inner.attributes.discard("noinline")
+        inner.attributes.add("alwaysinline")
+        fn = ir.Function(self.em.module, EPILOGUE_TYPE, f"{inner.name}.entry")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        context, i0, j0, mr, nr = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        values = [b.load(_field(b, context, struct, k), typ=t) for k, t in enumerate(struct.elements)]
+        b.call(inner, values + [i0, j0] + ([] if whole else [mr, nr]))
+        b.ret_void()
+        return fn
+
+    def tile_kinds(self) -> tuple[bool, bool]:
+        """(whole tiles can occur, edge tiles can occur), known from the static sizes:
+        work items and blocks are whole register tiles except at the end of m and n, and
+        a tile goes straight into C only when C's columns are contiguous.  Emitting only
+        the paths that can run saves LLVM a copy of the epilogue per product."""
+        tiles, s = self.bl.tiles, self.s
+        cs = self.cs["out"]
+        unit_columns = isinstance(cs, ir.Constant) and cs.constant == 1
+        strided_columns = isinstance(cs, ir.Constant) and cs.constant != 1
+        if not (isinstance(s.m, int) and isinstance(s.n, int)):       # run-time sizes: either
+            return not strided_columns, True
+        whole = s.m >= tiles.mr and s.n >= tiles.nr and not strided_columns
+        edge = s.m % tiles.mr != 0 or s.n % tiles.nr != 0 or not unit_columns
+        return whole, edge
+
+    def epilogue_function(self, whole: bool) -> ir.Function:
+        """`<part>.epilogue.<whole|edge>(buffers, sizes, visible names, i0, j0[, mr, nr])`:
+        out[i, j] = epilogue(acc = out[i, j]) over the tile just stored, while it is in L1.
+        Outlined (a call per tile) because inlined in the tile loops, its dozens of
+        addresses made LLVM's loop strength reduction search at length for every product.
+        Whole tiles put the row loop inside (constant bounds): LLVM unrolls it and
+        vectorizes the column loop, contiguous in C.  With the rows outside, it unrolled
+        the 32 columns and vectorized the rows with gathers and scatters (4x slower).
+        Edge tiles run their loops as written (rows outside).  The nest reaches it through
+        epilogue_entry, into which it is inlined."""
+        extra = [("i0", S.I64), ("j0", S.I64)] + ([] if whole else [("mr", S.I64), ("nr", S.I64)])
+        name = f"{self.em.fn.name}.epilogue.{'whole' if whole else 'edge'}"
+        fn, inner, env = outlined_function(self.em, self.visible, name, extra)
+        i0, j0 = fn.args[-len(extra)], fn.args[-len(extra) + 1]
+        mr, nr = (None, None) if whole else fn.args[-2:]
+        self.epilogue_loops(inner, env, i0, j0, mr, nr, whole)
+        inner.builder.ret_void()
+        return fn
+
+    def epilogue_loops(self, inner: FunctionEmitter, env: dict, i0, j0, mr, nr, whole: bool) -> None:
+        """The loops over the tile's elements at (i0, j0), emitted by `inner`."""
+        s, tiles, b = self.s, self.bl.tiles, inner.builder
+        if whole:
+            mr, nr = self.c64(tiles.mr), self.c64(tiles.nr)
+        names = index_names(s)
+        at = flat_index(s.out, tuple(Var(n, INDEX) for n in names))
+        out = flat_name(s.out.buffer)
+        body = [Let(s.acc, Load(out, (at,), self.dtype)), Store(out, (at,), s.epilogue)]
+        (outer, o_name), (inner_n, i_name) = ((nr, "mm.c"), (mr, "mm.r")) if whole else ((mr, "mm.r"), (nr, "mm.c"))
+        loop = counted_loop if whole else plain_loop
+        with loop(b, self.c64(0), outer, o_name) as o:
+            with loop(b, self.c64(0), inner_n, i_name) as i:
+                r, c = (i.index, o.index) if whole else (o.index, i.index)
+                inner.emit_body(body, {**env, names[-2]: b.add(i0, r), names[-1]: b.add(j0, c)})

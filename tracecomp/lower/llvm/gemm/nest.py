@@ -1,0 +1,165 @@
+"""The blocked loop nest of the packed matmul as one function per dtype and tile shape.
+
+`nest_function(module, dtype)` defines (once per module, like the micro-kernel and the
+packing functions of llvm_microkernel.py) the internal function
+
+    void tracecomp.matmul.nest.<dtype>.<MR>x<NR>(
+        ptr a, i64 rs_a, i64 cs_a, ptr b, i64 rs_b, i64 cs_b, ptr c, i64 rs_c, i64 cs_c,
+        i64 m_lo, i64 m_hi, i64 n_lo, i64 n_hi, i64 k, i64 kc, i64 mc, i64 nc,
+        ptr ws, i64 a_elements, i1 accumulate, ptr epilogue_whole, ptr epilogue_edge, ptr context)
+
+running the GotoBLAS/BLIS loops over rows [m_lo, m_hi) and columns [n_lo, n_hi) of one
+(batch) matrix, element (i, j) of a / b / c at i * rs + j * cs:
+    for jc in n-range step nc:            pack B[p0:p0+kc, jc:jc+nc] into ws + a_elements
+      for p0 in 0..k step kc:
+        for ic in m-range step mc:        pack A[ic:ic+mc, p0:p0+kc] into ws
+          for jr step NR, ir step MR:     micro-kernel, then (last K-block) the epilogue
+Full tiles (and unit column stride in C) go straight into C; the others through a stack
+tile that `merge` copies out.  After the last K-block the tile's epilogue runs while the
+tile is in L1: `epilogue_whole(context, i0, j0, MR, NR)` for full tiles,
+`epilogue_edge(context, i0, j0, mr, nr)` for the others, skipped when null.  The caller
+(llvm_matmul.py) supplies the epilogues and their context (the kernel's buffers, sizes and
+visible names).
+
+Why one function with run-time sizes rather than a copy per product with constant ones:
+every copy costs its own LLVM time (5 nested loops through the whole pass pipeline, for
+each product of W4's train step); the loops run once per block or tile, so constants in them
+gained nothing measurable.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import llvmlite.ir as ir
+
+from ....dtypes import DType
+from .. import scalar as S
+from ..codegen import counted_loop
+from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function)
+from ...schedule.tiles import TILES
+
+_PTR = ir.PointerType()
+EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [_PTR, S.I64, S.I64, S.I64, S.I64])
+EPILOGUE_PTR = ir.PointerType(EPILOGUE_TYPE)      # prints as `ptr`; llvmlite needs the type to call
+NEST_ARGS = [("a", _PTR), ("rs_a", S.I64), ("cs_a", S.I64), ("b", _PTR), ("rs_b", S.I64), ("cs_b", S.I64),
+             ("c", _PTR), ("rs_c", S.I64), ("cs_c", S.I64), ("m_lo", S.I64), ("m_hi", S.I64),
+             ("n_lo", S.I64), ("n_hi", S.I64), ("k", S.I64), ("kc", S.I64), ("mc", S.I64), ("nc", S.I64),
+             ("ws", _PTR), ("a_elements", S.I64), ("accumulate", S.I1), ("epilogue_whole", EPILOGUE_PTR),
+             ("epilogue_edge", EPILOGUE_PTR), ("context", _PTR)]
+
+
+def define_helpers(module: ir.Module, dtypes: Iterable[DType]) -> list[str]:
+    """Define the loop nest and every helper it calls for each of `dtypes` in `module`, with
+    external linkage (also those it only declares), for the other objects of its library
+    (compile_worker.py); returns their names."""
+    dtypes = [d for d in dtypes if d in TILES]
+    with defining_exported_helpers():
+        for dtype in dtypes:
+            nest_function(module, dtype)
+    return helper_names(dtypes)
+
+
+def helper_names(dtypes: Iterable[DType]) -> list[str]:
+    """The functions define_helpers defines for `dtypes`."""
+    return sorted({name for d in dtypes if d in TILES for name in [nest_name(d), *leaf_helper_names(d)]})
+
+
+def nest_name(dtype: DType) -> str:
+    t = TILES[dtype]
+    return f"tracecomp.matmul.nest.{dtype.label}.{t.mr}x{t.nr}"
+
+
+def nest_function(module: ir.Module, dtype: DType) -> ir.Function:
+    fn, b = helper_function(module, dtype, nest_name(dtype), NEST_ARGS)
+    if b is not None:
+        _Nest(fn, b, dtype).emit()
+        b.ret_void()
+    return fn
+
+
+class _Nest:
+    def __init__(self, fn: ir.Function, b: ir.IRBuilder, dtype: DType):
+        self.b, self.dtype, self.tiles = b, dtype, TILES[dtype]
+        self.t = S.register_type(dtype)
+        self.arg = {name: arg for (name, _), arg in zip(NEST_ARGS, fn.args)}
+        module, tiles = fn.module, self.tiles
+        self.kernel = microkernel(module, dtype, tiles.mr, tiles.nv)
+        self.pack_a = pack_function(module, dtype, tiles.mr)
+        self.pack_b = pack_function(module, dtype, tiles.nr)
+        self.merge = merge_function(module, dtype, tiles.nr)
+        self.tile = b.alloca(ir.ArrayType(self.t, tiles.mr * tiles.nr), name="tile")
+        self.tile.align = 64
+        self.a_pack = self.arg["ws"]
+        self.b_pack = self.gep(self.arg["ws"], self.arg["a_elements"])
+
+    def c64(self, v: int) -> ir.Constant:
+        return ir.Constant(S.I64, v)
+
+    def gep(self, ptr: ir.Value, offset: ir.Value) -> ir.Value:
+        return self.b.gep(ptr, [offset], source_etype=self.t)
+
+    def at(self, role: str, i: ir.Value, j: ir.Value) -> ir.Value:
+        """Address of element (i, j) of operand `role` (a, b or c)."""
+        b = self.b
+        return self.gep(self.arg[role], b.add(b.mul(i, self.arg[f"rs_{role}"]), b.mul(j, self.arg[f"cs_{role}"])))
+
+    def blocks_of(self, lo, hi, step: ir.Value, name: str):
+        """A counted_loop over the blocks of [lo, hi), and the function giving a block's
+        (start, length) from the loop's state."""
+        b = self.b
+        count = b.sdiv(b.add(b.sub(hi, lo), b.sub(step, self.c64(1))), step)
+
+        def block(state):
+            start = b.add(lo, b.mul(state.index, step))
+            return start, S.intrinsic(b, "smin", [step, b.sub(hi, start)])
+        return counted_loop(b, self.c64(0), count, name), block
+
+    def emit(self) -> None:
+        b, arg = self.b, self.arg
+        k, kc = arg["k"], arg["kc"]
+        k_blocks = b.sdiv(b.add(k, b.sub(kc, self.c64(1))), kc)
+        jloop, jblock = self.blocks_of(arg["n_lo"], arg["n_hi"], arg["nc"], "mm.jc")
+        with jloop as jstate:
+            jc, nc = jblock(jstate)
+            with counted_loop(b, self.c64(0), k_blocks, "mm.pc") as pstate:
+                p0 = b.mul(pstate.index, kc)
+                kcur = S.intrinsic(b, "smin", [kc, b.sub(k, p0)])
+                b.call(self.pack_b, [self.b_pack, self.at("b", p0, jc), nc, kcur, arg["cs_b"], arg["rs_b"]])
+                add = b.or_(b.icmp_signed(">", pstate.index, self.c64(0)), arg["accumulate"])
+                last = b.icmp_signed("==", pstate.index, b.sub(k_blocks, self.c64(1)))
+                iloop, iblock = self.blocks_of(arg["m_lo"], arg["m_hi"], arg["mc"], "mm.ic")
+                with iloop as istate:
+                    ic, mc = iblock(istate)
+                    b.call(self.pack_a, [self.a_pack, self.at("a", ic, p0), mc, kcur, arg["rs_a"], arg["cs_a"]])
+                    self.tile_loops(ic, mc, jc, nc, kcur, add, last)
+
+    def tile_loops(self, ic, mc, jc, nc, kc, add, last) -> None:
+        b, tiles, arg = self.b, self.tiles, self.arg
+        jloop, jtile = self.blocks_of(self.c64(0), nc, self.c64(tiles.nr), "mm.jr")
+        with jloop as jstate:
+            jr, nr = jtile(jstate)
+            iloop, itile = self.blocks_of(self.c64(0), mc, self.c64(tiles.mr), "mm.ir")
+            with iloop as istate:
+                ir_, mr = itile(istate)
+                a_panel = self.gep(self.a_pack, b.mul(ir_, kc))
+                b_panel = self.gep(self.b_pack, b.mul(jr, kc))
+                i0, j0 = b.add(ic, ir_), b.add(jc, jr)
+                c = self.at("c", i0, j0)
+                full = b.and_(b.and_(b.icmp_signed("==", mr, self.c64(tiles.mr)),
+                                     b.icmp_signed("==", nr, self.c64(tiles.nr))),
+                              b.icmp_signed("==", arg["cs_c"], self.c64(1)))
+                with b.if_else(full) as (whole, edge):
+                    with whole:
+                        b.call(self.kernel, [kc, a_panel, b_panel, c, arg["rs_c"], add])
+                        self.epilogue(last, "epilogue_whole", i0, j0, mr, nr)
+                    with edge:
+                        b.call(self.kernel, [kc, a_panel, b_panel, self.tile, self.c64(tiles.nr),
+                                             ir.Constant(S.I1, 0)])
+                        b.call(self.merge, [self.tile, c, mr, nr, arg["rs_c"], arg["cs_c"], add])
+                        self.epilogue(last, "epilogue_edge", i0, j0, mr, nr)
+
+    def epilogue(self, last: ir.Value, which: str, i0, j0, mr, nr) -> None:
+        b, fn_ptr = self.b, self.arg[which]
+        present = b.icmp_unsigned("!=", fn_ptr, ir.Constant(_PTR, None))
+        with b.if_then(b.and_(last, present)):
+            b.call(fn_ptr, [self.arg["context"], i0, j0, mr, nr])

@@ -1,0 +1,1 @@
+"""Vectorizable polynomial math (exp, log, trig, special functions) in LLVM IR."""

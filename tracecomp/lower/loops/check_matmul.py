@@ -1,0 +1,142 @@
+"""The checker's rule for a Matmul statement (loops.py describes the statement).
+
+Checked, each failure an IRError through the checker's `fail` (kernel and statement path):
+- extents are ints >= 0 or size parameters; each View names a known buffer and has one
+  stride per dim of (batch..., rows, cols); offsets and strides are `index` expressions;
+- out, a and b hold one dtype among f32, f64, i32, i64; out is writable and is neither a
+  nor b; a workspace is a writable 1-D buffer of that dtype distinct from the three;
+- a View whose offset, strides and extents are all constants stays inside its buffer
+  (when the buffer's shape is static), and such an `out` View is one-to-one (no two
+  output elements share memory: threads write them independently);
+- `index` has no names or one per dim; the epilogue sees the accumulator and the index
+  names (plus every name visible at the statement), has the buffers' dtype, and reads
+  neither out nor the workspace (other tiles of out are being written meanwhile);
+- no Matmul inside a parallel Loop: it runs its own parallel loop over its workspace.
+"""
+from __future__ import annotations
+
+import math
+
+from ...dtypes import DType
+from .ir import INDEX, Expr, Load, Matmul, View
+from .matmul import const_view, index_names, view_extents
+
+MATMUL_DTYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
+
+
+def check_matmul(c, s: Matmul) -> None:
+    """`c` is loops_check's _Checker; see the module docstring for the rules."""
+    if c.in_parallel is not None:
+        c.fail(f"a Matmul cannot be nested in {c.in_parallel}: it parallelizes itself "
+               "(make the enclosing loop sequential)")
+    for e in s.extents():
+        c.extent(e)
+    rank = len(s.batch) + 2
+    extents = view_extents(s)
+    buffers = {}
+    for role, view in zip(("out", "a", "b"), s.views()):
+        buffers[role] = _view(c, s, role, view, rank, extents[role])
+    dtype = buffers["out"].dtype
+    if dtype not in MATMUL_DTYPES:
+        c.fail(f"Matmul on {dtype.label} buffers; it takes f32, f64, i32 or i64")
+    for role in ("a", "b"):
+        if buffers[role].dtype != dtype:
+            c.fail(f"Matmul operand {role} ('{buffers[role].name}') holds {buffers[role].dtype.label} "
+                   f"but out ('{buffers['out'].name}') holds {dtype.label}; all three share one dtype")
+    if buffers["out"].role in ("input", "constant"):
+        c.fail(f"Matmul writes buffer '{s.out.buffer}', whose role is '{buffers['out'].role}' (read-only)")
+    if s.out.buffer in (s.a.buffer, s.b.buffer):
+        c.fail(f"Matmul out '{s.out.buffer}' is also an operand; write the product to another buffer")
+    _out_one_to_one(c, s, extents["out"])
+    _workspace(c, s, dtype)
+    _epilogue(c, s, dtype, rank)
+
+
+def _view(c, s: Matmul, role: str, view: View, rank: int, extents: tuple):
+    if not isinstance(view, View):
+        c.fail(f"Matmul {role} is {view!r}, not a View")
+    b = c.buffers.get(view.buffer)
+    if b is None:
+        c.fail(f"Matmul {role} names an unknown buffer '{view.buffer}' (buffers: {', '.join(c.buffers) or 'none'})")
+    if len(view.strides) != rank:
+        c.fail(f"Matmul {role} view of '{view.buffer}' has {len(view.strides)} strides; it needs "
+               f"{rank} (batch dims, then rows and columns)")
+    for what, e in (("offset", view.offset), *(("stride", st) for st in view.strides)):
+        c.expr(e)
+        if e.dtype != INDEX:
+            c.fail(f"Matmul {role} {what} {e!r} has dtype {_name(e.dtype)}, expected index")
+    static = const_view(view)
+    if static is not None and all(isinstance(d, int) for d in (*extents, *b.shape)):
+        lo, hi = _span(static[0], static[1], extents)
+        if lo <= hi and (lo < 0 or hi >= math.prod(b.shape)):
+            c.fail(f"Matmul {role} view of '{view.buffer}' reaches flat elements {lo}..{hi}, outside "
+                   f"its {math.prod(b.shape)} elements (shape {tuple(b.shape)})")
+    return b
+
+
+def _span(offset: int, strides: tuple[int, ...], extents: tuple[int, ...]) -> tuple[int, int]:
+    """The lowest and highest flat element a static view touches (lo > hi: empty view)."""
+    if any(n == 0 for n in extents):
+        return 0, -1
+    lo = offset + sum(st * (n - 1) for st, n in zip(strides, extents) if st < 0)
+    hi = offset + sum(st * (n - 1) for st, n in zip(strides, extents) if st > 0)
+    return lo, hi
+
+
+def _out_one_to_one(c, s: Matmul, extents: tuple) -> None:
+    static = const_view(s.out)
+    if static is None or not all(isinstance(n, int) for n in extents) or 0 in extents:
+        return
+    reach = 0                      # the span of the dims already placed, innermost first
+    for stride, n in sorted((abs(st), n) for st, n in zip(static[1], extents) if n > 1):
+        if stride <= reach:
+            c.fail(f"Matmul out view of '{s.out.buffer}' (strides {static[1]}, extents {extents}) "
+                   "maps two output elements to one memory element")
+        reach += stride * (n - 1)
+
+
+def _workspace(c, s: Matmul, dtype: DType) -> None:
+    if s.workspace is None:
+        return
+    w = c.buffers.get(s.workspace)
+    if w is None:
+        c.fail(f"Matmul workspace '{s.workspace}' is not a buffer of the kernel")
+    if w.role in ("input", "constant") or w.dtype != dtype or len(w.shape) != 1:
+        c.fail(f"Matmul workspace '{s.workspace}' must be a writable 1-D {dtype.label} buffer, "
+               f"got a {w.role} {w.dtype.label} buffer of shape {tuple(w.shape)}")
+    if s.workspace in (s.out.buffer, s.a.buffer, s.b.buffer):
+        c.fail(f"Matmul workspace '{s.workspace}' is also an operand")
+
+
+def _epilogue(c, s: Matmul, dtype: DType, rank: int) -> None:
+    if s.index and len(s.index) != rank:
+        c.fail(f"Matmul index names {s.index} must be none or {rank} (batch dims, i, j)")
+    c.scopes.append({})
+    origin = "Matmul"
+    c.define(s.acc, dtype, origin)
+    for name in index_names(s):
+        c.define(name, INDEX, origin)
+    c.define(f"{s.acc}.p", INDEX, origin)          # the expansion's own names (matmul_loops)
+    c.define(f"{s.acc}.a", dtype, origin)
+    if s.epilogue is not None:
+        c.expr(s.epilogue)
+        if s.epilogue.dtype != dtype:
+            c.fail(f"the Matmul epilogue has dtype {_name(s.epilogue.dtype)}, but out holds {dtype.label} "
+                   "(Cast the value)")
+        read = _loaded(s.epilogue) & {s.out.buffer, s.workspace}
+        if read:
+            c.fail(f"the Matmul epilogue reads '{read.pop()}'; it may read neither out nor the workspace")
+    c.scopes.pop()
+
+
+def _name(dtype) -> str:
+    return dtype.label if isinstance(dtype, DType) else str(dtype)
+
+
+def _loaded(e: Expr) -> set[str]:
+    out = {e.buffer} if isinstance(e, Load) else set()
+    for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
+                getattr(e, "cond", None), *getattr(e, "index", ())):
+        if isinstance(sub, Expr):
+            out |= _loaded(sub)
+    return out

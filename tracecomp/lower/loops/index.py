@@ -1,0 +1,128 @@
+"""Index arithmetic for views: the input index an output index of a view op reads.
+
+Views never copy: reshape, permute, expand, squeeze/unsqueeze, select, slice and split
+become integer expressions on loop indices (loop-IR `index` dtype), which the producer's
+expression is then evaluated at.
+"""
+from __future__ import annotations
+
+from ...symbolic import Dim
+from . import ir as L
+
+Index = tuple[L.Expr, ...]
+
+
+def ic(value) -> L.Expr:
+    """An index constant; a symbolic size (symbolic.Dim) becomes its size expression."""
+    return expr(value) if isinstance(value, Dim) else L.Const(int(value), L.INDEX)
+
+
+def size_var(name: str) -> L.Var:
+    """The loop-IR name of the dynamic size `name`: a size parameter of the kernels."""
+    return L.Var(L.SIZE_PREFIX + name, L.INDEX)
+
+
+def dim(d):
+    """A graph dim in the loop IR: an int stays one; a symbolic size (symbolic.Dim) becomes
+    an index expression of size parameters (`784*batch` -> mul(784, size_batch))."""
+    if not isinstance(d, Dim):
+        return d
+    total = None
+    for names, coeff in d.terms.items():
+        term = None
+        for n in names:
+            term = size_var(n) if term is None else mul(term, size_var(n))
+        term = ic(coeff) if term is None else mul(term, coeff)
+        total = term if total is None else add(total, term)
+    return total
+
+
+def symbolic(d):
+    """The inverse of `dim`: a loop-IR dim (int, or an expression of size parameters) as an
+    int or symbolic.Dim, for arithmetic on strides.  (Hints are not kept: 1.)"""
+    if isinstance(d, int):
+        return d
+    if isinstance(d, L.Const):
+        return d.value
+    if isinstance(d, L.Var) and d.name.startswith(L.SIZE_PREFIX):
+        return Dim.named(d.name[len(L.SIZE_PREFIX):], 1)
+    if isinstance(d, L.Binary) and d.fn in ("add", "sub", "mul"):
+        a, b = symbolic(d.a), symbolic(d.b)
+        return a + b if d.fn == "add" else a - b if d.fn == "sub" else a * b
+    raise ValueError(f"not a size expression: {d!r}")
+
+
+def expr(d) -> L.Expr:
+    """A dim (int, Dim or loop-IR expression) as an index expression."""
+    d = dim(d)
+    return ic(d) if isinstance(d, int) else d
+
+
+_FOLD = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+         "floordiv": lambda x, y: x // y, "mod": lambda x, y: x % y, "minimum": min, "maximum": max}
+
+
+def _op(fn: str, a: L.Expr, b) -> L.Expr:
+    a = ic(a) if isinstance(a, Dim) else a
+    b = ic(b) if isinstance(b, (int, Dim)) else b
+    if isinstance(a, L.Const) and isinstance(b, L.Const) and (fn not in ("floordiv", "mod") or b.value):
+        return ic(_FOLD[fn](a.value, b.value))
+    if fn == "mul" and isinstance(b, L.Const) and b.value == 1:
+        return a
+    if fn in ("add", "sub") and isinstance(b, L.Const) and b.value == 0:
+        return a
+    return L.Binary(fn, a, b, L.INDEX)
+
+
+def add(a, b): return _op("add", a, b)
+def sub(a, b): return _op("sub", a, b)
+def mul(a, b): return _op("mul", a, b)
+def clamp(a, lo: int, hi: int): return _op("minimum", _op("maximum", a, lo), hi)
+
+
+def broadcast(index: Index, out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> Index:
+    """NumPy broadcasting: trailing dims align; size-1 input dims read element 0 (also where
+    the output dim has size 1: the constant index says so to later passes, like row fusion)."""
+    lead = len(out_shape) - len(in_shape)
+    return tuple(ic(0) if n == 1 else index[lead + j] for j, n in enumerate(in_shape))
+
+
+def linearize(index: Index, shape: tuple[int, ...]) -> L.Expr:
+    flat: L.Expr = ic(0)
+    for i, n in zip(index, shape):
+        flat = add(mul(flat, n), i)
+    return flat
+
+
+def delinearize(flat: L.Expr, shape: tuple[int, ...]) -> Index:
+    out = []
+    for j in reversed(range(len(shape))):
+        n = shape[j]
+        out.append(ic(0) if n == 1 else _op("mod", flat, n) if j else flat)
+        flat = _op("floordiv", flat, n) if n != 1 else flat
+    return tuple(reversed(out))
+
+
+def reshape(index: Index, out_shape, in_shape) -> Index:
+    """Drop/insert size-1 dims directly; anything else through the flat index."""
+    squeezed_out = [i for i, n in zip(index, out_shape) if n != 1]
+    if [n for n in out_shape if n != 1] == [n for n in in_shape if n != 1]:
+        it = iter(squeezed_out)
+        return tuple(ic(0) if n == 1 else next(it) for n in in_shape)
+    return delinearize(linearize(index, out_shape), tuple(in_shape))
+
+
+def permute(index: Index, dims: tuple[int, ...]) -> Index:
+    out = [None] * len(dims)
+    for k, d in enumerate(dims):
+        out[d] = index[k]
+    return tuple(out)
+
+
+def select(index: Index, dim: int, at: int) -> Index:
+    return index[:dim] + (ic(at),) + index[dim:]
+
+
+def offset(index: Index, dim: int, start: int, step: int = 1) -> Index:
+    """A strided window along `dim`: element i reads start + i * step."""
+    return index[:dim] + (add(mul(index[dim], step), start),) + index[dim + 1:]

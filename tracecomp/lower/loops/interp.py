@@ -1,0 +1,138 @@
+"""A slow, obviously-correct interpreter of the loop IR on NumPy scalars.
+
+It pins down what each loop-IR construct means (the code generators must agree with it)
+and lets the scheduler be tested on every op without any code generator.  Scalars carry
+their dtype as NumPy scalar types; loop indices are Python ints.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import dtypes as dt
+from . import ir as L
+
+
+def _sign(x):
+    """sign with sign(NaN) = 0 (PyTorch), bools unchanged."""
+    if isinstance(x, np.bool_):
+        return x
+    s = np.sign(x)
+    return s.dtype.type(0) if s != s else s
+from .matmul import expand_matmul, flat_name
+
+_UNARY = {
+    "neg": np.negative, "abs": np.abs, "sign": _sign, "exp": np.exp, "exp2": np.exp2,
+    "expm1": np.expm1, "log": np.log, "log2": np.log2, "log1p": np.log1p, "sin": np.sin,
+    "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt, "floor": np.floor,
+    "ceil": np.ceil, "round": np.round, "not": np.logical_not, "logical_not": np.logical_not,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "erf": lambda x: type(x)(math.erf(x)) if np.isfinite(x) else type(x)(np.sign(x)),
+}
+_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "pow": np.power, "maximum": np.maximum, "minimum": np.minimum, "atan2": np.arctan2,
+    "floordiv": np.floor_divide, "mod": np.mod, "and": np.logical_and, "or": np.logical_or,
+    "xor": np.logical_xor, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
+    "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+}
+
+
+def _np_type(dtype):
+    return None if dtype == L.INDEX else dtype.np.type
+
+
+def _typed(value, dtype):
+    if dtype == L.INDEX:
+        return int(value)
+    if dtype is dt.BOOL:
+        return np.bool_(value)
+    return dtype.np.type(value)
+
+
+class LoopInterpreter:
+    def __init__(self, kernel: L.Kernel, arrays: dict[str, np.ndarray]):
+        self.kernel = kernel
+        self.arrays = arrays
+
+    def run(self) -> None:
+        with np.errstate(all="ignore"):
+            self.block(self.kernel.body, {})
+
+    def block(self, body: list, env: dict) -> None:
+        for s in body:
+            if isinstance(s, L.Let):
+                env[s.name] = self.expr(s.value, env)
+            elif isinstance(s, L.Store):
+                self.arrays[s.buffer][tuple(self.expr(i, env) for i in s.index)] = self.expr(s.value, env)
+            elif isinstance(s, L.Loop):
+                for i in range(s.extent):
+                    self.block(s.body, {**env, s.var: i})
+            elif isinstance(s, L.Reduce):
+                accs = {a.name: self.expr(a.init, env) for a in s.accumulators}
+                for i in range(s.extent):
+                    inner = {**env, **accs, s.var: i}
+                    self.block(s.body, inner)
+                    new = [self.expr(u, inner) for u in s.update]
+                    accs = {a.name: _typed(v, a.dtype) for a, v in zip(s.accumulators, new)}
+                env.update(accs)
+            elif isinstance(s, L.Matmul):
+                self.matmul(s, env)
+
+    def matmul(self, s: L.Matmul, env: dict) -> None:
+        """Run the statement's loop expansion on flat views of its buffers."""
+        for view in s.views():
+            flat = self.arrays[view.buffer].reshape(-1)
+            if view is s.out and flat.size and not np.shares_memory(flat, self.arrays[view.buffer]):
+                raise ValueError(f"Matmul out buffer '{view.buffer}' is not contiguous")
+            self.arrays[flat_name(view.buffer)] = flat
+        self.block(expand_matmul(s, self.kernel.buffer(s.out.buffer).dtype), dict(env))
+
+    def expr(self, e: L.Expr, env: dict):
+        if isinstance(e, L.Const):
+            return _typed(e.value, e.dtype)
+        if isinstance(e, L.Var):
+            return env[e.name]
+        if isinstance(e, L.Load):
+            return self.arrays[e.buffer][tuple(self.expr(i, env) for i in e.index)]
+        if isinstance(e, L.Unary):
+            return _typed(_UNARY[e.fn](self.expr(e.x, env)), e.dtype)
+        if isinstance(e, L.Binary):
+            a, b = self.expr(e.a, env), self.expr(e.b, env)
+            if e.dtype == L.INDEX or (e.a.dtype == L.INDEX):
+                return _index_op(e.fn, a, b)
+            return _typed(_BINARY[e.fn](a, b), e.dtype)
+        if isinstance(e, L.Select):
+            return self.expr(e.a, env) if self.expr(e.cond, env) else self.expr(e.b, env)
+        if isinstance(e, L.Cast):
+            x = self.expr(e.x, env)
+            if e.dtype == L.INDEX:
+                return int(x)
+            if e.dtype is dt.BOOL:
+                return _typed(x != 0, e.dtype)
+            return dt.cast_array(np.asarray(x), e.dtype.np)[()]
+        raise TypeError(f"unknown expression {e!r}")
+
+
+def _index_op(fn: str, a: int, b: int):
+    return {"add": a + b, "sub": a - b, "mul": a * b, "floordiv": a // b if b else 0,
+            "mod": a % b if b else 0, "minimum": min(a, b), "maximum": max(a, b),
+            "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[fn]
+
+
+def run_program(program, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Execute a scheduled Program with the interpreter (fills use the global generator)."""
+    from ... import random as tc_random
+    arrays: dict[str, np.ndarray] = {}
+    for name, b in program.buffers.items():
+        arrays[name] = np.zeros(b.shape, b.dtype.np)
+    for name, a in zip(program.inputs, inputs):
+        arrays[name] = np.asarray(a)
+    arrays.update(program.constants)
+    for f in program.fills:
+        draw = tc_random.generator().random if f.impl == "uniform" else tc_random.generator().standard_normal
+        arrays[f.buffer] = draw(f.shape, dtype=f.dtype.np)
+    for k in program.kernels:
+        LoopInterpreter(k, arrays).run()
+    return [arrays[name].copy() for name in program.outputs]

@@ -1,0 +1,220 @@
+"""The loop IR: target-independent loop nests over buffers, the contract between the
+scheduler (graph -> kernels) and the code generators (CPU via llvmlite, PTX).
+
+A Kernel reads and writes Buffers (dense, row-major; views of them are index arithmetic
+in the Loads) through a body of statements:
+  Loop      a counted loop `for var in range(extent)`; `parallel` marks loops whose
+            iterations are independent and may run on several cores (outermost only);
+  Let       binds a scalar SSA name to an expression (visible to later statements);
+  Reduce    a counted loop that carries accumulators (scf.for with iter_args): each
+            iteration evaluates `body` then sets every accumulator to its `update` expr;
+            after it, the accumulator names hold the final values;
+  Store     writes one element;
+  Matmul    a (batched) matrix product over strided views of buffers, with an optional
+            accumulate and a per-element epilogue (below).
+Expressions are typed scalars: Const, Var (loop indices are int64 `index` values), Load,
+Unary/Binary ops named after ops/scalar.py's primitives plus arithmetic and comparisons,
+Select and Cast.  Extents may be ints or Var names of runtime sizes (dynamic dims).
+Invariants (checked by `check_kernel`): names are defined before use and only once; loads
+and stores index every dim of their buffer; a Store's value has the buffer's dtype.
+Select evaluates both arms (code generators emit branch-free selects), so every Load in
+either arm must be in bounds whatever the condition: the scheduler clamps such indices.
+
+Matmul.  A View is a strided window on a buffer's elements in row-major (flat) order:
+element (d0, d1, ...) of the view is flat element `offset + sum(d * stride)` of the buffer,
+offset and strides being `index` expressions (a stride may be 0: broadcasting; transposes
+and slices are just other strides, so a permuted operand is read in place, never copied).
+With batch extents B = (b0, b1, ...), a Matmul computes, for every batch index bt, i < m
+and j < n:
+    acc = sum(a[bt, i, p] * b[bt, p, j] for p < k)      (+ out[bt, i, j] if accumulate)
+    out[bt, i, j] = epilogue   (or acc when there is no epilogue)
+where `a` is a View of rank len(B) + 2 over (bt, i, p), `b` over (bt, p, j) and `out` over
+(bt, i, j).  All three buffers share one dtype (f32, f64, i32 or i64), which is also the
+accumulator's; float sums are taken in an unspecified order (like a Reduce's).  The
+epilogue is any expression of that dtype in the accumulator `Var(acc)` and the output
+index `Var(index[d])` (one name per batch dim, then i, then j): loads of other buffers at
+those indices fuse elementwise consumers (bias, activation, residual) into the store.
+`workspace` names a temp buffer the CPU code generator packs panels into (its size comes
+from matmul_tiles.workspace_elements); without one, code generators use plain loops.
+Checked: ranks, dtypes, names, views inside their buffers and `out` one-to-one (for
+static views), out/a/b/workspace distinct, the epilogue reads neither out nor workspace,
+and no Matmul inside a parallel Loop (it parallelizes itself).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from ...dtypes import DType
+
+INDEX = "index"    # the dtype name of loop indices and index arithmetic (64-bit)
+SIZE_PREFIX = "size_"   # Var names of runtime sizes (dynamic dims) in expressions: size_batch
+
+UNARY = ("neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
+         "tanh", "erf", "sqrt", "rsqrt", "floor", "ceil", "round", "not", "logical_not")
+BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "floordiv", "mod",
+          "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge")
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+class Expr:
+    """A typed scalar expression; `dtype` is a DType or INDEX."""
+    dtype: Union[DType, str]
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: Union[int, float, bool]
+    dtype: Union[DType, str]
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    name: str
+    dtype: Union[DType, str]
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    buffer: str
+    index: tuple[Expr, ...]
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    fn: str
+    x: Expr
+    dtype: Union[DType, str]
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    fn: str
+    a: Expr
+    b: Expr
+    dtype: Union[DType, str]     # the result's (bool for comparisons)
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: Union[DType, str]
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    x: Expr
+    dtype: Union[DType, str]
+
+
+@dataclass
+class Let:
+    name: str
+    value: Expr
+
+
+@dataclass
+class Store:
+    buffer: str
+    index: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass
+class Loop:
+    var: str
+    extent: Union[int, str]          # a constant trip count, or the name of a size parameter
+    body: list = field(default_factory=list)
+    parallel: bool = False
+
+
+@dataclass
+class Accumulator:
+    name: str
+    dtype: DType
+    init: Expr
+
+
+@dataclass
+class Reduce:
+    var: str
+    extent: Union[int, str]
+    accumulators: list[Accumulator]
+    body: list                       # Lets (and nested Reduces) evaluated each iteration
+    update: list[Expr]               # new value of each accumulator, may read the old ones
+
+
+@dataclass(frozen=True)
+class View:
+    """A strided window on `buffer` (see the module docstring): index expressions."""
+    buffer: str
+    offset: Expr
+    strides: tuple[Expr, ...]
+
+
+@dataclass
+class Matmul:
+    out: View                              # (batch..., m, n)
+    a: View                                # (batch..., m, k)
+    b: View                                # (batch..., k, n)
+    m: Union[int, str]
+    n: Union[int, str]
+    k: Union[int, str]
+    batch: tuple[Union[int, str], ...] = ()
+    accumulate: bool = False               # add the product to out's old value
+    epilogue: Optional[Expr] = None        # the stored value, in Var(acc) and Var(index[d])
+    acc: str = "acc"
+    index: tuple[str, ...] = ()            # names of (batch..., i, j) in the epilogue
+    workspace: Optional[str] = None        # temp buffer for packed panels (CPU codegen)
+
+    def views(self) -> tuple[View, View, View]:
+        return self.out, self.a, self.b
+
+    def extents(self) -> tuple[Union[int, str], ...]:
+        return (*self.batch, self.m, self.n, self.k)
+
+
+Stmt = Union[Let, Store, Loop, Reduce, Matmul]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    dtype: DType
+    shape: tuple[Union[int, str], ...]     # ints, or size-parameter names for dynamic dims
+    role: str                              # "input", "output" or "temp"
+
+
+@dataclass
+class Kernel:
+    name: str
+    buffers: list[Buffer]
+    body: list
+    sizes: list[str] = field(default_factory=list)    # runtime size parameters (dynamic dims)
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+
+def size_params(node) -> list[str]:
+    """The size parameters (Var names starting with SIZE_PREFIX) that `node` (a kernel, a
+    statement, an expression, or lists of them) mentions anywhere: extents, buffer shapes,
+    indices and values.  Sorted, so every kernel of a program takes them in one order."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Var):
+            if x.name.startswith(SIZE_PREFIX):
+                found.add(x.name)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif hasattr(x, "__dataclass_fields__"):
+            stack.extend(getattr(x, f) for f in x.__dataclass_fields__)
+    return sorted(found)

@@ -1,0 +1,1 @@
+"""Graph -> loop IR: fusion groups, pointwise, reductions, rows, matmul, donation."""

@@ -1,0 +1,124 @@
+"""Donated inputs: outputs written into the memory of inputs the caller gave up.
+
+`donate(program, donated)` takes the positions of donated function inputs and lets an
+output reuse a donated input's buffer where that is safe, by renaming the output buffer to
+the input's everywhere (kernels, Program.outputs).  The kernel that writes the output then
+reads and writes the one buffer through one pointer, so the code generators' `noalias`
+promise still holds.  Program.donated lists the input buffers that now hold outputs.
+
+An output O may take a donated input X's buffer when O has X's shape and dtype, exactly one
+kernel W writes O, X is not itself returned, no kernel after W reads X, and W reads X not at
+all or only as one pointwise loop nest whose every Load of X is at the very element being
+stored.  Everything else keeps a fresh output.  Notably a matmul whose epilogue reads X
+(an SGD step `w - lr * (x.T @ g)`) is refused: the packed kernel stores each K-block's
+partial products into the output tile before the epilogue runs, so the epilogue would read
+partial sums where X was.  Each donated input serves at most one output; outputs are
+matched in order.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from ..loops import ir as L
+
+
+def donate(program, donated: set[int]) -> dict[int, int]:
+    """Rename outputs into donated inputs' buffers where safe; {output position: input position}."""
+    reused: dict[int, int] = {}
+    free = [i for i in sorted(donated) if program.inputs[i] not in program.outputs]
+    for k, out in enumerate(program.outputs):
+        b = program.buffers.get(out)
+        if b is None or b.role != "output" or out in program.outputs[:k]:
+            continue
+        for i in free:
+            x = program.inputs[i]
+            xb = program.buffers[x]
+            if (xb.shape, xb.dtype) == (b.shape, b.dtype) and _safe(program, out, x):
+                _rename(program, out, x)
+                program.donated.append(x)
+                free.remove(i)
+                reused.update((q, i) for q, o in enumerate(program.outputs) if o == x)
+                break
+    return reused
+
+
+def _safe(program, out: str, x: str) -> bool:
+    writers = [n for n, k in enumerate(program.kernels) if _stores(k, out)]
+    if len(writers) != 1:
+        return False
+    w = writers[0]
+    if any(_reads(k, x) for k in program.kernels[w + 1:]):
+        return False
+    kernel = program.kernels[w]
+    return not _reads(kernel, x) or _pointwise_reads_only(kernel.body, out, x)
+
+
+def _stores(kernel: L.Kernel, name: str) -> bool:
+    return any(b.name == name and b.role == "output" for b in kernel.buffers)
+
+
+def _reads(kernel: L.Kernel, name: str) -> bool:
+    return any(b.name == name for b in kernel.buffers)
+
+
+def _pointwise_reads_only(body: list, out: str, x: str) -> bool:
+    """`body` is one perfect loop nest storing `out` at the nest's own index, and every Load
+    of `x` in the stored value is at that same index."""
+    nest = []
+    while len(body) == 1 and isinstance(body[0], L.Loop):
+        nest.append(body[0].var)
+        body = body[0].body
+    if len(body) != 1 or not isinstance(body[0], L.Store) or body[0].buffer != out:
+        return False
+    store = body[0]
+    if store.index != tuple(L.Var(v, L.INDEX) for v in nest):
+        return False
+    loads: list[L.Load] = []
+    _collect_loads(store.value, x, loads)
+    return all(ld.index == store.index for ld in loads)
+
+
+def _collect_loads(e: Any, name: str, into: list) -> None:
+    if isinstance(e, L.Load):
+        if e.buffer == name:
+            into.append(e)
+        for i in e.index:
+            _collect_loads(i, name, into)
+        return
+    for f in ("x", "a", "b", "cond"):
+        sub = getattr(e, f, None)
+        if isinstance(sub, L.Expr):
+            _collect_loads(sub, name, into)
+
+
+def _rename(program, old: str, new: str) -> None:
+    """Buffer `old` becomes `new` in every kernel and in the outputs; `old` disappears."""
+    for n, k in enumerate(program.kernels):
+        if not _reads(k, old):
+            continue
+        buffers: dict[str, L.Buffer] = {}
+        for b in k.buffers:
+            b = dataclasses.replace(b, name=new) if b.name == old else b
+            if b.name not in buffers or b.role == "output":
+                buffers[b.name] = b
+        program.kernels[n] = dataclasses.replace(k, buffers=list(buffers.values()),
+                                                 body=_renamed(k.body, old, new))
+    program.outputs = [new if o == old else o for o in program.outputs]
+    del program.buffers[old]
+
+
+def _renamed(x: Any, old: str, new: str) -> Any:
+    """`x` (a statement, expression, View or a list/tuple of them) with buffer `old` -> `new`."""
+    if isinstance(x, (list, tuple)):
+        items = [_renamed(v, old, new) for v in x]
+        return type(x)(items) if any(a is not b for a, b in zip(items, x)) else x
+    if not dataclasses.is_dataclass(x) or isinstance(x, type):
+        return x
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(x):
+        v = getattr(x, f.name)
+        nv: Optional[Any] = new if f.name == "buffer" and v == old else _renamed(v, old, new)
+        if nv is not v:
+            changes[f.name] = nv
+    return dataclasses.replace(x, **changes) if changes else x

@@ -1,0 +1,245 @@
+"""Scheduling tc.matmul: one loop-IR Matmul per op, and the epilogue fusion after it.
+
+`matmul_body(sched, op, args)` gives the statement for every torch.matmul case: batch dims
+are the broadcast batch of both operands (stride 0 where an operand broadcasts), a 1-D
+left operand is one row (m = 1), a 1-D right operand one column (n = 1), and the output
+view drops those dims again.  An operand is read in place when its expression at a
+symbolic index is a Load whose indices are affine in that index: a buffer, or views of
+one (permute/mT, expand, slice, select, unsqueeze/squeeze), so a transposed operand costs
+nothing.  Anything else (an elementwise producer, a reshape that merges dims) is first
+computed into a temp buffer by a copy kernel of its own.  Float products big enough for
+the packed kernel get a workspace buffer sized by matmul_tiles (a temp, so the runtime's
+workspace planning places it).
+
+`fuse_epilogues(program)` then folds a consumer into the product: when a matmul writes a
+temp buffer T that exactly one later kernel reads, and that kernel is one pointwise loop
+nest storing V (same shape and dtype as T) whose every Load of T is at the nest's own
+index, the Matmul writes V instead, with the stored expression as its epilogue (Loads of
+T become the accumulator, the nest's indices become the Matmul's).  The fused kernel
+takes the consumer's place in the order (everything either kernel reads exists by then),
+its number and its name's location, computes the ops of both (Program.kernel_ops), and T
+disappears.  Repeated until nothing changes, so a chain the scheduler split at a
+multi-use value (tanh(y) * tanh(y)) folds in as well: the epilogue so far replaces the
+accumulator in the next one, one shared expression object that the code generators
+evaluate once.  So relu(x @ w + b), gelu(x @ w) or x @ w + residual is one kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Optional
+
+from ...errors import BackendError
+from ...ir import Op, Value
+from ...symbolic import hint, is_dynamic
+from ..loops import index as I
+from ..loops import ir as L
+from .tiles import uses_packed, workspace_elements
+
+
+def matmul_body(sched, op: Op, args: dict) -> list:
+    a, b, out = args["self"], args["other"], op.result
+    ash, bsh = a.type.shape, b.type.shape
+    m = ash[-2] if len(ash) > 1 else 1
+    n = bsh[-1] if len(bsh) > 1 else 1
+    k = ash[-1]
+    batch = out.type.shape[:out.type.ndim - (len(ash) > 1) - (len(bsh) > 1)]
+    dtype = out.type.dtype
+    a_view = _operand_view(sched, a, batch, row=len(ash) > 1, col=True)
+    b_view = _operand_view(sched, b, batch, row=True, col=len(bsh) > 1)
+    out_view = _operand_view(sched, out, batch, row=len(ash) > 1, col=len(bsh) > 1)
+    workspace = None
+    static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm_matmul.py)
+    if static_batch and uses_packed(dtype, hint(m), hint(n), hint(k)):
+        workspace = _fresh(sched.buffers, "w")
+        known = [None if is_dynamic(d) else d for d in (m, n, k)]       # run-time sizes: unbounded
+        size = workspace_elements(dtype, *known, math.prod(batch))
+        sched.buffers[workspace] = L.Buffer(workspace, dtype, (size,), "temp")
+    index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
+    return [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),
+                     index=index, workspace=workspace)]
+
+
+def _operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool) -> L.View:
+    """The View of `v` over (batch..., rows, cols); `row`/`col` say whether v has that dim."""
+    strided = _strided(sched, v) if v in sched.names or v.op is not None else None
+    if strided is None:
+        _materialize(sched, v)
+        strided = _strided(sched, v)
+    buffer, offset, strides = strided
+    shape = v.type.shape
+    own = list(strides)
+    mat = [own.pop() if col else 0]
+    mat.insert(0, own.pop() if row else 0)
+    lead = len(batch) - len(own)
+    batch_strides = [0 if d < lead or shape[d - lead] == 1 else own[d - lead] for d in range(len(batch))]
+    return L.View(buffer, I.expr(offset), tuple(I.expr(st) for st in batch_strides + mat))
+
+
+def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
+    """(buffer, offset, strides) when `v` reads a buffer at an affine index, else None."""
+    syms = tuple(L.Var(f"s{d}", L.INDEX) for d in range(v.type.ndim))
+    try:
+        e = sched.inliner.value_at(v, syms)
+    except BackendError:       # no inline form: the caller materializes it
+        return None
+    if not isinstance(e, L.Load) or e.dtype != v.type.dtype:
+        return None
+    shape = [I.symbolic(d) for d in sched.buffers[e.buffer].shape]
+    dense = [math.prod(shape[c + 1:]) for c in range(len(shape))]
+    offset, strides = 0, [0] * len(syms)
+    for c, index in enumerate(e.index):
+        terms = _affine(index)
+        if terms is None:
+            return None
+        for name, coef in terms.items():
+            if name is None:
+                offset += coef * dense[c]
+            else:
+                strides[int(name[1:])] += coef * dense[c]
+    return e.buffer, offset, tuple(strides)
+
+
+def _affine(e: L.Expr) -> Optional[dict]:
+    """{var name: coefficient, None: constant} for an affine index expression, else None.
+    Sizes of dynamic dims are constants here: coefficients may be symbolic.Dim values."""
+    if isinstance(e, L.Const):
+        return {None: e.value}
+    if isinstance(e, L.Var) and e.name.startswith(L.SIZE_PREFIX):
+        return {None: I.symbolic(e)}
+    if isinstance(e, L.Var):
+        return {e.name: 1}
+    if isinstance(e, L.Binary) and e.fn in ("add", "sub", "mul"):
+        a, b = _affine(e.a), _affine(e.b)
+        if a is None or b is None:
+            return None
+        if e.fn == "mul":
+            if set(b) == {None}:
+                return {name: c * b[None] for name, c in a.items()}
+            if set(a) == {None}:
+                return {name: c * a[None] for name, c in b.items()}
+            return None
+        sign = 1 if e.fn == "add" else -1
+        out = dict(a)
+        for name, c in b.items():
+            out[name] = out.get(name, 0) + sign * c
+        return out
+    return None
+
+
+def _fresh(buffers: dict, prefix: str) -> str:
+    n = 0
+    while f"{prefix}{n}" in buffers:
+        n += 1
+    return f"{prefix}{n}"
+
+
+def _materialize(sched, v: Value) -> None:
+    """Compute `v` into a new temp buffer with a copy kernel emitted now."""
+    from .scheduler import _loops
+    index = tuple(L.Var(f"m{d}", L.INDEX) for d in range(v.type.ndim))
+    value = sched.inliner.value_at(v, index)
+    name = _fresh(sched.buffers, "t")
+    sched.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), "temp")
+    sched.names[v] = name
+    body = _loops(v.type.shape, lambda ix: [L.Store(name, ix, value)], prefix="m")
+    sched.add_kernel(sched.inlined_ops([v.op]) if v.op is not None else [], body)
+
+
+# ---------------------------------------------------------------- epilogue fusion
+
+def fuse_epilogues(program) -> None:
+    """Fold each matmul's lone pointwise consumer into it (see the module docstring),
+    repeatedly: a fused kernel's output may again have one pointwise reader."""
+    while any(_fuse_one(program, km) for km in list(program.kernels)):
+        pass
+
+
+def _fuse_one(program, km: L.Kernel) -> bool:
+    s = km.body[0] if len(km.body) == 1 and isinstance(km.body[0], L.Matmul) else None
+    if s is None or program.buffers[s.out.buffer].role != "temp":
+        return False
+    readers = [k for k in program.kernels if k is not km and any(b.name == s.out.buffer for b in k.buffers)]
+    fused = _fuse(km, s, readers[0], program.buffers) if len(readers) == 1 else None
+    if fused is None:
+        return False
+    program.kernels[program.kernels.index(readers[0])] = fused
+    program.kernels.remove(km)
+    del program.buffers[s.out.buffer]
+    from .scheduler import kernel_name
+    ops = program.kernel_ops.pop(km.name, []) + program.kernel_ops.pop(readers[0].name, [])
+    fused.name = kernel_name(int(readers[0].name.split("_", 1)[0][1:]), ops)
+    program.kernel_ops[fused.name] = ops
+    program.kernel_ops = {k.name: program.kernel_ops[k.name] for k in program.kernels}     # kernel order
+    return True
+
+
+def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.Kernel]:
+    loops, body = [], kp.body
+    while len(body) == 1 and isinstance(body[0], L.Loop):
+        loops.append(body[0])
+        body = body[0].body
+    if len(body) != 1 or not isinstance(body[0], L.Store):
+        return None
+    store, t = body[0], buffers[s.out.buffer]
+    target = buffers[store.buffer]
+    nest = tuple(L.Var(lp.var, L.INDEX) for lp in loops)
+    if (target.shape, target.dtype) != (t.shape, t.dtype) or store.index != nest \
+            or tuple(lp.extent for lp in loops) != tuple(t.shape):
+        return None
+    dims = _logical_dims(s, t.shape)
+    if dims is None:
+        return None
+    mapping = {lp.var: d for lp, d in zip(loops, dims)}
+    misplaced = []
+
+    def rewrite(e: L.Expr) -> Optional[L.Expr]:
+        if isinstance(e, L.Load) and e.buffer == t.name:
+            if e.index != nest:
+                misplaced.append(e)
+            return L.Var(s.acc, t.dtype) if s.epilogue is None else s.epilogue
+        if isinstance(e, L.Var) and e.name in mapping:
+            return mapping[e.name]
+        return None
+    epilogue = substitute(store.value, rewrite)
+    if misplaced:
+        return None
+    fused = dataclasses.replace(s, out=dataclasses.replace(s.out, buffer=store.buffer), epilogue=epilogue)
+    roles: dict[str, L.Buffer] = {}
+    for b in km.buffers + kp.buffers:
+        if b.name != t.name and (b.name not in roles or b.role == "output"):
+            roles[b.name] = b
+    return L.Kernel(kp.name, list(roles.values()), [fused], list(kp.sizes))     # renamed by the caller
+
+
+def _logical_dims(s: L.Matmul, shape: tuple[int, ...]) -> Optional[list[L.Expr]]:
+    """For each dim of the dense output buffer, the Matmul index it walks (0 if size 1)."""
+    names = s.index
+    extents = (*s.batch, s.m, s.n)
+    strides = [st.value for st in s.out.strides]
+    dims: list[L.Expr] = []
+    for d, size in enumerate(shape):
+        if size == 1:
+            dims.append(I.ic(0))
+            continue
+        dense = math.prod(shape[d + 1:])
+        match = [q for q in range(len(extents)) if extents[q] == size and strides[q] == dense]
+        if len(match) != 1:
+            return None
+        dims.append(L.Var(names[match[0]], L.INDEX))
+    return dims
+
+
+def substitute(e: L.Expr, rule: Callable[[L.Expr], Optional[L.Expr]]) -> L.Expr:
+    """`e` with every subexpression for which `rule` gives a replacement replaced."""
+    new = rule(e)
+    if new is not None:
+        return new
+    changes = {}
+    for f in ("x", "a", "b", "cond"):
+        sub = getattr(e, f, None)
+        if isinstance(sub, L.Expr):
+            changes[f] = substitute(sub, rule)
+    if isinstance(e, L.Load):
+        changes["index"] = tuple(substitute(i, rule) for i in e.index)
+    return dataclasses.replace(e, **changes) if changes else e

@@ -1,0 +1,169 @@
+"""The expression of a value at an index: how ops that need no loop of their own inline.
+
+`Inliner.value_at(v, index)` is a Load when `v` lives in a buffer (function inputs,
+materialized values, large constants) and otherwise the expression of its producer:
+elementwise ops evaluate their table formula on the loop-IR builders (exprs.py), view ops
+remap the index (index_maps.py), gather/index_select load their index tensor, cat selects
+between its inputs.  Indirect indices are clamped into range, so no index read from data
+can touch memory outside a buffer (the runtime checks user-given indices first).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes as dt
+from ...errors import BackendError
+from ...ir import Op, Value
+from ...ops import elementwise, rules
+from ...ops.table import OpDef, by_ir_name
+from ..loops import index as I
+from ..loops import ir as L
+from ..loops.exprs import PRIMITIVES, X, cast, const, lift
+
+CONSTANT = "tc.constant"
+VIEW_KINDS = ("reshape", "squeeze", "unsqueeze", "permute", "expand", "select", "slice", "split")
+
+
+class Inliner:
+    def __init__(self, buffers: dict[Value, str]):
+        self.buffers = buffers            # values that live in memory, by buffer name
+        self.table = by_ir_name()
+
+    def value_at(self, v: Value, index: I.Index) -> L.Expr:
+        if v in self.buffers:
+            return L.Load(self.buffers[v], tuple(index), v.type.dtype)
+        op = v.op
+        if op is None:
+            raise BackendError(f"value {v} has no buffer and no producer")
+        if op.name == CONSTANT:
+            return _scalar_constant(op.attrs["value"], v.type.dtype)
+        return self.op_at(op, v.index, index)
+
+    def op_at(self, op: Op, result: int, index: I.Index) -> L.Expr:
+        opdef = self.table[op.name]
+        args = opdef.arguments_from(op.operands, op.attrs)
+        out = op.results[result].type
+        kind = opdef.kind
+        if kind == "elementwise":
+            return self._elementwise(opdef, args, out, index)
+        if kind == "cast":
+            return cast(self.value_at(args["self"], index), args["dtype"])
+        if kind in VIEW_KINDS:
+            return self.value_at(args["self"], self._view_index(opdef, op, args, result, index))
+        handler = getattr(self, f"_{kind}", None)
+        if handler is None:
+            raise BackendError(f"{op.name}: kind '{kind}' cannot be inlined")
+        return handler(opdef, args, out, index)
+
+    def _elementwise(self, opdef: OpDef, args: dict, out, index: I.Index) -> L.Expr:
+        types = {k: (v.type if isinstance(v, Value) else v) for k, v in args.items()}
+        compute, result = rules.elementwise_dtypes(opdef, types)
+        env: dict[str, Any] = {}
+        for k, v in args.items():
+            if isinstance(v, Value):
+                e = self.value_at(v, I.broadcast(index, out.shape, v.type.shape))
+                env[k] = X(e if opdef.dtype_rule == "logical" else cast(e, compute))
+            else:
+                env[k] = v
+        value = elementwise.evaluate(opdef, env, PRIMITIVES)
+        return cast(lift(value, compute), result)
+
+    def _view_index(self, opdef: OpDef, op: Op, args: dict, result: int, index: I.Index) -> I.Index:
+        src = args["self"].type.shape
+        kind = opdef.kind
+        if kind in ("reshape", "squeeze", "unsqueeze"):
+            return I.reshape(index, op.results[0].type.shape, src)
+        if kind == "permute":
+            return I.permute(index, tuple(d % len(src) for d in args["dims"]))
+        if kind == "expand":
+            return I.broadcast(index, op.results[0].type.shape, src)
+        dim = args["dim"] % max(len(src), 1)
+        if kind == "select":
+            return I.select(index, dim, args["index"] % src[dim])
+        if kind == "slice":
+            start, _, step = rules.slice_bounds(src[dim], args["start"], args["end"], args["step"])
+            return I.offset(index, dim, start, step)
+        start = sum(r.type.shape[dim] for r in op.results[:result])          # split
+        return I.offset(index, dim, start)
+
+    def _indirect(self, index_value: Value, at: I.Index, size: int) -> L.Expr:
+        raw = cast(self.value_at(index_value, at), L.INDEX)
+        wrapped = L.Select(L.Binary("lt", raw, I.ic(0), dt.BOOL), I.add(raw, size), raw, L.INDEX)
+        return I.clamp(wrapped, 0, size - 1)
+
+    def _index_select(self, opdef, args, out, index):
+        x = args["self"].type
+        if x.ndim == 0:
+            return self.value_at(args["self"], ())
+        d = args["dim"] % x.ndim
+        at = (index[d],) if args["index"].type.ndim else ()
+        i = self._indirect(args["index"], at, x.shape[d])
+        return self.value_at(args["self"], index[:d] + (i,) + index[d + 1:])
+
+    def _gather(self, opdef, args, out, index):
+        x = args["self"].type
+        if out.numel == 0:           # an empty index of any rank: nothing is ever read
+            return const(0, out.dtype)
+        if x.ndim == 0:
+            return self.value_at(args["self"], ())
+        d = args["dim"] % x.ndim
+        i = self._indirect(args["index"], index, x.shape[d])
+        return self.value_at(args["self"], index[:d] + (i,) + index[d + 1:])
+
+    def _cat(self, opdef, args, out, index):
+        """Nested selects on the concat dim; each piece's index is clamped into its own range."""
+        d = args["dim"] % out.ndim
+        pieces, start = [], 0
+        for v in args["tensors"]:
+            pieces.append((start, v))
+            start += v.type.shape[d]
+        expr = None
+        for start, v in reversed(pieces):
+            size = v.type.shape[d]
+            local = I.clamp(I.sub(index[d], start), 0, max(size - 1, 0))
+            e = cast(self.value_at(v, index[:d] + (local,) + index[d + 1:]), out.dtype)
+            end = L.Binary("lt", index[d], I.ic(start + size), dt.BOOL)
+            expr = e if expr is None else L.Select(end, e, expr, out.dtype)
+        return expr
+
+    def _select_backward(self, opdef, args, out, index):
+        d = args["dim"] % out.ndim
+        at = args["index"] % out.shape[d]
+        inside = L.Binary("eq", index[d], I.ic(at), dt.BOOL)
+        g = cast(self.value_at(args["grad_output"], index[:d] + index[d + 1:]), out.dtype)
+        return L.Select(inside, g, const(0, out.dtype), out.dtype)
+
+    def _slice_backward(self, opdef, args, out, index):
+        d = args["dim"] % out.ndim
+        grad = args["grad_output"]
+        n, step = grad.type.shape[d], args["step"]
+        start, _, _ = rules.slice_bounds(out.shape[d], args["start"], args["end"], step)
+        j = I.sub(index[d], start)
+        k = I.clamp(L.Binary("floordiv", j, I.ic(step), L.INDEX), 0, max(n - 1, 0))
+        inside = L.Binary("and", L.Binary("and", L.Binary("ge", j, I.ic(0), dt.BOOL),
+                                          L.Binary("eq", L.Binary("mod", j, I.ic(step), L.INDEX), I.ic(0), dt.BOOL),
+                                          dt.BOOL),
+                          L.Binary("lt", j, I.ic(n * step), dt.BOOL), dt.BOOL)
+        g = cast(self.value_at(grad, index[:d] + (k,) + index[d + 1:]), out.dtype)
+        return L.Select(inside, g, const(0, out.dtype), out.dtype) if n else const(0, out.dtype)
+
+    def _full(self, opdef, args, out, index):
+        return const(args["fill_value"], out.dtype)
+
+    def _arange(self, opdef, args, out, index):
+        start, _, step = rules.arange_bounds(args, out.dtype)
+        if out.dtype.is_floating_point:
+            i = L.Cast(index[0], dt.FLOAT64)
+            return cast(L.Binary("add", L.Binary("mul", i, const(step, dt.FLOAT64), dt.FLOAT64),
+                                 const(start, dt.FLOAT64), dt.FLOAT64), out.dtype)
+        return L.Cast(I.add(I.mul(index[0], int(step)), int(start)), out.dtype)
+
+
+def _scalar_constant(value: np.ndarray, dtype) -> L.Expr:
+    """0-d and splat constants inline; others must have been given a buffer."""
+    flat = value.reshape(-1)
+    if flat.size == 0 or np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=flat.dtype.kind == "f"):
+        return const(flat[0].item() if flat.size else 0, dtype)
+    raise BackendError("a non-splat constant needs a buffer")

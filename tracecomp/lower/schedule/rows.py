@@ -1,0 +1,386 @@
+"""Row fusion: a reduction over the innermost dims is computed inside the kernel that
+consumes it, one row at a time, its result kept in a register.
+
+A *row reduction* reduces the input dims k..ndim-1 (reductions.row_rank): its result is
+indexed by the k outer dims.  The scheduler defers it (`defer`) instead of giving it a
+kernel of its own.  The next kernel that reads its buffer (`absorb`) takes it in when
+every Load of the buffer is at the kernel's own outer index, (i0, ..., i{k-1}) plus zeros
+for kept dims, where i0, i1, ... are the loops of the kernel's nest: then, for each outer
+index, the kernel first runs the reduction's Reduce loops and binds the result to a Let,
+and its Loads of the buffer become that name:
+
+    parallel Loop i0:                         softmax(x, dim=1)
+        Reduce r -> acc_0 (max of x[i0, r]);  Let amax_0
+        Reduce r -> acc_1 (sum of exp(x[i0, r] - amax_0));  Let sum_1
+        Loop i1:  Store out[i0, i1] = exp(x[i0, i1] - amax_0) / sum_1
+
+A row of the input is read once per pass, and stays in L1/L2 between passes, so the
+kernel moves about one read and one write of memory.  (`reuse_output_row` then computes
+exp(x - amax_0) once: into the output row, which the sum and the division read back.)
+A reduction read inside another absorbed reduction at the same outer index (the max
+inside the sum above) is absorbed too, first.  Reductions with another outer rank than
+the first one absorbed, or read at any other index, get their own kernel first (`flush`),
+as do those still deferred at the end (`finish`); so does one a Matmul reads (a view of
+the whole buffer).  The reduced value is stored to its buffer as well only when a later
+kernel or the function's outputs read it.  Loops of extent 1 index only 0, and indices
+are compared that way (a (n, 1) value reads a (n, 1) reduction at [i0, 0]).
+
+`recomputable(...)`: an elementwise value materialized only because it has several uses,
+all of them inside one row kernel (exp(x - max) in softmax, x - mean in layernorm), is
+better recomputed in each pass over the row (from cache) than written to and read back
+from memory; schedule() drops such values from the materialized set and schedules again.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+from ...ir import Op, Value
+from ..loops import ir as L
+from .reductions import output_index, row_rank, statements_at
+
+PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a nest stays on one core
+
+
+class RowFusion:
+    """The deferred row reductions of one Scheduler run, and the kernels that host them."""
+
+    def __init__(self, sched):
+        self.sched = sched
+        self.pending: dict[str, Op] = {}             # buffer of a deferred result -> its op
+        self.hosts: dict[str, list[Op]] = {}         # kernel name -> row reductions it computes
+        self._order = {op: i for i, op in enumerate(sched.graph.ops)}
+
+    def defer(self, op: Op) -> bool:
+        """Hold back a row reduction until a kernel reads it; False for other ops."""
+        if row_rank(op) == 0:
+            return False
+        for r in op.results:
+            self.pending[self.sched.names[r]] = op
+        return True
+
+    def flush(self, op: Op) -> None:
+        """Give a deferred reduction its own kernel, now (before the kernel being built)."""
+        if self._take(op):
+            self.sched._emit(op)
+
+    def finish(self) -> None:
+        """Flush what no kernel read; then drop the stores of absorbed results nobody loads."""
+        for op in sorted(set(self.pending.values()), key=self._order.__getitem__):
+            self.flush(op)
+        program = self.sched.program
+        loaded: set[str] = set()
+        for k in program.kernels:
+            loaded |= {load.buffer for load in loads_in(k.body)} | _view_reads(k.body)
+        outputs = {self.sched.names[v] for v in self.sched.graph.outputs if v in self.sched.names}
+        for k in program.kernels:
+            ops = self.hosts.get(k.name, [])
+            unused = {self.sched.names[r] for op in ops for r in op.results} - loaded - outputs
+            if unused:
+                k.body = _without_stores(k.body, unused)
+                k.buffers = self.sched._kernel_buffers(k.body)
+                for name in unused:
+                    del self.sched.buffers[name]
+                for v in [v for v, name in self.sched.names.items() if name in unused]:
+                    del self.sched.names[v]
+
+    def absorb(self, body: list) -> tuple[list, list[Op]]:
+        """`body` (a kernel being built) with the deferred reductions it reads at its outer
+        index computed inside it; the others flushed.  Returns (body, absorbed ops)."""
+        for buffer in _view_reads(body):             # a Matmul reads whole buffers
+            if buffer in self.pending:
+                self.flush(self.pending[buffer])
+        reads = self._pending_reads(body)
+        if not reads:
+            return body, []
+        nest = _nest(body)
+        outer = tuple(L.Var(lp.var, L.INDEX) for lp in nest)
+        unit = frozenset(lp.var for lp in nest if lp.extent == 1)     # these index only 0
+        rank, take = None, []
+        for op in self._ops(reads):
+            k = row_rank(op)
+            if k <= len(nest) and rank in (None, k) and _read_at(op, reads, self.sched, outer[:k], unit):
+                rank = k
+                take.append(op)
+            else:
+                self.flush(op)
+        work = _Absorbed(outer[:rank] if rank else (), unit)
+        for op in take:
+            self._compute(op, work)
+        if not work.ops:
+            return body, []
+        body = map_exprs(body, work.replace)
+        stmts = map_exprs(work.stmts, work.replace)
+        level = _nest(body)[rank - 1]
+        level.body = reuse_output_row(stmts + level.body, outer[:rank])
+        return mark_parallel(body), work.ops
+
+    # ----------------------------------------------------------------------------------
+    def _take(self, op: Op) -> bool:
+        """Remove `op` from the deferred ones; False if it was not deferred (any more)."""
+        found = False
+        for r in op.results:
+            found |= self.pending.pop(self.sched.names[r], None) is not None
+        return found
+
+    def _pending_reads(self, stmts: list) -> dict[str, list[tuple]]:
+        reads: dict[str, list[tuple]] = {}
+        for load in loads_in(stmts):
+            if load.buffer in self.pending:
+                reads.setdefault(load.buffer, []).append(load.index)
+        return reads
+
+    def _ops(self, reads: dict) -> list[Op]:
+        return sorted({self.pending[b] for b in reads}, key=self._order.__getitem__)
+
+    def _compute(self, op: Op, work: "_Absorbed") -> None:
+        """Append the statements of `op` at the outer index (its deferred inputs first)."""
+        if not self._take(op):
+            return                       # flushed meanwhile (a flushed kernel absorbed it)
+        tag = f"_{work.count}"
+        work.count += 1
+        index = output_index(op, work.outer)
+        stmts, values = statements_at(self.sched, op, index, tag)
+        reads = self._pending_reads(stmts)
+        for dep in self._ops(reads):
+            if row_rank(dep) == len(work.outer) and _read_at(dep, reads, self.sched, work.outer, work.unit):
+                self._compute(dep, work)
+            else:
+                self.flush(dep)
+        work.stmts += stmts
+        short = op.name.split(".")[1]
+        for j, (r, v) in enumerate(zip(op.results, values)):
+            name = f"{short}{tag}" if len(op.results) == 1 else f"{short}{tag}_{j}"
+            buffer = self.sched.names[r]
+            work.stmts += [L.Let(name, v), L.Store(buffer, index, L.Var(name, v.dtype))]
+            work.values[buffer] = (index, L.Var(name, v.dtype))
+        work.ops.append(op)
+
+
+@dataclasses.dataclass
+class _Absorbed:
+    """The row reductions being absorbed into one kernel: their statements, in order."""
+    outer: tuple
+    unit: frozenset                                            # loop vars of extent 1
+    stmts: list = dataclasses.field(default_factory=list)
+    values: dict = dataclasses.field(default_factory=dict)     # buffer -> (index, Var)
+    ops: list = dataclasses.field(default_factory=list)
+    count: int = 0
+
+    def replace(self, e: L.Expr) -> Optional[L.Expr]:
+        if isinstance(e, L.Load) and e.buffer in self.values and \
+                _canonical(e.index, self.unit) == _canonical(self.values[e.buffer][0], self.unit):
+            return self.values[e.buffer][1]
+        return None
+
+
+def _read_at(op: Op, reads: dict, sched, outer: tuple, unit: frozenset) -> bool:
+    """Whether every read of `op`'s results is at its output index for `outer`."""
+    want = _canonical(output_index(op, outer), unit)
+    return all(_canonical(index, unit) == want for r in op.results for index in reads.get(sched.names[r], ()))
+
+
+def _canonical(index: tuple, unit: frozenset) -> tuple:
+    """The index with the vars of extent-1 loops as the constant 0 they always are."""
+    return tuple(L.Const(0, L.INDEX) if isinstance(i, L.Var) and i.name in unit else i for i in index)
+
+
+_COSTLY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf", "pow", "atan2")
+
+
+def reuse_output_row(row: list, outer: tuple) -> list:
+    """The statements of one row, with a costly value computed once per element instead of
+    twice when a reduction and the final store both need it (softmax: exp(x - max) is summed,
+    then divided by the sum): the value is first written to the output's own row, the
+    Reduce loads it from there and the store reads it back, all within the row (in cache).
+
+    Applies when the row ends with one loop `Store out[outer, t] = E` and a Reduce before it
+    runs over the same extent with one Let `x = X` whose X (at t for the reduce var) holds a
+    transcendental, occurs in E, reads nothing of `out` nor the Reduce's accumulators, and
+    has out's dtype."""
+    if not row or not isinstance(row[-1], L.Loop) or len(row[-1].body) != 1:
+        return row
+    final, store = row[-1], row[-1].body[0]
+    t = L.Var(final.var, L.INDEX)
+    if not isinstance(store, L.Store) or store.index != tuple(outer) + (t,):
+        return row
+    for n, s in enumerate(row[:-1]):
+        if not (isinstance(s, L.Reduce) and s.extent == final.extent and len(s.body) == 1
+                and isinstance(s.body[0], L.Let)):
+            continue
+        r = L.Var(s.var, L.INDEX)
+        x = _rewrite(s.body[0].value, lambda e: t if e == r else None, {})
+        found = [e for e in unique_exprs([L.Let("_", store.value)]) if e == x]
+        exprs = unique_exprs([L.Let("_", x)])
+        if not found or x.dtype != store.value.dtype or \
+                not any(isinstance(e, (L.Unary, L.Binary)) and e.fn in _COSTLY for e in exprs) or \
+                any(isinstance(e, L.Load) and e.buffer == store.buffer for e in exprs) or \
+                any(isinstance(e, L.Var) and e.name in {a.name for a in s.accumulators} for e in exprs):
+            continue
+        at = lambda i: L.Load(store.buffer, tuple(outer) + (i,), x.dtype)      # noqa: E731
+        fill = L.Loop(final.var, final.extent, [L.Store(store.buffer, store.index, x)])
+        reduce = L.Reduce(s.var, s.extent, s.accumulators, [L.Let(s.body[0].name, at(r))], s.update)
+        value = _rewrite(store.value, lambda e: at(t) if e == x else None, {})
+        last = L.Loop(final.var, final.extent, [L.Store(store.buffer, store.index, value)], final.parallel)
+        return row[:n] + [fill, reduce] + row[n + 1:-1] + [last]
+    return row
+
+
+def _view_reads(stmts: list) -> set[str]:
+    found: set[str] = set()
+    for s in stmts:
+        if isinstance(s, L.Matmul):
+            found |= {s.a.buffer, s.b.buffer}
+        found |= _view_reads(getattr(s, "body", []))
+    return found
+
+
+def _nest(body: list) -> list[L.Loop]:
+    """The loops of the perfect nest at the top of `body` (empty unless body is one Loop)."""
+    nest = []
+    while len(body) == 1 and isinstance(body[0], L.Loop):
+        nest.append(body[0])
+        body = body[0].body
+    return nest
+
+
+def mark_parallel(body: list) -> list:
+    """Make the outermost loop of a single nest parallel (past loops of extent 1: a batch of
+    one) when the whole nest does at least PARALLEL_MIN_WORK innermost iterations (Reduce
+    loops count)."""
+    nest = _nest(body)
+    while nest and nest[0].extent == 1:
+        nest = nest[1:]
+    if nest and not any(lp.parallel for lp in _nest(body)) and isinstance(nest[0].extent, int) \
+            and nest[0].extent * _work(nest[0].body) >= PARALLEL_MIN_WORK:
+        nest[0].parallel = True
+    return body
+
+
+def _work(stmts: list) -> int:
+    total = sum(s.extent * _work(s.body) for s in stmts
+                if isinstance(s, (L.Loop, L.Reduce)) and isinstance(s.extent, int))
+    return max(total, 1)
+
+
+# ------------------------------------------------------------------- statement walkers
+
+def map_exprs(stmts: list, rule: Callable[[L.Expr], Optional[L.Expr]], memo: Optional[dict] = None) -> list:
+    """New statements with every expression rewritten by `rule` (None: keep, descend).
+    A subexpression shared by several parents stays shared (the code generators emit a
+    shared object once), so rewriting never multiplies a DAG into a tree."""
+    memo = {} if memo is None else memo
+
+    def sub(e):
+        return _rewrite(e, rule, memo)
+    out = []
+    for s in stmts:
+        if isinstance(s, L.Let):
+            out.append(L.Let(s.name, sub(s.value)))
+        elif isinstance(s, L.Store):
+            out.append(L.Store(s.buffer, tuple(sub(i) for i in s.index), sub(s.value)))
+        elif isinstance(s, L.Loop):
+            out.append(L.Loop(s.var, s.extent, map_exprs(s.body, rule, memo), s.parallel))
+        elif isinstance(s, L.Reduce):
+            accs = [L.Accumulator(a.name, a.dtype, sub(a.init)) for a in s.accumulators]
+            out.append(L.Reduce(s.var, s.extent, accs, map_exprs(s.body, rule, memo), [sub(u) for u in s.update]))
+        else:
+            out.append(s)
+    return out
+
+
+def _rewrite(e: L.Expr, rule, memo: dict) -> L.Expr:
+    hit = memo.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    new = rule(e)
+    if new is None:
+        changes = {f: _rewrite(getattr(e, f), rule, memo) for f in ("x", "a", "b", "cond")
+                   if isinstance(getattr(e, f, None), L.Expr)}
+        if isinstance(e, L.Load):
+            changes["index"] = tuple(_rewrite(i, rule, memo) for i in e.index)
+        same = all(changes[f] is getattr(e, f) for f in changes if f != "index") and \
+            all(a is b for a, b in zip(changes.get("index", ()), getattr(e, "index", ())))
+        new = e if same else dataclasses.replace(e, **changes)
+    memo[id(e)] = (e, new)
+    return new
+
+
+def _top_exprs(stmts: list):
+    """The expressions statements hold directly, through nested bodies."""
+    for s in stmts:
+        if isinstance(s, L.Let):
+            yield s.value
+        elif isinstance(s, L.Store):
+            yield from s.index
+            yield s.value
+        elif isinstance(s, L.Loop):
+            yield from _top_exprs(s.body)
+        elif isinstance(s, L.Reduce):
+            yield from (a.init for a in s.accumulators)
+            yield from _top_exprs(s.body)
+            yield from s.update
+        elif isinstance(s, L.Matmul) and s.epilogue is not None:
+            yield s.epilogue
+
+
+def unique_exprs(stmts: list) -> list[L.Expr]:
+    """Every expression node in the statements, each shared object once."""
+    seen: dict[int, L.Expr] = {}
+    stack = list(_top_exprs(stmts))
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen[id(e)] = e
+        stack.extend(getattr(e, f) for f in ("x", "a", "b", "cond") if isinstance(getattr(e, f, None), L.Expr))
+        if isinstance(e, L.Load):
+            stack.extend(e.index)
+    return list(seen.values())
+
+
+def loads_in(stmts: list) -> list[L.Load]:
+    """Every Load in the statements' expressions (Matmul operands are views, not Loads)."""
+    return [e for e in unique_exprs(stmts) if isinstance(e, L.Load)]
+
+
+def _without_stores(stmts: list, buffers: set[str]) -> list:
+    out = []
+    for s in stmts:
+        if isinstance(s, L.Store) and s.buffer in buffers:
+            continue
+        if isinstance(s, L.Loop):
+            s = L.Loop(s.var, s.extent, _without_stores(s.body, buffers), s.parallel)
+        out.append(s)
+    return out
+
+
+# ------------------------------------------------------------------- recomputing values
+
+def recomputable(sched, table) -> set[Value]:
+    """Temps of elementwise ops (or casts) that one row kernel alone reads: recomputing
+    them in its passes beats a round trip through memory.  Not those a matmul computes as
+    its epilogue: the product is written anyway, so recomputing would save nothing."""
+    readers: dict[str, set[str]] = {}
+    products: set[str] = set()
+    for k in sched.program.kernels:
+        writes = {b.name for b in k.buffers if b.role == "output"}
+        for buffer in ({load.buffer for load in loads_in(k.body)} | _view_reads(k.body)) - writes:
+            readers.setdefault(buffer, set()).add(k.name)       # (a row kernel reads its own output)
+        products |= {s.out.buffer for s in k.body if isinstance(s, L.Matmul)}
+    found = set()
+    for v, name in sched.names.items():
+        b = sched.buffers.get(name)
+        if b is None or b.role != "temp" or name in products or v.op is None or v.op.name not in table:
+            continue
+        if table[v.op.name].kind not in ("elementwise", "cast"):
+            continue
+        rs = readers.get(name, set())
+        if len(rs) == 1 and next(iter(rs)) in sched.rows.hosts:
+            found.add(v)
+    return found
+
+
+def expression_size(kernels: list) -> int:
+    """Expression nodes in all kernels: guards recomputation against blowing up."""
+    return sum(len(unique_exprs(k.body)) for k in kernels)

@@ -1,0 +1,420 @@
+"""Scheduling a verified, decomposed graph into loop-IR kernels: the fusion decisions.
+
+A value gets a buffer (is *materialized*) when it is a function output, the result of a
+reduction or matmul, a random draw (filled by the runtime), a non-splat constant, or an
+elementwise value read by more than one op (computing it once beats recomputing it).
+Every other value is inlined into its consumers' loops: chains of elementwise ops with
+their broadcasts and views fuse into one loop nest, and a reduction's producers fuse
+into the reduction's loop.  One kernel per materialized op, in graph order; then a
+matmul's lone pointwise consumer folds into it as its epilogue (schedule_matmul.py).
+A reduction over the innermost dims (softmax's max and sum, layernorm's mean and
+variance) is computed inside the kernel of its consumers, row by row, its result kept in
+a register (schedule_rows.py); values that such a row kernel alone reads are recomputed
+in its passes over the row rather than materialized.
+
+`Program.kernel_ops` records, per kernel, the graph ops it computes (the materialized op
+and every op inlined into its loops), and kernel names lead back to the user's code:
+`k3_mlp_py18_sub_exp` is kernel 3, computing tc.sub and tc.exp, stored at mlp.py line 18.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ... import dtypes as dt
+from ...ir import Graph, Op, Value
+from ...ops.table import by_ir_name
+from ...symbolic import DynamicShapeError, hint, is_dynamic, shape_hint
+from ..loops import index as I
+from ..loops import ir as L
+from ..loops.exprs import cast, const
+from ..loops.check import check_kernel
+from . import reductions
+from .pointwise import CONSTANT, VIEW_KINDS, Inliner
+from .matmul import fuse_epilogues, matmul_body
+from .rows import RowFusion, expression_size, mark_parallel, recomputable
+
+PARALLEL_MIN_WORK = 1 << 15        # smaller loop nests stay on one core
+REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add")
+
+
+@dataclass
+class HostFill:
+    """A buffer the runtime fills before the kernels run (random draws)."""
+    buffer: str
+    impl: str          # "uniform" | "normal"
+    dtype: dt.DType
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """A function input whose values index a dim (gather, index_select, scatter): checked
+    before the kernels run, so a bad index raises instead of reading out of bounds."""
+    op: str
+    dim: int
+    size: int
+    loc: object = None
+
+
+@dataclass
+class Program:
+    name: str
+    kernels: list[L.Kernel]
+    buffers: dict[str, L.Buffer]               # every buffer; roles input/output/temp/constant
+    inputs: list[str]                          # buffer of each function input
+    outputs: list[str]                         # buffer of each function output (may repeat)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    fills: list[HostFill] = field(default_factory=list)
+    index_checks: dict[str, list[IndexCheck]] = field(default_factory=dict)   # by input buffer
+    kernel_ops: dict[str, list[Op]] = field(default_factory=dict)  # kernel -> graph ops, graph order
+    donated: list[str] = field(default_factory=list)   # input buffers outputs are written into (donation.py)
+
+
+def short_location(op: Op) -> str:
+    """`mlp_py18` for an op at mlp.py:18: an identifier fragment ("" without a location)."""
+    if op.loc is None:
+        return ""
+    stem, ext = os.path.splitext(os.path.basename(op.loc.file))
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem).strip("_")[:16] or "src"
+    return f"{stem}_{ext.lstrip('.')[:4] or 'l'}{op.loc.line}"
+
+
+def kernel_name(number: int, ops: list[Op]) -> str:
+    """`k{number}_{where}_{what}`: where the kernel's last op was called, and the names of
+    the ops it computes (views and casts left out; at most three: first, second, last)."""
+    table = by_ir_name()
+    names: list[str] = []
+    for op in ops:
+        short = op.name.split(".")[-1]
+        kind = table[op.name].kind if op.name in table else None
+        if kind not in VIEW_KINDS + ("cast",) and short not in names:
+            names.append(short)
+    if len(names) > 3:
+        names = names[:2] + names[-1:]
+    if not names:           # only views: name the last one
+        names = [ops[-1].name.split(".")[-1] if ops else "copy"]
+    where = short_location(ops[-1]) if ops else ""
+    return "_".join(p for p in (f"k{number}", where, *names) if p)
+
+
+def _materialized(graph: Graph) -> set[Value]:
+    table = by_ir_name()
+    uses: dict[Value, int] = {}
+    for op in graph.ops:
+        for v in op.operands:
+            uses[v] = uses.get(v, 0) + 1
+    keep = set(graph.outputs)
+    for op in graph.ops:
+        if op.name == CONSTANT:
+            continue
+        opdef = table[op.name]
+        if opdef.kind in REDUCE_KINDS or opdef.kind == "random":
+            keep.update(op.results)
+        elif opdef.kind not in VIEW_KINDS:
+            keep.update(r for r in op.results if uses.get(r, 0) > 1 and hint(r.type.numel) > 1)
+    return keep
+
+
+class Scheduler:
+    def __init__(self, graph: Graph, keep: set[Value] | None = None):
+        self.graph = graph
+        self.keep = _materialized(graph) if keep is None else keep     # values given buffers
+        self.table = by_ir_name()
+        self.buffers: dict[str, L.Buffer] = {}
+        self.names: dict[Value, str] = {}
+        self.program = Program(graph.name, [], self.buffers, [], [])
+        self._order = {op: i for i, op in enumerate(graph.ops)}
+        self.rows = RowFusion(self)
+
+    def _buffer(self, v: Value, role: str, prefix: str) -> str:
+        name = f"{prefix}{sum(1 for b in self.buffers.values() if b.role == role)}"
+        self.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), role)
+        self.names[v] = name
+        return name
+
+    def run(self) -> Program:
+        g, p = self.graph, self.program
+        p.inputs = [self._buffer(v, "input", "in") for v in g.inputs]
+        keep = self.keep
+        for op in g.ops:
+            if op.name == CONSTANT:
+                self._constant(op)
+            elif any(r in keep and r not in self.names for r in op.results):
+                for r in op.results:
+                    if r in keep or len(op.results) > 1 and self.table[op.name].kind in REDUCE_KINDS:
+                        self._buffer(r, "temp", "t")
+        for v in g.outputs:           # outputs are computed straight into their own buffers
+            if v in self.names and self.buffers[self.names[v]].role == "temp":
+                b = self.buffers[self.names[v]]
+                self.buffers[b.name] = L.Buffer(b.name, b.dtype, b.shape, "output")
+        self.inliner = Inliner(self.names)
+        for op in g.ops:
+            if op.name != CONSTANT and any(r in self.names for r in op.results) and not self.rows.defer(op):
+                self._emit(op)
+        self.rows.finish()
+        p.outputs = [self._output_buffer(v) for v in g.outputs]
+        fuse_epilogues(p)
+        self._mark_index_inputs()
+        if any(is_dynamic(d) for v in g.inputs for d in v.type.shape):
+            for k in p.kernels:
+                k.sizes = L.size_params(k)    # dynamic dims: sizes the kernel takes at run time
+        return p
+
+    def _constant(self, op: Op) -> None:
+        value = op.attrs["value"]
+        flat = value.reshape(-1)
+        splat = flat.size == 0 or np.array_equal(flat, np.full_like(flat, flat[0]),
+                                                 equal_nan=flat.dtype.kind == "f")
+        if not splat:
+            name = self._buffer(op.result, "constant", "c")
+            self.program.constants[name] = np.array(value, copy=True, order="C")
+
+    def _output_buffer(self, v: Value) -> str:
+        if v in self.names:
+            return self.names[v]
+        # a splat constant returned directly: give it a buffer filled once
+        name = self._buffer(v, "constant", "c")
+        self.program.constants[name] = np.array(v.op.attrs["value"], copy=True, order="C")
+        return name
+
+    def _emit(self, op: Op) -> None:
+        opdef = self.table[op.name]
+        if opdef.kind == "random":
+            r = op.result
+            self.program.fills.append(HostFill(self.names[r], opdef.impl, r.type.dtype, r.type.shape))
+            return
+        builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
+                   "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter}.get(opdef.kind, _pointwise)
+        try:
+            body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
+        except DynamicShapeError as e:
+            where = f" at {op.loc}" if op.loc is not None else ""
+            raise DynamicShapeError(f"{op.name}{where}: {e}") from None
+        self.add_kernel(self.inlined_ops([op]), body)
+
+    def add_kernel(self, ops: list[Op], body: list) -> L.Kernel:
+        """Append the kernel running `body`, which computes `ops` (graph order), named after them.
+        Deferred row reductions it reads are computed inside it or before it (schedule_rows)."""
+        body, absorbed = self.rows.absorb(body)
+        if absorbed:
+            ops = sorted(set(ops) | set(self.inlined_ops(absorbed)), key=self._order.__getitem__)
+        kernel = L.Kernel(kernel_name(len(self.program.kernels), ops), self._kernel_buffers(body), body)
+        self.program.kernels.append(kernel)
+        self.program.kernel_ops[kernel.name] = ops
+        if absorbed:
+            self.rows.hosts[kernel.name] = absorbed
+        return kernel
+
+    def inlined_ops(self, roots: list[Op]) -> list[Op]:
+        """`roots` and every op the inliner folds into their loops: producers, through
+        operands, up to materialized values, inputs and constants.  In graph order."""
+        found, stack = set(roots), [v for op in roots for v in op.operands]
+        while stack:
+            v = stack.pop()
+            if v in self.names or v.op is None or v.op.name == CONSTANT or v.op in found:
+                continue
+            found.add(v.op)
+            stack.extend(v.op.operands)
+        return sorted(found, key=self._order.__getitem__)
+
+    def _kernel_buffers(self, body: list) -> list[L.Buffer]:
+        loads, stores = set(), set()
+        _collect_buffers(body, loads, stores)
+        out = []
+        for name, b in self.buffers.items():
+            if name in stores:
+                out.append(L.Buffer(name, b.dtype, b.shape, "output"))
+            elif name in loads:
+                out.append(L.Buffer(name, b.dtype, b.shape, "input"))
+        return out
+
+    def _mark_index_inputs(self) -> None:
+        """Function inputs that reach gather/index_select indices through views or casts: the
+        runtime bounds-checks them, so out-of-range indices raise as they do eagerly."""
+        for op in self.graph.ops:
+            opdef = self.table.get(op.name)
+            if opdef is None or opdef.kind not in ("gather", "index_select", "scatter_add", "index_add"):
+                continue
+            args = opdef.arguments_from(op.operands, op.attrs)
+            src, idx = args["self"].type, self._view_source(args["index"])
+            if idx in self.names and self.buffers[self.names[idx]].role == "input":
+                dim = args["dim"] % src.ndim if src.ndim else 0
+                check = IndexCheck(opdef.full_name, dim, src.shape[dim] if src.ndim else 1, op.loc)
+                self.program.index_checks.setdefault(self.names[idx], []).append(check)
+
+    def _view_source(self, v: Value) -> Value:
+        while v.op is not None and v.op.name != CONSTANT and \
+                self.table[v.op.name].kind in VIEW_KINDS + ("cast",) and v not in self.names:
+            v = v.op.operands[0]
+        return v
+
+
+def schedule(graph: Graph) -> Program:
+    """Schedule with the materialized set of `_materialized`, then again without the values
+    that row kernels recompute (schedule_rows.recomputable), until nothing changes.
+    With TRACECOMP_VERIFY=1 (the test suite) every kernel goes through the loop-IR checker."""
+    sched = Scheduler(graph)
+    program = sched.run()
+    while True:
+        drop = recomputable(sched, sched.table)
+        if not drop:
+            break
+        trial = Scheduler(graph, sched.keep - drop)
+        candidate = trial.run()
+        if expression_size(candidate.kernels) > 2 * expression_size(program.kernels) + 1000:
+            break                   # recomputing would multiply the code: keep the buffers
+        sched, program = trial, candidate
+    if os.environ.get("TRACECOMP_VERIFY") == "1":
+        for kernel in program.kernels:
+            check_kernel(kernel)
+    return program
+
+
+# ---------------------------------------------------------------- loop nests
+
+def _loops(shape: tuple[int, ...], inner, prefix: str = "i") -> list:
+    """Nested Loops over `shape`; `inner(index)` gives the innermost statements.
+    The outermost loop is parallel when the nest is big enough to pay for threads."""
+    index = tuple(L.Var(f"{prefix}{d}", L.INDEX) for d in range(len(shape)))
+    body = inner(index)
+    for d in reversed(range(len(shape))):
+        body = [L.Loop(f"{prefix}{d}", I.dim(shape[d]), body)]
+    if shape and math.prod(shape_hint(shape)) >= PARALLEL_MIN_WORK and hint(shape[0]) > 1:
+        body[0].parallel = True
+    return body
+
+
+def _collect_buffers(body, loads: set, stores: set) -> None:
+    def expr(e):
+        if isinstance(e, L.Load):
+            loads.add(e.buffer)
+        for f in ("index", "x", "a", "b", "cond"):
+            sub = getattr(e, f, None)
+            if isinstance(sub, tuple):
+                for s in sub:
+                    expr(s)
+            elif isinstance(sub, L.Expr):
+                expr(sub)
+    for s in body:
+        if isinstance(s, L.Store):
+            stores.add(s.buffer)
+            for i in s.index:
+                expr(i)
+            expr(s.value)
+        elif isinstance(s, L.Let):
+            expr(s.value)
+        elif isinstance(s, L.Loop):
+            _collect_buffers(s.body, loads, stores)
+        elif isinstance(s, L.Reduce):
+            for a in s.accumulators:
+                expr(a.init)
+            _collect_buffers(s.body, loads, stores)
+            for u in s.update:
+                expr(u)
+        elif isinstance(s, L.Matmul):
+            loads.update((s.a.buffer, s.b.buffer))
+            stores.update(b for b in (s.out.buffer, s.workspace) if b is not None)
+            for e in (s.epilogue, *(x for v in s.views() for x in (v.offset, *v.strides))):
+                if e is not None:
+                    expr(e)
+
+
+def _pointwise(sched: Scheduler, op: Op, args: dict) -> list:
+    """One loop nest per stored result (split stores several pieces)."""
+    body = []
+    for k, r in enumerate(op.results):
+        if r in sched.names:
+            def inner(index, k=k, r=r):
+                return [L.Store(sched.names[r], index, sched.inliner.op_at(op, k, index))]
+            body += _loops(r.type.shape, inner, prefix=f"i{k}_" if len(op.results) > 1 else "i")
+    return body
+
+
+def _reduction(sched: Scheduler, op: Op, args: dict) -> list:
+    """A reduction kernel of its own: the statements of reductions.py at every output index,
+    their values stored.  Parallel over the outputs when the reduce loops make it worth it.
+    Column reductions (reductions.column_plan) accumulate in the output instead."""
+    plan = reductions.column_plan(sched, op)
+    if plan is not None:
+        return _column_reduction(sched, op, *plan)
+
+    def inner(index):
+        stmts, values = reductions.statements_at(sched, op, index)
+        return stmts + [L.Store(sched.names[r], index, v) for r, v in zip(op.results, values) if r in sched.names]
+    return mark_parallel(_loops(op.results[-1].type.shape, inner))
+
+
+def _column_reduction(sched: Scheduler, op: Op, combine: str, init, divisor) -> list:
+    """out = init; for every input element in memory order: out[o] = combine(out[o], x);
+    then out /= divisor (mean).  The innermost input dim is kept, so the updates run along
+    contiguous rows of both the input and the output and vectorize, where one Reduce per
+    output would read a column with a stride.  The sums take NumPy's order for these
+    reductions (row after row).  Parallel only over kept outer dims (no two threads update
+    one output element)."""
+    out, x = sched.names[op.result], op.operands[0]
+    t = op.result.type.dtype
+    dims, keepdim = reductions.reduced_dims(op)
+
+    def out_index(index):
+        kept = [i for d, i in enumerate(index) if d not in dims]
+        full = [I.ic(0) if d in dims else i for d, i in enumerate(index)]
+        return tuple(full) if keepdim else tuple(kept)
+
+    def update(index):
+        o = out_index(index)
+        v = cast(sched.inliner.value_at(x, index), t)
+        return [L.Store(out, o, L.Binary(combine, L.Load(out, o, t), v, t))]
+
+    shape = op.result.type.shape
+    body = _loops(shape, lambda o: [L.Store(out, o, const(init, t))], prefix="z")
+    nest = _loops(x.type.shape, update, prefix="c")
+    nest[0].parallel = nest[0].parallel and 0 not in dims
+    body += nest
+    if divisor is not None:
+        body += _loops(shape, lambda o: [L.Store(out, o, L.Binary("div", L.Load(out, o, t), const(divisor, t), t))],
+                       prefix="m")
+    return body
+
+
+_arg_reduction = _variance = _reduction
+
+
+def _matmul(sched: Scheduler, op: Op, args: dict) -> list:
+    """One loop-IR Matmul statement (schedule_matmul.py)."""
+    return matmul_body(sched, op, args)
+
+
+def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
+    """scatter_add / index_add: copy `self`, then add each source element at its index.
+    Serial on purpose: two source elements may hit the same output element."""
+    opdef, out = sched.table[op.name], op.result.type
+    name, t = sched.names[op.result], out.dtype
+    src = args["src"] if opdef.kind == "scatter_add" else args["source"]
+    alpha = args.get("alpha", 1)
+    if out.ndim == 0:          # one element: the index can only be 0
+        value = cast(sched.inliner.value_at(src, ()), t)
+        value = L.Binary("mul", value, const(alpha, t), t) if alpha != 1 else value
+        return [L.Store(name, (), L.Binary("add", cast(sched.inliner.value_at(args["self"], ()), t), value, t))]
+    copy = _loops(out.shape, lambda ix: [L.Store(name, ix, cast(sched.inliner.value_at(args["self"], ix), t))], "c")
+    d = args["dim"] % out.ndim
+    idx_shape = args["index"].type.shape
+
+    def inner(ix):
+        pos = ix if ix else (I.ic(0),) * out.ndim        # a 0-d source adds at one position
+        at = ix if opdef.kind == "scatter_add" else ((pos[d],) if idx_shape else ())
+        target = sched.inliner._indirect(args["index"], at, out.shape[d])
+        where = pos[:d] + (target,) + pos[d + 1:]
+        value = cast(sched.inliner.value_at(src, ix), t)
+        if alpha != 1:
+            value = L.Binary("mul", value, const(alpha, t), t)
+        return [L.Store(name, where, L.Binary("add", L.Load(name, where, t), value, t))]
+    extent = idx_shape if opdef.kind == "scatter_add" else src.type.shape   # scatter_add walks index
+    loops = _loops(extent, inner, "s")
+    if loops and isinstance(loops[0], L.Loop):
+        loops[0].parallel = False
+    return copy + loops
