@@ -104,7 +104,7 @@ def to_dtype(x) -> DType:
 
 def cast_array(a: np.ndarray, to: np.dtype) -> np.ndarray:
     """`a.astype(to)`, with tracecomp's rule for float -> integer casts (the compiled code's
-    too, llvm_scalar.cast): truncate toward zero; NaN, infinities and values out of the
+    too, llvm.scalar.cast): truncate toward zero; NaN, infinities and values out of the
     integer's range give its minimum (INT_MIN), as x86's conversion instructions and so
     PyTorch on x86 do.  NumPy alone leaves these to the platform."""
     a, to = np.asarray(a), np.dtype(to)

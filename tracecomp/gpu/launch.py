@@ -272,7 +272,7 @@ def _serial(kernel: Kernel, stmts: list, name: str) -> Launch:
 # ---------------------------------------------------------------- statement analysis
 
 def cooperative(s: Reduce) -> bool:
-    """Can a block's threads share `s`?  Monoid updates llvm_scalar has for the dtypes, or a
+    """Can a block's threads share `s`?  Monoid updates llvm/scalar.py has for the dtypes, or a
     first-extreme search (arg_update)."""
     monoids = monoid_updates(s)
     if monoids is None:

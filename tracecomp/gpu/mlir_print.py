@@ -1,7 +1,7 @@
 """The loop IR as it runs on the GPU, printed as upstream MLIR: one `func.func` per launch
 (launch.py), its mapped loops as `scf.parallel` with `#gpu.loop_dim_map` processors (the
 input form of MLIR's convert-parallel-loops-to-gpu), everything else as on the CPU
-(loops_printer.py).  A `//` note above each function gives the launch configuration.
+(loops/printer.py).  A `//` note above each function gives the launch configuration.
 
 Processors: an elementwise nest's innermost loop goes to threads (thread_x) and the
 outer ones to blocks (block_x, block_y, block_z, then sequential): the launch flattens

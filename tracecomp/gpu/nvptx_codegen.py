@@ -3,7 +3,7 @@
 Every entry point has the CPU kernel's signature, `void name(ptr buf..., i64 size...,
 ptr workspace...)`, and is marked a kernel in `nvvm.annotations` with its block size.
 Expressions, loads, stores, casts, math and serial loops are the CPU code generator's
-(llvm_codegen.FunctionEmitter, llvm_scalar, llvm_math's polynomials: no libdevice);
+(llvm.codegen.FunctionEmitter, llvm/scalar.py, llvm/math's polynomials: no libdevice);
 GpuEmitter changes only what differs on a GPU:
 - where the iteration space comes from (grid-stride loops over thread and block ids);
 - Stores in a `rows` launch, which only thread 0 performs, and Loops there, which the
@@ -36,7 +36,7 @@ WIDE_INDEX = 1 << 30    # flat iteration spaces at least this big use 64-bit ind
 def strided_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value, name: str,
                  carried: Sequence[ir.Value] = ()):
     """`for name in range(start, stop, step)` (step > 0; grid- and block-stride loops)
-    carrying values: llvm_codegen.counted_loop with a runtime step."""
+    carrying values: llvm.codegen.counted_loop with a runtime step."""
     return counted_loop(b, start, stop, name, carried, step=step)
 
 

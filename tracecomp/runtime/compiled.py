@@ -43,7 +43,7 @@ def _check_indices(a: np.ndarray, checks) -> None:
 class CompiledProgram:
     def __init__(self, program: Program, fastmath: tuple[str, ...] = ()):
         self.program = program
-        self.fastmath = fastmath          # LLVM fast-math flags (llvm_codegen.fastmath_flags)
+        self.fastmath = fastmath          # LLVM fast-math flags (llvm.codegen.fastmath_flags)
         # No alignment promise on pointers: NumPy hands us 16-byte aligned arrays, and copying
         # them to 64-byte alignment costs a full pass over memory, while unaligned vector loads
         # cost next to nothing on current x86 cores. Our own buffers are 64-byte aligned anyway.

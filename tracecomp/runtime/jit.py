@@ -74,7 +74,7 @@ def load_system_library(name: str) -> str:
 def _single_thread_in_forked_children(libgomp_path: str) -> None:
     """libgomp is not fork-safe: a child that starts a parallel region on the thread that
     forked (whose worker threads did not survive the fork) waits for them forever.  In the
-    child, one thread: compiled kernels then take their serial path (llvm_parallel.py)."""
+    child, one thread: compiled kernels then take their serial path (llvm/parallel.py)."""
     set_num_threads = ctypes.CDLL(libgomp_path).omp_set_num_threads
     set_num_threads.argtypes = [ctypes.c_int]
     os.register_at_fork(after_in_child=lambda: set_num_threads(1))

@@ -21,10 +21,10 @@ induction phi and the exit test, body, latch with `i + 1`), which the loop vecto
 recognizes.  A Reduce is the same loop with one more header phi per accumulator; floating
 accumulations are marked reassociable (see `_accumulate`), and long floating sums are
 summed in blocks (see `_blocked_sum`).  The outermost parallel Loop is outlined and run on
-all cores through libgomp (llvm_parallel.py).  A Matmul is a packed, blocked, parallel
-kernel (llvm_matmul.py).  Scalar semantics live in llvm_scalar.py.
+all cores through libgomp (llvm/parallel.py).  A Matmul is a packed, blocked, parallel
+kernel (llvm/gemm/matmul.py).  Scalar semantics live in llvm/scalar.py.
 
-A Select evaluates both arms (an LLVM `select`, which vectorizes), unlike loops_interp's
+A Select evaluates both arms (an LLVM `select`, which vectorizes), unlike loops/interp.py's
 lazy one: a Load in either arm must be in bounds whatever the condition, which the
 scheduler guarantees by clamping such indices (pointwise.py: cat, gather, *_backward).
 """
@@ -291,7 +291,7 @@ class FunctionEmitter:
                                f"(buffers: {', '.join(self.buffers)})") from None
 
     def _flat_alias(self, name: str) -> None:
-        """`name.flat` (matmul_loops.flat_name): buffer `name` addressed as 1-D."""
+        """`name.flat` (loops.matmul.flat_name): buffer `name` addressed as 1-D."""
         buf, ptr = self.buffers[name]
         flat = flat_name(name)
         self.buffers[flat] = (Buffer(flat, buf.dtype, (0,), buf.role), ptr)   # extent unused

@@ -1,6 +1,6 @@
 """Loops that LLVM should leave as written: no vectorizing, interleaving or unrolling.
 
-`plain_loop(b, start, stop, name)` is `llvm_codegen.counted_loop` whose latch branch
+`plain_loop(b, start, stop, name)` is `llvm.codegen.counted_loop` whose latch branch
 carries `!llvm.loop` metadata asking the loop vectorizer for width 1 and interleave count
 1 (the pair it reads as "already vectorized") and the unroller for nothing.  It is for
 loops that are already vectorized by hand (the matmul's packing) or that run on edges

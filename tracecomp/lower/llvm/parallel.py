@@ -22,7 +22,7 @@ the module's parallel regions run serially for a while (a global of the module, 
 before each region): BACKOFF_CYCLES, doubled after every late try up to MAX_BACKOFF_CYCLES
 and reset by a team that was on time.  Under a steady load that is one stall (tens of ms
 at load 15 on 2 cores) per second of serial work; on a quiet machine no team is late.
-Only small regions back off (below BACKOFF_MAX_WORK, or llvm_matmul.BACKOFF_MAX_FLOPS):
+Only small regions back off (below BACKOFF_MAX_WORK, or llvm.gemm.matmul.BACKOFF_MAX_FLOPS):
 in a long region a late worker just claims fewer chunks, and running it serially would
 cost more than the wait.
 

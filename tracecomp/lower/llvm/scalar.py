@@ -1,6 +1,6 @@
 """Loop-IR scalars in LLVM IR: types, constants, and every Unary/Binary fn and Cast.
 
-The semantics are loops_interp's (NumPy's), as the loop-IR printer documents them:
+The semantics are loops/interp.py's (NumPy's), as the loop-IR printer documents them:
 integer `div` truncates, `floordiv`/`mod` floor (Python's // and %; the remainder takes the
 divisor's sign); integer division by zero gives 0 and INT_MIN / -1 wraps instead of
 trapping; float `floordiv`/`mod` follow NumPy's divmod exactly (inf/NaN cases included);
@@ -41,7 +41,7 @@ _INTRINSIC_MATH = ("exp", "exp2", "log", "log2", "sin", "cos", "tan", "tanh", "p
 
 
 def kind(dtype: DTypeLike) -> str:
-    """'f' float, 'i' integer, 'x' index, 'b' bool (loops_check's kinds)."""
+    """'f' float, 'i' integer, 'x' index, 'b' bool (loops/check.py's kinds)."""
     if dtype == INDEX:
         return "x"
     return "b" if dtype is DType.bool else "f" if dtype.is_floating_point else "i"

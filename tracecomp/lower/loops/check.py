@@ -16,7 +16,7 @@ Every Expr carries its dtype; nothing is inferred, every recorded dtype is check
   Select's condition is bool and both arms have the Select's dtype;
 - loops: extents are ints >= 0 or kernel.sizes; a Reduce has one update per accumulator
   and its body holds only Lets and Reduces; no parallel Loop is nested in another;
-- Matmul: views, dtypes, aliasing and the epilogue (loops_check_matmul.py).
+- Matmul: views, dtypes, aliasing and the epilogue (loops/check_matmul.py).
 Failures raise IRError naming the kernel, the statement (with the loops around it) and
 what is wrong.
 """

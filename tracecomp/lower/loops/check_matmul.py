@@ -25,7 +25,7 @@ MATMUL_DTYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
 
 
 def check_matmul(c, s: Matmul) -> None:
-    """`c` is loops_check's _Checker; see the module docstring for the rules."""
+    """`c` is loops/check.py's _Checker; see the module docstring for the rules."""
     if c.in_parallel is not None:
         c.fail(f"a Matmul cannot be nested in {c.in_parallel}: it parallelizes itself "
                "(make the enclosing loop sequential)")
@@ -116,7 +116,7 @@ def _epilogue(c, s: Matmul, dtype: DType, rank: int) -> None:
     c.define(s.acc, dtype, origin)
     for name in index_names(s):
         c.define(name, INDEX, origin)
-    c.define(f"{s.acc}.p", INDEX, origin)          # the expansion's own names (matmul_loops)
+    c.define(f"{s.acc}.p", INDEX, origin)          # the expansion's own names (loops/matmul.py)
     c.define(f"{s.acc}.a", dtype, origin)
     if s.epilogue is not None:
         c.expr(s.epilogue)

@@ -35,7 +35,7 @@ epilogue is any expression of that dtype in the accumulator `Var(acc)` and the o
 index `Var(index[d])` (one name per batch dim, then i, then j): loads of other buffers at
 those indices fuse elementwise consumers (bias, activation, residual) into the store.
 `workspace` names a temp buffer the CPU code generator packs panels into (its size comes
-from matmul_tiles.workspace_elements); without one, code generators use plain loops.
+from schedule/tiles.py's workspace_elements); without one, code generators use plain loops.
 Checked: ranks, dtypes, names, views inside their buffers and `out` one-to-one (for
 static views), out/a/b/workspace distinct, the epilogue reads neither out nor workspace,
 and no Matmul inside a parallel Loop (it parallelizes itself).

@@ -3,8 +3,8 @@
 `expand_matmul(s, order)` rewrites a Matmul into Loops, Lets, Reduces and Stores over
 *flat aliases* of its three buffers: `flat_name(buf)` is a 1-D view of buffer `buf`'s
 elements in row-major order, which each consumer binds to its own representation of
-the buffer (a reshaped NumPy view in loops_interp, a `memref.reinterpret_cast` in
-loops_printer, the same pointer in the LLVM code generator).  Views become affine index
+the buffer (a reshaped NumPy view in loops/interp.py, a `memref.reinterpret_cast` in
+loops/printer.py, the same pointer in the LLVM code generator).  Views become affine index
 expressions on those aliases.  Two loop orders:
 - "ikj": per output row, zero it (unless accumulating), then for each p add
   a[i, p] * b[p, :] to the row; the inner j loop walks rows of b and out, which the loop

@@ -6,14 +6,14 @@ an argument (dynamic dims print as `?`), then one `index` argument per size para
 Loop -> `scf.for` (`scf.parallel` when parallel), Reduce -> `scf.for` with `iter_args`
 and `scf.yield` (its results take the accumulators' names), Let -> the SSA value of its
 expression (named after the Let), Load/Store -> `memref.load`/`memref.store`, Matmul ->
-its loop expansion (matmul_loops.py) on 1-D `memref.reinterpret_cast` views of its buffers.
+its loop expansion (loops/matmul.py) on 1-D `memref.reinterpret_cast` views of its buffers.
 
 Unary, Binary and Cast lower through tables keyed by fn and operand kind (f float,
-i integer, x index, b bool; see loops_check.UNARY_KINDS): an MLIR op name, a comparison
+i integer, x index, b bool; see loops.check.UNARY_KINDS): an MLIR op name, a comparison
 predicate, or a short expansion.  The semantics they fix, for every code generator:
 `div` on integers truncates (arith.divsi), `floordiv` floors (arith.floordivsi, floor of
 divf), `mod` is the floored remainder with the divisor's sign (Python's %, NumPy's mod),
-matching loops_interp; `maximum`/`minimum` propagate NaN; `ne` on floats is true for NaN
+matching loops/interp.py; `maximum`/`minimum` propagate NaN; `ne` on floats is true for NaN
 (une), the other comparisons are false for NaN (ordered); bools compare unsigned
 (false < true), add/maximum are `or`, mul/minimum are `and`; `round` rounds half to even;
 `sign` keeps 0 and -0 and gives 0 for NaN; floor/ceil/round of integers and sign of bools

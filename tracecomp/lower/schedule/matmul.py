@@ -8,7 +8,7 @@ symbolic index is a Load whose indices are affine in that index: a buffer, or vi
 one (permute/mT, expand, slice, select, unsqueeze/squeeze), so a transposed operand costs
 nothing.  Anything else (an elementwise producer, a reshape that merges dims) is first
 computed into a temp buffer by a copy kernel of its own.  Float products big enough for
-the packed kernel get a workspace buffer sized by matmul_tiles (a temp, so the runtime's
+the packed kernel get a workspace buffer sized by schedule/tiles.py (a temp, so the runtime's
 workspace planning places it).
 
 `fuse_epilogues(program)` then folds a consumer into the product: when a matmul writes a
@@ -49,7 +49,7 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     b_view = _operand_view(sched, b, batch, row=True, col=len(bsh) > 1)
     out_view = _operand_view(sched, out, batch, row=len(ash) > 1, col=len(bsh) > 1)
     workspace = None
-    static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm_matmul.py)
+    static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm/gemm/matmul.py)
     if static_batch and uses_packed(dtype, hint(m), hint(n), hint(k)):
         workspace = _fresh(sched.buffers, "w")
         known = [None if is_dynamic(d) else d for d in (m, n, k)]       # run-time sizes: unbounded

@@ -3,7 +3,7 @@
 `Inliner.value_at(v, index)` is a Load when `v` lives in a buffer (function inputs,
 materialized values, large constants) and otherwise the expression of its producer:
 elementwise ops evaluate their table formula on the loop-IR builders (exprs.py), view ops
-remap the index (index_maps.py), gather/index_select load their index tensor, cat selects
+remap the index (loops/index.py), gather/index_select load their index tensor, cat selects
 between its inputs.  Indirect indices are clamped into range, so no index read from data
 can touch memory outside a buffer (the runtime checks user-given indices first).
 """

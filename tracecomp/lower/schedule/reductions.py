@@ -4,7 +4,7 @@ argmax/argmin (and max.dim/min.dim), var/std.
 `statements_at(sched, op, index, tag)` gives `(stmts, values)`: the Reduce loops (and Lets)
 that compute the element of `op`'s results at output `index`, and one expression per result
 reading their final accumulators.  The scheduler either stores the values (a reduction
-kernel of its own) or binds them to Lets inside a row kernel (schedule_rows.py).  Every
+kernel of its own) or binds them to Lets inside a row kernel (schedule/rows.py).  Every
 name the statements define outside their Reduce bodies ends with `tag`, so the statements
 of several reductions can share one scope.  `row_rank(op)` says whether a reduction runs
 over the innermost dims of its input, and over how many outer dims it is parallel.

@@ -6,10 +6,10 @@ elementwise value read by more than one op (computing it once beats recomputing 
 Every other value is inlined into its consumers' loops: chains of elementwise ops with
 their broadcasts and views fuse into one loop nest, and a reduction's producers fuse
 into the reduction's loop.  One kernel per materialized op, in graph order; then a
-matmul's lone pointwise consumer folds into it as its epilogue (schedule_matmul.py).
+matmul's lone pointwise consumer folds into it as its epilogue (schedule/matmul.py).
 A reduction over the innermost dims (softmax's max and sum, layernorm's mean and
 variance) is computed inside the kernel of its consumers, row by row, its result kept in
-a register (schedule_rows.py); values that such a row kernel alone reads are recomputed
+a register (schedule/rows.py); values that such a row kernel alone reads are recomputed
 in its passes over the row rather than materialized.
 
 `Program.kernel_ops` records, per kernel, the graph ops it computes (the materialized op
@@ -199,7 +199,7 @@ class Scheduler:
 
     def add_kernel(self, ops: list[Op], body: list) -> L.Kernel:
         """Append the kernel running `body`, which computes `ops` (graph order), named after them.
-        Deferred row reductions it reads are computed inside it or before it (schedule_rows)."""
+        Deferred row reductions it reads are computed inside it or before it (schedule/rows.py)."""
         body, absorbed = self.rows.absorb(body)
         if absorbed:
             ops = sorted(set(ops) | set(self.inlined_ops(absorbed)), key=self._order.__getitem__)
@@ -256,7 +256,7 @@ class Scheduler:
 
 def schedule(graph: Graph) -> Program:
     """Schedule with the materialized set of `_materialized`, then again without the values
-    that row kernels recompute (schedule_rows.recomputable), until nothing changes.
+    that row kernels recompute (schedule.rows.recomputable), until nothing changes.
     With TRACECOMP_VERIFY=1 (the test suite) every kernel goes through the loop-IR checker."""
     sched = Scheduler(graph)
     program = sched.run()
@@ -385,7 +385,7 @@ _arg_reduction = _variance = _reduction
 
 
 def _matmul(sched: Scheduler, op: Op, args: dict) -> list:
-    """One loop-IR Matmul statement (schedule_matmul.py)."""
+    """One loop-IR Matmul statement (schedule/matmul.py)."""
     return matmul_body(sched, op, args)
 
 

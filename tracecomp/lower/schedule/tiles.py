@@ -1,4 +1,4 @@
-"""Block sizes of the CPU matmul (llvm_matmul.py) and the workspace they need.
+"""Block sizes of the CPU matmul (llvm/gemm/matmul.py) and the workspace they need.
 
 The packed kernel (GotoBLAS/BLIS structure) computes C in register tiles of MR x NR from
 panels it copies into the workspace: a KC x NC panel of B (in micro-panels of NR columns)

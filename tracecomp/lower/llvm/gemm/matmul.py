@@ -2,19 +2,19 @@
 
 `emit_matmul(em, s, env)` emits statement `s` into the function `em` is building.
 - Matmuls without a workspace (the scheduler gives none to integer, vector and thin
-  products: matmul_tiles.uses_packed), empty ones and ones with dynamic extents run the
-  statement's loop expansion (matmul_loops.py) through the ordinary emitter: ikj order,
+  products: schedule.tiles.uses_packed), empty ones and ones with dynamic extents run the
+  statement's loop expansion (loops/matmul.py) through the ordinary emitter: ikj order,
   whose inner loop LLVM vectorizes, or ijk (a vectorized dot product per element) when
   n == 1.
 - Float products with a workspace run the GotoBLAS/BLIS loop nest (block sizes and their
-  reasons in matmul_tiles.py), one work item at a time:
+  reasons in schedule/tiles.py), one work item at a time:
       for jc in n-range step NC:           B panel  KC x NC  -> workspace (L3)
         for pc in 0..k step KC:            pack B[pc:pc+kc, jc:jc+nc]
           for ic in m-range step MC:       A block  MC x KC  -> workspace (L2)
             for jr step NR, ir step MR:    micro-kernel on the L1-resident micro-panels
-  The nest is one function per dtype and module (llvm_matmul_nest.py, sizes and strides
+  The nest is one function per dtype and module (llvm/gemm/nest.py, sizes and strides
   as arguments), shared by all products: a copy per product would cost its own LLVM time.
-  The micro-kernel (llvm_microkernel.py) writes full tiles straight into C; partial tiles
+  The micro-kernel (llvm/gemm/microkernel.py) writes full tiles straight into C; partial tiles
   (and C with a non-unit column stride) go through a stack tile that `merge` copies out.
   After the last K-block the nest calls the product's epilogue over the tile just stored,
   while it is in L1: an outlined function per kind of tile (whole, edge; only the kinds
@@ -25,15 +25,15 @@
   sizes and visible names.
 
 Parallelism: a work item is one part of one batch matrix; each matrix splits into `parts`
-ranges of register tiles along one dim (matmul_tiles.Blocks.split_m), so that there are
+ranges of register tiles along one dim (schedule.tiles.Blocks.split_m), so that there are
 about ITEMS_PER_THREAD items per thread (T threads: min(omp_get_max_threads(), what the
-workspace holds)).  Threads claim items dynamically (llvm_parallel.claimed_chunks): one
+workspace holds)).  Threads claim items dynamically (llvm.parallel.claimed_chunks): one
 that the OS deschedules leaves its items to the others instead of stalling the product,
-and a team that kept its caller waiting anyway turns on llvm_parallel's serial back-off
+and a team that kept its caller waiting anyway turns on llvm/parallel.py's serial back-off
 (which products below BACKOFF_MAX_FLOPS follow).
 Each thread packs into its own slice of the workspace; no barriers are needed because
 items write disjoint parts of C.  The items run in an outlined `<kernel>.mm<k>.part`
-function (buffers, sizes and visible names as arguments, like llvm_parallel's outlined
+function (buffers, sizes and visible names as arguments, like llvm/parallel.py's outlined
 loops), called directly for small products or from `GOMP_parallel` through `.omp`, which
 claims items and passes the thread's workspace slice.
 """
@@ -56,7 +56,7 @@ from ...schedule.tiles import TILES, Blocks, blocks, flops
 
 PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
 ITEMS_PER_THREAD = 2                # work items per thread, claimed dynamically
-BACKOFF_MAX_FLOPS = 1 << 28         # larger products (~1 ms and up) ignore llvm_parallel's back-off
+BACKOFF_MAX_FLOPS = 1 << 28         # larger products (~1 ms and up) ignore llvm/parallel.py's back-off
 _PTR = ir.PointerType()
 
 
@@ -91,7 +91,7 @@ def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
     if capacity < 1:
         raise BackendError(f"kernel '{em.kernel.name}': Matmul workspace '{s.workspace}' holds "
                            f"{ws.shape[0]} elements, a thread needs {bl.thread_elements} "
-                           "(size it with matmul_tiles.workspace_elements)")
+                           "(size it with schedule.tiles.workspace_elements)")
     return Plan(bl, capacity, math.prod(s.batch))
 
 
@@ -149,7 +149,7 @@ def _below(b: ir.IRBuilder, work, limit: int):
 
 
 def _split_tiles(em: FunctionEmitter, s: Matmul, bl: Blocks) -> ir.Value:
-    """Register tiles along the split dim (matmul_tiles.Blocks.split_tiles, at run time
+    """Register tiles along the split dim (schedule.tiles.Blocks.split_tiles, at run time
     when that dim is a run-time size)."""
     size, step = (s.m, bl.tiles.mr) if bl.split_m else (s.n, bl.tiles.nr)
     if isinstance(size, int):
@@ -239,7 +239,7 @@ def _item_range(em: FunctionEmitter, part: ir.Value, parts: ir.Value, s: Matmul,
 
 class _Item:
     """One work item (rows [m_lo, m_hi), columns [n_lo, n_hi) of one batch matrix): a call
-    of the module's loop nest (llvm_matmul_nest.py) with this product's operands, block
+    of the module's loop nest (llvm/gemm/nest.py) with this product's operands, block
     sizes and epilogue functions."""
 
     def __init__(self, em: FunctionEmitter, s: Matmul, bl: Blocks, env: dict, ws: ir.Value):

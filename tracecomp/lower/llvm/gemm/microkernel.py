@@ -21,12 +21,12 @@ otherwise stall the tile's stores (the gain: BENCHMARKS.md, "Figures that were i
 
 Also here: the packing functions that copy A and B panels into micro-panels (with
 in-register transposes) and the merge of a partial tile into C.  LLVM leaves their loops
-as written (llvm_loop_hints.plain_loop): they are vectorized by hand or run on edges only.
+as written (llvm.loop_hints.plain_loop): they are vectorized by hand or run on edges only.
 
-These helpers (and llvm_matmul_nest's loop nest) are internal functions of the module that
+These helpers (and llvm/gemm/nest.py's loop nest) are internal functions of the module that
 uses them.  A module compiled in parts on several processes (runtime/compile_worker.py)
 compiles them once: inside `helpers_defined_elsewhere(dtypes)` the modules generated only
-declare them, and llvm_matmul_nest.define_helpers defines them, external, in one module.
+declare them, and llvm.gemm.nest.define_helpers defines them, external, in one module.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ _exporting: contextvars.ContextVar[bool] = contextvars.ContextVar("tracecomp_mat
 @contextlib.contextmanager
 def helpers_defined_elsewhere(dtypes: Iterable[DType]) -> Iterator[None]:
     """Inside: the helpers of `dtypes` (micro-kernel, packing, merge, loop nest) are
-    declared, not defined, in the modules generated; llvm_matmul_nest.define_helpers
+    declared, not defined, in the modules generated; llvm.gemm.nest.define_helpers
     defines them in one module."""
     token = _defined_elsewhere.set(frozenset(dtypes))
     try:

@@ -1,7 +1,7 @@
 """The blocked loop nest of the packed matmul as one function per dtype and tile shape.
 
 `nest_function(module, dtype)` defines (once per module, like the micro-kernel and the
-packing functions of llvm_microkernel.py) the internal function
+packing functions of llvm/gemm/microkernel.py) the internal function
 
     void tracecomp.matmul.nest.<dtype>.<MR>x<NR>(
         ptr a, i64 rs_a, i64 cs_a, ptr b, i64 rs_b, i64 cs_b, ptr c, i64 rs_c, i64 cs_c,
@@ -18,7 +18,7 @@ Full tiles (and unit column stride in C) go straight into C; the others through 
 tile that `merge` copies out.  After the last K-block the tile's epilogue runs while the
 tile is in L1: `epilogue_whole(context, i0, j0, MR, NR)` for full tiles,
 `epilogue_edge(context, i0, j0, mr, nr)` for the others, skipped when null.  The caller
-(llvm_matmul.py) supplies the epilogues and their context (the kernel's buffers, sizes and
+(llvm/gemm/matmul.py) supplies the epilogues and their context (the kernel's buffers, sizes and
 visible names).
 
 Why one function with run-time sizes rather than a copy per product with constant ones:

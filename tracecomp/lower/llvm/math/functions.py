@@ -6,7 +6,7 @@ bodies. Each function is straight-line code (selects, no branches, no libm calls
 memory access: tables are a handful of constants picked by selects), has internal
 linkage and is `alwaysinline`, so after inlining LLVM's loop vectorizer widens it like
 any arithmetic. The algorithms (range reduction, minimax polynomials from
-`llvm_math_fit.py`, special cases) are described in the llvm_math_*.py modules:
+`tools/llvm_math_fit.py`, special cases) are described in the modules of this folder:
 exp (exp, exp2, expm1, tanh, sigmoid), log (log, log2, log1p), trig (sin, cos, tan),
 special (erf, atan, atan2, pow). Special values follow C99 Annex F: NaN propagates,
 +-inf and +-0 as in C (sin(-0) = -0, expm1(-0) = -0, pow(x, 0) = 1, ...), subnormal
