@@ -8,7 +8,7 @@ import numpy as np
 
 import tracecomp as tc
 from tracecomp.ir.types import Location
-from tracecomp.lower.schedule.scheduler import kernel_name, short_location
+from tracecomp.lower.schedule.nests import kernel_name, short_location
 
 HERE = "test_kernel_name_py"      # the file stem, cut to 16 characters
 

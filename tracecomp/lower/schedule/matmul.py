@@ -34,6 +34,7 @@ from ...ir import Op, Value
 from ...symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
+from .nests import kernel_name, loop_nest
 from .tiles import uses_packed, workspace_elements
 
 
@@ -136,13 +137,12 @@ def _fresh(buffers: dict, prefix: str) -> str:
 
 def _materialize(sched, v: Value) -> None:
     """Compute `v` into a new temp buffer with a copy kernel emitted now."""
-    from .scheduler import _loops
     index = tuple(L.Var(f"m{d}", L.INDEX) for d in range(v.type.ndim))
     value = sched.inliner.value_at(v, index)
     name = _fresh(sched.buffers, "t")
     sched.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), "temp")
     sched.names[v] = name
-    body = _loops(v.type.shape, lambda ix: [L.Store(name, ix, value)], prefix="m")
+    body = loop_nest(v.type.shape, lambda ix: [L.Store(name, ix, value)], prefix="m")
     sched.add_kernel(sched.inlined_ops([v.op]) if v.op is not None else [], body)
 
 
@@ -166,7 +166,6 @@ def _fuse_one(program, km: L.Kernel) -> bool:
     program.kernels[program.kernels.index(readers[0])] = fused
     program.kernels.remove(km)
     del program.buffers[s.out.buffer]
-    from .scheduler import kernel_name
     ops = program.kernel_ops.pop(km.name, []) + program.kernel_ops.pop(readers[0].name, [])
     fused.name = kernel_name(int(readers[0].name.split("_", 1)[0][1:]), ops)
     program.kernel_ops[fused.name] = ops

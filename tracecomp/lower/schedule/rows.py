@@ -37,9 +37,9 @@ from typing import Callable, Optional
 
 from ...ir import Op, Value
 from ..loops import ir as L
+from .nests import PARALLEL_MIN_WORK
 from .reductions import output_index, row_rank, statements_at
 
-PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a nest stays on one core
 
 
 class RowFusion:

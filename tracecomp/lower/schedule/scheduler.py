@@ -18,9 +18,7 @@ and every op inlined into its loops), and kernel names lead back to the user's c
 """
 from __future__ import annotations
 
-import math
 import os
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +26,7 @@ import numpy as np
 from ... import dtypes as dt
 from ...ir import Graph, Op, Value
 from ...ops.table import by_ir_name
-from ...symbolic import DynamicShapeError, hint, is_dynamic, shape_hint
+from ...symbolic import DynamicShapeError, hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import cast, const
@@ -36,9 +34,9 @@ from ..loops.check import check_kernel
 from . import reductions
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .matmul import fuse_epilogues, matmul_body
+from .nests import kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
 
-PARALLEL_MIN_WORK = 1 << 15        # smaller loop nests stay on one core
 REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add")
 
 
@@ -73,33 +71,6 @@ class Program:
     index_checks: dict[str, list[IndexCheck]] = field(default_factory=dict)   # by input buffer
     kernel_ops: dict[str, list[Op]] = field(default_factory=dict)  # kernel -> graph ops, graph order
     donated: list[str] = field(default_factory=list)   # input buffers outputs are written into (donation.py)
-
-
-def short_location(op: Op) -> str:
-    """`mlp_py18` for an op at mlp.py:18: an identifier fragment ("" without a location)."""
-    if op.loc is None:
-        return ""
-    stem, ext = os.path.splitext(os.path.basename(op.loc.file))
-    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem).strip("_")[:16] or "src"
-    return f"{stem}_{ext.lstrip('.')[:4] or 'l'}{op.loc.line}"
-
-
-def kernel_name(number: int, ops: list[Op]) -> str:
-    """`k{number}_{where}_{what}`: where the kernel's last op was called, and the names of
-    the ops it computes (views and casts left out; at most three: first, second, last)."""
-    table = by_ir_name()
-    names: list[str] = []
-    for op in ops:
-        short = op.name.split(".")[-1]
-        kind = table[op.name].kind if op.name in table else None
-        if kind not in VIEW_KINDS + ("cast",) and short not in names:
-            names.append(short)
-    if len(names) > 3:
-        names = names[:2] + names[-1:]
-    if not names:           # only views: name the last one
-        names = [ops[-1].name.split(".")[-1] if ops else "copy"]
-    where = short_location(ops[-1]) if ops else ""
-    return "_".join(p for p in (f"k{number}", where, *names) if p)
 
 
 def _materialized(graph: Graph) -> set[Value]:
@@ -277,18 +248,6 @@ def schedule(graph: Graph) -> Program:
 
 # ---------------------------------------------------------------- loop nests
 
-def _loops(shape: tuple[int, ...], inner, prefix: str = "i") -> list:
-    """Nested Loops over `shape`; `inner(index)` gives the innermost statements.
-    The outermost loop is parallel when the nest is big enough to pay for threads."""
-    index = tuple(L.Var(f"{prefix}{d}", L.INDEX) for d in range(len(shape)))
-    body = inner(index)
-    for d in reversed(range(len(shape))):
-        body = [L.Loop(f"{prefix}{d}", I.dim(shape[d]), body)]
-    if shape and math.prod(shape_hint(shape)) >= PARALLEL_MIN_WORK and hint(shape[0]) > 1:
-        body[0].parallel = True
-    return body
-
-
 def _collect_buffers(body, loads: set, stores: set) -> None:
     def expr(e):
         if isinstance(e, L.Load):
@@ -331,7 +290,7 @@ def _pointwise(sched: Scheduler, op: Op, args: dict) -> list:
         if r in sched.names:
             def inner(index, k=k, r=r):
                 return [L.Store(sched.names[r], index, sched.inliner.op_at(op, k, index))]
-            body += _loops(r.type.shape, inner, prefix=f"i{k}_" if len(op.results) > 1 else "i")
+            body += loop_nest(r.type.shape, inner, prefix=f"i{k}_" if len(op.results) > 1 else "i")
     return body
 
 
@@ -346,7 +305,7 @@ def _reduction(sched: Scheduler, op: Op, args: dict) -> list:
     def inner(index):
         stmts, values = reductions.statements_at(sched, op, index)
         return stmts + [L.Store(sched.names[r], index, v) for r, v in zip(op.results, values) if r in sched.names]
-    return mark_parallel(_loops(op.results[-1].type.shape, inner))
+    return mark_parallel(loop_nest(op.results[-1].type.shape, inner))
 
 
 def _column_reduction(sched: Scheduler, op: Op, combine: str, init, divisor) -> list:
@@ -371,12 +330,12 @@ def _column_reduction(sched: Scheduler, op: Op, combine: str, init, divisor) -> 
         return [L.Store(out, o, L.Binary(combine, L.Load(out, o, t), v, t))]
 
     shape = op.result.type.shape
-    body = _loops(shape, lambda o: [L.Store(out, o, const(init, t))], prefix="z")
-    nest = _loops(x.type.shape, update, prefix="c")
+    body = loop_nest(shape, lambda o: [L.Store(out, o, const(init, t))], prefix="z")
+    nest = loop_nest(x.type.shape, update, prefix="c")
     nest[0].parallel = nest[0].parallel and 0 not in dims
     body += nest
     if divisor is not None:
-        body += _loops(shape, lambda o: [L.Store(out, o, L.Binary("div", L.Load(out, o, t), const(divisor, t), t))],
+        body += loop_nest(shape, lambda o: [L.Store(out, o, L.Binary("div", L.Load(out, o, t), const(divisor, t), t))],
                        prefix="m")
     return body
 
@@ -400,7 +359,7 @@ def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
         value = cast(sched.inliner.value_at(src, ()), t)
         value = L.Binary("mul", value, const(alpha, t), t) if alpha != 1 else value
         return [L.Store(name, (), L.Binary("add", cast(sched.inliner.value_at(args["self"], ()), t), value, t))]
-    copy = _loops(out.shape, lambda ix: [L.Store(name, ix, cast(sched.inliner.value_at(args["self"], ix), t))], "c")
+    copy = loop_nest(out.shape, lambda ix: [L.Store(name, ix, cast(sched.inliner.value_at(args["self"], ix), t))], "c")
     d = args["dim"] % out.ndim
     idx_shape = args["index"].type.shape
 
@@ -414,7 +373,7 @@ def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
             value = L.Binary("mul", value, const(alpha, t), t)
         return [L.Store(name, where, L.Binary("add", L.Load(name, where, t), value, t))]
     extent = idx_shape if opdef.kind == "scatter_add" else src.type.shape   # scatter_add walks index
-    loops = _loops(extent, inner, "s")
+    loops = loop_nest(extent, inner, "s")
     if loops and isinstance(loops[0], L.Loop):
         loops[0].parallel = False
     return copy + loops
