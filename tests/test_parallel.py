@@ -19,7 +19,7 @@ import pytest
 
 import tracecomp as tc
 from tracecomp.lower.llvm import scalar as S
-from tracecomp.lower.llvm.parallel import _field, claimed_chunks, mark_done, recently_late, start_team
+from tracecomp.lower.llvm.parallel import claimed_chunks, mark_done, recently_late, start_team, struct_field
 from tracecomp.runtime import jit
 
 _PTR = ir.PointerType()
@@ -35,12 +35,12 @@ def _region_module() -> ir.Module:
     struct = ir.LiteralStructType([_PTR, _PTR, S.I64, S.I64, S.I64, S.I64, S.I64])  # ..., counter, done
     omp = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), "region.omp")
     b = ir.IRBuilder(omp.append_basic_block("entry"))
-    owner, runs, n, size = [b.load(_field(b, omp.args[0], struct, k), typ=t)
+    owner, runs, n, size = [b.load(struct_field(b, omp.args[0], struct, k), typ=t)
                             for k, t in enumerate(struct.elements[:4])]
     sleep_us_slot = b.alloca(S.I64)           # this thread's own copy
-    b.store(b.load(_field(b, omp.args[0], struct, 4), typ=S.I64), sleep_us_slot)
+    b.store(b.load(struct_field(b, omp.args[0], struct, 4), typ=S.I64), sleep_us_slot)
     usleep = S.declare(module, "usleep", S.I32, [S.I32])
-    with claimed_chunks(b, module, _field(b, omp.args[0], struct, 5), n, size) as (tid, lo, _):
+    with claimed_chunks(b, module, struct_field(b, omp.args[0], struct, 5), n, size) as (tid, lo, _):
         chunk = b.sdiv(lo, size)
         b.store(tid, b.gep(owner, [chunk], source_etype=S.I64))
         slot = b.gep(runs, [chunk], source_etype=S.I64)
@@ -48,15 +48,15 @@ def _region_module() -> ir.Module:
         with b.if_then(b.icmp_signed("==", tid, ir.Constant(S.I64, 1))):
             b.call(usleep, [b.trunc(b.load(sleep_us_slot, typ=S.I64), S.I32)])
             b.store(ir.Constant(S.I64, 0), sleep_us_slot)          # only in the first chunk
-    mark_done(b, tid, _field(b, omp.args[0], struct, 6))
+    mark_done(b, tid, struct_field(b, omp.args[0], struct, 6))
     b.ret_void()
 
     region = ir.Function(module, ir.FunctionType(S.I8, [_PTR, _PTR, S.I64, S.I64, S.I64, S.I32]), "region")
     b = ir.IRBuilder(region.append_basic_block("entry"))
     data = b.alloca(struct)
     for k, value in enumerate(list(region.args[:5]) + [ir.Constant(S.I64, 0)] * 2):
-        b.store(value, _field(b, data, struct, k))
-    start_team(b, omp, data, _field(b, data, struct, 6), region.args[5])
+        b.store(value, struct_field(b, data, struct, k))
+    start_team(b, omp, data, struct_field(b, data, struct, 6), region.args[5])
     b.ret(b.zext(recently_late(b), S.I8))
     return module
 

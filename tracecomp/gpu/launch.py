@@ -33,7 +33,7 @@ from typing import Optional, Union
 from ..dtypes import DType
 from ..errors import BackendError
 from ..lower.llvm import scalar as S
-from ..lower.llvm.codegen import monoid_updates, names_used
+from ..lower.llvm.emitter import monoid_updates, names_used
 from ..lower.loops.ir import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Var)
 
 ELEMENTWISE_THREADS = 256

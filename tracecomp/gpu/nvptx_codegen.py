@@ -1,15 +1,15 @@
-"""Launches (launch.py) as NVPTX kernel functions in an llvmlite module.
+"""GpuEmitter: the function emitter for NVPTX kernels (kernels.py builds each launch's
+entry point with it).
 
-Every entry point has the CPU kernel's signature, `void name(ptr buf..., i64 size...,
-ptr workspace...)`, and is marked a kernel in `nvvm.annotations` with its block size.
 Expressions, loads, stores, casts, math and serial loops are the CPU code generator's
-(llvm.codegen.FunctionEmitter, llvm/scalar.py, llvm/math's polynomials: no libdevice);
+(llvm/emitter.py's FunctionEmitter, llvm/scalar.py, llvm/math's polynomials: no libdevice);
 GpuEmitter changes only what differs on a GPU:
 - where the iteration space comes from (grid-stride loops over thread and block ids);
 - Stores in a `rows` launch, which only thread 0 performs, and Loops there, which the
   block's threads share; atomic scatter-adds;
-- Reduces in a `rows` launch, which the block's threads share (nvptx_reduce.py);
-- Matmul, tiled through shared memory (nvptx_matmul.py).
+- Reduces in a `rows` launch, which the block's threads share (the `cooperative_reduce`
+  hook: nvptx_reduce.py);
+- Matmul, tiled through shared memory (a launch of its own: nvptx_matmul.py).
 `uniform` is true where every thread of the block runs the same code (a row's body):
 only there may a block reduction (with its barriers) be emitted.
 Flat indices are 32-bit when the iteration space is known to fit, else 64-bit.
@@ -23,11 +23,10 @@ import llvmlite.ir as ir
 
 from ..errors import BackendError
 from ..lower.llvm import scalar as S
-from ..lower.llvm.codegen import FunctionEmitter, counted_loop, declare_kernel_function
+from ..lower.llvm.emitter import FunctionEmitter, counted_loop
 from ..lower.loops.ir import Loop, Matmul, Reduce, Store
 from . import nvptx_intrinsics as X
-from .launch import (Launch, atomic_add_term, cooperative, disjoint_vars, iteration_local, perfect_nest,
-                     static_product)
+from .launch import Launch, atomic_add_term, cooperative, iteration_local
 
 PARAM_ALIGN = 16        # cuMemAlloc returns 256-byte aligned memory; 16 allows vector loads
 WIDE_INDEX = 1 << 30    # flat iteration spaces at least this big use 64-bit indices
@@ -111,11 +110,15 @@ class GpuEmitter(FunctionEmitter):
         X.barrier(b)
 
     def reduce(self, s: Reduce, env: dict[str, ir.Value]) -> None:
-        from .nvptx_reduce import block_reduce
         if self.uniform and self.threads > 1 and cooperative(s):
-            block_reduce(self, s, env)
+            self.cooperative_reduce(s, env)
         else:
             super().reduce(s, env)
+
+    def cooperative_reduce(self, s: Reduce, env: dict[str, ir.Value]) -> None:
+        """A Reduce the block's threads share (a hook: kernels.py's LaunchEmitter fills it
+        in with nvptx_reduce.py's block reduction)."""
+        raise BackendError(f"kernel '{self.kernel.name}': no block reduction for {s.var}")
 
     def matmul(self, s: Matmul, env: dict[str, ir.Value]) -> None:
         raise BackendError(f"kernel '{self.kernel.name}': a Matmul nested in other statements "
@@ -144,83 +147,3 @@ class GpuEmitter(FunctionEmitter):
                 idx = b.urem(rest, n)
                 rest = b.udiv(rest, n)
             env[var] = idx if idx.type == S.I64 else b.zext(idx, S.I64, name=var)
-
-
-def emit_launch(module: ir.Module, launch: Launch) -> ir.Function:
-    """The entry point of `launch` in `module`; sets launch.shared_bytes."""
-    extra = [(w.name, ir.PointerType()) for w in launch.workspaces]
-    k = launch.kernel
-    fn = declare_kernel_function(module, launch.name, k.buffers, k.sizes, PARAM_ALIGN, "external", extra)
-    for arg in fn.args[len(k.buffers) + len(k.sizes):]:
-        arg.add_attribute("noalias")
-    X.mark_kernel(module, fn, launch.block)
-    em = GpuEmitter(module, launch, fn)
-    if launch.kind == "matmul":
-        from .nvptx_matmul import emit_matmul
-        emit_matmul(em, launch.stmts[0])
-    elif launch.kind in ("partials", "finish"):
-        from .nvptx_reduce import emit_split
-        emit_split(em)
-    else:
-        {"elementwise": _elementwise, "columns": _columns, "rows": _rows, "serial": _serial}[launch.kind](em)
-    em.builder.ret_void()
-    launch.shared_bytes = em.shared_bytes
-    return fn
-
-
-def _elementwise(em: GpuEmitter) -> None:
-    """A grid-stride loop over the flattened outer loops of the nest."""
-    b = em.builder
-    dims, body = perfect_nest(em.launch.stmts[0])
-    static = static_product([e for _, e in dims])
-    wide = static is None or static >= WIDE_INDEX
-
-    def reg(name):
-        return em.sreg64(name) if wide else X.sreg(b, name)
-    start = b.add(b.mul(reg("ctaid.x"), reg("ntid.x"), flags=("nuw",)), reg("tid.x"), flags=("nuw",))
-    step = b.mul(reg("ntid.x"), reg("nctaid.x"), flags=("nuw",))
-    total = em.product([e for _, e in dims]) if wide else ir.Constant(S.I32, static)
-    em.atomic = True
-    with strided_loop(b, start, total, step, "flat") as loop:
-        env = em.entry_env()
-        em.delinearize(loop.index, dims, env)
-        em.emit_body(body, env)
-        loop.next = []
-
-
-def _columns(em: GpuEmitter) -> None:
-    """A grid-stride loop over the nest's parallel loops (launch.disjoint_vars); each
-    thread runs the other loops, in their order, at each of its points."""
-    b = em.builder
-    dims, body = perfect_nest(em.launch.stmts[0])
-    parallel = disjoint_vars(em.launch.stmts, dims, em.launch.shared)
-    outer = [d for d, p in zip(dims, parallel) if p]
-    for var, extent in reversed([d for d, p in zip(dims, parallel) if not p]):
-        body = [Loop(var, extent, body)]
-    start = b.add(b.mul(em.sreg64("ctaid.x"), em.sreg64("ntid.x"), flags=("nuw",)), em.sreg64("tid.x"), flags=("nuw",))
-    step = b.mul(em.sreg64("ntid.x"), em.sreg64("nctaid.x"), flags=("nuw",))
-    with strided_loop(b, start, em.product([e for _, e in outer]), step, "point") as loop:
-        env = em.entry_env()
-        em.delinearize(loop.index, outer, env)
-        em.emit_body(body, env)
-        loop.next = []
-
-
-def _rows(em: GpuEmitter) -> None:
-    """One block per point of the outer loops (block-stride); the body runs uniformly."""
-    stmts = em.launch.stmts
-    dims, body = perfect_nest(stmts[0]) if isinstance(stmts[0], Loop) else ([], stmts)
-    b = em.builder
-    rows = em.product([e for _, e in dims])
-    with strided_loop(b, em.sreg64("ctaid.x"), rows, em.sreg64("nctaid.x"), "row") as loop:
-        env = em.entry_env()
-        em.delinearize(loop.index, dims, env)
-        em.uniform = True
-        em.emit_body(body, env)
-        em.uniform = False
-        loop.next = []
-
-
-def _serial(em: GpuEmitter) -> None:
-    """The statements as one thread's loops (one block of one thread is launched)."""
-    em.emit_body(em.launch.stmts, em.entry_env())

@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 from ..lower.schedule.scheduler import Program
 from . import nvptx_target as T
 from .launch import Launch, plan_kernel
-from .nvptx_codegen import emit_launch
+from .kernels import emit_launch
 
 
 @dataclass

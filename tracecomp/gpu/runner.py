@@ -20,7 +20,7 @@ import numpy as np
 from .. import random as tc_random
 from ..errors import ArgumentError, BackendError
 from ..lower.schedule.scheduler import Program
-from ..runtime.compiled import _check_indices
+from ..runtime.compiled import check_indices
 from . import cuda_driver
 from .nvptx_target import PTX_ISA
 from .program import GpuModule, compile_program
@@ -71,7 +71,7 @@ class CudaProgram:
                 raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(b.shape)}, "
                                     f"got {a.dtype}{list(a.shape)}")
             if name in p.index_checks and a.size:
-                _check_indices(a, p.index_checks[name])
+                check_indices(a, p.index_checks[name])
             ready.append(a)
         return ready
 

@@ -30,7 +30,7 @@ from .cache import compile_kernels
 from .memory import ALIGN, BlockCache, aligned_empty, buffer_nbytes, data_pointer, output_blocks, plan_program
 
 
-def _check_indices(a: np.ndarray, checks) -> None:
+def check_indices(a: np.ndarray, checks) -> None:
     """Index values must lie in [0, size) of the dim they index, as eager execution demands."""
     lo, hi = int(a.min()), int(a.max())
     for c in checks:
@@ -132,7 +132,7 @@ class CompiledProgram:
                 copy[...] = a
                 a = copy
             if name in p.index_checks and a.size:
-                _check_indices(a, p.index_checks[name])
+                check_indices(a, p.index_checks[name])
             ready.append(a)
         return ready
 

@@ -57,23 +57,16 @@ C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64":
 ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
 
-def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
-           dynamic: Optional[dict] = None, *, target: str = "cpu",
-           _metadata_overrides: Optional[dict] = None) -> dict:
+def export_library(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
+                   dynamic: Optional[dict] = None, *, _metadata_overrides: Optional[dict] = None) -> dict:
     """Write the shared library `path`, its header (same stem, `.h`) and its checksum
     (`path`.sha256) for `fn` at the example inputs' shapes and dtypes.  Returns the metadata
-    written into the library.
-    target="cuda" writes PTX and a JSON of its launches instead (gpu/export_ptx.py)."""
-    if target != "cpu":
-        if dynamic:
-            raise ArgumentError("tc.export: dynamic dimensions are not supported yet")
-        from ..gpu.export_ptx import export_ptx
-        return export_ptx(fn, example_inputs, path, name, target)
+    written into the library."""
     from .. import __version__
     from . import target
 
     lowered, program = lower_for_export(fn, example_inputs, dynamic)
-    name = name or _default_name(path)
+    name = name or default_name(path)
     if not name.isidentifier():
         raise ArgumentError(f"tc.export: name {name!r} is not a C identifier")
     sizes = size_names(program)
@@ -136,7 +129,7 @@ def lower_for_export(fn: Callable, example_inputs: Sequence[Any], dynamic: Optio
     return lowered, lowered.program
 
 
-def _default_name(path: str) -> str:
+def default_name(path: str) -> str:
     stem = os.path.splitext(os.path.basename(path))[0]
     stem = stem[3:] if stem.startswith("lib") and len(stem) > 3 else stem
     cleaned = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in stem)
@@ -266,7 +259,8 @@ def _place_temps(module, program, name: str, b: ir.IRBuilder, dims: EntrySizes, 
 
 def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) -> ir.Module:
     from ..lower.llvm import scalar as S
-    from ..lower.llvm.codegen import codegen_kernels, counted_loop
+    from ..lower.llvm.codegen import codegen_kernels
+    from ..lower.llvm.emitter import counted_loop
 
     module = codegen_kernels(program.kernels, f"tc_export_{name}", align=None, fastmath=fastmath)
     kernels = {f.name: f for f in module.functions if not f.is_declaration}

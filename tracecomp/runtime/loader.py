@@ -198,10 +198,10 @@ def _check_file(path: str, name: str) -> None:
 def load(path: str, name: Optional[str] = None) -> ExportedFunction:
     """Open a library written by tc.export (see module docstring)."""
     from .. import __version__
-    from .export import _default_name
+    from .export import default_name
     if not os.path.exists(path):
         raise ArgumentError(f"tc.load: no such file: {path}")
-    name = name or _default_name(path)
+    name = name or default_name(path)
     _check_file(path, name)
     try:
         # libgomp through the JIT's loader first: it makes forked children run one thread

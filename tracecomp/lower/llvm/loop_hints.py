@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 
 import llvmlite.ir as ir
 
-from .codegen import LoopState, counted_loop
+from .emitter import LoopState, counted_loop
 
 _I32 = ir.IntType(32)
 

@@ -48,7 +48,7 @@ from typing import Iterator, Sequence
 import llvmlite.ir as ir
 
 from . import scalar as S
-from .codegen import FunctionEmitter, declare_kernel_function
+from .emitter import FunctionEmitter, declare_kernel_function
 from ..loops.ir import Loop, Reduce
 
 PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a loop stays serial
@@ -84,12 +84,12 @@ def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]
             b.call(range_fn, args + [ir.Constant(S.I64, 0), n])
         with parallel:
             struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64, S.I64])
-            data = _entry_alloca(em, struct)
+            data = entry_alloca(em, struct)
             for k, value in enumerate(args + [n, ir.Constant(S.I64, 0), ir.Constant(S.I64, 0)]):
-                b.store(value, _field(b, data, struct, k))        # ..., n, counter = 0, done
+                b.store(value, struct_field(b, data, struct, k))        # ..., n, counter = 0, done
             omp_fn = _omp_function(em.module, range_fn, struct, f"{prefix}.omp")
             # 0 threads: libgomp's default (OMP_NUM_THREADS)
-            start_team(b, omp_fn, data, _field(b, data, struct, len(args) + 2), ir.Constant(S.I32, 0))
+            start_team(b, omp_fn, data, struct_field(b, data, struct, len(args) + 2), ir.Constant(S.I32, 0))
 
 
 def outlined_function(em: FunctionEmitter, captured: list[tuple[str, ir.Value]], name: str,
@@ -100,7 +100,7 @@ def outlined_function(em: FunctionEmitter, captured: list[tuple[str, ir.Value]],
     fn = declare_kernel_function(em.module, name, em.kernel.buffers, em.kernel.sizes, em.align,
                                  "internal", extra)
     fn.attributes.add("noinline")
-    inner = FunctionEmitter(em.module, em.kernel, fn, em.align, in_parallel=True)
+    inner = type(em)(em.module, em.kernel, fn, em.align, in_parallel=True)   # the caller's hooks too
     env = inner.entry_env()
     first = len(em.kernel.buffers) + len(em.kernel.sizes)
     env.update((n, arg) for (n, _), arg in zip(captured, fn.args[first:]))
@@ -209,8 +209,8 @@ def _omp_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralSt
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     data = fn.args[0]
-    *args, n = [b.load(_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements[:-2])]
-    counter, done = (_field(b, data, struct, len(struct.elements) - k) for k in (2, 1))
+    *args, n = [b.load(struct_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements[:-2])]
+    counter, done = (struct_field(b, data, struct, len(struct.elements) - k) for k in (2, 1))
     with claimed_chunks(b, module, counter, n, chunk_size(b, module, n, CHUNKS_PER_THREAD)) as (tid, lo, hi):
         b.call(range_fn, args + [lo, hi])
     mark_done(b, tid, done)
@@ -218,14 +218,14 @@ def _omp_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralSt
     return fn
 
 
-def _field(b: ir.IRBuilder, data: ir.Value, struct: ir.LiteralStructType, k: int) -> ir.Value:
+def struct_field(b: ir.IRBuilder, data: ir.Value, struct: ir.LiteralStructType, k: int) -> ir.Value:
     indices = [ir.Constant(S.I32, 0), ir.Constant(S.I32, k)]
     if data.type.is_opaque:
         return b.gep(data, indices, inbounds=True, source_etype=struct)
     return b.gep(data, indices, inbounds=True)     # llvmlite's allocas are typed pointers
 
 
-def _entry_alloca(em: FunctionEmitter, t: ir.Type) -> ir.Value:
+def entry_alloca(em: FunctionEmitter, t: ir.Type) -> ir.Value:
     """A stack slot in the entry block (where LLVM expects allocas), whatever the position."""
     b, here = em.builder, em.builder.block
     b.position_at_start(em.fn.entry_basic_block)

@@ -46,12 +46,13 @@ import llvmlite.ir as ir
 
 from ....errors import BackendError
 from .. import scalar as S
-from ..codegen import FunctionEmitter, counted_loop
+from ..emitter import FunctionEmitter, counted_loop
 from ..loop_hints import plain_loop
 from .nest import EPILOGUE_PTR, EPILOGUE_TYPE, nest_function
-from ..parallel import (_entry_alloca, _field, claimed_chunks, mark_done, outlined_function, recently_late, start_team)
+from ..parallel import (claimed_chunks, entry_alloca, mark_done, outlined_function, recently_late, start_team,
+                        struct_field)
 from ...loops.ir import Const, Let, Load, Matmul, Store, Var, INDEX
-from ...loops.matmul import expand_matmul, flat_index, flat_name, index_names
+from ...loops.matmul import flat_index, flat_name, index_names
 from ...schedule.tiles import TILES, Blocks, blocks, flops
 
 PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
@@ -71,8 +72,7 @@ def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> Non
     dtype = em.kernel.buffer(s.out.buffer).dtype
     plan = _plan(em, s, dtype)
     if plan is None:
-        order = "ijk" if s.n == 1 else "ikj"
-        em.emit_body(expand_matmul(s, dtype, order, parallel=not em.in_parallel), dict(env))
+        em.matmul_loops(s, env)
     else:
         _emit_packed(em, s, env, plan)
 
@@ -168,13 +168,13 @@ def _launch(em: FunctionEmitter, s: Matmul, plan: Plan, part: ir.Function, args:
     parts = b.sdiv(b.add(wanted, ir.Constant(S.I64, plan.batch_count - 1)), batch)
     parts = S.intrinsic(b, "smin", [parts, split])
     struct = ir.LiteralStructType([a.type for a in args] + [S.I64] * 4)
-    data = _entry_alloca(em, struct)
+    data = entry_alloca(em, struct)
     zero = ir.Constant(S.I64, 0)
     for k, value in enumerate(args + [b.mul(batch, parts), parts, zero, zero]):    # counter = 0, done
-        b.store(value, _field(b, data, struct, k))
+        b.store(value, struct_field(b, data, struct, k))
     element = S.register_type(em.kernel.buffer(s.workspace).dtype)
     omp = _omp_function(em.module, part, struct, plan.blocks.thread_elements, element, f"{prefix}.omp")
-    start_team(b, omp, data, _field(b, data, struct, len(args) + 3), b.trunc(threads, S.I32))
+    start_team(b, omp, data, struct_field(b, data, struct, len(args) + 3), b.trunc(threads, S.I32))
 
 
 def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStructType,
@@ -185,9 +185,9 @@ def _omp_function(module: ir.Module, part: ir.Function, struct: ir.LiteralStruct
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    *args, ws, items, parts = [b.load(_field(b, fn.args[0], struct, k), typ=t)
+    *args, ws, items, parts = [b.load(struct_field(b, fn.args[0], struct, k), typ=t)
                                for k, t in enumerate(struct.elements[:-2])]
-    counter, done = (_field(b, fn.args[0], struct, len(struct.elements) - k) for k in (2, 1))
+    counter, done = (struct_field(b, fn.args[0], struct, len(struct.elements) - k) for k in (2, 1))
     with claimed_chunks(b, module, counter, items, ir.Constant(S.I64, 1)) as (tid, lo, hi):
         slice_ = b.gep(ws, [b.mul(tid, ir.Constant(S.I64, thread_elements))], source_etype=element)
         b.call(part, args + [slice_, lo, hi, parts])
@@ -282,9 +282,9 @@ class _Item:
         values = list(self.em.fn.args[:len(self.em.kernel.buffers) + len(self.em.kernel.sizes)])
         values += [v for _, v in self.visible]
         struct = ir.LiteralStructType([v.type for v in values])
-        context = _entry_alloca(self.em, struct)
+        context = entry_alloca(self.em, struct)
         for k, value in enumerate(values):
-            self.b.store(value, _field(self.b, context, struct, k))
+            self.b.store(value, struct_field(self.b, context, struct, k))
         whole, edge = self.tile_kinds()
         return (self.epilogue_entry(True, struct) if whole else null,
                 self.epilogue_entry(False, struct) if edge else null, context)
@@ -300,7 +300,7 @@ class _Item:
         fn.attributes.add("nounwind")
         context, i0, j0, mr, nr = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        values = [b.load(_field(b, context, struct, k), typ=t) for k, t in enumerate(struct.elements)]
+        values = [b.load(struct_field(b, context, struct, k), typ=t) for k, t in enumerate(struct.elements)]
         b.call(inner, values + [i0, j0] + ([] if whole else [mr, nr]))
         b.ret_void()
         return fn

@@ -40,7 +40,7 @@ import llvmlite.ir as ir
 from ....dtypes import DType
 from .. import scalar as S
 from ...schedule.tiles import TILES
-from ..codegen import counted_loop
+from ..emitter import counted_loop
 from ..loop_hints import plain_loop
 
 UNROLL = 4

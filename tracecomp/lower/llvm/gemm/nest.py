@@ -34,7 +34,7 @@ import llvmlite.ir as ir
 
 from ....dtypes import DType
 from .. import scalar as S
-from ..codegen import counted_loop
+from ..emitter import counted_loop
 from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function)
 from ...schedule.tiles import TILES
 
