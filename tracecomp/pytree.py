@@ -76,40 +76,31 @@ def _typed(x: Any) -> tuple:
 
 def leaf_paths(structure: Any, prefix: str = "") -> list[str]:
     """A readable path (`args[1]['w']`) for each leaf and static value, for retrace messages."""
-    out: list[str] = []
-    _paths(structure, prefix, out)
-    return out
+    return [path for path, _ in _entries(structure, prefix)]
 
 
 def static_values(structure: Any) -> list:
     """Parallel to leaf_paths: LEAF for each leaf, the value itself for each static value."""
-    out: list = []
-    _statics(structure, out)
+    return [value for _, value in _entries(structure, "")]
+
+
+def _entries(structure: Any, prefix: str) -> list[tuple[str, Any]]:
+    """(path, LEAF or the static value) for each leaf and static value, in order."""
+    out: list[tuple[str, Any]] = []
+    _walk_entries(structure, prefix, out)
     return out
 
 
-def _statics(s: Any, out: list) -> None:
+def _walk_entries(s: Any, path: str, out: list) -> None:
     if s == LEAF:
-        out.append(LEAF)
+        out.append((path, LEAF))
         return
     kind, body = s
     if kind == "static":
-        out.append(body)
-    else:
-        for v in (v for _, v in body) if kind == "dict" else body:
-            _statics(v, out)
-
-
-def _paths(s: Any, path: str, out: list[str]) -> None:
-    if s == LEAF:
-        out.append(path)
-        return
-    kind, body = s
-    if kind == "static":
-        out.append(path)
+        out.append((path, body))
     elif kind == "dict":
         for k, v in body:
-            _paths(v, f"{path}[{k!r}]", out)
+            _walk_entries(v, f"{path}[{k!r}]", out)
     else:
         for i, v in enumerate(body):
-            _paths(v, f"{path}[{i}]", out)
+            _walk_entries(v, f"{path}[{i}]", out)
