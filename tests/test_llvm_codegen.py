@@ -59,12 +59,19 @@ def run(lib: jit.JitLibrary, kernel: Kernel, arrays: dict[str, np.ndarray], size
 
 
 def map_kernel(name: str, dtypes: list[DType], out: DType, n, body) -> Kernel:
-    """y[i] = body(x0[i], x1[i], ...) over n elements (n an int or a size name)."""
+    """y[i] = body(x0[i], x1[i], ...) over n elements (n an int, or the name of a size)."""
+    sizes, n = size_of(n)
     ins = [Buffer(f"x{k}", t, (n,), "input") for k, t in enumerate(dtypes)]
     loads = [Load(b.name, (i,), b.dtype) for b in ins]
-    sizes = [n] if isinstance(n, str) else []
     return Kernel(name, ins + [Buffer("y", out, (n,), "output")],
                   [Loop("i", n, [Store("y", (i,), body(*loads))])], sizes)
+
+
+def size_of(*dims):
+    """(the size parameters, the dims as the loop IR takes them): a name becomes an index Var."""
+    sizes = [d for d in dims if isinstance(d, str)]
+    out = tuple(Var(d, INDEX) if isinstance(d, str) else d for d in dims)
+    return (sizes, *out)
 
 
 def optimized_ir(kernels: list[Kernel]) -> str:
@@ -295,7 +302,7 @@ def _elementwise(name: str, t: DType, n, parallel: bool = False) -> Kernel:
     """y[i] = x[i] * 2 + 1 (the shape the vectorizer must handle)."""
     x = Load("x", (i,), t)
     value = Binary("add", Binary("mul", x, Const(2.0, t), t), Const(1.0, t), t)
-    sizes = [n] if isinstance(n, str) else []
+    sizes, n = size_of(n)
     return Kernel(name, [Buffer("x", t, (n,), "input"), Buffer("y", t, (n,), "output")],
                   [Loop("i", n, [Store("y", (i,), value)], parallel=parallel)], sizes)
 
@@ -336,10 +343,11 @@ def test_transposed_copy():
 
 def test_dynamic_sizes():
     """y[i, j] = x[i, j] * c[i] with both dims runtime sizes; one function, several shapes."""
-    k = Kernel("dyn", [Buffer("x", F32, ("m", "n"), "input"), Buffer("c", F32, ("m",), "input"),
-                       Buffer("y", F32, ("m", "n"), "output")],
-               [Loop("i", "m", [Loop("j", "n", [Store("y", (i, j), Binary(
-                   "mul", Load("x", (i, j), F32), Load("c", (i,), F32), F32))])])], sizes=["m", "n"])
+    sizes, m, n = size_of("m", "n")
+    k = Kernel("dyn", [Buffer("x", F32, (m, n), "input"), Buffer("c", F32, (m,), "input"),
+                       Buffer("y", F32, (m, n), "output")],
+               [Loop("i", m, [Loop("j", n, [Store("y", (i, j), Binary(
+                   "mul", Load("x", (i, j), F32), Load("c", (i,), F32), F32))])])], sizes)
     lib = compile_kernels([k])
     rng = np.random.default_rng(1)
     for m, n in [(3, 5), (1, 100), (17, 33), (0, 4), (4, 0)]:
@@ -353,7 +361,7 @@ def test_dynamic_sizes():
 # ---------------------------------------------------------------- reductions
 
 def _row_sum(t: DType, m, n) -> Kernel:
-    sizes = [d for d in (m, n) if isinstance(d, str)]
+    sizes, m, n = size_of(m, n)
     return Kernel("row_sum", [Buffer("x", t, (m, n), "input"), Buffer("y", t, (m,), "output")], [
         Loop("i", m, [Reduce("r", n, [Accumulator("acc", t, Const(0.0, t))],
                              [Let("v", Load("x", (i, r), t))],
@@ -375,10 +383,11 @@ def test_float32_sum_of_2_24_terms_stays_close_to_the_float64_sum():
     """Reassociated and blocked: within float32 rounding of the exact sum (a single running
     float32 sum is ~1e-3 off here, 64 vector partial sums ~1e-6; NumPy's pairwise ~1e-7)."""
     n = 1 << 24
-    k = Kernel("total", [Buffer("x", F32, ("n",), "input"), Buffer("y", F32, (), "output")], [
-        Reduce("r", "n", [Accumulator("acc", F32, Const(0.0, F32))], [Let("v", Load("x", (r,), F32))],
+    sizes, size = size_of("n")
+    k = Kernel("total", [Buffer("x", F32, (size,), "input"), Buffer("y", F32, (), "output")], [
+        Reduce("r", size, [Accumulator("acc", F32, Const(0.0, F32))], [Let("v", Load("x", (r,), F32))],
                [Binary("add", Var("acc", F32), Var("v", F32), F32)]),
-        Store("y", (), Var("acc", F32))], sizes=["n"])
+        Store("y", (), Var("acc", F32))], sizes)
     x = aligned(np.random.default_rng(3).random(n, np.float32), np.float32)
     arrays = {"x": x, "y": aligned(np.zeros(()), np.float32)}
     run(compile_kernels([k]), k, arrays, sizes=(n,))
@@ -433,8 +442,8 @@ def test_max_reduction_propagates_nan():
 
 def _count_writes(rows, cols) -> Kernel:
     """y[i, j] += 1 and z[i, j] = i * cols + j over a parallel outer loop."""
-    sizes = [d for d in (rows, cols) if isinstance(d, str)]
-    cols_value = Var(cols, INDEX) if isinstance(cols, str) else Const(cols, INDEX)
+    sizes, rows, cols = size_of(rows, cols)
+    cols_value = cols if isinstance(cols, Var) else Const(cols, INDEX)
     flat = Binary("add", Binary("mul", i, cols_value, INDEX), j, INDEX)
     return Kernel("count", [Buffer("y", I32, (rows, cols), "output"), Buffer("z", I64, (rows, cols), "output")], [
         Loop("i", rows, [Loop("j", cols, [

@@ -138,8 +138,8 @@ def transpose() -> Kernel:
 def row_reduce(parallel: bool = False, sizes=()) -> Kernel:
     """Row means and row argmax (a pair of accumulators: best value and its index); with
     `sizes`, the dims are runtime sizes and the mean divides by the size parameter m."""
-    n, m = (sizes or (4, 8))
-    count = Cast(Var(m, INDEX) if sizes else Const(m, INDEX), F32)
+    n, m = (Var(s, INDEX) for s in sizes) if sizes else (4, 8)
+    count = Cast(m if sizes else Const(m, INDEX), F32)
     v, best, at = Var("v", F32), Var("best", F32), idx("at")
     take = Var("take", BOOL)
     total = Reduce("j", m, [Accumulator("s", F32, Const(0.0, F32))],
@@ -160,13 +160,14 @@ def row_reduce(parallel: bool = False, sizes=()) -> Kernel:
 def matmul_dynamic() -> Kernel:
     """c[i, j] = sum_k a[i, k] * b[k, j] with every dim a runtime size."""
     k = idx("k")
-    acc = Reduce("k", "K", [Accumulator("acc", F64, Const(0, F64))], [],
+    M, K, N = (Var(s, INDEX) for s in "MKN")
+    acc = Reduce("k", K, [Accumulator("acc", F64, Const(0, F64))], [],
                  [Binary("add", Var("acc", F64), Binary("mul", Load("a", (i_, k), F64),
                                                         Load("b", (k, j_), F64), F64), F64)])
-    buffers = [Buffer("a", F64, ("M", "K"), "input"), Buffer("b", F64, ("K", "N"), "input"),
-               Buffer("c", F64, ("M", "N"), "output")]
+    buffers = [Buffer("a", F64, (M, K), "input"), Buffer("b", F64, (K, N), "input"),
+               Buffer("c", F64, (M, N), "output")]
     return Kernel("matmul", buffers,
-                  [Loop("i", "M", [Loop("j", "N", [acc, Store("c", (i_, j_), Var("acc", F64))])],
+                  [Loop("i", M, [Loop("j", N, [acc, Store("c", (i_, j_), Var("acc", F64))])],
                         parallel=True)], sizes=["M", "K", "N"])
 
 
@@ -357,7 +358,7 @@ def _inputs(kernel: Kernel, rng) -> dict:
     """Operands with zeros, -0, NaN and negatives; divisors nonzero; no NaN into int casts."""
     arrays = {}
     for k, b in enumerate(kernel.buffers):
-        kind, shape = dtype_kind(b.dtype), tuple(8 if isinstance(d, str) else d for d in b.shape)
+        kind, shape = dtype_kind(b.dtype), tuple(8 if isinstance(d, Var) else d for d in b.shape)
         if b.role != "input" or kind == "b" or math.prod(shape) != 8:
             data = rng.standard_normal(shape) if kind == "f" else rng.integers(0, 2, shape)
         else:
@@ -370,7 +371,7 @@ def _inputs(kernel: Kernel, rng) -> dict:
 
 def _static(kernel: Kernel, size: int) -> Kernel:
     """The kernel with every extent and dim that is a size parameter replaced by `size`."""
-    fix = lambda e: size if isinstance(e, str) else e
+    fix = lambda e: size if isinstance(e, Var) else e
     def stmt(s):
         if isinstance(s, (Loop, Reduce)):
             return dataclasses.replace(s, extent=fix(s.extent), body=[stmt(t) for t in s.body])
@@ -526,8 +527,10 @@ BROKEN = [
     ("extent-negative", bad(loop(extent=-1)),
      ' at Loop i in range(-1): extent -1 is neither an int >= 0 nor a size parameter (no sizes'
      ' declared)'),
-    ("extent-unknown-size", bad(loop(extent="n"), sizes=["m"]),
-     " at Loop i in range(n): extent 'n' is neither an int >= 0 nor a size parameter (sizes: m)"),
+    ("extent-unknown-size", bad(loop(extent=Var("n", INDEX)), sizes=["m"]),
+     " at Loop i in range(n): extent n is neither an int >= 0 nor a size parameter (sizes: m)"),
+    ("extent-name-not-expression", bad(loop(extent="n"), sizes=["n"]),     # one size form: Var("n")
+     " at Loop i in range('n'): extent 'n' is neither an int >= 0 nor a size parameter (sizes: n)"),
     ("extent-float", bad(Reduce("j", 2.0, [], [], [])),
      ' at Reduce j in range(2.0) -> (): extent 2.0 is neither an int >= 0 nor a size parameter'
      ' (no sizes declared)'),

@@ -273,9 +273,9 @@ def test_accumulate_adds_to_the_old_output_and_the_epilogue_sees_the_sum(dtype):
 def test_dynamic_sizes_use_the_loop_expansion():
     m, n, k = (L.Var(x, L.INDEX) for x in "mnk")
     s = L.Matmul(L.View("y", ic(0), (n, ic(1))), L.View("a", ic(0), (k, ic(1))),
-                 L.View("b", ic(0), (n, ic(1))), "m", "n", "k", index=("i", "j"))
-    bufs = [L.Buffer("a", F32, ("m", "k"), "input"), L.Buffer("b", F32, ("k", "n"), "input"),
-            L.Buffer("y", F32, ("m", "n"), "output")]
+                 L.View("b", ic(0), (n, ic(1))), m, n, k, index=("i", "j"))
+    bufs = [L.Buffer("a", F32, (m, k), "input"), L.Buffer("b", F32, (k, n), "input"),
+            L.Buffer("y", F32, (m, n), "output")]
     kern = L.Kernel("dyn", bufs, [s], ["m", "n", "k"])
     check_kernel(kern)
     if MLIR_OPT is not None:

@@ -294,19 +294,11 @@ class FunctionEmitter:
             return ptr
         return b.gep(ptr, [offset], inbounds=True, source_etype=S.memory_type(buf.dtype))
 
-    def size(self, name: str) -> ir.Value:
-        if name not in self.sizes:
-            raise BackendError(f"kernel '{self.kernel.name}': '{name}' is not a size parameter "
-                               f"(sizes: {', '.join(self.sizes) or 'none'})")
-        return self.sizes[name]
-
     def extent(self, extent) -> ir.Value:
-        """A trip count or dim: an int, a size parameter's name, or an index expression of
-        size parameters (a dynamic dim such as 784*batch)."""
+        """A trip count or dim: an int, or an index expression of size parameters (a
+        dynamic dim such as 784*batch)."""
         if isinstance(extent, int):
             return ir.Constant(S.I64, extent)
-        if isinstance(extent, str):
-            return self.size(extent)
         return self.expr(extent, self.entry_env())
 
     # ------------------------------------------------------------ expressions

@@ -118,10 +118,10 @@ def describe_stmt(s: object) -> str:
     if isinstance(s, Store):
         return f"Store {_access_text(s.buffer, s.index)}"
     if isinstance(s, Loop):
-        return f"{'parallel ' if s.parallel else ''}Loop {s.var} in range({s.extent})"
+        return f"{'parallel ' if s.parallel else ''}Loop {s.var} in range({describe_expr(s.extent)})"
     if isinstance(s, Reduce):
         accs = ", ".join(getattr(a, "name", "?") for a in s.accumulators)
-        return f"Reduce {s.var} in range({s.extent}) -> ({accs})"
+        return f"Reduce {s.var} in range({describe_expr(s.extent)}) -> ({accs})"
     if isinstance(s, Matmul):
         dims = "x".join(str(d) for d in s.extents())
         return f"Matmul {s.out.buffer} = {s.a.buffer} @ {s.b.buffer} ({dims})"
@@ -191,7 +191,7 @@ class _Checker:
         if isinstance(d, Binary):
             return d.fn in ("add", "sub", "mul") and d.dtype == INDEX and \
                 self.is_extent(d.a) and self.is_extent(d.b)
-        return (isinstance(d, int) and d >= 0) or (isinstance(d, str) and d in self.kernel.sizes)
+        return isinstance(d, int) and d >= 0
 
     def sizes_hint(self) -> str:
         sizes = self.kernel.sizes
@@ -260,7 +260,7 @@ class _Checker:
 
     def extent(self, extent: object) -> None:
         if not self.is_extent(extent):
-            self.fail(f"extent {extent!r} is neither an int >= 0 nor a size parameter"
+            self.fail(f"extent {describe_expr(extent)} is neither an int >= 0 nor a size parameter"
                       f"{self.sizes_hint()}")
 
     def loop(self, s: Loop) -> None:

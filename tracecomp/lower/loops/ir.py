@@ -14,7 +14,9 @@ in the Loads) through a body of statements:
             accumulate and a per-element epilogue (below).
 Expressions are typed scalars: Const, Var (loop indices are int64 `index` values), Load,
 Unary/Binary ops named after ops/scalar.py's primitives plus arithmetic and comparisons,
-Select and Cast.  Extents may be ints or Var names of runtime sizes (dynamic dims).
+Select and Cast.  A size (an extent, a buffer dim, a Matmul's m, n, k) is an int or an
+index expression of the kernel's size parameters: `Var("size_batch", INDEX)`, or
+`784*size_batch` for a dynamic dim (one form for all; Size below).
 Invariants (checked by `check_kernel`): names are defined before use and only once; loads
 and stores index every dim of their buffer; a Store's value has the buffer's dtype.
 Select evaluates both arms (code generators emit branch-free selects), so every Load in
@@ -126,7 +128,7 @@ class Store:
 @dataclass
 class Loop:
     var: str
-    extent: Union[int, str]          # a constant trip count, or the name of a size parameter
+    extent: "Size"                   # a constant trip count, or an expression of size parameters
     body: list = field(default_factory=list)
     parallel: bool = False
 
@@ -141,7 +143,7 @@ class Accumulator:
 @dataclass
 class Reduce:
     var: str
-    extent: Union[int, str]
+    extent: "Size"
     accumulators: list[Accumulator]
     body: list                       # Lets (and nested Reduces) evaluated each iteration
     update: list[Expr]               # new value of each accumulator, may read the old ones
@@ -160,10 +162,10 @@ class Matmul:
     out: View                              # (batch..., m, n)
     a: View                                # (batch..., m, k)
     b: View                                # (batch..., k, n)
-    m: Union[int, str]
-    n: Union[int, str]
-    k: Union[int, str]
-    batch: tuple[Union[int, str], ...] = ()
+    m: "Size"
+    n: "Size"
+    k: "Size"
+    batch: tuple["Size", ...] = ()
     accumulate: bool = False               # add the product to out's old value
     epilogue: Optional[Expr] = None        # the stored value, in Var(acc) and Var(index[d])
     acc: str = "acc"
@@ -173,18 +175,19 @@ class Matmul:
     def views(self) -> tuple[View, View, View]:
         return self.out, self.a, self.b
 
-    def extents(self) -> tuple[Union[int, str], ...]:
+    def extents(self) -> tuple["Size", ...]:
         return (*self.batch, self.m, self.n, self.k)
 
 
 Stmt = Union[Let, Store, Loop, Reduce, Matmul]
+Size = Union[int, Expr]        # an int, or an `index` expression of Vars naming size parameters
 
 
 @dataclass(frozen=True)
 class Buffer:
     name: str
     dtype: DType
-    shape: tuple[Union[int, str], ...]     # ints, or size-parameter names for dynamic dims
+    shape: tuple["Size", ...]              # ints, or expressions of size parameters (dynamic dims)
     role: str                              # "input", "output" or "temp"
 
 

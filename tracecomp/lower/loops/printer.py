@@ -313,11 +313,9 @@ class _Printer:
     def indices(self, index: tuple[Expr, ...]) -> str:
         return ", ".join(self.expr(i) for i in index)
 
-    def extent(self, extent: Union[int, str, Expr]) -> str:
-        """An int, a size parameter, or an index expression of size parameters."""
-        if isinstance(extent, int):
-            return self.const(extent, INDEX)
-        return self.lookup(extent) if isinstance(extent, str) else self.expr(extent)
+    def extent(self, extent: Union[int, Expr]) -> str:
+        """An int, or an index expression of size parameters."""
+        return self.const(extent, INDEX) if isinstance(extent, int) else self.expr(extent)
 
     def loop(self, s: Loop) -> None:
         lo, hi, step = self.const(0, INDEX), self.extent(s.extent), self.const(1, INDEX)
