@@ -104,3 +104,60 @@ def _walk_entries(s: Any, path: str, out: list) -> None:
     else:
         for i, v in enumerate(body):
             _walk_entries(v, f"{path}[{i}]", out)
+
+
+# ---------------------------------------------------------------- as JSON (exported metadata)
+
+def structure_to_json(structure) -> Any:
+    """A pytree structure (pytree.flatten) as JSON: "*" for a tensor leaf, {"tuple": [...]},
+    {"list": [...]}, {"dict": [[key, ...], ...]} (string keys), {"static": value}; None when
+    something (a non-string key, an unserializable static) has no JSON form."""
+
+    def walk(st):
+        if st == LEAF:
+            return LEAF
+        kind, body = st
+        if kind == "static":
+            if body is None or isinstance(body, (bool, int, float, str)):
+                return {"static": body}
+            raise ValueError
+        if kind == "dict":
+            if not all(isinstance(k, str) for k, _ in body):
+                raise ValueError
+            return {"dict": [[k, walk(v)] for k, v in body]}
+        return {"list" if kind == "list" else "tuple": [walk(v) for v in body]}
+    try:
+        return walk(structure)
+    except ValueError:
+        return None
+
+
+def structure_from_json(js):
+    if js == LEAF:
+        return LEAF
+    (kind, body), = js.items()
+    if kind == "static":
+        return ("static", body)
+    if kind == "dict":
+        return ("dict", tuple((k, structure_from_json(v)) for k, v in body))
+    return (kind, tuple(structure_from_json(v) for v in body))
+
+
+def output_paths(js) -> list[str]:
+    """'result[1][0]' for each tensor leaf of a JSON structure, in order."""
+    out: list[str] = []
+
+    def walk(node, path):
+        if node == "*":
+            out.append(path)
+            return
+        (kind, body), = node.items()
+        if kind == "dict":
+            for k, v in body:
+                walk(v, f"{path}[{k!r}]")
+        elif kind != "static":
+            for i, v in enumerate(body):
+                walk(v, f"{path}[{i}]")
+    if js is not None:
+        walk(js, "result")
+    return out

@@ -30,7 +30,8 @@ def export_ptx(fn: Callable, example_inputs: Sequence[Any], path: str, name: Opt
                target: str = "cuda", arch: str = DEFAULT_ARCH) -> dict:
     """Write `path` (PTX) and its JSON description; returns the description."""
     from .. import __version__
-    from ..runtime.export import lower_for_export, structure_to_json
+    from ..pytree import structure_to_json
+    from ..runtime.export import lower_for_export
     if target != "cuda":
         raise ArgumentError(f"tc.export: unknown target {target!r} (available: cpu, cuda)")
     lowered, program = lower_for_export(fn, example_inputs)

@@ -27,7 +27,8 @@ from ..lower.llvm.codegen import codegen_kernels
 from ..lower.schedule.scheduler import Program
 from .. import random as tc_random
 from .cache import compile_kernels
-from .memory import ALIGN, BlockCache, aligned_empty, buffer_nbytes, data_pointer, output_blocks, plan_program
+from ..lower.schedule.workspace import buffer_nbytes, plan_program
+from .memory import ALIGN, BlockCache, aligned_empty, data_pointer, output_blocks
 
 
 def check_indices(a: np.ndarray, checks) -> None:

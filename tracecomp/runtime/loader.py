@@ -83,7 +83,7 @@ class ExportedFunction:
         self._error_string.argtypes = [ctypes.c_int]
         self._in = [(np.dtype(d["dtype"]), tuple(d["shape"])) for d in metadata["inputs"]]
         self._out = [(np.dtype(d["dtype"]), tuple(d["shape"])) for d in metadata["outputs"]]
-        from .export import structure_from_json
+        from ..pytree import structure_from_json
         js = metadata.get("output_structure")
         self._structure = structure_from_json(js) if js is not None else None
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..lower.loops import ir as L
-from ..lower.loops.index import dim as loop_dim, symbolic
-from ..symbolic import Dim
+from ...symbolic import Dim
+from ..loops import ir as L
+from ..loops.index import dim as loop_dim, symbolic
 
 I64 = ir.IntType(64)
 

@@ -1,0 +1,304 @@
+"""The entry point of an exported shared library, as LLVM IR around the kernels.
+
+`build_module(program, name, metadata, checks)` gives the module tc.export compiles: the
+kernels (internal), `int NAME(inputs, outputs, sizes...)` that checks its arguments, places
+the temps (a static block, or one aligned_alloc per call when sizes are dynamic), runs the
+index checks and the kernels and copies outputs that are inputs or constants;
+`NAME_checked` that first compares the shapes the caller passes; `NAME_error_string`; and
+`NAME_metadata` (the JSON tc.load reads).  The error codes are the constants below; the C
+header (c_header.py) documents them.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import llvmlite.ir as ir
+import numpy as np
+
+from ...errors import ArgumentError
+from ..schedule.workspace import plan_program
+from . import scalar as S
+from .codegen import codegen_kernels
+from .emitter import counted_loop
+from ..loops.ir import Var
+from .entry_sizes import EntrySizes, describe_dim, public_name, size_names
+
+I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+
+PTR = ir.PointerType()
+WORKSPACE_ALIGN = 64
+
+OK, ERR_NULL, ERR_SIZE, ERR_ALLOC, ERR_TOO_LARGE = 0, 1, 2, 3, 4
+MAX_TOTAL_BYTES = 2.0 ** 62  # all buffers of one call together: far from int64's wrap-around
+ERR_INDEX_BASE = 16          # 16 + j: index check j failed
+ERR_INPUT_SHAPE = 1000       # 1000 + i: NAME_checked got a wrong shape for input i
+ERR_OUTPUT_SHAPE = 2000      # 2000 + j: ... for output j
+
+
+def _maybe_empty(b) -> bool:
+    """Whether a buffer may hold no elements (a static 0 dim; dynamic sizes are >= 1)."""
+    return any(d == 0 for d in b.shape if isinstance(d, int))
+
+
+def _cstring(module: ir.Module, gname: str, text: str) -> ir.GlobalVariable:
+    data = bytearray(text.encode("utf-8") + b"\0")
+    g = ir.GlobalVariable(module, ir.ArrayType(I8, len(data)), gname)
+    g.initializer = ir.Constant(ir.ArrayType(I8, len(data)), data)
+    g.global_constant = True
+    g.linkage = "internal"
+    return g
+
+
+def _libc(module: ir.Module, name: str, ret, args) -> ir.Function:
+    fn = module.globals.get(name)
+    return fn if fn is not None else ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+def _place_temps(module, program, name: str, b: ir.IRBuilder, dims: EntrySizes, ptrs: dict, check):
+    """Point every temp into the workspace: slots laid end to end at 64-byte boundaries.
+    Static sizes: one zero-initialized global (the library is then not re-entrant).
+    Dynamic sizes: a block from aligned_alloc per call, freed before returning (returned
+    here; ERR_ALLOC when it fails).  The plan is runtime/compiled.py's; its slot sizes are
+    symbolic.Dim values where dims are dynamic."""
+    assignment, slot_sizes = plan_program(program)
+    if all(isinstance(n, int) for n in slot_sizes):
+        starts, at = [], 0
+        for n in slot_sizes:
+            starts.append(at)
+            at += -(-n // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+        ws_type = ir.ArrayType(I8, max(at, WORKSPACE_ALIGN))
+        workspace = ir.GlobalVariable(module, ws_type, f"{name}__workspace")
+        workspace.initializer = ir.Constant(ws_type, None)
+        workspace.linkage = "internal"
+        workspace.align = WORKSPACE_ALIGN
+        for n, slot in assignment.items():
+            ptrs[n] = b.gep(workspace, [ir.Constant(I64, 0), ir.Constant(I64, starts[slot])], inbounds=True)
+        return None
+    starts, at = [], ir.Constant(I64, 0)
+    for n in slot_sizes:
+        starts.append(at)
+        at = b.add(at, dims.aligned(dims.dim(n), WORKSPACE_ALIGN))
+    alloc = _libc(module, "aligned_alloc", PTR, [I64, I64])
+    heap = b.call(alloc, [ir.Constant(I64, WORKSPACE_ALIGN), b.add(at, ir.Constant(I64, WORKSPACE_ALIGN))])
+    check(b.icmp_unsigned("==", heap, ir.Constant(PTR, None)), ERR_ALLOC)
+    for n, slot in assignment.items():
+        ptrs[n] = b.gep(heap, [starts[slot]], inbounds=True, source_etype=I8)
+    return heap
+
+
+def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) -> ir.Module:
+    """The library's module: internal kernels, NAME, NAME_checked, NAME_error_string and
+    NAME_metadata (see the module docstring)."""
+    module = _kernels(program, name, fastmath)
+    entry = _entry(module, program, name, checks, _constants(module, program, name))
+    _checked_entry(module, program, name, entry)
+    _error_strings(module, program, name, checks)
+    _metadata(module, name, metadata)
+    return module
+
+
+def _kernels(program, name: str, fastmath) -> ir.Module:
+    """The kernels, internal: two exported libraries in one process never bind each other's."""
+    module = codegen_kernels(program.kernels, f"tc_export_{name}", align=None, fastmath=fastmath)
+    kernels = {f.name: f for f in module.functions if not f.is_declaration}
+    for f in kernels.values():
+        f.linkage = "internal"
+
+    ours = [name, f"{name}_checked", f"{name}_error_string", f"{name}_metadata"]
+    clash = [n for n in ours if n in module.globals] + [k for k in kernels if k.startswith(name + "__")]
+    if clash:
+        raise ArgumentError(f"tc.export: the entry name {name!r} clashes with the kernel "
+                            f"{clash[0]!r}; pass another name=")
+    return module
+
+
+def _constants(module: ir.Module, program, name: str) -> dict[str, ir.GlobalVariable]:
+    """Each constant buffer as an internal, 64-byte aligned global array."""
+    consts = {}
+    for cname, value in program.constants.items():
+        b = program.buffers[cname]
+        raw = bytearray(np.ascontiguousarray(value, dtype=b.dtype.np).tobytes()) or bytearray(1)
+        t = ir.ArrayType(I8, len(raw))
+        g = ir.GlobalVariable(module, t, f"{name}__const_{len(consts)}")
+        g.initializer = ir.Constant(t, raw)
+        g.global_constant = True
+        g.linkage = "internal"
+        g.align = WORKSPACE_ALIGN
+        consts[cname] = g
+    return consts
+
+
+def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) -> ir.Function:
+    """`int NAME(inputs, outputs, sizes...)`: check the arguments, place the temps, run the
+    index checks and the kernels, copy the outputs that are not written in place."""
+    kernels = {f.name: f for f in module.functions if not f.is_declaration and f.linkage == "internal"}
+    sizes = size_names(program)
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    entry = ir.Function(module, ir.FunctionType(I32, [PTR, PTR] + [I64] * len(sizes)), name)
+    entry.args[0].name, entry.args[1].name = "inputs", "outputs"
+    for arg, n in zip(entry.args[2:], sizes):
+        arg.name = public_name(n)
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    fail = entry.append_basic_block("fail")
+    code_phi_incoming = []
+    dims = EntrySizes(b, dict(zip(sizes, entry.args[2:])))
+
+    def check(cond, code: int):
+        ok = entry.append_basic_block()
+        code_phi_incoming.append((ir.Constant(I32, code), b.block))
+        b.cbranch(cond, fail, ok)
+        b.position_at_end(ok)
+
+    def slot_ptr(array, i: int):
+        return b.load(b.gep(array, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
+
+    for value in dims.values.values():        # dynamic sizes: >= 1
+        check(b.icmp_signed("<", value, ir.Constant(I64, 1)), ERR_SIZE)
+    if dims.values:                            # and small enough that no byte count wraps
+        total = ir.Constant(ir.DoubleType(), 0.0)
+        for buf in program.buffers.values():
+            total = b.fadd(total, dims.approx_nbytes(buf))
+        check(b.fcmp_unordered(">=", total, ir.Constant(ir.DoubleType(), MAX_TOTAL_BYTES)), ERR_TOO_LARGE)
+    null = ir.Constant(PTR, None)
+    check(b.icmp_unsigned("==", entry.args[0], null) if program.inputs else ir.Constant(ir.IntType(1), 0), ERR_NULL)
+    check(b.icmp_unsigned("==", entry.args[1], null) if program.outputs else ir.Constant(ir.IntType(1), 0), ERR_NULL)
+    ptrs: dict[str, Any] = {}
+    for i, n in enumerate(program.inputs):
+        p = slot_ptr(entry.args[0], i)
+        if not _maybe_empty(program.buffers[n]):
+            check(b.icmp_unsigned("==", p, null), ERR_NULL)
+        ptrs.setdefault(n, p)
+    out_ptrs = []
+    for i, n in enumerate(program.outputs):
+        p = slot_ptr(entry.args[1], i)
+        if not _maybe_empty(program.buffers[n]):
+            check(b.icmp_unsigned("==", p, null), ERR_NULL)
+        out_ptrs.append(p)
+        if program.buffers[n].role == "output":
+            ptrs.setdefault(n, p)
+    ptrs.update(consts)
+
+    # index checks: every element of an index input within [0, size)
+    for j, (i, n, c) in enumerate(checks):
+        buf = program.buffers[n]
+        et = S.memory_type(buf.dtype)
+        with counted_loop(b, ir.Constant(I64, 0), dims.count(buf), f"idx{j}") as loop:
+            v = b.load(b.gep(ptrs[n], [loop.index], inbounds=True, source_etype=et), typ=et)
+            v = b.sext(v, I64) if et.width < 64 else v
+            # unsigned compare: negative values wrap to huge ones and fail too
+            check(b.icmp_unsigned(">=", v, dims.dim(c.size)), ERR_INDEX_BASE + j)
+
+    heap = _place_temps(module, program, name, b, dims, ptrs, check)
+    for k in program.kernels:
+        b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers] + [dims.values[s] for s in k.sizes])
+    written = set()
+    for i, n in enumerate(program.outputs):
+        role = program.buffers[n].role
+        if role == "output" and n not in written:
+            written.add(n)
+            continue
+        buf = program.buffers[n]
+        if not _maybe_empty(buf):
+            b.call(memcpy, [out_ptrs[i], ptrs[n], dims.nbytes(buf), ir.Constant(ir.IntType(1), 0)])
+    if heap is not None:
+        b.call(_libc(module, "free", ir.VoidType(), [PTR]), [heap])
+    b.ret(ir.Constant(I32, OK))
+
+    b.position_at_end(fail)
+    if code_phi_incoming:
+        phi = b.phi(I32)
+        for value, block in code_phi_incoming:
+            phi.add_incoming(value, block)
+        b.ret(phi)
+    else:
+        b.ret(ir.Constant(I32, ERR_NULL))
+    return entry
+
+
+def _error_strings(module: ir.Module, program, name: str, checks: list) -> None:
+    """`const char* NAME_error_string(int code)`: a static English message per code."""
+    messages = {OK: "ok", ERR_NULL: "a NULL pointer was passed for the inputs or outputs array "
+                                    "or for a non-empty input or output",
+                ERR_SIZE: "a dynamic size argument is less than 1",
+                ERR_ALLOC: "could not allocate the workspace for these sizes (out of memory)",
+                ERR_TOO_LARGE: "the dynamic sizes make the buffers larger than 2^62 bytes"}
+    for j, (i, n, c) in enumerate(checks):
+        buf = program.buffers[n]
+        messages[ERR_INDEX_BASE + j] = (f"input {i} ({buf.dtype.label}{_shape_text(buf)}): an index is "
+                                        f"out of bounds for dim {c.dim} with size {c.size} ({c.op})")
+    for kind, names, base in (("input", program.inputs, ERR_INPUT_SHAPE), ("output", program.outputs, ERR_OUTPUT_SHAPE)):
+        for i, n in enumerate(names):
+            buf = program.buffers[n]
+            messages[base + i] = (f"{kind} {i} must have shape {_shape_text(buf)} (dtype {buf.dtype.label}); "
+                                  f"the shape passed to {name}_checked differs")
+    es = ir.Function(module, ir.FunctionType(PTR, [I32]), f"{name}_error_string")
+    eb = ir.IRBuilder(es.append_basic_block("entry"))
+    unknown = es.append_basic_block("unknown")
+    sw = eb.switch(es.args[0], unknown)
+    for code, text in messages.items():
+        blk = es.append_basic_block()
+        sw.add_case(ir.Constant(I32, code), blk)
+        ir.IRBuilder(blk).ret(_cstring(module, f"{name}__msg{code}", text))
+    ir.IRBuilder(unknown).ret(_cstring(module, f"{name}__msg_unknown", "unknown error code"))
+
+
+def _metadata(module: ir.Module, name: str, metadata: dict) -> None:
+    """`const char* NAME_metadata(void)`: the JSON tc.load reads."""
+    md = _cstring(module, f"{name}__metadata_json", json.dumps(metadata, sort_keys=True))
+    mf = ir.Function(module, ir.FunctionType(PTR, []), f"{name}_metadata")
+    ir.IRBuilder(mf.append_basic_block("entry")).ret(md)
+
+
+def _shape_text(buf) -> str:
+    return "[" + ", ".join(str(describe_dim(d)) for d in buf.shape) + "]"
+
+
+def _checked_entry(module: ir.Module, program, name: str, entry: ir.Function) -> None:
+    """`int NAME_checked(inputs, input_shapes, outputs, output_shapes)`: compares each
+    shape array (int64_t[rank] per argument) with the compiled shape, then calls NAME.
+    Dynamic sizes are read from the first input dim that carries each, then every dim that
+    depends on them must match its value."""
+    fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), f"{name}_checked")
+    for arg, n in zip(fn.args, ("inputs", "input_shapes", "outputs", "output_shapes")):
+        arg.name = n
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fail = fn.append_basic_block("fail")
+    incoming = []
+    null = ir.Constant(PTR, None)
+
+    def check(cond, code):
+        ok = fn.append_basic_block()
+        incoming.append((ir.Constant(I32, code), b.block))
+        b.cbranch(cond, fail, ok)
+        b.position_at_end(ok)
+
+    dims = EntrySizes(b, {})
+    for shapes, names, base in ((fn.args[1], program.inputs, ERR_INPUT_SHAPE),
+                                (fn.args[3], program.outputs, ERR_OUTPUT_SHAPE)):
+        if not names:
+            continue
+        check(b.icmp_unsigned("==", shapes, null), ERR_NULL)
+        for i, n in enumerate(names):
+            shape = program.buffers[n].shape
+            p = b.load(b.gep(shapes, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
+            if not shape:
+                continue                       # a scalar: rank 0, nothing to compare
+            check(b.icmp_unsigned("==", p, null), base + i)
+            for d, size in enumerate(shape):
+                v = b.load(b.gep(p, [ir.Constant(I64, d)], inbounds=True, source_etype=I64), typ=I64)
+                if isinstance(size, Var) and size.name not in dims.values:
+                    dims.values[size.name] = v          # the size's first occurrence defines it
+                    check(b.icmp_signed("<", v, ir.Constant(I64, 1)), base + i)
+                    continue
+                check(b.icmp_signed("!=", v, dims.dim(size)), base + i)
+    sizes = [dims.values[n] for n in size_names(program)]
+    b.ret(b.call(entry, [fn.args[0], fn.args[2]] + sizes))
+    b.position_at_end(fail)
+    if incoming:
+        phi = b.phi(I32)
+        for value, block in incoming:
+            phi.add_incoming(value, block)
+        b.ret(phi)
+    else:
+        b.unreachable()
