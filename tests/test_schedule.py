@@ -9,7 +9,7 @@ import tracecomp as tc
 from tracecomp.lower.loops import ir as L
 from tracecomp.lower.loops.interp import run_program
 from tracecomp.lower.schedule.scheduler import schedule
-from tracecomp.lower.schedule.rows import unique_exprs
+from tracecomp.lower.loops.walk import walk
 
 from op_samples import SAMPLES
 
@@ -87,7 +87,7 @@ def test_row_softmax_is_one_kernel_with_its_reductions_in_registers():
     assert outer.parallel and outer.extent == 64
     assert [type(s).__name__ for s in outer.body] == ["Reduce", "Let", "Loop", "Reduce", "Let", "Loop"]
     assert all(s.extent == 1024 for s in outer.body if not isinstance(s, L.Let))
-    assert sum(isinstance(e, L.Unary) and e.fn == "exp" for e in unique_exprs(k.body)) == 1
+    assert sum(isinstance(e, L.Unary) and e.fn == "exp" for e in walk(k.body)) == 1
     assert [b.role for b in p.buffers.values()] == ["input", "output"]      # no temps
     assert [op.name for op in p.kernel_ops[k.name]] == ["tc.amax", "tc.sub", "tc.exp", "tc.sum", "tc.div"]
     _check_against_interp(lambda x: tc.softmax(x, dim=1), x)

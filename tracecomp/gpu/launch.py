@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 from ..dtypes import DType
-from ..errors import BackendError
 from ..lower.llvm import scalar as S
-from ..lower.llvm.emitter import monoid_updates, names_used
+from ..lower.llvm.emitter import monoid_updates
 from ..lower.loops.ir import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Var)
+from ..lower.loops.walk import buffers_read, buffers_written, statements, var_names, walk
 
 ELEMENTWISE_THREADS = 256
 MAX_BLOCKS = 65535             # gridDim.y/z limit; x is capped the same for simplicity
@@ -112,33 +112,7 @@ def _segments(body: list) -> list[list]:
 
 def accesses(stmts: list) -> list[tuple[str, tuple]]:
     """(buffer, index) of every Load and Store in the statements, nested ones included."""
-    out: list[tuple[str, tuple]] = []
-
-    def expr(e):
-        if isinstance(e, Load):
-            out.append((e.buffer, e.index))
-        for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
-                    getattr(e, "cond", None), *getattr(e, "index", ())):
-            if isinstance(sub, Expr):
-                expr(sub)
-    for s in _walk_all(stmts):
-        if isinstance(s, Store):
-            out.append((s.buffer, s.index))
-            for e in (*s.index, s.value):
-                expr(e)
-        elif isinstance(s, Let):
-            expr(s.value)
-        elif isinstance(s, Reduce):
-            for e in (*(a.init for a in s.accumulators), *s.update):
-                expr(e)
-    return out
-
-
-def _walk_all(stmts: list):
-    for s in stmts:
-        yield s
-        if isinstance(s, (Loop, Reduce)):
-            yield from _walk_all(s.body)
+    return [(n.buffer, n.index) for n in walk(stmts) if isinstance(n, (Load, Store))]
 
 
 def row_disjoint(stmts: list, dims, shared: set[str]) -> bool:
@@ -194,7 +168,7 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
     if isinstance(seg[0], Matmul):
         return [_matmul(kernel, seg[0], name)]
     dims, body = perfect_nest(seg[0]) if isinstance(seg[0], Loop) else ([], seg)
-    loads, stores = buffers_touched(seg)
+    loads, stores = buffers_read(seg), buffers_written(seg)
     shared = loads & stores
     atomic = bool(shared) and all_atomic(seg, shared)
     if shared and not row_disjoint(seg, dims, shared):      # (no dims: one row)
@@ -295,46 +269,9 @@ def arg_update(r: Reduce) -> Optional[tuple[str, str, str, Expr]]:
     if (u.a, u.b) != (Var(term, u.dtype), Var(best.name, best.dtype)) or \
             (v.a, v.b) != (Var(r.var, INDEX), Var(at.name, INDEX)):
         return None
-    if not names_used(u.cond) <= {term, best.name}:
+    if not var_names(u.cond) <= {term, best.name}:
         return None
     return best.name, at.name, term, u.cond
-
-
-def _expr_loads(e: Expr, loads: set) -> None:
-    if isinstance(e, Load):
-        loads.add(e.buffer)
-    for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
-                getattr(e, "cond", None), *getattr(e, "index", ())):
-        if isinstance(sub, Expr):
-            _expr_loads(sub, loads)
-
-
-def buffers_touched(stmts: list) -> tuple[set[str], set[str]]:
-    """(buffers loaded, buffers stored) by the statements, nested ones included."""
-    loads: set[str] = set()
-    stores: set[str] = set()
-
-    def walk(body):
-        for s in body:
-            if isinstance(s, Store):
-                stores.add(s.buffer)
-                for e in (*s.index, s.value):
-                    _expr_loads(e, loads)
-            elif isinstance(s, Let):
-                _expr_loads(s.value, loads)
-            elif isinstance(s, Loop):
-                walk(s.body)
-            elif isinstance(s, Reduce):
-                for e in (*(a.init for a in s.accumulators), *s.update):
-                    _expr_loads(e, loads)
-                walk(s.body)
-            elif isinstance(s, Matmul):
-                loads.update((s.a.buffer, s.b.buffer))
-                stores.add(s.out.buffer)
-            else:
-                raise BackendError(f"the PTX planner does not know statement {s!r}")
-    walk(stmts)
-    return loads, stores
 
 
 ATOMIC_DTYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
@@ -348,24 +285,16 @@ def atomic_add_term(s: Store, buffers: dict[str, Buffer]) -> Optional[Expr]:
     own = Load(s.buffer, tuple(s.index), buffers[s.buffer].dtype)
     for mine, term in ((u.a, u.b), (u.b, u.a)):
         if mine == own:
-            loads: set[str] = set()
-            _expr_loads(term, loads)
-            if s.buffer not in loads and not any(s.buffer in _loads_of(i) for i in s.index):
+            if s.buffer not in buffers_read(term) and s.buffer not in buffers_read(s.index):
                 return term
     return None
-
-
-def _loads_of(e: Expr) -> set[str]:
-    out: set[str] = set()
-    _expr_loads(e, out)
-    return out
 
 
 def all_atomic(stmts: list, shared: set[str]) -> bool:
     """Every load of a buffer in `shared` is the read half of an atomic-add Store, which
     is the nest's only statement touching it (a scatter's accumulation)."""
-    stores = [s for s in _walk_stmts(stmts) if isinstance(s, Store)]
-    others = [s for s in _walk_stmts(stmts) if not isinstance(s, (Store, Loop))]
+    stores = [s for s in statements(stmts) if isinstance(s, Store)]
+    others = [s for s in statements(stmts) if not isinstance(s, (Store, Loop))]
     for name in shared:
         mine = [s for s in stores if s.buffer == name]
         if not mine:
@@ -374,11 +303,10 @@ def all_atomic(stmts: list, shared: set[str]) -> bool:
         if any(atomic_add_term(s, fake) is None for s in mine):
             return False
         for s in stores:
-            if s.buffer != name and name in _loads_of_store(s):
+            if s.buffer != name and name in buffers_read(s):
                 return False
         for s in others:
-            touched, _ = buffers_touched([s])
-            if name in touched:
+            if name in buffers_read(s):
                 return False
     return True
 
@@ -387,15 +315,3 @@ def _store_dtype(s: Store):
     return s.value.dtype
 
 
-def _loads_of_store(s: Store) -> set[str]:
-    out: set[str] = set()
-    for e in (*s.index, s.value):
-        _expr_loads(e, out)
-    return out
-
-
-def _walk_stmts(stmts: list):
-    for s in stmts:
-        yield s
-        if isinstance(s, Loop):
-            yield from _walk_stmts(s.body)

@@ -43,13 +43,14 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 from .. import timings
 from ..lower.llvm.codegen import codegen_kernels
 from ..lower.llvm.gemm.nest import define_helpers, helper_names
 from ..lower.llvm.gemm.microkernel import defined_elsewhere_dtypes, helpers_defined_elsewhere
 from ..lower.loops.ir import Kernel, Matmul
+from ..lower.loops.walk import statements
 from ..lower.schedule.tiles import TILES
 from . import jit, target
 
@@ -143,20 +144,12 @@ def packed_matmul_dtypes(kernels: Sequence[Kernel]) -> list:
     compiling helpers nobody calls."""
     dtypes = set()
     for kernel in kernels:
-        for s in _statements(kernel.body):
+        for s in statements(kernel.body):
             if isinstance(s, Matmul) and s.workspace is not None:
                 dtype = kernel.buffer(s.out.buffer).dtype
                 if dtype in TILES:
                     dtypes.add(dtype)
     return sorted(dtypes, key=str)
-
-
-def _statements(body: list) -> Iterator:
-    for s in body:
-        yield s
-        inner = getattr(s, "body", None)
-        if isinstance(inner, list):
-            yield from _statements(inner)
 
 
 # ----------------------------------------------------------------------------- splitting

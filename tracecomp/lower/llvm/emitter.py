@@ -43,6 +43,7 @@ from ...errors import BackendError
 from . import scalar as S
 from ..loops.ir import (Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from ..loops.matmul import expand_matmul, flat_name
+from ..loops.walk import var_names
 
 BUFFER_ALIGN = 64
 SUM_BLOCK = 4096        # terms per block of a blocked floating sum (see _blocked_sum)
@@ -364,7 +365,7 @@ def monoid_updates(r: Reduce) -> Optional[list[tuple[str, Expr]]]:
     if not all(isinstance(s, Let) for s in r.body):
         return None
     names = {a.name for a in r.accumulators}
-    if any(names & names_used(s.value) for s in r.body):
+    if any(names & var_names(s.value) for s in r.body):
         return None
     out = []
     for a, u in zip(r.accumulators, r.update):
@@ -372,19 +373,7 @@ def monoid_updates(r: Reduce) -> Optional[list[tuple[str, Expr]]]:
         if not (isinstance(u, Binary) and u.fn in MONOIDS and acc in (u.a, u.b)):
             return None
         term = u.b if u.a == acc else u.a
-        if names & names_used(term):
+        if names & var_names(term):
             return None
         out.append((u.fn, term))
-    return out
-
-
-def names_used(e: Expr) -> set[str]:
-    """The Var names an expression reads."""
-    if isinstance(e, Var):
-        return {e.name}
-    out: set[str] = set()
-    for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
-                getattr(e, "cond", None), *getattr(e, "index", ())):
-        if isinstance(sub, Expr):
-            out |= names_used(sub)
     return out

@@ -13,6 +13,7 @@ import llvmlite.ir as ir
 from ...symbolic import Dim
 from ..loops import ir as L
 from ..loops.index import dim as loop_dim, symbolic
+from ..loops.walk import size_params
 
 I64 = ir.IntType(64)
 
@@ -22,7 +23,7 @@ def size_names(program) -> list[str]:
     its inputs' shapes: the order of the entry point's size arguments."""
     out: list[str] = []
     for n in program.inputs:
-        for name in L.size_params(list(program.buffers[n].shape)):
+        for name in size_params(list(program.buffers[n].shape)):
             if name not in out:
                 out.append(name)
     loose = sorted({s for k in program.kernels for s in k.sizes} - set(out))

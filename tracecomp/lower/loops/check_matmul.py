@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 
 from ...dtypes import DType
-from .ir import INDEX, Expr, Load, Matmul, View
+from .ir import INDEX, Matmul, View
 from .matmul import const_view, index_names, view_extents
+from .walk import buffers_read
 
 MATMUL_DTYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
 
@@ -123,7 +124,7 @@ def _epilogue(c, s: Matmul, dtype: DType, rank: int) -> None:
         if s.epilogue.dtype != dtype:
             c.fail(f"the Matmul epilogue has dtype {_name(s.epilogue.dtype)}, but out holds {dtype.label} "
                    "(Cast the value)")
-        read = _loaded(s.epilogue) & {s.out.buffer, s.workspace}
+        read = buffers_read(s.epilogue) & {s.out.buffer, s.workspace}
         if read:
             c.fail(f"the Matmul epilogue reads '{read.pop()}'; it may read neither out nor the workspace")
     c.scopes.pop()
@@ -131,12 +132,3 @@ def _epilogue(c, s: Matmul, dtype: DType, rank: int) -> None:
 
 def _name(dtype) -> str:
     return dtype.label if isinstance(dtype, DType) else str(dtype)
-
-
-def _loaded(e: Expr) -> set[str]:
-    out = {e.buffer} if isinstance(e, Load) else set()
-    for sub in (getattr(e, "x", None), getattr(e, "a", None), getattr(e, "b", None),
-                getattr(e, "cond", None), *getattr(e, "index", ())):
-        if isinstance(sub, Expr):
-            out |= _loaded(sub)
-    return out

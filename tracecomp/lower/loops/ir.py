@@ -203,21 +203,3 @@ class Kernel:
             if b.name == name:
                 return b
         raise KeyError(name)
-
-
-def size_params(node) -> list[str]:
-    """The size parameters (Var names starting with SIZE_PREFIX) that `node` (a kernel, a
-    statement, an expression, or lists of them) mentions anywhere: extents, buffer shapes,
-    indices and values.  Sorted, so every kernel of a program takes them in one order."""
-    found: set[str] = set()
-    stack = [node]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Var):
-            if x.name.startswith(SIZE_PREFIX):
-                found.add(x.name)
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif hasattr(x, "__dataclass_fields__"):
-            stack.extend(getattr(x, f) for f in x.__dataclass_fields__)
-    return sorted(found)

@@ -18,9 +18,9 @@ matched in order.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
 
 from ..loops import ir as L
+from ..loops.walk import loads, rename_buffer
 
 
 def donate(program, donated: set[int]) -> dict[int, int]:
@@ -74,22 +74,7 @@ def _pointwise_reads_only(body: list, out: str, x: str) -> bool:
     store = body[0]
     if store.index != tuple(L.Var(v, L.INDEX) for v in nest):
         return False
-    loads: list[L.Load] = []
-    _collect_loads(store.value, x, loads)
-    return all(ld.index == store.index for ld in loads)
-
-
-def _collect_loads(e: Any, name: str, into: list) -> None:
-    if isinstance(e, L.Load):
-        if e.buffer == name:
-            into.append(e)
-        for i in e.index:
-            _collect_loads(i, name, into)
-        return
-    for f in ("x", "a", "b", "cond"):
-        sub = getattr(e, f, None)
-        if isinstance(sub, L.Expr):
-            _collect_loads(sub, name, into)
+    return all(ld.index == store.index for ld in loads(store.value) if ld.buffer == x)
 
 
 def _rename(program, old: str, new: str) -> None:
@@ -103,22 +88,6 @@ def _rename(program, old: str, new: str) -> None:
             if b.name not in buffers or b.role == "output":
                 buffers[b.name] = b
         program.kernels[n] = dataclasses.replace(k, buffers=list(buffers.values()),
-                                                 body=_renamed(k.body, old, new))
+                                                 body=rename_buffer(k.body, old, new))
     program.outputs = [new if o == old else o for o in program.outputs]
     del program.buffers[old]
-
-
-def _renamed(x: Any, old: str, new: str) -> Any:
-    """`x` (a statement, expression, View or a list/tuple of them) with buffer `old` -> `new`."""
-    if isinstance(x, (list, tuple)):
-        items = [_renamed(v, old, new) for v in x]
-        return type(x)(items) if any(a is not b for a, b in zip(items, x)) else x
-    if not dataclasses.is_dataclass(x) or isinstance(x, type):
-        return x
-    changes: dict[str, Any] = {}
-    for f in dataclasses.fields(x):
-        v = getattr(x, f.name)
-        nv: Optional[Any] = new if f.name == "buffer" and v == old else _renamed(v, old, new)
-        if nv is not v:
-            changes[f.name] = nv
-    return dataclasses.replace(x, **changes) if changes else x

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Optional
+from typing import Optional
 
 from ...errors import BackendError
 from ...ir import Op, Value
 from ...symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
+from ..loops.walk import substitute
 from .nests import kernel_name, loop_nest
 from .tiles import uses_packed, workspace_elements
 
@@ -227,18 +228,3 @@ def _logical_dims(s: L.Matmul, shape: tuple[int, ...]) -> Optional[list[L.Expr]]
             return None
         dims.append(L.Var(names[match[0]], L.INDEX))
     return dims
-
-
-def substitute(e: L.Expr, rule: Callable[[L.Expr], Optional[L.Expr]]) -> L.Expr:
-    """`e` with every subexpression for which `rule` gives a replacement replaced."""
-    new = rule(e)
-    if new is not None:
-        return new
-    changes = {}
-    for f in ("x", "a", "b", "cond"):
-        sub = getattr(e, f, None)
-        if isinstance(sub, L.Expr):
-            changes[f] = substitute(sub, rule)
-    if isinstance(e, L.Load):
-        changes["index"] = tuple(substitute(i, rule) for i in e.index)
-    return dataclasses.replace(e, **changes) if changes else e

@@ -33,10 +33,11 @@ from memory; schedule() drops such values from the materialized set and schedule
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Optional
 
 from ...ir import Op, Value
 from ..loops import ir as L
+from ..loops.walk import buffers_read, count_exprs, loads, statements, substitute, walk
 from .nests import PARALLEL_MIN_WORK
 from .reductions import output_index, row_rank, statements_at
 
@@ -71,7 +72,7 @@ class RowFusion:
         program = self.sched.program
         loaded: set[str] = set()
         for k in program.kernels:
-            loaded |= {load.buffer for load in loads_in(k.body)} | _view_reads(k.body)
+            loaded |= buffers_read(k.body)
         outputs = {self.sched.names[v] for v in self.sched.graph.outputs if v in self.sched.names}
         for k in program.kernels:
             ops = self.hosts.get(k.name, [])
@@ -87,7 +88,7 @@ class RowFusion:
     def absorb(self, body: list) -> tuple[list, list[Op]]:
         """`body` (a kernel being built) with the deferred reductions it reads at its outer
         index computed inside it; the others flushed.  Returns (body, absorbed ops)."""
-        for buffer in _view_reads(body):             # a Matmul reads whole buffers
+        for buffer in _matmul_operands(body):        # a Matmul reads whole buffers
             if buffer in self.pending:
                 self.flush(self.pending[buffer])
         reads = self._pending_reads(body)
@@ -109,8 +110,8 @@ class RowFusion:
             self._compute(op, work)
         if not work.ops:
             return body, []
-        body = map_exprs(body, work.replace)
-        stmts = map_exprs(work.stmts, work.replace)
+        body = substitute(body, work.replace)
+        stmts = substitute(work.stmts, work.replace)
         level = _nest(body)[rank - 1]
         level.body = reuse_output_row(stmts + level.body, outer[:rank])
         return mark_parallel(body), work.ops
@@ -125,7 +126,7 @@ class RowFusion:
 
     def _pending_reads(self, stmts: list) -> dict[str, list[tuple]]:
         reads: dict[str, list[tuple]] = {}
-        for load in loads_in(stmts):
+        for load in loads(stmts):
             if load.buffer in self.pending:
                 reads.setdefault(load.buffer, []).append(load.index)
         return reads
@@ -209,9 +210,9 @@ def reuse_output_row(row: list, outer: tuple) -> list:
                 and isinstance(s.body[0], L.Let)):
             continue
         r = L.Var(s.var, L.INDEX)
-        x = _rewrite(s.body[0].value, lambda e: t if e == r else None, {})
-        found = [e for e in unique_exprs([L.Let("_", store.value)]) if e == x]
-        exprs = unique_exprs([L.Let("_", x)])
+        x = substitute(s.body[0].value, lambda e: t if e == r else None)
+        found = [e for e in walk(store.value) if e == x]
+        exprs = list(walk(x))
         if not found or x.dtype != store.value.dtype or \
                 not any(isinstance(e, (L.Unary, L.Binary)) and e.fn in _COSTLY for e in exprs) or \
                 any(isinstance(e, L.Load) and e.buffer == store.buffer for e in exprs) or \
@@ -220,19 +221,14 @@ def reuse_output_row(row: list, outer: tuple) -> list:
         at = lambda i: L.Load(store.buffer, tuple(outer) + (i,), x.dtype)      # noqa: E731
         fill = L.Loop(final.var, final.extent, [L.Store(store.buffer, store.index, x)])
         reduce = L.Reduce(s.var, s.extent, s.accumulators, [L.Let(s.body[0].name, at(r))], s.update)
-        value = _rewrite(store.value, lambda e: at(t) if e == x else None, {})
+        value = substitute(store.value, lambda e: at(t) if e == x else None)
         last = L.Loop(final.var, final.extent, [L.Store(store.buffer, store.index, value)], final.parallel)
         return row[:n] + [fill, reduce] + row[n + 1:-1] + [last]
     return row
 
 
-def _view_reads(stmts: list) -> set[str]:
-    found: set[str] = set()
-    for s in stmts:
-        if isinstance(s, L.Matmul):
-            found |= {s.a.buffer, s.b.buffer}
-        found |= _view_reads(getattr(s, "body", []))
-    return found
+def _matmul_operands(stmts: list) -> set[str]:
+    return {b for s in statements(stmts) if isinstance(s, L.Matmul) for b in (s.a.buffer, s.b.buffer)}
 
 
 def _nest(body: list) -> list[L.Loop]:
@@ -263,87 +259,6 @@ def _work(stmts: list) -> int:
     return max(total, 1)
 
 
-# ------------------------------------------------------------------- statement walkers
-
-def map_exprs(stmts: list, rule: Callable[[L.Expr], Optional[L.Expr]], memo: Optional[dict] = None) -> list:
-    """New statements with every expression rewritten by `rule` (None: keep, descend).
-    A subexpression shared by several parents stays shared (the code generators emit a
-    shared object once), so rewriting never multiplies a DAG into a tree."""
-    memo = {} if memo is None else memo
-
-    def sub(e):
-        return _rewrite(e, rule, memo)
-    out = []
-    for s in stmts:
-        if isinstance(s, L.Let):
-            out.append(L.Let(s.name, sub(s.value)))
-        elif isinstance(s, L.Store):
-            out.append(L.Store(s.buffer, tuple(sub(i) for i in s.index), sub(s.value)))
-        elif isinstance(s, L.Loop):
-            out.append(L.Loop(s.var, s.extent, map_exprs(s.body, rule, memo), s.parallel))
-        elif isinstance(s, L.Reduce):
-            accs = [L.Accumulator(a.name, a.dtype, sub(a.init)) for a in s.accumulators]
-            out.append(L.Reduce(s.var, s.extent, accs, map_exprs(s.body, rule, memo), [sub(u) for u in s.update]))
-        else:
-            out.append(s)
-    return out
-
-
-def _rewrite(e: L.Expr, rule, memo: dict) -> L.Expr:
-    hit = memo.get(id(e))
-    if hit is not None and hit[0] is e:
-        return hit[1]
-    new = rule(e)
-    if new is None:
-        changes = {f: _rewrite(getattr(e, f), rule, memo) for f in ("x", "a", "b", "cond")
-                   if isinstance(getattr(e, f, None), L.Expr)}
-        if isinstance(e, L.Load):
-            changes["index"] = tuple(_rewrite(i, rule, memo) for i in e.index)
-        same = all(changes[f] is getattr(e, f) for f in changes if f != "index") and \
-            all(a is b for a, b in zip(changes.get("index", ()), getattr(e, "index", ())))
-        new = e if same else dataclasses.replace(e, **changes)
-    memo[id(e)] = (e, new)
-    return new
-
-
-def _top_exprs(stmts: list):
-    """The expressions statements hold directly, through nested bodies."""
-    for s in stmts:
-        if isinstance(s, L.Let):
-            yield s.value
-        elif isinstance(s, L.Store):
-            yield from s.index
-            yield s.value
-        elif isinstance(s, L.Loop):
-            yield from _top_exprs(s.body)
-        elif isinstance(s, L.Reduce):
-            yield from (a.init for a in s.accumulators)
-            yield from _top_exprs(s.body)
-            yield from s.update
-        elif isinstance(s, L.Matmul) and s.epilogue is not None:
-            yield s.epilogue
-
-
-def unique_exprs(stmts: list) -> list[L.Expr]:
-    """Every expression node in the statements, each shared object once."""
-    seen: dict[int, L.Expr] = {}
-    stack = list(_top_exprs(stmts))
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen[id(e)] = e
-        stack.extend(getattr(e, f) for f in ("x", "a", "b", "cond") if isinstance(getattr(e, f, None), L.Expr))
-        if isinstance(e, L.Load):
-            stack.extend(e.index)
-    return list(seen.values())
-
-
-def loads_in(stmts: list) -> list[L.Load]:
-    """Every Load in the statements' expressions (Matmul operands are views, not Loads)."""
-    return [e for e in unique_exprs(stmts) if isinstance(e, L.Load)]
-
-
 def _without_stores(stmts: list, buffers: set[str]) -> list:
     out = []
     for s in stmts:
@@ -365,7 +280,7 @@ def recomputable(sched, table) -> set[Value]:
     products: set[str] = set()
     for k in sched.program.kernels:
         writes = {b.name for b in k.buffers if b.role == "output"}
-        for buffer in ({load.buffer for load in loads_in(k.body)} | _view_reads(k.body)) - writes:
+        for buffer in buffers_read(k.body) - writes:
             readers.setdefault(buffer, set()).add(k.name)       # (a row kernel reads its own output)
         products |= {s.out.buffer for s in k.body if isinstance(s, L.Matmul)}
     found = set()
@@ -383,4 +298,4 @@ def recomputable(sched, table) -> set[Value]:
 
 def expression_size(kernels: list) -> int:
     """Expression nodes in all kernels: guards recomputation against blowing up."""
-    return sum(len(unique_exprs(k.body)) for k in kernels)
+    return sum(count_exprs(k.body) for k in kernels)

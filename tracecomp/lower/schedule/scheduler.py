@@ -31,6 +31,7 @@ from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import cast, const
 from ..loops.check import check_kernel
+from ..loops.walk import buffers_read, buffers_written, size_params
 from . import reductions
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .matmul import fuse_epilogues, matmul_body
@@ -133,7 +134,7 @@ class Scheduler:
         self._mark_index_inputs()
         if any(is_dynamic(d) for v in g.inputs for d in v.type.shape):
             for k in p.kernels:
-                k.sizes = L.size_params(k)    # dynamic dims: sizes the kernel takes at run time
+                k.sizes = size_params(k)    # dynamic dims: sizes the kernel takes at run time
         return p
 
     def _constant(self, op: Op) -> None:
@@ -194,8 +195,7 @@ class Scheduler:
         return sorted(found, key=self._order.__getitem__)
 
     def _kernel_buffers(self, body: list) -> list[L.Buffer]:
-        loads, stores = set(), set()
-        _collect_buffers(body, loads, stores)
+        loads, stores = buffers_read(body), buffers_written(body)
         out = []
         for name, b in self.buffers.items():
             if name in stores:
@@ -247,41 +247,6 @@ def schedule(graph: Graph) -> Program:
 
 
 # ---------------------------------------------------------------- loop nests
-
-def _collect_buffers(body, loads: set, stores: set) -> None:
-    def expr(e):
-        if isinstance(e, L.Load):
-            loads.add(e.buffer)
-        for f in ("index", "x", "a", "b", "cond"):
-            sub = getattr(e, f, None)
-            if isinstance(sub, tuple):
-                for s in sub:
-                    expr(s)
-            elif isinstance(sub, L.Expr):
-                expr(sub)
-    for s in body:
-        if isinstance(s, L.Store):
-            stores.add(s.buffer)
-            for i in s.index:
-                expr(i)
-            expr(s.value)
-        elif isinstance(s, L.Let):
-            expr(s.value)
-        elif isinstance(s, L.Loop):
-            _collect_buffers(s.body, loads, stores)
-        elif isinstance(s, L.Reduce):
-            for a in s.accumulators:
-                expr(a.init)
-            _collect_buffers(s.body, loads, stores)
-            for u in s.update:
-                expr(u)
-        elif isinstance(s, L.Matmul):
-            loads.update((s.a.buffer, s.b.buffer))
-            stores.update(b for b in (s.out.buffer, s.workspace) if b is not None)
-            for e in (s.epilogue, *(x for v in s.views() for x in (v.offset, *v.strides))):
-                if e is not None:
-                    expr(e)
-
 
 def _pointwise(sched: Scheduler, op: Op, args: dict) -> list:
     """One loop nest per stored result (split stores several pieces)."""
