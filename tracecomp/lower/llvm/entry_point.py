@@ -206,13 +206,7 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) ->
     b.ret(ir.Constant(I32, OK))
 
     b.position_at_end(fail)
-    if code_phi_incoming:
-        phi = b.phi(I32)
-        for value, block in code_phi_incoming:
-            phi.add_incoming(value, block)
-        b.ret(phi)
-    else:
-        b.ret(ir.Constant(I32, ERR_NULL))
+    _return_code(b, code_phi_incoming, lambda: b.ret(ir.Constant(I32, ERR_NULL)))
     return entry
 
 
@@ -295,10 +289,16 @@ def _checked_entry(module: ir.Module, program, name: str, entry: ir.Function) ->
     sizes = [dims.values[n] for n in size_names(program)]
     b.ret(b.call(entry, [fn.args[0], fn.args[2]] + sizes))
     b.position_at_end(fail)
-    if incoming:
-        phi = b.phi(I32)
-        for value, block in incoming:
-            phi.add_incoming(value, block)
-        b.ret(phi)
-    else:
-        b.unreachable()
+    _return_code(b, incoming, b.unreachable)
+
+
+def _return_code(b: ir.IRBuilder, incoming: list, otherwise) -> None:
+    """At the shared failure block: return the error code of whichever check branched
+    here (a phi over `incoming`, (code, block) pairs); `otherwise()` when none does."""
+    if not incoming:
+        otherwise()
+        return
+    phi = b.phi(I32)
+    for value, block in incoming:
+        phi.add_incoming(value, block)
+    b.ret(phi)
