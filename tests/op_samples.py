@@ -179,6 +179,8 @@ SAMPLES: dict[str, list[Sample]] = {}
 
 
 def sample(op, call, inputs, ref, dtype, desc, **kw) -> None:
+    if dtype is None:               # an operand combination the op refuses (binary_result)
+        return
     SAMPLES.setdefault(op, []).append(Sample(op, call, tuple(inputs), ref, dtype, desc, **kw))
 
 
@@ -236,9 +238,44 @@ UNARY = {
     "round": (np.round, lambda s, d: arr(s, d, -4, 4) if d in INTS else
               np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49, -0.51, 3.7], d), "same", NUMERIC, True),
     "logical_not": (np.logical_not, arr, "bool", ALL, True),
+    "sinh": (np.sinh, arr, "float", ALL, True),
+    "cosh": (np.cosh, arr, "float", ALL, True),
+    "asin": (np.arcsin, lambda s, d: arr(s, d, -1, 1) if d in FLOATS else arr(s, d, -1, 2), "float", ALL, True),
+    "acos": (np.arccos, lambda s, d: arr(s, d, -1, 1) if d in FLOATS else arr(s, d, -1, 2), "float", ALL, True),
+    "atan": (np.arctan, arr, "float", ALL, True),
+    "asinh": (np.arcsinh, arr, "float", ALL, True),
+    "acosh": (np.arccosh, lambda s, d: pos(s, d, 1.0, 6.0), "float", ALL, True),
+    "atanh": (np.arctanh, lambda s, d: arr(s, d, -0.95, 0.95) if d in FLOATS else arr(s, d, 0, 1), "float", ALL, True),
+    "trunc": (np.trunc, arr, "same", NUMERIC, True),
+    "frac": (lambda x: x - np.trunc(x), arr, "same", FLOATS, True),
+    "isnan": (np.isnan, arr, "bool", ALL, True),
+    "isinf": (np.isinf, arr, "bool", ALL, True),
+    "isposinf": (np.isposinf, arr, "bool", NUMERIC, True),
+    "isneginf": (np.isneginf, arr, "bool", NUMERIC, True),
+    "isfinite": (np.isfinite, arr, "bool", ALL, True),
+    "nan_to_num": (np.nan_to_num, arr, "same", ALL, True),
+    "deg2rad": (np.deg2rad, arr, "float", ALL, True),
+    "rad2deg": (np.rad2deg, arr, "float", ALL, True),
+    "sinc": (np.sinc, arr, "float", ALL, True),
+    "bitwise_not": (np.invert, arr, "same", (I32, I64, B), True),
+    "softplus": (lambda x: np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))), arr, "float", ALL, False),
+    "leaky_relu": (lambda x: np.where(x > 0, x, 0.01 * x), arr, "same", FLOATS, False),
+    "elu": (lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))), arr, "same", FLOATS, False),
+    "selu": (lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(np.minimum(x, 0))),
+             arr, "same", FLOATS, False),
+    "celu": (lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))), arr, "same", FLOATS, False),
+    "hardtanh": (lambda x: np.clip(x, -1, 1), arr, "same", NUMERIC, False),
+    "relu6": (lambda x: np.clip(x, 0, 6), lambda s, d: arr(s, d, -8, 8), "same", NUMERIC, False),
+    "hardsigmoid": (lambda x: np.clip(x + 3, 0, 6) / 6, lambda s, d: arr(s, d, -5, 5), "same", FLOATS, False),
+    "hardswish": (lambda x: x * np.clip(x + 3, 0, 6) / 6, lambda s, d: arr(s, d, -5, 5), "same", FLOATS, False),
+    "mish": (lambda x: x * np.tanh(np.logaddexp(0, x)), arr, "same", FLOATS, False),
+    "logsigmoid": (lambda x: -np.logaddexp(0, -x), arr, "same", FLOATS, False),
+    "softsign": (lambda x: x / (1 + np.abs(x)), arr, "float", ALL, False),
+    "tanhshrink": (lambda x: x - np.tanh(x), arr, "float", ALL, False),
 }
-# Ops whose NaN/inf edge values are meaningful: all of them (reciprocal/rsqrt/log of 0, etc.)
-EDGE_OK = set(UNARY)
+# Ops whose NaN/inf edge values are meaningful (reciprocal/rsqrt/log of 0, etc.); not the
+# integer-only ones, nor nan_to_num, whose reference in float64 knows no float32 maximum
+EDGE_OK = set(UNARY) - {"bitwise_not", "nan_to_num"}
 
 
 def _unary_samples():
@@ -252,8 +289,9 @@ def _unary_samples():
             sample(name, fn, [x], ref, out, f"tc.{name}({d})")
             if method and i == 0:
                 sample(name, lambda t, n=name: getattr(t, n)(), [x], ref, out, f"x.{name}() {d}")
-        sample(name, fn, [np.array(0.75 if name != "round" else 2.5, np.float64)], ref,
-               F64 if rule != "bool" else B, "0-d float64")
+        if F64 in dtypes:
+            sample(name, fn, [np.array(0.75 if name != "round" else 2.5, np.float64)], ref,
+                   F64 if rule != "bool" else B, "0-d float64")
         if name in EDGE_OK:
             sample(name, fn, [edge(F32)], ref, F32 if rule != "bool" else B, "edge values f32")
     sample("neg", lambda x: -x, [arr((3, 2), I32)], np.negative, I32, "-x int32")
@@ -270,6 +308,25 @@ def _unary_samples():
            "decimals=2")
     sample("round.decimals", lambda x: x.round(decimals=-2), [arr((2, 3), F64, -900, 900)],
            lambda x: np.round(x, -2), F64, "x.round(decimals=-2) f64")
+    sample("nan_to_num", tc.nan_to_num, [edge(F32)], lambda x: np.nan_to_num(x.astype(np.float32)), F32,
+           "edge values f32: infinities become float32's extremes")
+    sample("nan_to_num", lambda x: x.nan_to_num(nan=1.5, posinf=9.0, neginf=-9.0), [edge(F64)],
+           lambda x: np.nan_to_num(x, nan=1.5, posinf=9.0, neginf=-9.0), F64, "nan=, posinf=, neginf=")
+    sample("softplus", lambda x: tc.softplus(x, beta=2, threshold=5), [arr((6,), F64, -6, 6)],
+           lambda x: np.where(2 * x > 5, x, np.log1p(np.exp(2 * x)) / 2), F64, "beta=2, threshold=5")
+    sample("leaky_relu", lambda x: tc.leaky_relu(x, 0.2), [arr((6,), F32)],
+           lambda x: np.where(x > 0, x, 0.2 * x), F32, "negative_slope=0.2")
+    sample("elu", lambda x: tc.elu(x, alpha=0.5), [arr((6,), F64)],
+           lambda x: np.where(x > 0, x, 0.5 * np.expm1(np.minimum(x, 0))), F64, "alpha=0.5")
+    sample("celu", lambda x: tc.celu(x, alpha=2.0), [arr((6,), F64)],
+           lambda x: np.where(x > 0, x, 2 * np.expm1(np.minimum(x, 0) / 2)), F64, "alpha=2")
+    sample("hardtanh", lambda x: tc.hardtanh(x, -2.0, 0.5), [arr((6,), F32)],
+           lambda x: np.clip(x, -2, 0.5), F32, "min_val=-2, max_val=0.5")
+    sample("bitwise_not", lambda x: ~x, [arr((5,), I64, -9, 9)], np.invert, I64, "~x int64")
+    sample("asinh", tc.asinh, [np.array([1e-30, -1e-8, 1e8, -1e19, 1e300], F64)], np.arcsinh, F64,
+           "tiny and huge")
+    sample("acosh", tc.acosh, [np.array([1.0001, 1.5, 1e7, 1e300], F64)], np.arccosh, F64,
+           "near 1 and huge")
     sample("round.decimals", lambda x: tc.round(x, decimals=0), [np.array([0.5, 1.5, -2.5], F32)], np.round, F32,
            "decimals=0 ties to even")
 
@@ -281,6 +338,11 @@ _unary_samples()
 
 def _pow_ref(a, b):
     return np.power(np.asarray(a, np.float64), b)
+
+
+def _in_float64(fn):
+    """A binary reference computed in float64 (NumPy would take bools to float16)."""
+    return lambda a, b: fn(np.asarray(a, np.float64), np.asarray(b, np.float64))
 
 
 BINARY = {
@@ -301,15 +363,33 @@ BINARY = {
     "ge": (np.greater_equal, "bool", ALL, arr),
     "logical_and": (np.logical_and, "logical", ALL, arr),
     "logical_or": (np.logical_or, "logical", ALL, arr),
+    "fmod": (np.fmod, "promote", NUMERIC, pos),
+    "remainder": (np.remainder, "promote", NUMERIC, pos),
+    "floor_divide": (np.floor_divide, "promote", NUMERIC, pos),
+    "bitwise_and": (np.bitwise_and, "promote", (I32, I64, B), arr),
+    "bitwise_or": (np.bitwise_or, "promote", (I32, I64, B), arr),
+    "bitwise_xor": (np.bitwise_xor, "promote", (I32, I64, B), arr),
+    "logaddexp": (_in_float64(np.logaddexp), "float", ALL, arr),
+    "logaddexp2": (_in_float64(np.logaddexp2), "float", ALL, arr),
+    "hypot": (np.hypot, "promote", FLOATS, arr),
+    "copysign": (_in_float64(np.copysign), "float", ALL, arr),
+    "xlogy": (lambda a, b: np.where(a == 0, 0.0, a * np.log(np.asarray(b, np.float64))), "float", ALL, pos),
+    "clamp_min": (np.maximum, "promote", NUMERIC, arr),
+    "clamp_max": (np.minimum, "promote", NUMERIC, arr),
 }
 MIRROR = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le"}
 OPERATOR = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "eq": "==", "ne": "!=",
-            "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+            "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "remainder": "%", "floor_divide": "//",
+            "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
 
 
-def binary_result(name: str, a, b) -> str:
-    rule = BINARY[name][1]
+def binary_result(name: str, a, b) -> str | None:
+    """The result dtype of `name` on these operands; None where the op refuses their common
+    dtype (bitwise ops on floats, hypot on integers): sample() then files nothing."""
+    _, rule, dtypes, _ = BINARY[name]
     common = torch_result_type(a, b)
+    if common not in dtypes:
+        return None
     return {"promote": common, "float": floating(common), "bool": B, "logical": B}[rule]
 
 
@@ -426,6 +506,37 @@ def _where_samples():
 
 
 _where_samples()
+
+
+# ---------------------------------------------------------------- ternary elementwise, glu
+
+def _ternary_samples():
+    def lerp(a, b, w):
+        return np.where(np.abs(w) < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
+    a, b, w = arr((2, 3), F32), arr((2, 3), F32), arr((2, 3), F32, 0, 1)
+    sample("lerp", tc.lerp, [a, b, w], lerp, F32, "tc.lerp(a, b, w)")
+    sample("lerp", lambda a, b, w: a.lerp(b, w), [arr((3, 1), F64), arr((4,), F64), arr((3, 4), F64, -1, 2)],
+           lerp, F64, "x.lerp(end, weight) broadcast f64")
+    sample("lerp", lambda a, b: tc.lerp(a, b, 0.25), [arr((5,), F32), arr((5,), F32)],
+           lambda a, b: lerp(a, b, 0.25), F32, "scalar weight")
+    sample("lerp", tc.lerp, [arr((4,), F64), arr((4,), F64), np.array([0.0, 1.0, 0.5, 0.49])],
+           lerp, F64, "weights 0 and 1 are exact")
+    for name, fn in (("addcmul", lambda s, t1, t2, v=1: s + v * t1 * t2),
+                     ("addcdiv", lambda s, t1, t2, v=1: s + v * t1 / t2)):
+        t2 = (pos if name == "addcdiv" else arr)
+        sample(name, getattr(tc, name), [arr((2, 3), F32), arr((2, 3), F32), t2((2, 3), F32)], fn, F32,
+               f"tc.{name}(s, t1, t2)")
+        sample(name, lambda s, a, b, n=name: getattr(s, n)(a, b, value=0.5),
+               [arr((3, 1), F64), arr((4,), F64), t2((3, 4), F64)], lambda s, a, b, f=fn: f(s, a, b, 0.5),
+               F64, f"x.{name}(t1, t2, value=0.5) broadcast f64")
+    sample("addcmul", lambda s, a, b: tc.addcmul(s, a, b, value=2), [arr((4,), I64), arr((4,), I64), arr((4,), I64)],
+           lambda s, a, b: s + 2 * a * b, I64, "int64, value=2")
+    sample("glu", tc.glu, [arr((3, 4), F32)], lambda x: x[:, :2] / (1 + np.exp(-x[:, 2:])), F32, "tc.glu(x)")
+    sample("glu", lambda x: tc.glu(x, 0), [arr((4, 3), F64)], lambda x: x[:2] / (1 + np.exp(-x[2:])), F64,
+           "dim=0 f64")
+
+
+_ternary_samples()
 
 
 # ---------------------------------------------------------------- reductions

@@ -499,14 +499,14 @@ BROKEN = [
      "erf, sqrt, rsqrt, not, logical_not)"),
     ("unknown-binary", bad(put(Binary("hypot", X, X, F32))),
      " at Loop i in range(8) > Store y[i]: unknown Binary fn 'hypot' in hypot(x[i], x[i]) "
-     "(known: add, sub, mul, div, pow, maximum, minimum, atan2, floordiv, mod, and, or, xor, "
+     "(known: add, sub, mul, div, pow, maximum, minimum, atan2, floordiv, mod, fmod, and, or, xor, "
      "eq, ne, lt, le, gt, ge)"),
     ("unary-kind", bad(put(Cast(Unary("exp", Const(1, I32), I32), F32))),
      " at Loop i in range(8) > Store y[i]: Unary 'exp' is not defined for int32 in exp(1) (it "
      "takes float; Cast the operand)"),
     ("binary-kind", bad(put(Select(Binary("and", X, X, F32), X, X, F32))),
      " at Loop i in range(8) > Store y[i]: Binary 'and' is not defined for float32 in "
-     "and(x[i], x[i]) (it takes bool; Cast the operand)"),
+     "and(x[i], x[i]) (it takes bool or integer; Cast the operand)"),
     ("index-kind", bad(loop(Store("y", (Binary("div", i_, i_, INDEX),), X))),
      " at Loop i in range(8) > Store y[div(i, i)]: Binary 'div' is not defined for index in "
      "div(i, i) (it takes float or integer; Cast the operand)"),

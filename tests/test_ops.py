@@ -68,7 +68,10 @@ def test_every_variant_is_sampled():
     symbols = {"__add__": "+", "__radd__": "+", "__sub__": "-", "__rsub__": "-", "__mul__": "*",
                "__rmul__": "*", "__truediv__": "/", "__rtruediv__": "/", "__pow__": "**", "__rpow__": "**",
                "__matmul__": "@", "__rmatmul__": "@", "__neg__": "-x", "__abs__": "abs(", "__eq__": "==", "__ne__": "!=",
-               "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">="}
+               "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">=", "__mod__": "%",
+               "__rmod__": "%", "__floordiv__": "//", "__rfloordiv__": "//", "__and__": "&",
+               "__rand__": "&", "__or__": "|", "__ror__": "|", "__xor__": "^", "__rxor__": "^",
+               "__invert__": "~x"}
     problems = []
     for name, op in default_table().items():
         descs = " | ".join(s.desc for s in SAMPLES[name])
@@ -253,6 +256,9 @@ ERRORS = [
     ("where shapes", lambda a, b: tc.where(a > 0, a, b), [X23, X4], ValueErr, ["where", "'other' (4,)", "(2, 3)"]),
     ("clamp shapes", lambda a, b: a.clamp(min=b), [X23, X4], ValueErr, ["clamp", "'min' (4,)", "(2, 3)"]),
     ("matmul inner", lambda a, b: a @ b, [X23, X23], ValueErr, ["matmul", "'self' (2, 3)", "'other' (2, 3)"]),
+    ("bitwise on floats", lambda a: a & a, [X23], tc.DTypeError, ["bitwise_and", "float32", "integral"]),
+    ("glu odd", lambda a: tc.glu(a), [X23], ValueErr, ["glu", "even", "(2, 3)"]),
+    ("leaky_relu ints", lambda a: tc.leaky_relu(a.long()), [X23], tc.DTypeError, ["leaky_relu", "int64"]),
     ("matmul 0-d", lambda a: tc.matmul(a, tc.tensor(1.0)), [X4], ValueErr, ["matmul", "(4,)", "()"]),
     ("matmul dtypes", lambda a: a @ a.double(), [X4], tc.DTypeError, ["matmul", "float32", "float64"]),
     ("mm ranks", lambda a: tc.mm(a, a), [X4], ValueErr, ["mm", "2-D", "(4,)"]),

@@ -62,6 +62,16 @@ OPS = {
     "bool": "x.bool",
     "zeros": "tc.zeros", "ones": "tc.ones", "full": "tc.full", "zeros_like": "tc.zeros_like",
     "ones_like": "tc.ones_like", "full_like": "tc.full_like", "arange": "tc.arange",
+    # issue 13, elementwise
+    **{n: f"tc.{n}" for n in (
+        "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "trunc", "frac", "isnan",
+        "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num", "deg2rad", "rad2deg", "sinc",
+        "bitwise_not", "fmod", "remainder", "floor_divide", "bitwise_and", "bitwise_or", "bitwise_xor",
+        "logaddexp", "logaddexp2", "hypot", "copysign", "xlogy", "clamp_min", "clamp_max", "lerp",
+        "addcmul", "addcdiv")},
+    **{f"nn.functional.{n}": f"tc.{n}" for n in (
+        "softplus", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid",
+        "hardswish", "mish", "logsigmoid", "softsign", "tanhshrink", "glu")},
 }
 
 # (OpInfo key or "*", a piece of tracecomp's error message) -> why the sample is skipped.

@@ -62,6 +62,15 @@ def _chunk_size(x, chunks: int, dim: int) -> int:
     return max(1, -(-x.shape[dim] // chunks))
 
 
+def _halvable(name: str, x, dim: int) -> bool:
+    """True when dim `dim` of `x` splits into two equal halves; else a ShapeError."""
+    if x.ndim == 0 or not -x.ndim <= dim < x.ndim:
+        raise ShapeError(f"{name}: dim {dim} is out of range for a tensor of shape {x.shape}")
+    if x.shape[dim] % 2:
+        raise ShapeError(f"{name}: halving dim {dim} needs an even size, got shape {x.shape}")
+    return True
+
+
 def _expect_ranks(name: str, a, b, n: int):
     raise ShapeError(f"{name}: expects two {n}-D tensors, got shapes {a.shape} and {b.shape}")
 
@@ -73,6 +82,7 @@ def _expect_float(name: str, x):
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
+    "halvable": _halvable,
     "expect_float": _expect_float,
     "range": range, "len": len, "list": list, "reversed": reversed, "float": float,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,

@@ -52,12 +52,21 @@ def _np_pow(a, b):
     return np.power(a, b)
 
 
+def _np_fmod(a, b):
+    """C's fmod (the dividend's sign); an integer remainder by 0 is 0, as in the compiled code
+    (PyTorch raises; a compiled kernel cannot, so both give NumPy's answer)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        return np.where(b == 0, 0, np.fmod(a, np.where(b == 0, 1, b))).astype(np.result_type(a, b))
+    return np.fmod(a, b)
+
+
 PRIMITIVES: dict[str, Callable] = {
     "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
     "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
     "erf": _np_erf, "sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil, "round": np.round,
     "abs": np.abs, "sign": _np_sign, "maximum": np.maximum, "minimum": np.minimum,
-    "atan2": np.arctan2, "pow": _np_pow, "where": lambda c, a, b: np.where(np.asarray(c, bool), a, b),
+    "atan2": np.arctan2, "pow": _np_pow, "fmod": _np_fmod, "where": lambda c, a, b: np.where(np.asarray(c, bool), a, b),
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not,
     "logical_xor": np.logical_xor,
 }

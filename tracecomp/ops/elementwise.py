@@ -6,7 +6,10 @@ inside silu) expand inline, with the callee's arguments bound by position or key
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
+
+import numpy as np
 
 from . import formula
 from .table import OpDef, default_table
@@ -25,6 +28,32 @@ def bind_call(op: OpDef, values: list, kwargs: dict) -> dict[str, Any]:
     return env
 
 
+CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
+
+
+def _numpy_dtype(x: Any) -> np.dtype:
+    """The NumPy dtype of a backend's value: an array, or an expression builder whose
+    dtype is a tracecomp DType; a Python scalar's as NumPy takes it."""
+    d = getattr(x, "dtype", None)
+    if d is None:
+        return np.asarray(x).dtype
+    return d if isinstance(d, np.dtype) else np.dtype(d.np)
+
+
+def is_floating(x: Any) -> bool:
+    return _numpy_dtype(x).kind == "f"
+
+
+def finite_max(x: Any) -> float:
+    """The largest finite value of a float value's dtype (nan_to_num's default for inf)."""
+    return float(np.finfo(_numpy_dtype(x)).max)
+
+
+# Static questions about a value's dtype, answered while the formula is evaluated: they
+# choose between formulas and give constants; no backend sees them.
+BUILTINS: dict[str, Callable] = {"is_floating": is_floating, "finite_max": finite_max}
+
+
 def evaluate(op: OpDef, env: dict[str, Any], primitives: dict[str, Callable]) -> Any:
     """The value of `op`'s formula with its arguments in `env`."""
     table = default_table()
@@ -32,6 +61,8 @@ def evaluate(op: OpDef, env: dict[str, Any], primitives: dict[str, Callable]) ->
     def call(name, values, kwargs):
         if name in primitives:
             return primitives[name](*values, **kwargs)
+        if name in BUILTINS:
+            return BUILTINS[name](*values, **kwargs)
         callee = table[name]
         return evaluate(callee, bind_call(callee, values, kwargs), primitives)
-    return formula.Evaluator(env, call).eval(op.expr)
+    return formula.Evaluator({**CONSTANTS, **env}, call).eval(op.expr)

@@ -9,7 +9,7 @@ PRIMITIVES = {
     "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf",
     "sqrt", "floor", "ceil", "round", "abs", "sign",
     # binary
-    "maximum", "minimum", "atan2", "pow",
+    "maximum", "minimum", "atan2", "pow", "fmod",
     # selection and logic
     "where", "logical_and", "logical_or", "logical_not", "logical_xor",
 }

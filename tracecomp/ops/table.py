@@ -30,7 +30,7 @@ OPERATORS = {"__add__", "__sub__", "__mul__", "__truediv__", "__pow__", "__matmu
              "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__",
              "__or__", "__invert__", "__floordiv__", "__mod__", "__xor__"}
 REFLECTED = {"__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rpow__", "__rmatmul__",
-             "__rand__", "__ror__"}
+             "__rand__", "__ror__", "__rxor__", "__rmod__", "__rfloordiv__"}
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,7 @@ def _build(entry: dict, file: str) -> OpDef:
 
 def _check_references(ops: dict[str, OpDef]) -> None:
     """Elementwise expressions may call scalar primitives or other elementwise ops."""
+    from .elementwise import BUILTINS, CONSTANTS
     from .scalar import PRIMITIVES   # names every backend implements
     elementwise = {op.name for op in ops.values() if op.kind == "elementwise"}
     for op in ops.values():
@@ -203,10 +204,10 @@ def _check_references(ops: dict[str, OpDef]) -> None:
         for name in formula.free_names(op.expr):
             if name.endswith("()"):
                 fn = name[:-2]
-                if fn not in PRIMITIVES and fn not in elementwise:
+                if fn not in PRIMITIVES and fn not in elementwise and fn not in BUILTINS:
                     raise TableError(f"elementwise formula calls '{fn}', which is neither a scalar "
                                      "primitive nor an elementwise op", op.file, op.line, op.source)
-            elif name not in args and name not in ("True", "False", "None"):
+            elif name not in args and name not in ("True", "False", "None") and name not in CONSTANTS:
                 raise TableError(f"elementwise formula uses '{name}', which is not an argument "
                                  f"(arguments: {', '.join(sorted(args))})", op.file, op.line, op.source)
 

@@ -2,7 +2,7 @@
 
 The semantics are loops/interp.py's (NumPy's), as the loop-IR printer documents them:
 integer `div` truncates, `floordiv`/`mod` floor (Python's // and %; the remainder takes the
-divisor's sign); integer division by zero gives 0 and INT_MIN / -1 wraps instead of
+divisor's sign) and `fmod` truncates (C's fmod: the dividend's sign); integer division by zero gives 0 and INT_MIN / -1 wraps instead of
 trapping; float `floordiv`/`mod` follow NumPy's divmod exactly (inf/NaN cases included);
 `maximum`/`minimum` propagate NaN; `ne` on floats is unordered (true for NaN), the other
 comparisons ordered; bools compare unsigned, add/maximum are `or`, mul/minimum `and`;
@@ -267,6 +267,7 @@ BINARY: dict[str, dict[str, Callable]] = {
           "minimum": lambda b, x, y, t: intrinsic(b, "minimum", [x, y]),
           "floordiv": lambda b, x, y, t: _float_divmod(b, x, y, t)[0],
           "mod": lambda b, x, y, t: _float_divmod(b, x, y, t)[1],
+          "fmod": lambda b, x, y, t: b.frem(x, y),
           **{op: _fcmp(op) for op in _FCMP}},
     "i": {"add": lambda b, x, y, t: b.add(x, y, flags=_index_flags(t)),
           "sub": lambda b, x, y, t: b.sub(x, y, flags=_index_flags(t)),
@@ -274,6 +275,9 @@ BINARY: dict[str, dict[str, Callable]] = {
           "div": lambda b, x, y, t: _int_divmod(b, x, y, t, floored=False)[0],
           "floordiv": lambda b, x, y, t: _int_divmod(b, x, y, t, floored=True)[0],
           "mod": lambda b, x, y, t: _int_divmod(b, x, y, t, floored=True)[1],
+          "fmod": lambda b, x, y, t: _int_divmod(b, x, y, t, floored=False)[1],
+          "and": lambda b, x, y, t: b.and_(x, y), "or": lambda b, x, y, t: b.or_(x, y),
+          "xor": lambda b, x, y, t: b.xor(x, y),
           "pow": _int_pow,
           "maximum": lambda b, x, y, t: intrinsic(b, "smax", [x, y]),
           "minimum": lambda b, x, y, t: intrinsic(b, "smin", [x, y]),

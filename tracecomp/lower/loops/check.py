@@ -51,7 +51,7 @@ UNARY_KINDS: dict[str, str] = {
 BINARY_KINDS: dict[str, str] = {
     "add": "fixb", "sub": "fix", "mul": "fixb", "div": "fi", "pow": "fi",
     "maximum": "fixb", "minimum": "fixb", "atan2": "f", "floordiv": "fix", "mod": "fix",
-    "and": "b", "or": "b", "xor": "b",
+    "fmod": "fi", "and": "bi", "or": "bi", "xor": "bi",
     **{fn: "fixb" for fn in COMPARISONS},
 }
 assert set(UNARY_KINDS) == set(UNARY) and set(BINARY_KINDS) == set(BINARY)

@@ -26,7 +26,11 @@ class X:
         return self.e.dtype
 
     def _binary(self, fn: str, other, reverse: bool = False) -> "X":
-        a, b = self.e, lift(other, self.dtype)
+        a = self.e
+        if isinstance(other, float) and isinstance(a.dtype, dt.DType) and not a.dtype.is_floating_point \
+                and not other.is_integer():
+            a = cast(a, dt.FLOAT64)        # `x < 0.5`, `x == inf` on integers: as NumPy computes it
+        b = lift(other, a.dtype)
         if reverse:
             a, b = b, a
         a, b = unify(a, b)
@@ -48,7 +52,23 @@ class X:
     def __le__(self, o): return self._binary("le", o)
     def __gt__(self, o): return self._binary("gt", o)
     def __ge__(self, o): return self._binary("ge", o)
+    def __mod__(self, o): return self._binary("mod", o)
+    def __rmod__(self, o): return self._binary("mod", o, True)
+    def __floordiv__(self, o): return self._binary("floordiv", o)
+    def __rfloordiv__(self, o): return self._binary("floordiv", o, True)
+    def __and__(self, o): return self._binary("and", o)
+    def __rand__(self, o): return self._binary("and", o, True)
+    def __or__(self, o): return self._binary("or", o)
+    def __ror__(self, o): return self._binary("or", o, True)
+    def __xor__(self, o): return self._binary("xor", o)
+    def __rxor__(self, o): return self._binary("xor", o, True)
     def __neg__(self): return X(L.Unary("neg", self.e, self.dtype))
+
+    def __invert__(self):
+        """Bitwise not: logical on bools, `x ^ -1` on integers (NumPy's ~)."""
+        if self.dtype is dt.BOOL:
+            return X(L.Unary("not", self.e, dt.BOOL))
+        return self._binary("xor", -1)
     __hash__ = None
 
 
@@ -139,7 +159,7 @@ def _pow(a, b):
 PRIMITIVES = {name: _unary(name) for name in (
     "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf", "sqrt",
     "floor", "ceil", "round", "sign")}
-PRIMITIVES.update({name: _binary(name) for name in ("maximum", "minimum", "atan2")})
+PRIMITIVES.update({name: _binary(name) for name in ("maximum", "minimum", "atan2", "fmod")})
 PRIMITIVES.update({"abs": _abs, "pow": _pow})
 PRIMITIVES.update({"logical_and": _logical("and"), "logical_or": _logical("or"),
                    "logical_xor": _logical("xor"),

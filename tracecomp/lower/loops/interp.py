@@ -33,8 +33,8 @@ _UNARY = {
 _BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
     "pow": np.power, "maximum": np.maximum, "minimum": np.minimum, "atan2": np.arctan2,
-    "floordiv": np.floor_divide, "mod": np.mod, "and": np.logical_and, "or": np.logical_or,
-    "xor": np.logical_xor, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
+    "floordiv": np.floor_divide, "mod": np.mod, "fmod": np.fmod, "and": np.bitwise_and,
+    "or": np.bitwise_or, "xor": np.bitwise_xor, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
     "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
 }
 

@@ -54,7 +54,7 @@ SIZE_PREFIX = "size_"   # Var names of runtime sizes (dynamic dims) in expressio
 
 UNARY = ("neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
          "tanh", "erf", "sqrt", "rsqrt", "floor", "ceil", "round", "not", "logical_not")
-BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "floordiv", "mod",
+BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "floordiv", "mod", "fmod",
           "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge")
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 

@@ -133,6 +133,14 @@ def _float_mod(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> 
     return p.op(f"arith.select {fix}, {p.op(f'arith.addf {r}, {b} : {ty}')}, {r} : {ty}", name)
 
 
+def _int_fmod(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
+    a, b, ty = args[0], args[1], mlir_type(t)                  # y == 0 gives 0, as in the CPU code
+    zero = p.const(0, t)
+    b_zero = p.op(f"arith.cmpi eq, {b}, {zero} : {ty}")
+    safe = p.op(f"arith.select {b_zero}, {p.const(1, t)}, {b} : {ty}")
+    return p.op(f"arith.select {b_zero}, {zero}, {p.op(f'arith.remsi {a}, {safe} : {ty}')} : {ty}", name)
+
+
 def _float_floordiv(p: _Printer, args: list[str], t: DTypeLike, name: str | None) -> str:
     ty = mlir_type(t)
     return p.op(f"math.floor {p.op(f'arith.divf {args[0]}, {args[1]} : {ty}')} : {ty}", name)
@@ -156,10 +164,12 @@ _PREDICATES = {"f": ("arith.cmpf", ("oeq", "une", "olt", "ole", "ogt", "oge")),
 _BINARY_BY_KIND: dict[str, dict[str, Lowering]] = {
     "f": {"add": "arith.addf", "sub": "arith.subf", "mul": "arith.mulf", "div": "arith.divf",
           "pow": "math.powf", "maximum": "arith.maximumf", "minimum": "arith.minimumf",
-          "atan2": "math.atan2", "floordiv": _float_floordiv, "mod": _float_mod},
+          "atan2": "math.atan2", "floordiv": _float_floordiv, "mod": _float_mod,
+          "fmod": "arith.remf"},
     "i": {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "div": "arith.divsi",
           "pow": "math.ipowi", "maximum": "arith.maxsi", "minimum": "arith.minsi",
-          "floordiv": "arith.floordivsi", "mod": _int_mod},
+          "floordiv": "arith.floordivsi", "mod": _int_mod, "fmod": _int_fmod,
+          "and": "arith.andi", "or": "arith.ori", "xor": "arith.xori"},
     "b": {"add": "arith.ori", "mul": "arith.andi", "maximum": "arith.ori", "minimum": "arith.andi",
           "and": "arith.andi", "or": "arith.ori", "xor": "arith.xori"},
 }
