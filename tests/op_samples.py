@@ -176,6 +176,13 @@ def assert_close(s: Sample, got: np.ndarray, want: np.ndarray, i: int) -> None:
 
 
 SAMPLES: dict[str, list[Sample]] = {}
+# Ops whose result shapes depend on input values: eager only (tc.trace raises a TraceError,
+# which tests/test_ops.py checks); kept apart so no traced or compiled test picks them up.
+EAGER_ONLY: dict[str, list[Sample]] = {}
+
+
+def eager_only(op, call, inputs, ref, dtype, desc, **kw) -> None:
+    EAGER_ONLY.setdefault(op, []).append(Sample(op, call, tuple(inputs), ref, dtype, desc, **kw))
 
 
 def sample(op, call, inputs, ref, dtype, desc, **kw) -> None:
@@ -777,6 +784,116 @@ def _nn_samples():
 
 
 _nn_samples()
+
+
+# ---------------------------------------------------------------- layout ops (issue 13)
+
+def _np_diag_embed(v, k=0):
+    n = v.shape[-1] + abs(k)
+    out = np.zeros(v.shape[:-1] + (n, n), v.dtype)
+    for i in range(v.shape[-1]):
+        out[..., i + max(-k, 0), i + max(k, 0)] = v[..., i]
+    return out
+
+
+def _layout_samples():
+    x, y = arr((3, 4), F32), arr((2, 3, 4), F64)
+    sample("flip", lambda t: tc.flip(t, [0, 1]), [x], lambda t: np.flip(t, (0, 1)), F32, "tc.flip(x, [0, 1])")
+    sample("flip", lambda t: t.flip([-1]), [y], lambda t: np.flip(t, -1), F64, "x.flip([-1]) f64")
+    sample("flip", lambda t: tc.flip(t, []), [x], lambda t: t, F32, "no dims")
+    sample("flip", lambda t: tc.flip(t, [0]), [arr((0, 3), I64)], lambda t: t, I64, "empty int64")
+    sample("fliplr", tc.fliplr, [x], np.fliplr, F32, "tc.fliplr(x)")
+    sample("fliplr", lambda t: t.fliplr(), [y], np.fliplr, F64, "x.fliplr() 3-D")
+    sample("flipud", tc.flipud, [arr((5,), I32)], np.flipud, I32, "tc.flipud(int32)")
+    sample("flipud", lambda t: t.flipud(), [x], np.flipud, F32, "x.flipud()")
+    sample("roll", lambda t: tc.roll(t, 1, 1), [x], lambda t: np.roll(t, 1, 1), F32, "tc.roll(x, 1, 1)")
+    sample("roll", lambda t: t.roll([1, -5], [0, 2]), [y], lambda t: np.roll(t, (1, -5), (0, 2)), F64,
+           "x.roll([1, -5], [0, 2])")
+    sample("roll", lambda t: tc.roll(t, 5), [x], lambda t: np.roll(t, 5), F32, "flat roll")
+    for name, fn in (("movedim", tc.movedim), ("moveaxis", tc.moveaxis)):
+        sample(name, lambda t, f=fn: f(t, 0, -1), [y], lambda t: np.moveaxis(t, 0, -1), F64, f"tc.{name}(x, 0, -1)")
+        sample(name, lambda t, n=name: getattr(t, n)([0, 1], [2, 0]), [y], lambda t: np.moveaxis(t, [0, 1], [2, 0]),
+               F64, f"x.{name}([0, 1], [2, 0])")
+    for name, fn in (("swapaxes", tc.swapaxes), ("swapdims", tc.swapdims)):
+        sample(name, lambda t, f=fn: f(t, 0, 2), [y], lambda t: np.swapaxes(t, 0, 2), F64, f"tc.{name}(x, 0, 2)")
+        sample(name, lambda t, n=name: getattr(t, n)(-1, 0), [x], lambda t: t.T, F32, f"x.{name}(-1, 0)")
+    sample("unbind", lambda t: tc.unbind(t, 1), [x], lambda t: tuple(t[:, i] for i in range(4)), (F32,) * 4,
+           "tc.unbind(x, 1)")
+    sample("unbind", lambda t: t.unbind(), [y], lambda t: tuple(t), (F64,) * 2, "x.unbind()")
+    sample("narrow", lambda t: tc.narrow(t, 1, 1, 2), [x], lambda t: t[:, 1:3], F32, "tc.narrow(x, 1, 1, 2)")
+    sample("narrow", lambda t: t.narrow(0, -2, 2), [y], lambda t: t[-2:], F64, "x.narrow(0, -2, 2)")
+    sample("unflatten", lambda t: tc.unflatten(t, 1, (2, -1)), [x], lambda t: t.reshape(3, 2, 2), F32,
+           "tc.unflatten(x, 1, (2, -1))")
+    sample("unflatten", lambda t: t.unflatten(-1, (4, 1)), [y], lambda t: t.reshape(2, 3, 4, 1), F64,
+           "x.unflatten(-1, (4, 1))")
+    z = arr((4, 3), F32)
+    sample("view_as", lambda t, o: t.view_as(o), [x, z], lambda t, o: t.reshape(4, 3), F32, "x.view_as(y)")
+    sample("reshape_as", lambda t, o: t.reshape_as(o), [x, z], lambda t, o: t.reshape(4, 3), F32, "x.reshape_as(y)")
+    sample("expand_as", lambda t, o: t.expand_as(o), [arr((3, 1), F64), arr((2, 3, 5), F64)],
+           lambda t, o: np.broadcast_to(t, o.shape), F64, "x.expand_as(y)")
+    for name, fn in (("atleast_1d", np.atleast_1d), ("atleast_2d", np.atleast_2d), ("atleast_3d", np.atleast_3d)):
+        for t in (np.array(1.5, F32), arr((3,), F64), arr((2, 3), F32), arr((2, 1, 2), I64)):
+            sample(name, getattr(tc, name), [t], fn, str(t.dtype), f"tc.{name}({t.ndim}-D)")
+    a1, b1, a2, b2 = arr((3,), F32), arr((2,), F32), arr((2, 3), F64), arr((2, 1), F64)
+    sample("hstack", lambda p, q: tc.hstack([p, q]), [a1, b1], lambda p, q: np.hstack([p, q]), F32, "1-D")
+    sample("hstack", lambda p, q: tc.hstack([p, q]), [a2, b2], lambda p, q: np.hstack([p, q]), F64, "2-D")
+    sample("vstack", lambda p, q: tc.vstack([p, q]), [a1, arr((3,), F32)], lambda p, q: np.vstack([p, q]), F32, "1-D")
+    sample("vstack", lambda p, q: tc.vstack([p, q]), [a2, arr((1, 3), F64)], lambda p, q: np.vstack([p, q]), F64, "2-D")
+    sample("dstack", lambda p, q: tc.dstack([p, q]), [a2, a2], lambda p, q: np.dstack([p, q]), F64, "2-D")
+    sample("dstack", lambda p, q: tc.dstack([p, q]), [a1, a1], lambda p, q: np.dstack([p, q]), F32, "1-D")
+    sample("column_stack", lambda p, q: tc.column_stack([p, q]), [a1, arr((3,), F32)],
+           lambda p, q: np.column_stack([p, q]), F32, "1-D")
+    sample("column_stack", lambda p, q: tc.column_stack([p, q]), [arr((3, 2), F64), arr((3,), F64)],
+           lambda p, q: np.column_stack([p, q]), F64, "2-D and 1-D")
+    sample("split_with_sizes", lambda t: tc.split_with_sizes(t, [1, 3], 1), [x],
+           lambda t: (t[:, :1], t[:, 1:]), (F32, F32), "tc.split_with_sizes(x, [1, 3], 1)")
+    sample("split_with_sizes", lambda t: t.split_with_sizes([2, 0]), [arr((2, 2), F64)],
+           lambda t: (t, t[:0]), (F64, F64), "x.split_with_sizes([2, 0])")
+    sample("tensor_split", lambda t: tc.tensor_split(t, 3, 1), [x], lambda t: tuple(np.array_split(t, 3, 1)),
+           (F32,) * 3, "tc.tensor_split(x, 3, 1)")
+    sample("tensor_split", lambda t: t.tensor_split(4), [arr((2, 2), F64)], lambda t: tuple(np.array_split(t, 4)),
+           (F64,) * 4, "x.tensor_split(4) more parts than rows")
+    sample("tensor_split.indices", lambda t: tc.tensor_split(t, [1, 3], 1), [x],
+           lambda t: (t[:, :1], t[:, 1:3], t[:, 3:]), (F32,) * 3, "tc.tensor_split(x, [1, 3], 1)")
+    sample("tensor_split.indices", lambda t: t.tensor_split([3, 1]), [arr((4,), F64)],
+           lambda t: (t[:3], t[3:1], t[1:]), (F64,) * 3, "x.tensor_split([3, 1]) overlapping")
+    sample("narrow.Tensor", lambda t, s: tc.narrow(t, 1, s, 2), [x, np.array(-3)], lambda t, s: t[:, 1:3], F32,
+           "tc.narrow(x, 1, tensor(-3), 2)")
+    sample("narrow.Tensor", lambda t, s: t.narrow(0, s, 1), [y, np.array(1, I32)], lambda t, s: t[1:2], F64,
+           "x.narrow(0, tensor(1), 1)")
+    for name, fn in (("atleast_1d.Sequence", np.atleast_1d), ("atleast_2d.Sequence", np.atleast_2d),
+                     ("atleast_3d.Sequence", np.atleast_3d)):
+        sample(name, lambda p, q, n=name: getattr(tc, n.split(".")[0])([p, q]), [np.array(2.0, F32), arr((3,), F32)],
+               lambda p, q, f=fn: tuple(f(p, q)), (F32, F32), "a list")
+    eager_only("tensor_split.tensor_indices_or_sections", lambda t, p: tc.tensor_split(t, p, 1),
+               [x, np.array([1, 3])], lambda t, p: (t[:, :1], t[:, 1:3], t[:, 3:]), (F32,) * 3,
+               "tc.tensor_split(x, tensor([1, 3]), 1)")
+    eager_only("tensor_split.tensor_indices_or_sections", lambda t, p: t.tensor_split(p), [y, np.array(2)],
+               lambda t, p: (t[:1], t[1:]), (F64, F64), "x.tensor_split(tensor(2))")
+    sample("repeat", lambda t: t.repeat(2, 1, 2), [x], lambda t: np.tile(t, (2, 1, 2)), F32, "x.repeat(2, 1, 2)")
+    sample("repeat", lambda t: t.repeat((3,)), [arr((2,), I32)], lambda t: np.tile(t, 3), I32, "int32")
+    sample("tile", lambda t: tc.tile(t, (2,)), [x], lambda t: np.tile(t, (1, 2)), F32, "tc.tile(x, (2,))")
+    sample("tile", lambda t: t.tile((2, 1, 1)), [arr((2, 3), F64)], lambda t: np.tile(t, (2, 1, 1)), F64,
+           "x.tile((2, 1, 1))")
+    for name, fn in (("tril", np.tril), ("triu", np.triu)):
+        sample(name, getattr(tc, name), [x], fn, F32, f"tc.{name}(x)")
+        sample(name, lambda t, n=name: getattr(t, n)(-1), [y], lambda t, f=fn: f(t, -1), F64, f"x.{name}(-1) 3-D")
+        sample(name, lambda t, n=name: getattr(tc, n)(t, 2), [arr((4, 3), B)], lambda t, f=fn: f(t, 2), B, "bool k=2")
+    sample("diagonal", tc.diagonal, [x], np.diagonal, F32, "tc.diagonal(x)")
+    sample("diagonal", lambda t: t.diagonal(-1, 2, 0), [y], lambda t: np.diagonal(t, -1, 2, 0), F64,
+           "x.diagonal(-1, 2, 0)")
+    sample("diagonal", lambda t: tc.diagonal(t, 5), [x], lambda t: np.diagonal(t, 5), F32, "offset past the end")
+    sample("diag_embed", tc.diag_embed, [arr((2, 3), F32)], _np_diag_embed, F32, "tc.diag_embed(x)")
+    sample("diag_embed", lambda t: t.diag_embed(-1), [arr((3,), F64)], lambda t: _np_diag_embed(t, -1), F64,
+           "x.diag_embed(-1)")
+    sample("diag_embed", lambda t: tc.diag_embed(t, 1, 0, 2), [arr((2, 3), F64)],
+           lambda t: np.moveaxis(_np_diag_embed(t, 1), (-2, -1), (0, 2)), F64, "dims 0 and 2")
+    sample("diag", tc.diag, [arr((3,), F32)], np.diag, F32, "tc.diag(vector)")
+    sample("diag", lambda t: t.diag(1), [x], lambda t: np.diag(t, 1), F32, "x.diag(1) matrix")
+    sample("diag", lambda t: tc.diag(t, -2), [arr((3,), I64)], lambda t: np.diag(t, -2), I64, "int64 k=-2")
+
+
+_layout_samples()
 
 
 # ---------------------------------------------------------------- shape and view ops

@@ -15,7 +15,7 @@ from tracecomp.ir.printer import print_graph
 from tracecomp.ir.verifier import verify
 from tracecomp.ops.table import default_table
 
-from op_samples import (SAMPLES, Sample, all_samples, assert_close, expected_dtypes, leaves,
+from op_samples import (EAGER_ONLY, SAMPLES, Sample, all_samples, assert_close, expected_dtypes, leaves,
                         reference_inputs, torch_result_type)
 
 ALL_SAMPLES = all_samples()
@@ -51,7 +51,7 @@ def run_traced(s: Sample) -> list[np.ndarray]:
 # ---------------------------------------------------------------- coverage
 
 def test_every_op_has_samples():
-    missing = sorted(set(default_table()) - set(SAMPLES))
+    missing = sorted(set(default_table()) - set(SAMPLES) - set(EAGER_ONLY))
     assert not missing, f"ops in ops.yaml without samples in tests/op_samples.py: {missing}"
 
 
@@ -74,7 +74,7 @@ def test_every_variant_is_sampled():
                "__invert__": "~x"}
     problems = []
     for name, op in default_table().items():
-        descs = " | ".join(s.desc for s in SAMPLES[name])
+        descs = " | ".join(s.desc for s in SAMPLES.get(name, []) + EAGER_ONLY.get(name, []))
         if "method" in op.variants and f".{op.name}(" not in descs:
             problems.append(f"{name}: no method call sample")
         for dunder in op.operators + op.reflected:
@@ -134,6 +134,20 @@ def test_eager_matches_numpy(s: Sample):
     for i, (g, w, d) in enumerate(zip(got, want, dtypes)):
         assert str(g.dtype) == d, f"{s.id}: result {i} has dtype {g.dtype}, PyTorch's rules give {d}"
         assert_close(s, g, w, i)
+
+
+EAGER_SAMPLES = [s for samples in EAGER_ONLY.values() for s in samples]
+
+
+@params(EAGER_SAMPLES)
+def test_eager_only_ops_match_numpy(s: Sample):
+    test_eager_matches_numpy(s)
+
+
+@params(EAGER_SAMPLES)
+def test_eager_only_ops_refuse_tracing(s: Sample):
+    with pytest.raises(tc.TraceError, match="symbolic"):
+        tc.trace(s.call)(*s.inputs)
 
 
 @params(RANDOM)

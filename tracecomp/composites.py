@@ -79,10 +79,187 @@ def _expect_float(name: str, x):
     raise DTypeError(f"{name}: expects a floating-point tensor, got {x.dtype.label}")
 
 
+# ---------------------------------------------------------------- layout helpers
+
+def _dim(name: str, ndim: int, d: int) -> int:
+    n = max(ndim, 1)
+    if not -n <= d < n:
+        raise ShapeError(f"{name}: dim {d} is out of range for a tensor with {ndim} dims")
+    return d % n
+
+
+def _dim_size(name: str, x, d: int) -> int:
+    return x.shape[_dim(name, x.ndim, d)] if x.ndim else 1
+
+
+def _at_least_dims(name: str, x, n: int) -> bool:
+    if x.ndim < n:
+        raise ShapeError(f"{name}: expects a tensor with at least {n} dims, got shape {x.shape}")
+    return True
+
+
+def _dims_in(name: str, x, allowed: tuple) -> bool:
+    if x.ndim not in allowed:
+        raise ShapeError(f"{name}: expects a tensor with {' or '.join(map(str, allowed))} dims, "
+                         f"got shape {x.shape}")
+    return True
+
+
+def _same_length(name: str, a, b) -> bool:
+    if len(a) != len(b):
+        raise ShapeError(f"{name}: shifts {tuple(a)} and dims {tuple(b)} must have the same length")
+    return True
+
+
+def _moved_dims(name: str, ndim: int, source, destination) -> list[int]:
+    """The permutation that moves dims `source` to positions `destination`, the others
+    keeping their order."""
+    source, destination = _ints(source), _ints(destination)
+    if len(source) != len(destination):
+        raise ShapeError(f"{name}: source {tuple(source)} and destination {tuple(destination)} "
+                         "must have the same length")
+    src = [_dim(name, ndim, d) for d in source]
+    dst = [_dim(name, ndim, d) for d in destination]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ShapeError(f"{name}: repeated dim in source {tuple(source)} or destination {tuple(destination)}")
+    rest = iter(d for d in range(ndim) if d not in src)
+    placed = dict(zip(dst, src))
+    return [placed[i] if i in placed else next(rest) for i in range(ndim)]
+
+
+def _ints(v) -> list[int]:
+    return [v] if isinstance(v, int) else list(v)
+
+
+def _narrow_bounds(x, dim: int, start: int, length: int) -> tuple[int, int]:
+    n = _dim_size("narrow", x, dim)
+    begin = start + n if start < 0 else start
+    if not 0 <= begin <= n or length < 0 or begin + length > n:
+        raise ShapeError(f"narrow: start {start} and length {length} exceed dim {dim} of size {n} "
+                         f"(shape {x.shape})")
+    return begin, begin + length
+
+
+def _unflatten_shape(shape, dim: int, sizes) -> list[int]:
+    d = _dim("unflatten", len(shape), dim)
+    sizes = list(sizes)
+    if sizes.count(-1) > 1 or not sizes:
+        raise ShapeError(f"unflatten: sizes {tuple(sizes)} must be non-empty with at most one -1")
+    known = math.prod(s for s in sizes if s != -1)
+    if -1 in sizes:
+        if known == 0 or shape[d] % known:
+            raise ShapeError(f"unflatten: sizes {tuple(sizes)} do not divide dim {dim} of size {shape[d]}")
+        sizes[sizes.index(-1)] = shape[d] // known
+    if math.prod(sizes) != shape[d]:
+        raise ShapeError(f"unflatten: sizes {tuple(sizes)} do not multiply to dim {dim} of size {shape[d]}")
+    return list(shape[:d]) + sizes + list(shape[d + 1:])
+
+
+def _section_bounds(x, sections: int, dim: int) -> list[tuple[int, int]]:
+    """tensor_split into `sections` parts: the first n % sections one element longer."""
+    if sections <= 0:
+        raise ShapeError(f"tensor_split: sections must be positive, got {sections}")
+    n = _dim_size("tensor_split", x, dim)
+    q, r = divmod(n, sections)
+    bounds, start = [], 0
+    for k in range(sections):
+        size = q + (k < r)
+        bounds.append((start, start + size))
+        start += size
+    return bounds
+
+
+def _index_bounds(x, indices, dim: int) -> list[tuple[int, int]]:
+    """tensor_split at `indices`: x[i_k : i_k+1] as Python slices (clamped; a piece whose
+    end is before its start is empty)."""
+    n = _dim_size("tensor_split", x, dim)
+    cuts = [0] + [min(max(i + n if i < 0 else i, 0), n) for i in indices] + [n]
+    return [(a, max(a, b)) for a, b in zip(cuts, cuts[1:])]
+
+
+def _repeat_shapes(shape, repeats) -> tuple[list[int], list[int], list[int]]:
+    """x.repeat(repeats) as reshape -> expand -> reshape: each dim s gets a new dim of r in
+    front of it, expanded, then the two are merged."""
+    repeats = list(repeats)
+    if len(repeats) < len(shape):
+        raise ShapeError(f"repeat: repeats {tuple(repeats)} has fewer dims than the tensor {tuple(shape)}")
+    if any(r < 0 for r in repeats):
+        raise ShapeError(f"repeat: repeats {tuple(repeats)} must not be negative")
+    padded = [1] * (len(repeats) - len(shape)) + list(shape)
+    grouped = [v for s in padded for v in (1, s)]
+    expanded = [v for r, s in zip(repeats, padded) for v in (r, s)]
+    return grouped, expanded, [r * s for r, s in zip(repeats, padded)]
+
+
+def _tile_repeats(ndim: int, dims) -> list[int]:
+    dims = list(dims)
+    return [1] * (ndim - len(dims)) + dims
+
+
+def _last_two(name: str, x) -> tuple[int, int]:
+    _at_least_dims(name, x, 2)
+    return x.shape[-2], x.shape[-1]
+
+
+def _diagonal_plan(shape, offset: int, dim1: int, dim2: int):
+    """diagonal as permute -> reshape -> strided slice: the two dims go last and merge
+    into one of m * n elements, whose diagonal starts at `start` with step n + 1."""
+    ndim = len(shape)
+    d1, d2 = _dim("diagonal", ndim, dim1), _dim("diagonal", ndim, dim2)
+    if d1 == d2 or ndim < 2:
+        raise ShapeError(f"diagonal: dim1 {dim1} and dim2 {dim2} must be two different dims of shape {tuple(shape)}")
+    dims = [d for d in range(ndim) if d not in (d1, d2)] + [d1, d2]
+    m, n = shape[d1], shape[d2]
+    length = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
+    start = offset if offset >= 0 else -offset * n
+    if length == 0:
+        start = 0
+    flat = [shape[d] for d in dims[:-2]] + [m * n]
+    return dims, flat, start, start + (length - 1) * (n + 1) + 1 if length else 0, n + 1
+
+
+def _embed_dims(ndim: int, dim1: int, dim2: int) -> list[int]:
+    d1, d2 = _dim("diag_embed", ndim + 1, dim1), _dim("diag_embed", ndim + 1, dim2)
+    if d1 == d2:
+        raise ShapeError(f"diag_embed: dim1 {dim1} and dim2 {dim2} must differ")
+    return [d1, d2]
+
+
+def _pad_shape(shape, k: int) -> list[int]:
+    return list(shape[:-1]) + [k]
+
+
+def _start_index(name: str, x, dim: int, start, length: int):
+    """narrow's start from a 0-d integer tensor, wrapped if negative (by a `where`, so the
+    value may stay symbolic)."""
+    import tracecomp as tc
+    if start.ndim != 0 or start.dtype.is_floating_point or start.dtype is dt.BOOL:
+        raise ArgumentError(f"{name}: start must be a 0-d integer tensor, got {start.dtype.label}{list(start.shape)}")
+    n = _dim_size(name, x, dim)
+    if not 0 <= length <= n:
+        raise ShapeError(f"{name}: length {length} exceeds dim {dim} of size {n} (shape {x.shape})")
+    start = start.long()
+    return tc.where(start < 0, start + n, start)
+
+
+def _split_points(t):
+    """A tensor of split points as Python ints (a 0-d tensor: a count of sections).  Their
+    values decide the result's shapes: inside tc.trace this raises the TraceError of .tolist()."""
+    if t.dtype.is_floating_point or t.dtype is dt.BOOL or t.ndim > 1:
+        raise ArgumentError(f"tensor_split: tensor_indices_or_sections must be a 0-d or 1-D integer tensor, "
+                            f"got {t.dtype.label}{list(t.shape)}")
+    return t.tolist()
+
+
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
-    "halvable": _halvable,
+    "halvable": _halvable, "dim_size": _dim_size, "at_least_dims": _at_least_dims, "dims_in": _dims_in,
+    "same_length": _same_length, "tail": lambda xs: list(xs)[1:], "moved_dims": _moved_dims,
+    "narrow_bounds": _narrow_bounds, "unflatten_shape": _unflatten_shape, "section_bounds": _section_bounds,
+    "index_bounds": _index_bounds, "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats,
+    "last_two": _last_two, "diagonal_plan": _diagonal_plan, "embed_dims": _embed_dims,
+    "pad_shape": _pad_shape, "abs_int": abs, "start_index": _start_index, "split_points": _split_points,
     "expect_float": _expect_float,
     "range": range, "len": len, "list": list, "reversed": reversed, "float": float,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,

@@ -197,6 +197,13 @@ def _permute(op: OpDef, args, out_types):
     return [np.transpose(x, [rules.normalize_dim(op, d, x.ndim, "dims") for d in args["dims"]])]
 
 
+@kernel("flip")
+def _flip(op: OpDef, args, out_types):
+    x = args["self"]
+    dims = rules.flip_dims(op, args["dims"], x.shape)
+    return [np.flip(x, dims) if dims else x]
+
+
 @kernel("expand")
 def _expand(op: OpDef, args, out_types):
     return [np.broadcast_to(args["self"], out_types[0].shape)]

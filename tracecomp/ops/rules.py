@@ -296,6 +296,18 @@ def _permute(op: OpDef, args):
     return [TensorType(tuple(x.shape[d] for d in dims), x.dtype)]
 
 
+def flip_dims(op: OpDef, dims, shape) -> tuple[int, ...]:
+    """The dims flip reverses, normalized; an empty list reverses none (not all, as sum's)."""
+    return normalize_dims(op, dims, tuple(shape), "dims") if len(dims) else ()
+
+
+@rule("flip")
+def _flip(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    flip_dims(op, args["dims"], x.shape)
+    return [TensorType(x.shape, x.dtype)]
+
+
 @rule("expand")
 def _expand(op: OpDef, args):
     x = _tensor(op, args, "self")

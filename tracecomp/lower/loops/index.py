@@ -119,6 +119,11 @@ def permute(index: Index, dims: tuple[int, ...]) -> Index:
     return tuple(out)
 
 
+def flip(index: Index, dims: tuple[int, ...], shape) -> Index:
+    """Element i of a flipped dim of size n reads n - 1 - i."""
+    return tuple(sub(sub(expr(shape[d]), 1), i) if d in dims else i for d, i in enumerate(index))
+
+
 def select(index: Index, dim: int, at: int) -> Index:
     return index[:dim] + (ic(at),) + index[dim:]
 

@@ -23,7 +23,7 @@ from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X, cast, const, lift
 
 CONSTANT = "tc.constant"
-VIEW_KINDS = ("reshape", "squeeze", "unsqueeze", "permute", "expand", "select", "slice", "split")
+VIEW_KINDS = ("reshape", "squeeze", "unsqueeze", "permute", "expand", "select", "slice", "split", "flip")
 
 
 class Inliner:
@@ -75,6 +75,8 @@ class Inliner:
         kind = opdef.kind
         if kind in ("reshape", "squeeze", "unsqueeze"):
             return I.reshape(index, op.results[0].type.shape, src)
+        if kind == "flip":
+            return I.flip(index, rules.flip_dims(opdef, args["dims"], src), src)
         if kind == "permute":
             return I.permute(index, tuple(d % len(src) for d in args["dims"]))
         if kind == "expand":
