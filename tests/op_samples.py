@@ -783,7 +783,101 @@ def _nn_samples():
            _cross_entropy, F32, "1-D logits, 0-d target", rtol=1e-5, atol=1e-5)
 
 
+def _nll(logp, target, weight=None, ignore=-100, reduction="mean"):
+    """nll_loss over class dim 1 (0 for 1-D input), in NumPy."""
+    c = 1 if logp.ndim > 1 else 0
+    valid = target != ignore
+    safe = np.where(valid, target, 0)
+    picked = np.take_along_axis(logp, np.expand_dims(safe, c), c).squeeze(c)
+    w = (np.ones(logp.shape[c]) if weight is None else weight)[safe] * valid
+    loss = -picked * w
+    return loss.sum() / w.sum() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+def _soft_ce(logits, p, weight=None, smoothing=0.0):
+    c = 1 if logits.ndim > 1 else 0
+    n = logits.shape[c]
+    p = p * (1 - smoothing) + smoothing / n
+    w = 1 if weight is None else weight.reshape([n] + [1] * max(logits.ndim - 2, 0))
+    return np.mean(-(w * _log_softmax(logits, c) * p).sum(c))
+
+
+def _smoothed_ce(logits, target, weight=None, smoothing=0.0):
+    logp = _log_softmax(logits, 1)
+    n = logits.shape[1]
+    w = np.ones(n) if weight is None else weight
+    valid = target != -100
+    smooth = np.where(valid, -(logp * w).sum(1), 0).sum() / (w[np.where(valid, target, 0)] * valid).sum()
+    return (1 - smoothing) * _nll(logp, target, weight) + smoothing / n * smooth
+
+
+def _more_loss_samples():
+    tol = dict(rtol=1e-5, atol=1e-6)
+    logp = _log_softmax(arr((5, 4), F64), 1)
+    t, w = np.array([0, 3, -100, 1, 2]), pos((4,), F64)
+    sample("nll_loss", tc.nll_loss, [logp, t], _nll, F64, "ignore_index -100")
+    sample("nll_loss", lambda x, t, w: tc.nll_loss(x, t, w, reduction="sum"), [logp, t, w],
+           lambda x, t, w: _nll(x, t, w, reduction="sum"), F64, "weight, sum")
+    sample("nll_loss", lambda x, t: tc.nll_loss(x, t, ignore_index=1, reduction="none"),
+           [logp.astype(F32), np.array([0, 1, 1, 3, 2])], lambda x, t: _nll(x, t, ignore=1, reduction="none"),
+           F32, "ignore_index=1, none", **tol)
+    sample("nll_loss", tc.nll_loss, [arr((2, 3, 4), F64), np.array([[0, 2, 1, 1], [2, 2, 0, 1]])],
+           _nll, F64, "(N, C, d) input")
+    logits = arr((5, 4), F64)
+    sample("cross_entropy", lambda l, t, w: tc.cross_entropy(l, t, w), [logits, t, w],
+           lambda l, t, w: _nll(_log_softmax(l, 1), t, w), F64, "weight and an ignored target")
+    sample("cross_entropy", lambda l, t: tc.cross_entropy(l, t, label_smoothing=0.2), [logits, t],
+           lambda l, t: _smoothed_ce(l, t, smoothing=0.2), F64, "label_smoothing=0.2")
+    sample("cross_entropy", lambda l, t, w: tc.cross_entropy(l, t, w, label_smoothing=0.1), [logits, t, w],
+           lambda l, t, w: _smoothed_ce(l, t, w, 0.1), F64, "weight and label_smoothing")
+    probs = np.random.default_rng(3).dirichlet(np.ones(4), 5)
+    sample("cross_entropy", tc.cross_entropy, [logits, probs], _soft_ce, F64, "class probabilities")
+    sample("cross_entropy", lambda l, p, w: tc.cross_entropy(l, p, w, label_smoothing=0.3), [logits, probs, w],
+           lambda l, p, w: _soft_ce(l, p, w, 0.3), F64, "probabilities, weight, label_smoothing")
+    x, y = pos((3, 4), F64, 0.05, 0.95), pos((3, 4), F64, 0.0, 1.0)
+    bce = lambda x, y: -(y * np.log(x) + (1 - y) * np.log1p(-x))       # noqa: E731
+    sample("binary_cross_entropy", tc.binary_cross_entropy, [x, y], lambda x, y: bce(x, y).mean(), F64, "mean")
+    sample("binary_cross_entropy", lambda x, y, w: tc.binary_cross_entropy(x, y, w, reduction="none"),
+           [x, y, pos((4,), F64)], lambda x, y, w: bce(x, y) * w, F64, "weight, none")
+    sample("binary_cross_entropy", tc.binary_cross_entropy, [np.array([0.0, 1.0], F32), np.array([1.0, 0.0], F32)],
+           lambda x, y: np.float64(100.0), F32, "log clamped at -100")
+    z = arr((3, 4), F64)
+    bcel = lambda z, y, pw=1: (1 - y) * z + (1 + (pw - 1) * y) * np.logaddexp(0, -z)    # noqa: E731
+    sample("binary_cross_entropy_with_logits", tc.binary_cross_entropy_with_logits, [z, y],
+           lambda z, y: bcel(z, y).mean(), F64, "mean")
+    sample("binary_cross_entropy_with_logits",
+           lambda z, y, pw: tc.binary_cross_entropy_with_logits(z, y, reduction="sum", pos_weight=pw),
+           [z, y, pos((4,), F64)], lambda z, y, pw: bcel(z, y, pw).sum(), F64, "pos_weight, sum")
+    sample("binary_cross_entropy_with_logits", tc.binary_cross_entropy_with_logits,
+           [np.array([-1000.0, 1000.0], F32), np.array([1.0, 0.0], F32)], lambda z, y: np.float64(1000.0), F32,
+           "large logits are stable")
+    p, q = arr((3, 4), F32), arr((3, 4), F32)
+    for red, fn in (("mean", np.mean), ("sum", np.sum), ("none", lambda v: v)):
+        sample("l1_loss", lambda p, q, r=red: tc.l1_loss(p, q, reduction=r), [p, q],
+               lambda p, q, fn=fn: fn(np.abs(p - q)), F32, f"reduction={red}", **tol)
+    d = lambda p, q: np.abs(p - q)       # noqa: E731
+    sample("smooth_l1_loss", tc.smooth_l1_loss, [p, q],
+           lambda p, q: np.mean(np.where(d(p, q) < 1, 0.5 * d(p, q) ** 2, d(p, q) - 0.5)), F32, "beta=1", **tol)
+    sample("smooth_l1_loss", lambda p, q: tc.smooth_l1_loss(p, q, beta=0.5, reduction="none"),
+           [p.astype(F64), q.astype(F64)], lambda p, q: np.where(d(p, q) < 0.5, d(p, q) ** 2, d(p, q) - 0.25),
+           F64, "beta=0.5, none")
+    sample("smooth_l1_loss", lambda p, q: tc.smooth_l1_loss(p, q, beta=0.0), [p, q],
+           lambda p, q: np.mean(d(p, q)), F32, "beta=0 is l1", **tol)
+    sample("huber_loss", tc.huber_loss, [p, q],
+           lambda p, q: np.mean(np.where(d(p, q) < 1, 0.5 * d(p, q) ** 2, d(p, q) - 0.5)), F32, "delta=1", **tol)
+    sample("huber_loss", lambda p, q: tc.huber_loss(p, q, delta=2.0, reduction="sum"), [p.astype(F64), q.astype(F64)],
+           lambda p, q: np.sum(np.where(d(p, q) < 2, 0.5 * d(p, q) ** 2, 2 * (d(p, q) - 1))), F64, "delta=2, sum")
+    lp, tq = np.log(probs[:3]), probs[2:]
+    kl = lambda x, t: np.where(t > 0, t * (np.log(np.where(t > 0, t, 1)) - x), 0.0)     # noqa: E731
+    sample("kl_div", tc.kl_div, [lp, tq], lambda x, t: kl(x, t).mean(), F64, "mean")
+    sample("kl_div", lambda x, t: tc.kl_div(x, t, reduction="batchmean"), [lp, tq],
+           lambda x, t: kl(x, t).sum() / 3, F64, "batchmean")
+    sample("kl_div", lambda x, t: tc.kl_div(x, t, reduction="none", log_target=True), [lp, np.log(tq)],
+           lambda x, t: np.exp(t) * (t - x), F64, "log_target, none")
+
+
 _nn_samples()
+_more_loss_samples()
 
 
 # ---------------------------------------------------------------- layout ops (issue 13)
@@ -1140,6 +1234,28 @@ _cast_samples()
 # ---------------------------------------------------------------- factories
 
 def _factory_samples():
+    sample("empty", lambda: tc.empty((2, 3)), [], lambda: np.zeros((2, 3)), F32, "zeros, never garbage")
+    sample("empty", lambda: tc.empty([4], dtype=tc.int32), [], lambda: np.zeros(4), I32, "dtype=int32")
+    sample("empty_like", tc.empty_like, [arr((3,), I64)], np.zeros_like, I64, "like int64")
+    sample("empty_like", lambda x: tc.empty_like(x, dtype=tc.float64), [arr((2, 2), F32)], np.zeros_like, F64,
+           "dtype=float64")
+    sample("eye", lambda: tc.eye(3), [], lambda: np.eye(3), F32, "tc.eye(3)")
+    sample("eye", lambda: tc.eye(2, 4, dtype=tc.int64), [], lambda: np.eye(2, 4), I64, "2x4 int64")
+    sample("eye", lambda: tc.eye(0), [], lambda: np.eye(0), F32, "empty")
+    sample("linspace", lambda: tc.linspace(-1, 2, 7), [], lambda: np.linspace(-1, 2, 7), F32, "7 steps")
+    sample("linspace", lambda: tc.linspace(3.0, -3.0, 6, dtype=tc.float64), [], lambda: np.linspace(3, -3, 6),
+           F64, "decreasing f64")
+    sample("linspace", lambda: tc.linspace(0, 1, 1), [], lambda: np.array([0.0]), F32, "one step")
+    sample("linspace", lambda: tc.linspace(0, 1, 0), [], lambda: np.zeros(0), F32, "no steps")
+    sample("logspace", lambda: tc.logspace(0, 2, 3), [], lambda: np.logspace(0, 2, 3), F32, "base 10")
+    sample("logspace", lambda: tc.logspace(-1, 1, 5, base=2.0, dtype=tc.float64), [],
+           lambda: np.logspace(-1, 1, 5, base=2.0), F64, "base 2 f64")
+    sample("tril_indices", lambda: tc.tril_indices(3, 4, 1), [], lambda: np.array(np.tril_indices(3, 1, 4)), I64,
+           "3x4 offset 1")
+    sample("tril_indices", lambda: tc.tril_indices(2, 2, dtype=tc.int32), [], lambda: np.array(np.tril_indices(2)),
+           I32, "int32")
+    sample("triu_indices", lambda: tc.triu_indices(4, 3, -1), [], lambda: np.array(np.triu_indices(4, -1, 3)), I64,
+           "4x3 offset -1")
     sample("full", lambda: tc.full((2, 3), 1.5), [], lambda: np.full((2, 3), 1.5), F32, "float fill -> float32")
     sample("full", lambda: tc.full([3], 7), [], lambda: np.full(3, 7), I64, "int fill -> int64")
     sample("full", lambda: tc.full((2,), True), [], lambda: np.full(2, True), B, "bool fill -> bool")

@@ -40,6 +40,16 @@ def test_out_of_range_indices_raise_before_native_code_runs():
         f(np.ones((2, 3), np.float32), np.array([0, 3]))
 
 
+def test_an_ignored_target_passes_the_index_check_and_others_do_not():
+    f = tc.trace(lambda x, t: tc.cross_entropy(x, t, ignore_index=7), backend="cpu")
+    x = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32)
+    want = tc.cross_entropy(tc.tensor(x), tc.tensor([0, 7, 2]), ignore_index=7)
+    np.testing.assert_allclose(f(x, np.array([0, 7, 2])).numpy(), want.numpy(), rtol=1e-6)
+    for bad in (3, -100):
+        with pytest.raises(tc.ShapeError, match=f"gather: index {bad} is out of bounds for dim 1 with size 3"):
+            f(x, np.array([0, bad, 2]))
+
+
 def test_wrong_inputs_to_a_compiled_program_are_refused():
     low = tc.trace(lambda x: x + 1, backend="cpu").lower(np.ones(3, np.float32))
     with pytest.raises(tc.ArgumentError, match=r"input 0 must be float32\[3\], got float64\[3\]"):

@@ -131,6 +131,17 @@ def test_load_checks_inputs(small_lib):
             f(inputs[0], inputs[1], idx)
 
 
+def test_exported_index_check_allows_an_ignore_index(tmp_path):
+    path = str(tmp_path / "libce.so")
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    tc.export(lambda x, t: tc.cross_entropy(x, t), [x, np.array([0, 1, 2])], path)
+    f = tc.load(path)
+    want = tc.cross_entropy(tc.tensor(x), tc.tensor([0, -100, 3]))
+    np.testing.assert_allclose(f(x, np.array([0, -100, 3])).numpy(), want.numpy(), rtol=1e-6)
+    with pytest.raises(tc.ArgumentError, match=r"an index is out of bounds for dim 1 with size 4"):
+        f(x, np.array([0, 4, 3]))
+
+
 def test_exported_mlp_training_step_matches_trace(mlp_lib):
     path, inputs = mlp_lib
     result = tc.load(path)(*inputs)

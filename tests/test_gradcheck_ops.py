@@ -44,6 +44,7 @@ KINKS = {
     ("round", "0-d float64"),               # 2.5
     ("round.decimals", "decimals=0 ties to even"),
     ("atan2", "axes"),                      # atan2(+-0, -1): the branch cut
+    ("binary_cross_entropy", "log clamped at -100"),     # x = 0 and 1, where log is -inf
 }
 
 # Smooth samples for ops whose shared samples all sit on kinks.

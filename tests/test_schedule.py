@@ -175,7 +175,11 @@ def test_out_of_range_index_inputs_are_marked_for_checking():
     p = schedule(tc.trace(lambda x, t: tc.cross_entropy(x, t)).lower(
         np.ones((4, 3), np.float32), np.zeros(4, np.int64)).optimized)
     [(name, [check])] = p.index_checks.items()
-    assert (check.op, check.dim, check.size) == ("gather", 1, 3)
+    assert (check.op, check.dim, check.size, check.allowed) == ("gather", 1, 3, -100)   # ignore_index
+    p = schedule(tc.trace(lambda x, t: tc.gather(x, 1, t)).lower(
+        np.ones((4, 3), np.float32), np.zeros((4, 1), np.int64)).optimized)
+    [(name, [check])] = p.index_checks.items()
+    assert (check.op, check.dim, check.size, check.allowed) == ("gather", 1, 3, None)
 
 
 def test_a_row_reduction_read_by_a_matmul_is_computed_before_it():

@@ -75,6 +75,11 @@ OPS = {
         "narrow", "unflatten", "atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack", "dstack",
         "column_stack", "split_with_sizes", "tensor_split", "tile", "tril", "triu", "diagonal",
         "diag_embed", "diag")},
+    **{f"nn.functional.{n}": f"tc.{n}" for n in (
+        "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss",
+        "smooth_l1_loss", "huber_loss", "kl_div")},
+    "eye": "tc.eye", "linspace": "tc.linspace", "logspace": "tc.logspace",
+    "tril_indices": "tc.tril_indices", "triu_indices": "tc.triu_indices",
     "view_as": "x.view_as", "reshape_as": "x.reshape_as", "expand_as": "x.expand_as", "repeat": "x.repeat",
     **{f"nn.functional.{n}": f"tc.{n}" for n in (
         "softplus", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid",
@@ -85,10 +90,6 @@ OPS = {
 # Only arguments tracecomp does not support yet belong here; issue 13 adds each of them,
 # and deletes its line.
 SKIPS = {
-    ("nn.functional.cross_entropy", "'index' must be an int32 or int64 tensor"):
-        "class probabilities as the target",
-    ("nn.functional.cross_entropy", "unexpected keyword argument 'weight'"): "weight=",
-    ("nn.functional.cross_entropy", "unexpected keyword argument 'ignore_index'"): "ignore_index=",
     ("cat", "out of range for a tensor of shape (0,)"): "legacy empty (0,) tensors in cat",
     ("tensor_split", "Tensor.tolist() needs the tensor's value"):
         "split points held in a tensor under tc.trace (their values are the shapes: eager only)",

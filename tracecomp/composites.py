@@ -251,6 +251,27 @@ def _split_points(t):
     return t.tolist()
 
 
+def _class_shape(weight, ndim: int) -> list[int]:
+    """A (C,) class weight shaped to broadcast along the class dim of an ndim-D input."""
+    if weight.ndim != 1:
+        raise ShapeError(f"cross_entropy: weight must be 1-D (one per class), got shape {weight.shape}")
+    return [weight.shape[0]] + [1] * max(ndim - 2, 0)
+
+
+def _steps_checked(name: str, steps: int) -> int:
+    if steps < 0:
+        raise ShapeError(f"{name}: number of steps must be non-negative, got {steps}")
+    return steps
+
+
+def _triangle_indices(row: int, col: int, offset: int, lower: bool) -> list[list[int]]:
+    """The (2, n) row and column indices of the lower (or upper) triangle, row by row."""
+    if row < 0 or col < 0:
+        raise ShapeError(f"{'tril' if lower else 'triu'}_indices: row {row} and col {col} must be non-negative")
+    pairs = [(r, c) for r in range(row) for c in range(col) if (c - r <= offset if lower else c - r >= offset)]
+    return [[r for r, _ in pairs], [c for _, c in pairs]]
+
+
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
@@ -260,8 +281,9 @@ HELPERS = {
     "index_bounds": _index_bounds, "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats,
     "last_two": _last_two, "diagonal_plan": _diagonal_plan, "embed_dims": _embed_dims,
     "pad_shape": _pad_shape, "abs_int": abs, "start_index": _start_index, "split_points": _split_points,
+    "class_shape": _class_shape, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
     "expect_float": _expect_float,
-    "range": range, "len": len, "list": list, "reversed": reversed, "float": float,
+    "range": range, "len": len, "list": list, "int": int, "reversed": reversed, "float": float,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
 }
 

@@ -36,7 +36,12 @@ def check_indices(a: np.ndarray, checks) -> None:
     lo, hi = int(a.min()), int(a.max())
     for c in checks:
         if lo < 0 or hi >= c.size:
-            bad = lo if lo < 0 else hi
+            out = (a < 0) | (a >= c.size)
+            if c.allowed is not None:
+                out &= a != c.allowed             # an ignore_index the graph maps away
+            if not out.any():
+                continue
+            bad = int(a[out].flat[0])
             err = ShapeError(f"{c.op}: index {bad} is out of bounds for dim {c.dim} with size {c.size}")
             raise add_location(err, str(c.loc) if c.loc else None)
 

@@ -187,7 +187,10 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) ->
             v = b.load(b.gep(ptrs[n], [loop.index], inbounds=True, source_etype=et), typ=et)
             v = b.sext(v, I64) if et.width < 64 else v
             # unsigned compare: negative values wrap to huge ones and fail too
-            check(b.icmp_unsigned(">=", v, dims.dim(c.size)), ERR_INDEX_BASE + j)
+            bad = b.icmp_unsigned(">=", v, dims.dim(c.size))
+            if c.allowed is not None:                  # an ignore_index the graph maps away
+                bad = b.and_(bad, b.icmp_signed("!=", v, ir.Constant(I64, c.allowed)))
+            check(bad, ERR_INDEX_BASE + j)
 
     heap = _place_temps(module, program, name, b, dims, ptrs, check)
     for k in program.kernels:

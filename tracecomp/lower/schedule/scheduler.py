@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -58,6 +59,7 @@ class IndexCheck:
     dim: int
     size: int
     loc: object = None
+    allowed: Optional[int] = None      # one more value the graph maps away first (an ignore_index)
 
 
 @dataclass
@@ -212,11 +214,30 @@ class Scheduler:
             if opdef is None or opdef.kind not in ("gather", "index_select", "scatter_add", "index_add"):
                 continue
             args = opdef.arguments_from(op.operands, op.attrs)
-            src, idx = args["self"].type, self._view_source(args["index"])
+            src = args["self"].type
+            dim = args["dim"] % src.ndim if src.ndim else 0
+            size = src.shape[dim] if src.ndim else 1
+            idx, allowed = self._unless_ignored(self._view_source(args["index"]), size)
             if idx in self.names and self.buffers[self.names[idx]].role == "input":
-                dim = args["dim"] % src.ndim if src.ndim else 0
-                check = IndexCheck(opdef.full_name, dim, src.shape[dim] if src.ndim else 1, op.loc)
+                check = IndexCheck(opdef.full_name, dim, size, op.loc, allowed)
                 self.program.index_checks.setdefault(self.names[idx], []).append(check)
+
+    def _unless_ignored(self, v: Value, size) -> tuple[Value, Optional[int]]:
+        """(t, k) when `v` is `where(t != k, t, c)` with c a scalar in range (nll_loss's
+        ignore_index): the index input is t, which may hold k as well; else (v, None)."""
+        op = v.op
+        if op is None or op.name == CONSTANT or self.table[op.name].full_name != "where.self" or v in self.names:
+            return v, None
+        args = self.table[op.name].arguments_from(op.operands, op.attrs)
+        cond, t, fill = args["condition"], self._view_source(args["self"]), args["other"]
+        if cond.op is None or cond.op.name == CONSTANT or self.table[cond.op.name].full_name != "ne" or \
+                not isinstance(fill, int) or not (isinstance(size, int) and 0 <= fill < size):
+            return v, None
+        cargs = self.table[cond.op.name].arguments_from(cond.op.operands, cond.op.attrs)
+        k = cargs["other"]
+        if self._view_source(cargs["self"]) is not t or not isinstance(k, int) or isinstance(k, bool):
+            return v, None
+        return t, k
 
     def _view_source(self, v: Value) -> Value:
         while v.op is not None and v.op.name != CONSTANT and \
