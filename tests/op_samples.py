@@ -876,7 +876,40 @@ def _more_loss_samples():
            lambda x, t: np.exp(t) * (t - x), F64, "log_target, none")
 
 
+def _product_samples():
+    tol = dict(rtol=1e-5, atol=1e-5)
+    v, w, m = arr((4,), F32), arr((3,), F32), arr((3, 4), F32)
+    sample("outer", tc.outer, [v, w], np.outer, F32, "tc.outer(v, w)")
+    sample("outer", lambda a, b: a.outer(b), [arr((2,), I64), arr((3,), I64)], np.outer, I64, "x.outer(y) int64")
+    for name in ("dot", "vdot"):
+        sample(name, getattr(tc, name), [v, arr((4,), F32)], np.dot, F32, f"tc.{name}(a, b)", **tol)
+        sample(name, lambda a, b, n=name: getattr(a, n)(b), [arr((5,), F64), arr((5,), F64)], np.dot, F64,
+               f"x.{name}(y) f64")
+    sample("mv", tc.mv, [m, v], np.dot, F32, "tc.mv(m, v)", **tol)
+    sample("mv", lambda a, b: a.mv(b), [arr((2, 5), F64), arr((5,), F64)], np.dot, F64, "x.mv(v) f64")
+    s_, a_, b_ = arr((3, 5), F64), arr((3, 4), F64), arr((4, 5), F64)
+    sample("addmm", tc.addmm, [s_, a_, b_], lambda s, a, b: s + a @ b, F64, "tc.addmm(s, a, b)")
+    sample("addmm", lambda s, a, b: s.addmm(a, b, beta=0.5, alpha=2), [arr((5,), F64), a_, b_],
+           lambda s, a, b: 0.5 * s + 2 * a @ b, F64, "x.addmm(a, b, beta=0.5, alpha=2) broadcast")
+    sample("addmm", lambda s, a, b: tc.addmm(s, a, b, beta=0), [np.full((3, 5), np.nan), a_, b_],
+           lambda s, a, b: a @ b, F64, "beta=0 ignores NaN in self")
+    sample("addmv", tc.addmv, [arr((3,), F64), a_, arr((4,), F64)], lambda s, a, b: s + a @ b, F64, "tc.addmv")
+    sample("addmv", lambda s, a, b: s.addmv(a, b, alpha=-1), [arr((3,), F64), a_, arr((4,), F64)],
+           lambda s, a, b: s - a @ b, F64, "x.addmv(m, v, alpha=-1)")
+    bb1, bb2 = arr((2, 3, 4), F64), arr((2, 4, 5), F64)
+    sample("baddbmm", tc.baddbmm, [arr((2, 3, 5), F64), bb1, bb2], lambda s, a, b: s + a @ b, F64, "tc.baddbmm")
+    sample("baddbmm", lambda s, a, b: s.baddbmm(a, b, beta=2, alpha=0.5), [arr((3, 5), F64), bb1, bb2],
+           lambda s, a, b: 2 * s + 0.5 * (a @ b), F64, "x.baddbmm(...) broadcast self")
+    sample("kron", tc.kron, [arr((2, 3), F64), arr((3, 2), F64)], np.kron, F64, "tc.kron 2-D")
+    sample("kron", lambda a, b: a.kron(b), [arr((3,), I64), arr((2, 2), I64)], np.kron, I64, "x.kron(y) ranks differ")
+    sample("cross", lambda a, b: tc.cross(a, b, dim=1), [arr((4, 3), F64), arr((4, 3), F64)],
+           lambda a, b: np.cross(a, b, axis=1), F64, "tc.cross(a, b, dim=1)")
+    sample("cross", lambda a, b: a.cross(b), [arr((3, 2), F32), arr((3, 1), F32)],
+           lambda a, b: np.cross(a, b, axis=0), F32, "x.cross(y) first dim of size 3, broadcast", **tol)
+
+
 _nn_samples()
+_product_samples()
 _more_loss_samples()
 
 

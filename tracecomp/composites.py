@@ -272,6 +272,49 @@ def _triangle_indices(row: int, col: int, offset: int, lower: bool) -> list[list
     return [[r for r, _ in pairs], [c for _, c in pairs]]
 
 
+def _scaled_sum(x, product, beta, alpha):
+    """beta * x + alpha * product (addmm, addmv, baddbmm), skipping the factors that are 1,
+    and x when beta is 0."""
+    if _broadcast("addmm", x.shape, product.shape) != tuple(product.shape):
+        raise ShapeError(f"input of shape {tuple(x.shape)} does not broadcast to the product's shape "
+                         f"{tuple(product.shape)}")
+    if not product.dtype.is_floating_point:         # integer products take the factors as ints, as PyTorch
+        beta, alpha = int(beta), int(alpha)
+    out = product if alpha == 1 else product * alpha
+    return out if beta == 0 else out + (x if beta == 1 else x * beta)
+
+
+def _broadcast(name: str, a, b) -> tuple:
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        p, q = (a[-i] if i <= len(a) else 1), (b[-i] if i <= len(b) else 1)
+        if p != q and 1 not in (p, q):
+            raise ShapeError(f"{name}: shapes {tuple(a)} and {tuple(b)} do not broadcast")
+        out.append(q if p == 1 else p)
+    return tuple(reversed(out))
+
+
+def _kron_shapes(a, b):
+    """kron as a broadcast product: a's dims interleaved with 1s, b's after 1s, then merged."""
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + list(a), [1] * (n - len(b)) + list(b)
+    return ([v for s in a for v in (s, 1)], [v for s in b for v in (1, s)], [p * q for p, q in zip(a, b)])
+
+
+def _cross_plan(a, b, dim):
+    shape = _broadcast("cross", a.shape, b.shape)
+    if dim is None:
+        sizes3 = [d for d, n in enumerate(shape) if n == 3]
+        if not sizes3:
+            raise ShapeError(f"cross: no dim of size 3 in the broadcast shape {shape}")
+        d = sizes3[0]
+    else:
+        d = _dim("cross", len(shape), dim)
+        if shape[d] != 3:
+            raise ShapeError(f"cross: dim {dim} has size {shape[d]}, not 3 (shape {shape})")
+    return list(shape), d
+
+
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
@@ -281,7 +324,8 @@ HELPERS = {
     "index_bounds": _index_bounds, "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats,
     "last_two": _last_two, "diagonal_plan": _diagonal_plan, "embed_dims": _embed_dims,
     "pad_shape": _pad_shape, "abs_int": abs, "start_index": _start_index, "split_points": _split_points,
-    "class_shape": _class_shape, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
+    "class_shape": _class_shape, "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes,
+    "cross_plan": _cross_plan, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
     "expect_float": _expect_float,
     "range": range, "len": len, "list": list, "int": int, "reversed": reversed, "float": float,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
