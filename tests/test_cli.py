@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -196,3 +197,21 @@ def test_export_command_with_dynamic_sizes(workdir):
 def test_subcommands_have_help(workdir):
     for sub in ("dump", "export", "ops"):
         assert "usage: tracecomp " + sub in run(workdir, sub, "--help").stdout
+
+
+def test_the_readme_operator_table_is_the_generated_one():
+    """README.md's table of operators is `tracecomp ops --markdown`, byte for byte."""
+    from tracecomp.cli import ops_markdown
+    from tracecomp.ops.table import default_table
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("<!-- ops table: tracecomp ops --markdown -->\n") + len("<!-- ops table: tracecomp ops --markdown -->\n")
+    end = readme.index("\n<!-- end of the ops table -->")
+    assert readme[start:end] == ops_markdown(list(default_table().values())), \
+        "README.md's operator table is stale: paste the output of `tracecomp ops --markdown`"
+
+
+def test_ops_markdown_lists_pytorch_names():
+    out = subprocess.run([sys.executable, "-m", "tracecomp.cli", "ops", "softplus", "--markdown"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[0] == "| tracecomp | PyTorch | implemented as |"
+    assert "| `tc.softplus` | `torch.nn.functional.softplus` | elementwise |" in out

@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ops = sub.add_parser("ops", help="list the operators of ops.yaml with their schemas")
     ops.add_argument("pattern", nargs="?", default="", help="only ops whose name contains this")
+    ops.add_argument("--markdown", action="store_true",
+                     help="a Markdown table, one row per op: how to call it, PyTorch's name, its kind")
 
     dump = sub.add_parser("dump", help="print or write one stage (or all) of the compiler for a function")
     _add_function_args(dump)
@@ -82,12 +84,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _list_ops(pattern: str) -> int:
+def _list_ops(pattern: str, markdown: bool = False) -> int:
     from tracecomp.ops.table import default_table
-    for op in default_table().values():
-        if pattern in op.full_name:
-            print(f"{op.schema}    [{op.kind}]")
+    ops = [op for op in default_table().values() if pattern in op.full_name]
+    print(ops_markdown(ops) if markdown else "\n".join(f"{op.schema}    [{op.kind}]" for op in ops))
     return 0
+
+
+def ops_markdown(ops) -> str:
+    """One row per op name (its overloads together): the calls tracecomp offers, the PyTorch
+    function it follows, and how it is implemented (a formula, a composite or a kernel kind)."""
+    rows: dict[str, list] = {}
+    for op in ops:
+        rows.setdefault(op.name, []).append(op)
+    lines = ["| tracecomp | PyTorch | implemented as |", "|---|---|---|"]
+    for name, group in rows.items():
+        calls = []
+        for op in group:
+            calls += [f"tc.{name}"] * ("function" in op.variants) + [f"x.{name}()"] * ("method" in op.variants)
+            calls += [f"`{_OPERATOR_TEXT.get(d, d)}`" for d in op.operators + op.reflected]
+            calls += [f"x.{p}" for p in op.properties]
+        calls = list(dict.fromkeys(c if c.startswith("`") else f"`{c}`" for c in calls))
+        torch = next((op.torch for op in group if op.torch), "")
+        if not torch:
+            torch = f"torch.{name}" if any("function" in op.variants for op in group) else \
+                f"Tensor.{group[0].properties[0] if group[0].properties else name}"
+        elif torch != "-":
+            torch = f"torch.{torch}"
+        kinds = sorted({op.kind for op in group})
+        lines.append(f"| {', '.join(calls) or '(internal)'} | {'`' + torch + '`' if torch != '-' else 'none'} | "
+                     f"{', '.join(kinds)} |")
+    return "\n".join(lines)
+
+
+_OPERATOR_TEXT = {"__add__": "x + y", "__radd__": "2 + x", "__sub__": "x - y", "__rsub__": "2 - x",
+                  "__mul__": "x * y", "__rmul__": "2 * x", "__truediv__": "x / y", "__rtruediv__": "2 / x",
+                  "__pow__": "x ** y", "__rpow__": "2 ** x", "__matmul__": "x @ y", "__rmatmul__": "a @ x",
+                  "__neg__": "-x", "__abs__": "abs(x)", "__eq__": "x == y", "__ne__": "x != y",
+                  "__lt__": "x < y", "__le__": "x <= y", "__gt__": "x > y", "__ge__": "x >= y",
+                  "__and__": "x & y", "__rand__": "1 & x", "__or__": "x | y", "__ror__": "1 | x",
+                  "__xor__": "x ^ y", "__rxor__": "1 ^ x", "__invert__": "~x", "__mod__": "x % y",
+                  "__rmod__": "2 % x", "__floordiv__": "x // y", "__rfloordiv__": "2 // x"}
 
 
 def load_function(spec: str):
@@ -288,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "ops":
-            return _list_ops(args.pattern)
+            return _list_ops(args.pattern, args.markdown)
         if args.command == "dump":
             return _dump(args)
         if args.command == "export":

@@ -24,7 +24,7 @@ ELEMENTWISE_DTYPE_RULES = ("promote", "float", "bool", "logical")
 ACCEPTED_DTYPES = ("any", "numeric", "float", "integral")
 KNOWN_KEYS = {"func", "variants", "operators", "reflected", "properties", "elementwise",
               "composite", "kind", "dtype", "promote", "accepts", "nondeterministic",
-              "doc", "impl", "choices"}
+              "doc", "impl", "choices", "torch"}
 VARIANTS = ("function", "method")
 OPERATORS = {"__add__", "__sub__", "__mul__", "__truediv__", "__pow__", "__matmul__", "__neg__",
              "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__",
@@ -53,6 +53,7 @@ class OpDef:
     nondeterministic: bool = False
     choices: tuple[tuple[str, tuple[str, ...]], ...] = ()   # allowed values of str arguments
     doc: str = ""
+    torch: str = ""                            # PyTorch's name when not torch.<name> ("-": none)
     source: str = field(default="", compare=False)   # the schema text, for round-trip tests
 
     @property
@@ -189,7 +190,7 @@ def _build(entry: dict, file: str) -> OpDef:
         impl=entry.get("impl"),
         nondeterministic=bool(entry.get("nondeterministic", False)),
         choices=tuple((k, tuple(map(str, v))) for k, v in choices.items()),
-        doc=str(entry.get("doc", "")), source=label, **sem)
+        doc=str(entry.get("doc", "")), torch=str(entry.get("torch", "")), source=label, **sem)
 
 
 def _check_references(ops: dict[str, OpDef]) -> None:
