@@ -910,6 +910,24 @@ def _product_samples():
 
 _nn_samples()
 _product_samples()
+
+
+def _scan_samples():
+    sample("cumsum", lambda x: tc.cumsum(x, 1), [arr((3, 4), F32)], lambda x: np.cumsum(x, 1), F32,
+           "tc.cumsum(x, 1)", rtol=1e-5, atol=1e-5)
+    sample("cumsum", lambda x: x.cumsum(0), [arr((3, 4), F64)], lambda x: np.cumsum(x, 0), F64, "x.cumsum(0) f64")
+    sample("cumsum", lambda x: tc.cumsum(x, -2, dtype=tc.float64), [arr((2, 3, 2), F32)],
+           lambda x: np.cumsum(x, -2), F64, "dtype=float64, middle dim")
+    sample("cumsum", lambda x: tc.cumsum(x, 0), [arr((5,), I32, -9, 9)], lambda x: np.cumsum(x), I64,
+           "int32 sums in int64")
+    sample("cumsum", lambda x: tc.cumsum(x, 0), [arr((4,), B)], lambda x: np.cumsum(x), I64, "bool")
+    sample("cumsum", lambda x: tc.cumsum(x, 0), [np.array(2.5, F32)], lambda x: x, F32, "0-d")
+    sample("cumsum", lambda x: tc.cumsum(x, 1), [arr((2, 0), F32)], lambda x: np.cumsum(x, 1), F32, "empty")
+    sample("cumsum", lambda x: tc.cumsum(x, 0), [np.array([1.0, np.nan, 2.0, np.inf], F32)],
+           lambda x: np.cumsum(x), F32, "nan and inf carry on")
+
+
+_scan_samples()
 _more_loss_samples()
 
 

@@ -80,6 +80,7 @@ OPS = {
         "smooth_l1_loss", "huber_loss", "kl_div")},
     "eye": "tc.eye", "linspace": "tc.linspace", "logspace": "tc.logspace",
     "tril_indices": "tc.tril_indices", "triu_indices": "tc.triu_indices",
+    "cumsum": "tc.cumsum",
     **{n: f"tc.{n}" for n in ("outer", "dot", "vdot", "mv", "addmm", "addmv", "baddbmm", "kron", "cross")},
     "view_as": "x.view_as", "reshape_as": "x.reshape_as", "expand_as": "x.expand_as", "repeat": "x.repeat",
     **{f"nn.functional.{n}": f"tc.{n}" for n in (

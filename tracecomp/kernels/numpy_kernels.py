@@ -152,6 +152,14 @@ def _reduction(op: OpDef, args, out_types):
     return [fn(x, axis=dims, keepdims=bool(args.get("keepdim")), **kw)]
 
 
+@kernel("scan")
+def _scan(op: OpDef, args, out_types):
+    x, t = args["self"], out_types[0].dtype.np
+    if x.ndim == 0:
+        return [x.astype(t)]
+    return [np.cumsum(x, axis=rules.normalize_dim(op, args["dim"], x.ndim), dtype=t)]
+
+
 @kernel("arg_reduction")
 def _arg_reduction(op: OpDef, args, out_types):
     x, dim, keepdim = args["self"], args.get("dim"), bool(args.get("keepdim"))

@@ -202,6 +202,13 @@ def _reduction_dtype(op: OpDef, x: TensorType, requested: DType | None) -> DType
     return x.dtype
 
 
+@rule("scan")
+def _scan(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    normalize_dim(op, args["dim"], x.shape)
+    return [TensorType(x.shape, _reduction_dtype(op, x, args.get("dtype")))]
+
+
 @rule("reduction")
 def _reduction(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
     x = _tensor(op, args, "self")

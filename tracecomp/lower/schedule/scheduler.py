@@ -39,7 +39,8 @@ from .matmul import fuse_epilogues, matmul_body
 from .nests import kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
 
-REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add")
+# Kinds with a loop nest of their own whose results always live in memory (never inlined)
+REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add", "scan")
 
 
 @dataclass
@@ -163,7 +164,8 @@ class Scheduler:
             self.program.fills.append(HostFill(self.names[r], opdef.impl, r.type.dtype, r.type.shape))
             return
         builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
-                   "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter}.get(opdef.kind, _pointwise)
+                   "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter,
+                   "scan": _scan}.get(opdef.kind, _pointwise)
         try:
             body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
         except DynamicShapeError as e:
@@ -332,6 +334,27 @@ _arg_reduction = _variance = _reduction
 def _matmul(sched: Scheduler, op: Op, args: dict) -> list:
     """One loop-IR Matmul statement (schedule/matmul.py)."""
     return matmul_body(sched, op, args)
+
+
+def _scan(sched: Scheduler, op: Op, args: dict) -> list:
+    """cumsum along `dim`: out[i] = out[i-1] + x[i] (x[0] at i == 0), the loop over `dim`
+    serial, the loops outside it parallel when worth it, those inside it vectorizable."""
+    out = op.result.type
+    name, t = sched.names[op.result], out.dtype
+    if out.ndim == 0:
+        return [L.Store(name, (), cast(sched.inliner.value_at(args["self"], ()), t))]
+    d = args["dim"] % out.ndim
+
+    def step(ix):
+        i = ix[d]
+        before = ix[:d] + (I.at_least(I.sub(i, 1), 0),) + ix[d + 1:]    # clamped: both arms run
+        value = cast(sched.inliner.value_at(args["self"], ix), t)
+        running = L.Binary("add", L.Load(name, before, t), value, t)
+        return [L.Store(name, ix, L.Select(L.Binary("gt", i, I.ic(0), dt.BOOL), running, value, t))]
+    loops = loop_nest(out.shape, step, "s")
+    if d == 0:
+        loops[0].parallel = False
+    return loops
 
 
 def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
