@@ -458,6 +458,21 @@ def _binary_samples():
            np.divide, F32, "by zero, inf, nan")
     sample("div", tc.div, [np.array([7, -7, 0, 1], I32), np.array([2, 2, 3, -4], I32)],
            np.divide, F32, "int / int is true division")
+    ints = [np.array([7, -7, 7, -7, 0, 9], I64), np.array([2, 2, -2, -2, 3, 3], I64)]
+    sample("div.Tensor_mode", lambda a, b: tc.div(a, b, rounding_mode="trunc"), ints,
+           lambda a, b: np.trunc(a / b).astype(np.int64), I64, "trunc, int64")
+    sample("div.Tensor_mode", lambda a, b: a.div(b, rounding_mode="floor"), ints, np.floor_divide, I64,
+           "x.div(y, rounding_mode='floor') int64")
+    sample("div.Tensor_mode", lambda a, b: tc.div(a, b, rounding_mode="trunc"), [arr((5,), F64), pos((5,), F64)],
+           lambda a, b: np.trunc(a / b), F64, "trunc, f64")
+    sample("div.Tensor_mode", lambda a, b: tc.div(a, b, rounding_mode="floor"), [arr((5,), F32), arr((5,), F32, 0.5, 2)],
+           np.floor_divide, F32, "floor, f32")
+    sample("div.Tensor_mode", lambda a, b: tc.div(a, b, rounding_mode=None), [arr((4,), F32), pos((4,), F32)],
+           np.divide, F32, "rounding_mode=None")
+    sample("div.Scalar_mode", lambda a: tc.div(a, 2, rounding_mode="floor"), [arr((5,), I32, -9, 9)],
+           lambda a: np.floor_divide(a, 2), I32, "int32 by 2, floor")
+    sample("div.Scalar_mode", lambda a: a.div(-2.5, rounding_mode="trunc"), [arr((5,), F64)],
+           lambda a: np.trunc(a / -2.5), F64, "x.div(-2.5, rounding_mode='trunc')")
     sample("pow", tc.pow, [np.array([2, 3, -2, 0], I64), np.array([3, 0, 3, 5], I64)],
            np.power, I64, "int ** int")
     sample("pow", lambda a: a ** 0.5, [pos((4,), F32)], np.sqrt, F32, "x ** 0.5")

@@ -207,7 +207,7 @@ def test_the_readme_operator_table_is_the_generated_one():
     start = readme.index("<!-- ops table: tracecomp ops --markdown -->\n") + len("<!-- ops table: tracecomp ops --markdown -->\n")
     end = readme.index("\n<!-- end of the ops table -->")
     assert readme[start:end] == ops_markdown(list(default_table().values())), \
-        "README.md's operator table is stale: paste the output of `tracecomp ops --markdown`"
+        "README.md's operator table is stale: run `python tools/readme_ops_table.py`"
 
 
 def test_ops_markdown_lists_pytorch_names():

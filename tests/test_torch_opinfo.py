@@ -81,6 +81,7 @@ OPS = {
     "eye": "tc.eye", "linspace": "tc.linspace", "logspace": "tc.logspace",
     "tril_indices": "tc.tril_indices", "triu_indices": "tc.triu_indices",
     "cumsum": "tc.cumsum",
+    "div.trunc_rounding": "tc.div", "div.floor_rounding": "tc.div",
     **{n: f"tc.{n}" for n in ("outer", "dot", "vdot", "mv", "addmm", "addmv", "baddbmm", "kron", "cross")},
     "view_as": "x.view_as", "reshape_as": "x.reshape_as", "expand_as": "x.expand_as", "repeat": "x.repeat",
     **{f"nn.functional.{n}": f"tc.{n}" for n in (

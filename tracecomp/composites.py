@@ -315,6 +315,11 @@ def _cross_plan(a, b, dim):
     return list(shape), d
 
 
+def _any_floating(*values) -> bool:
+    """Whether PyTorch's promotion of these operands (tensors or Python numbers) is a float."""
+    return any(isinstance(v, float) or (hasattr(v, "dtype") and v.dtype.is_floating_point) for v in values)
+
+
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
@@ -325,7 +330,7 @@ HELPERS = {
     "last_two": _last_two, "diagonal_plan": _diagonal_plan, "embed_dims": _embed_dims,
     "pad_shape": _pad_shape, "abs_int": abs, "start_index": _start_index, "split_points": _split_points,
     "class_shape": _class_shape, "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes,
-    "cross_plan": _cross_plan, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
+    "cross_plan": _cross_plan, "any_floating": _any_floating, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
     "expect_float": _expect_float,
     "range": range, "len": len, "list": list, "int": int, "reversed": reversed, "float": float,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
