@@ -941,6 +941,34 @@ def _scan_samples():
     sample("cumsum", lambda x: tc.cumsum(x, 0), [np.array([1.0, np.nan, 2.0, np.inf], F32)],
            lambda x: np.cumsum(x), F32, "nan and inf carry on")
 
+    nanx = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, 2.0]], F32)
+    sample("nansum", tc.nansum, [nanx], np.nansum, F32, "tc.nansum(x)")
+    sample("nansum", lambda x: x.nansum(1, keepdim=True), [nanx.astype(F64)], lambda x: np.nansum(x, 1, keepdims=True),
+           F64, "x.nansum(1, keepdim=True)")
+    sample("nansum", lambda x: tc.nansum(x, 0), [arr((3, 2), I32)], lambda x: np.sum(x, 0), I64, "int32 sums in int64")
+    sample("nansum", lambda x: tc.nansum(x, -1), [arr((2, 3), F64)], lambda x: np.sum(x, -1), F64, "no NaN, f64")
+    for name, fn in (("var_mean", np.var), ("std_mean", np.std)):
+        sample(f"{name}.dim", lambda x, n=name: getattr(tc, n)(x, 0, False), [arr((3, 4), F64)],
+               lambda x, f=fn: (f(x, 0), x.mean(0)), (F64, F64), "dim 0, unbiased=False")
+        sample(f"{name}.unbiased", lambda x, n=name: getattr(tc, n)(x, True), [arr((5,), F64)],
+               lambda x, f=fn: (f(x, ddof=1), x.mean()), (F64, F64), "unbiased=True")
+    with np.errstate(all="ignore"):
+        sample("nanmean", lambda x: tc.nanmean(x, 0), [nanx], lambda x: np.nanmean(x, 0), F32, "an all-NaN column")
+    sample("nanmean", lambda x: x.nanmean(), [arr((2, 3), F64)], np.mean, F64, "x.nanmean() without NaN")
+    sample("count_nonzero", tc.count_nonzero, [np.array([[0.0, 1.5, -0.0], [np.nan, 0.0, 2.0]], F32)],
+           lambda x: np.count_nonzero(x), I64, "zeros of both signs, NaN counts")
+    sample("count_nonzero", lambda x: x.count_nonzero(1), [arr((3, 4), I32, -1, 2)],
+           lambda x: np.count_nonzero(x, 1), I64, "x.count_nonzero(1)")
+    sample("aminmax", tc.aminmax, [arr((3, 4), F32)], lambda x: (x.min(), x.max()), (F32, F32), "tc.aminmax(x)")
+    sample("aminmax", lambda x: x.aminmax(dim=0, keepdim=True), [arr((3, 4), I64)],
+           lambda x: (x.min(0, keepdims=True), x.max(0, keepdims=True)), (I64, I64), "x.aminmax(dim=0, keepdim=True)")
+    for name, fn in (("var_mean", np.var), ("std_mean", np.std)):
+        sample(name, getattr(tc, name), [arr((3, 4), F64)], lambda x, f=fn: (f(x, ddof=1), x.mean()), (F64, F64),
+               f"tc.{name}(x)")
+        sample(name, lambda x, n=name: getattr(tc, n)(x, 1, correction=0, keepdim=True), [arr((3, 4), F32)],
+               lambda x, f=fn: (f(x, 1, keepdims=True), x.mean(1, keepdims=True)), (F32, F32),
+               "dim 1, correction=0, keepdim", rtol=1e-5, atol=1e-6)
+
 
 _scan_samples()
 _more_loss_samples()

@@ -55,6 +55,7 @@ NOT_CHECKED = {
     "float": "float32 result (finite differences need float64)",
     "int": "int32 result: no gradient flows", "long": "int64 result: no gradient flows",
     "bool": "bool result: no gradient flows",
+    "count_nonzero": "int64 result: no gradient flows",
 }
 
 

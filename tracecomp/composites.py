@@ -15,6 +15,7 @@ from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
 from .ops import formula
 from .ops.table import OpDef
+from .results import package
 
 
 def _trailing_dims(x, normalized_shape) -> list[int]:
@@ -364,7 +365,11 @@ def run_composite(op: OpDef, args: dict[str, Any]):
     env = {**{k: v for k, v in HELPERS.items() if not callable(v) or isinstance(v, dt.DType)}, **args}
     try:
         with _derived_from(op):
-            return formula.Evaluator(env, _call).run_program(op.program)
+            result = formula.Evaluator(env, _call).run_program(op.program)
+        returns = op.schema.returns
+        if len(returns) > 1 or returns[0].type.is_list:     # a tuple, or a named tuple, as for kernels
+            result = package(op, list(result))
+        return result
     except TracecompError as e:
         # The failing op is inside the decomposition; say which op the user called, with what.
         e.args = (f"{op.name}() failed for {_describe_args(args)}: {e.args[0]}",) + e.args[1:]
