@@ -1080,6 +1080,47 @@ def _layout_samples():
     sample("diag", lambda t: t.diag(1), [x], lambda t: np.diag(t, 1), F32, "x.diag(1) matrix")
     sample("diag", lambda t: tc.diag(t, -2), [arr((3,), I64)], lambda t: np.diag(t, -2), I64, "int64 k=-2")
 
+    m = arr((3, 4), B)
+    sample("masked_fill", lambda t, k: tc.masked_fill(t, k, 2.5), [x, m], lambda t, k: np.where(k, 2.5, t), F32,
+           "tc.masked_fill(x, mask, 2.5)")
+    sample("masked_fill", lambda t, k: t.masked_fill(k, -1), [arr((3, 4), I32), arr((4,), B)],
+           lambda t, k: np.where(k, -1, t), I32, "x.masked_fill(mask, -1) broadcast int32")
+    sample("masked_fill", lambda t, k, v: tc.masked_fill(t, k, v), [arr((2, 3), F64), arr((2, 3), B), np.array(7.0)],
+           lambda t, k, v: np.where(k, v, t), F64, "0-d tensor value")
+    idx = np.array([[0, 3], [2, 2], [1, 0]])
+    sample("take_along_dim", lambda t, i: tc.take_along_dim(t, i, 1), [x, idx],
+           lambda t, i: np.take_along_axis(t, i, 1), F32, "tc.take_along_dim(x, idx, 1)")
+    sample("take_along_dim", lambda t, i: t.take_along_dim(i), [y, np.array([0, 23, 5])],
+           lambda t, i: t.reshape(-1)[i], F64, "x.take_along_dim(idx) flat")
+    sample("take_along_dim", lambda t, i: tc.take_along_dim(t, i, 0), [x, np.array([[2], [0]])],
+           lambda t, i: np.take_along_axis(t, np.broadcast_to(i, (2, 4)), 0), F32, "indices broadcast")
+    def _slice_scatter(t, v, d, s_, e, st):
+        out = t.copy()
+        ix = [slice(None)] * t.ndim
+        ix[d] = slice(s_, e, st)
+        out[tuple(ix)] = v
+        return out
+    sample("slice_scatter", lambda t, v: tc.slice_scatter(t, v, 1, 0, None, 2), [x, arr((3, 2), F32)],
+           lambda t, v: _slice_scatter(t, v, 1, 0, None, 2), F32, "every other column")
+    sample("slice_scatter", lambda t, v: t.slice_scatter(v, dim=1, start=-2), [y, arr((2, 2, 4), F64)],
+           lambda t, v: _slice_scatter(t, v, 1, -2, None, 1), F64, "x.slice_scatter(v, dim=1, start=-2)")
+    sample("select_scatter", lambda t, v: tc.select_scatter(t, v, 1, -1), [x, arr((3,), F32)],
+           lambda t, v: np.concatenate([t[:, :-1], v[:, None]], 1), F32, "last column")
+    sample("select_scatter", lambda t, v: t.select_scatter(v, 0, 1), [y, arr((3, 4), F64)],
+           lambda t, v: np.stack([t[0], v]), F64, "x.select_scatter(v, 0, 1)")
+    sample("repeat_interleave.self_int", lambda t: tc.repeat_interleave(t, 2, 1), [x],
+           lambda t: np.repeat(t, 2, 1), F32, "tc.repeat_interleave(x, 2, 1)")
+    sample("repeat_interleave.self_int", lambda t: t.repeat_interleave(3), [arr((2, 2), I64)],
+           lambda t: np.repeat(t, 3), I64, "x.repeat_interleave(3) flattens")
+    eager_only("repeat_interleave.self_Tensor", lambda t, r: tc.repeat_interleave(t, r, 0), [x, np.array([0, 2, 1])],
+               lambda t, r: np.repeat(t, r, 0), F32, "tensor repeats along dim 0")
+    eager_only("repeat_interleave.self_Tensor", lambda t, r: t.repeat_interleave(r), [arr((2,), F64), np.array(2)],
+               lambda t, r: np.repeat(t, 2), F64, "x.repeat_interleave(tensor(2))")
+    sample("meshgrid", lambda p, q: tc.meshgrid(p, q, indexing="ij"), [arr((3,), F32), arr((2,), F32)],
+           lambda p, q: tuple(np.meshgrid(p, q, indexing="ij")), (F32, F32), "ij")
+    sample("meshgrid", lambda p, q, r: tc.meshgrid([p, q, r], indexing="xy"), [arr((3,), F64), arr((2,), F64),
+           np.array(1.5)], lambda p, q, r: tuple(np.meshgrid(p, q, r, indexing="xy")), (F64,) * 3, "xy, a list, 0-d")
+
 
 _layout_samples()
 

@@ -81,6 +81,9 @@ OPS = {
     "eye": "tc.eye", "linspace": "tc.linspace", "logspace": "tc.logspace",
     "tril_indices": "tc.tril_indices", "triu_indices": "tc.triu_indices",
     "cumsum": "tc.cumsum",
+    "masked_fill": "tc.masked_fill", "take_along_dim": "tc.take_along_dim", "slice_scatter": "tc.slice_scatter",
+    "select_scatter": "tc.select_scatter", "repeat_interleave": "tc.repeat_interleave",
+    "meshgrid.variadic_tensors": "tc.meshgrid", "meshgrid.list_of_tensors": "tc.meshgrid",
     "nansum": "tc.nansum", "nanmean": "tc.nanmean", "count_nonzero": "tc.count_nonzero",
     "aminmax": "tc.aminmax", "var_mean": "tc.var_mean", "std_mean": "tc.std_mean",
     "var_mean.unbiased": "tc.var_mean", "std_mean.unbiased": "tc.std_mean",
@@ -99,6 +102,8 @@ SKIPS = {
     ("cat", "out of range for a tensor of shape (0,)"): "legacy empty (0,) tensors in cat",
     ("tensor_split", "Tensor.tolist() needs the tensor's value"):
         "split points held in a tensor under tc.trace (their values are the shapes: eager only)",
+    ("repeat_interleave", "Tensor.tolist() needs the tensor's value"):
+        "repeats held in a tensor under tc.trace (their values are the shape: eager only)",
 }
 
 SKIP_PREFIX = "not supported yet: "          # conftest.py sums up these skips

@@ -321,6 +321,64 @@ def _any_floating(*values) -> bool:
     return any(isinstance(v, float) or (hasattr(v, "dtype") and v.dtype.is_floating_point) for v in values)
 
 
+def _gather_shape(self_shape, index_shape, dim: int, for_self: bool) -> list[int]:
+    """take_along_dim: self and indices broadcast in every dim but `dim`, where each keeps its own size."""
+    if len(self_shape) != len(index_shape):
+        raise ShapeError(f"take_along_dim: input {tuple(self_shape)} and indices {tuple(index_shape)} "
+                         "must have the same number of dims")
+    d = _dim("take_along_dim", len(self_shape), dim)
+    out = list(_broadcast("take_along_dim", [n for k, n in enumerate(self_shape) if k != d],
+                          [n for k, n in enumerate(index_shape) if k != d]))
+    out.insert(d, self_shape[d] if for_self else index_shape[d])
+    return out
+
+
+def _slice_range(x, dim: int, start, end) -> tuple[int, int]:
+    """slice_scatter's start and end as Python slicing takes them: None, negative, clamped."""
+    n = _dim_size("slice_scatter", x, dim)
+    lo, hi, _ = slice(start, end).indices(n)
+    return lo, max(lo, hi)
+
+
+def _interleave_shapes(shape, dim: int, repeats: int):
+    """repeat_interleave as reshape -> expand -> reshape: a new dim of `repeats` after `dim`."""
+    if repeats < 0:
+        raise ShapeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+    d = _dim("repeat_interleave", len(shape), dim)
+    shape = list(shape) or [1]
+    grouped = shape[:d + 1] + [1] + shape[d + 1:]
+    expanded = shape[:d + 1] + [repeats] + shape[d + 1:]
+    return grouped, expanded, shape[:d] + [shape[d] * repeats] + shape[d + 1:]
+
+
+def _mesh_sizes(tensors) -> list[int]:
+    for i, t in enumerate(tensors):
+        if t.ndim > 1:
+            raise ShapeError(f"meshgrid: tensors[{i}] has shape {t.shape}; expects 0-d or 1-D tensors")
+    return [t.numel() for t in tensors]
+
+
+def _mesh_shape(sizes, i: int) -> list[int]:
+    return [1] * i + [sizes[i]] + [1] * (len(sizes) - i - 1)
+
+
+def _repeated_positions(x, dim: int, repeats, output_size) -> list[int]:
+    """repeat_interleave with a tensor of repeats: position k along `dim`, repeats[k] times.
+    Inside tc.trace the repeats' .tolist() raises: their values are the result's shape."""
+    n = _dim_size("repeat_interleave", x, dim)
+    counts = repeats.tolist()
+    counts = [counts] * n if isinstance(counts, int) else counts
+    if len(counts) == 1 and n != 1:
+        counts = counts * n
+    if len(counts) != n or any(c < 0 for c in counts):
+        raise ShapeError(f"repeat_interleave: repeats {repeats.shape} must hold one non-negative count per "
+                         f"element of dim {dim} (size {n})")
+    out = [k for k, c in enumerate(counts) for _ in range(c)]
+    if output_size is not None and output_size != len(out):
+        raise ShapeError(f"repeat_interleave: output_size {output_size} is not the sum of repeats {len(out)}")
+    return out
+
+
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
@@ -331,7 +389,9 @@ HELPERS = {
     "last_two": _last_two, "diagonal_plan": _diagonal_plan, "embed_dims": _embed_dims,
     "pad_shape": _pad_shape, "abs_int": abs, "start_index": _start_index, "split_points": _split_points,
     "class_shape": _class_shape, "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes,
-    "cross_plan": _cross_plan, "any_floating": _any_floating, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
+    "cross_plan": _cross_plan, "any_floating": _any_floating,
+    "gather_shape": _gather_shape, "slice_range": _slice_range, "interleave_shapes": _interleave_shapes,
+    "mesh_sizes": _mesh_sizes, "repeated_positions": _repeated_positions, "mesh_shape": _mesh_shape, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
     "expect_float": _expect_float,
     "range": range, "len": len, "list": list, "int": int, "reversed": reversed, "float": float,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
