@@ -1088,6 +1088,24 @@ def _layout_samples():
     sample("masked_fill", lambda t, k, v: tc.masked_fill(t, k, v), [arr((2, 3), F64), arr((2, 3), B), np.array(7.0)],
            lambda t, k, v: np.where(k, v, t), F64, "0-d tensor value")
     idx = np.array([[0, 3], [2, 2], [1, 0]])
+    sample("take", tc.take, [x, np.array([[0, -1], [5, 11]])], lambda t, i: t.reshape(-1)[i], F32,
+           "tc.take(x, idx) negative index")
+    sample("take", lambda t, i: t.take(i), [arr((2, 3), I64), np.array(4)], lambda t, i: t.reshape(-1)[i], I64,
+           "x.take(0-d index)")
+    def _index_fill(t, d, i, v):
+        out = t.copy()
+        ix = [slice(None)] * t.ndim
+        ix[d] = i
+        out[tuple(ix)] = v
+        return out
+    sample("index_fill.int_Scalar", lambda t, i: tc.index_fill(t, 1, i, -1.5), [x, np.array([0, -1])],
+           lambda t, i: _index_fill(t, 1, i, -1.5), F32, "tc.index_fill(x, 1, idx, -1.5)")
+    sample("index_fill.int_Scalar", lambda t, i: t.index_fill(0, i, 7), [arr((3, 2), I32), np.array([2, 2])],
+           lambda t, i: _index_fill(t, 0, i, 7), I32, "x.index_fill(0, idx, 7) repeated index int32")
+    sample("index_fill.int_Tensor", lambda t, i, v: tc.index_fill(t, 0, i, v), [y, np.array([1]), np.array(2.5)],
+           lambda t, i, v: _index_fill(t, 0, i, v), F64, "tc.index_fill(x, 0, idx, tensor)")
+    sample("index_fill.int_Tensor", lambda t, i, v: t.index_fill(-1, i, v), [x, np.array([3, 0]), np.array(1.0, F32)],
+           lambda t, i, v: _index_fill(t, -1, i, v), F32, "x.index_fill(-1, idx, tensor)")
     sample("take_along_dim", lambda t, i: tc.take_along_dim(t, i, 1), [x, idx],
            lambda t, i: np.take_along_axis(t, i, 1), F32, "tc.take_along_dim(x, idx, 1)")
     sample("take_along_dim", lambda t, i: t.take_along_dim(i), [y, np.array([0, 23, 5])],

@@ -81,6 +81,7 @@ OPS = {
     "eye": "tc.eye", "linspace": "tc.linspace", "logspace": "tc.logspace",
     "tril_indices": "tc.tril_indices", "triu_indices": "tc.triu_indices",
     "cumsum": "tc.cumsum",
+    "take": "tc.take", "index_fill": "tc.index_fill",
     "masked_fill": "tc.masked_fill", "take_along_dim": "tc.take_along_dim", "slice_scatter": "tc.slice_scatter",
     "select_scatter": "tc.select_scatter", "repeat_interleave": "tc.repeat_interleave",
     "meshgrid.variadic_tensors": "tc.meshgrid", "meshgrid.list_of_tensors": "tc.meshgrid",

@@ -379,6 +379,26 @@ def _repeated_positions(x, dim: int, repeats, output_size) -> list[int]:
     return out
 
 
+def _dim_shape(ndim: int, dim: int, n: int) -> list[int]:
+    """A length-n vector shaped to broadcast along dim `dim` of an ndim-D tensor."""
+    d = _dim("index_fill", ndim, dim)
+    return [1] * d + [n] + [1] * max(ndim - d - 1, 0) if ndim else []
+
+
+def _weak_scalar(value, like):
+    """A Python number as the 0-d tensor that promotes with `like` as the number would: in
+    like's dtype when the number's category fits it (so a float beside a float64 tensor is
+    not rounded to float32 first)."""
+    import tracecomp as tc
+    if isinstance(value, float) and not like.dtype.is_floating_point:
+        dtype = dt.FLOAT32                   # an integer or bool tensor beside a float
+    elif isinstance(value, int) and not isinstance(value, bool) and like.dtype is dt.BOOL:
+        dtype = dt.INT64                     # a bool tensor beside an int
+    else:
+        dtype = like.dtype
+    return tc.full([], value, dtype=dtype)
+
+
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
@@ -391,7 +411,8 @@ HELPERS = {
     "class_shape": _class_shape, "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes,
     "cross_plan": _cross_plan, "any_floating": _any_floating,
     "gather_shape": _gather_shape, "slice_range": _slice_range, "interleave_shapes": _interleave_shapes,
-    "mesh_sizes": _mesh_sizes, "repeated_positions": _repeated_positions, "mesh_shape": _mesh_shape, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
+    "mesh_sizes": _mesh_sizes, "repeated_positions": _repeated_positions,
+    "dim_shape": _dim_shape, "weak_scalar": _weak_scalar, "mesh_shape": _mesh_shape, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
     "expect_float": _expect_float,
     "range": range, "len": len, "list": list, "int": int, "reversed": reversed, "float": float,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
