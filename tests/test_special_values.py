@@ -30,15 +30,12 @@ UNARY = [n for n, op in TABLE.items() if op.kind == "elementwise" and len(_tenso
          and _floats_ok(n)]
 BINARY = [n for n, op in TABLE.items() if op.kind == "elementwise" and len(_tensor_args(n)) == 2
           and n != "clamp" and _floats_ok(n)]
-# Activations live in torch.nn.functional
-TORCH_NAMES = {n: f"nn.functional.{n}" for n in (
-    "gelu", "silu", "softplus", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6",
-    "hardsigmoid", "hardswish", "mish", "logsigmoid", "softsign", "tanhshrink")}
 
 
 def torch_fn(name: str):
+    """PyTorch's function for an op: ops.yaml's `torch:` key (nn.functional.gelu), else torch.<name>."""
     obj = torch
-    for part in TORCH_NAMES.get(name, name).split("."):
+    for part in (TABLE[name].torch or name).split("."):
         obj = getattr(obj, part)
     return obj
 

@@ -14,6 +14,7 @@ from typing import Any
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
 from .ops import formula
+from .ops.rules import broadcast_shapes
 from .ops.table import OpDef
 from .results import package
 
@@ -47,13 +48,10 @@ def _flatten_shape(shape, start: int, end: int) -> list[int]:
 
 
 def _swapped_dims(ndim: int, d0: int, d1: int) -> list[int]:
-    n = max(ndim, 1)
-    for d in (d0, d1):
-        if not -n <= d < n:
-            raise ShapeError(f"transpose: dim {d} is out of range for a tensor with {ndim} dims")
+    d0, d1 = _dim("transpose", ndim, d0), _dim("transpose", ndim, d1)
     dims = list(range(ndim))
     if ndim:
-        dims[d0 % n], dims[d1 % n] = dims[d1 % n], dims[d0 % n]
+        dims[d0], dims[d1] = dims[d1], dims[d0]
     return dims
 
 
@@ -65,9 +63,9 @@ def _chunk_size(x, chunks: int, dim: int) -> int:
 
 def _halvable(name: str, x, dim: int) -> bool:
     """True when dim `dim` of `x` splits into two equal halves; else a ShapeError."""
-    if x.ndim == 0 or not -x.ndim <= dim < x.ndim:
-        raise ShapeError(f"{name}: dim {dim} is out of range for a tensor of shape {x.shape}")
-    if x.shape[dim] % 2:
+    if x.ndim == 0:
+        raise ShapeError(f"{name}: cannot halve a 0-d tensor")
+    if x.shape[_dim(name, x.ndim, dim)] % 2:
         raise ShapeError(f"{name}: halving dim {dim} needs an even size, got shape {x.shape}")
     return True
 
@@ -233,14 +231,18 @@ def _pad_shape(shape, k: int) -> list[int]:
 def _start_index(name: str, x, dim: int, start, length: int):
     """narrow's start from a 0-d integer tensor, wrapped if negative (by a `where`, so the
     value may stay symbolic)."""
-    import tracecomp as tc
     if start.ndim != 0 or start.dtype.is_floating_point or start.dtype is dt.BOOL:
         raise ArgumentError(f"{name}: start must be a 0-d integer tensor, got {start.dtype.label}{list(start.shape)}")
     n = _dim_size(name, x, dim)
     if not 0 <= length <= n:
         raise ShapeError(f"{name}: length {length} exceeds dim {dim} of size {n} (shape {x.shape})")
-    start = start.long()
-    return tc.where(start < 0, start + n, start)
+    return _wrapped(start.long(), n)
+
+
+def _wrapped(index, n):
+    """Negative indices counted from the end (index + n), by a `where`: the values may be symbolic."""
+    import tracecomp as tc
+    return tc.where(index < 0, index + n, index)
 
 
 def _split_points(t):
@@ -276,23 +278,13 @@ def _triangle_indices(row: int, col: int, offset: int, lower: bool) -> list[list
 def _scaled_sum(x, product, beta, alpha):
     """beta * x + alpha * product (addmm, addmv, baddbmm), skipping the factors that are 1,
     and x when beta is 0."""
-    if _broadcast("addmm", x.shape, product.shape) != tuple(product.shape):
+    if broadcast_shapes("addmm", [("self", x.shape), ("product", product.shape)]) != tuple(product.shape):
         raise ShapeError(f"input of shape {tuple(x.shape)} does not broadcast to the product's shape "
                          f"{tuple(product.shape)}")
     if not product.dtype.is_floating_point:         # integer products take the factors as ints, as PyTorch
         beta, alpha = int(beta), int(alpha)
     out = product if alpha == 1 else product * alpha
     return out if beta == 0 else out + (x if beta == 1 else x * beta)
-
-
-def _broadcast(name: str, a, b) -> tuple:
-    out = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        p, q = (a[-i] if i <= len(a) else 1), (b[-i] if i <= len(b) else 1)
-        if p != q and 1 not in (p, q):
-            raise ShapeError(f"{name}: shapes {tuple(a)} and {tuple(b)} do not broadcast")
-        out.append(q if p == 1 else p)
-    return tuple(reversed(out))
 
 
 def _kron_shapes(a, b):
@@ -303,7 +295,7 @@ def _kron_shapes(a, b):
 
 
 def _cross_plan(a, b, dim):
-    shape = _broadcast("cross", a.shape, b.shape)
+    shape = broadcast_shapes("cross", [("self", a.shape), ("other", b.shape)])
     if dim is None:
         sizes3 = [d for d, n in enumerate(shape) if n == 3]
         if not sizes3:
@@ -327,8 +319,8 @@ def _gather_shape(self_shape, index_shape, dim: int, for_self: bool) -> list[int
         raise ShapeError(f"take_along_dim: input {tuple(self_shape)} and indices {tuple(index_shape)} "
                          "must have the same number of dims")
     d = _dim("take_along_dim", len(self_shape), dim)
-    out = list(_broadcast("take_along_dim", [n for k, n in enumerate(self_shape) if k != d],
-                          [n for k, n in enumerate(index_shape) if k != d]))
+    out = list(broadcast_shapes("take_along_dim", [("self", [n for k, n in enumerate(self_shape) if k != d]),
+                                                   ("indices", [n for k, n in enumerate(index_shape) if k != d])]))
     out.insert(d, self_shape[d] if for_self else index_shape[d])
     return out
 
@@ -358,10 +350,6 @@ def _mesh_sizes(tensors) -> list[int]:
     return [t.numel() for t in tensors]
 
 
-def _mesh_shape(sizes, i: int) -> list[int]:
-    return [1] * i + [sizes[i]] + [1] * (len(sizes) - i - 1)
-
-
 def _repeated_positions(x, dim: int, repeats, output_size) -> list[int]:
     """repeat_interleave with a tensor of repeats: position k along `dim`, repeats[k] times.
     Inside tc.trace the repeats' .tolist() raises: their values are the result's shape."""
@@ -379,9 +367,9 @@ def _repeated_positions(x, dim: int, repeats, output_size) -> list[int]:
     return out
 
 
-def _dim_shape(ndim: int, dim: int, n: int) -> list[int]:
+def _dim_shape(name: str, ndim: int, dim: int, n: int) -> list[int]:
     """A length-n vector shaped to broadcast along dim `dim` of an ndim-D tensor."""
-    d = _dim("index_fill", ndim, dim)
+    d = _dim(name, ndim, dim)
     return [1] * d + [n] + [1] * max(ndim - d - 1, 0) if ndim else []
 
 
@@ -402,19 +390,21 @@ def _weak_scalar(value, like):
 HELPERS = {
     "trailing_dims": _trailing_dims, "reduce_loss": _reduce_loss, "flatten_shape": _flatten_shape,
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
-    "halvable": _halvable, "dim_size": _dim_size, "at_least_dims": _at_least_dims, "dims_in": _dims_in,
-    "same_length": _same_length, "tail": lambda xs: list(xs)[1:], "moved_dims": _moved_dims,
-    "narrow_bounds": _narrow_bounds, "unflatten_shape": _unflatten_shape, "section_bounds": _section_bounds,
-    "index_bounds": _index_bounds, "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats,
-    "last_two": _last_two, "diagonal_plan": _diagonal_plan, "embed_dims": _embed_dims,
-    "pad_shape": _pad_shape, "abs_int": abs, "start_index": _start_index, "split_points": _split_points,
-    "class_shape": _class_shape, "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes,
-    "cross_plan": _cross_plan, "any_floating": _any_floating,
-    "gather_shape": _gather_shape, "slice_range": _slice_range, "interleave_shapes": _interleave_shapes,
-    "mesh_sizes": _mesh_sizes, "repeated_positions": _repeated_positions,
-    "dim_shape": _dim_shape, "weak_scalar": _weak_scalar, "mesh_shape": _mesh_shape, "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
-    "expect_float": _expect_float,
-    "range": range, "len": len, "list": list, "int": int, "reversed": reversed, "float": float,
+    "expect_float": _expect_float, "halvable": _halvable, "class_shape": _class_shape,
+    # layout
+    "dim_size": _dim_size, "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length,
+    "tail": lambda xs: list(xs)[1:], "moved_dims": _moved_dims, "narrow_bounds": _narrow_bounds,
+    "unflatten_shape": _unflatten_shape, "section_bounds": _section_bounds, "index_bounds": _index_bounds,
+    "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats, "last_two": _last_two,
+    "diagonal_plan": _diagonal_plan, "embed_dims": _embed_dims, "pad_shape": _pad_shape,
+    "interleave_shapes": _interleave_shapes, "mesh_sizes": _mesh_sizes, "dim_shape": _dim_shape,
+    "gather_shape": _gather_shape, "slice_range": _slice_range,
+    # indices and values
+    "wrapped": _wrapped, "start_index": _start_index, "split_points": _split_points,
+    "repeated_positions": _repeated_positions, "weak_scalar": _weak_scalar, "any_floating": _any_floating,
+    "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes, "cross_plan": _cross_plan,
+    "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
+    "range": range, "len": len, "list": list, "int": int, "reversed": reversed, "float": float, "abs_int": abs,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
 }
 

@@ -81,8 +81,9 @@ def normalize_dims(op: OpDef, dims, ndim: int | tuple[int, ...], arg: str = "dim
     return tuple(d for d in out if ndim > 0)
 
 
-def broadcast_shapes(op: OpDef, named: list[tuple[str, tuple[int, ...]]]) -> tuple[int, ...]:
-    """NumPy broadcasting over (argument name, shape) pairs; errors name both arguments."""
+def broadcast_shapes(op: OpDef | str, named: list[tuple[str, tuple[int, ...]]]) -> tuple[int, ...]:
+    """NumPy broadcasting over (argument name, shape) pairs; errors name both arguments and
+    the op (an OpDef, or the name of the composite asking)."""
     ndim = max((len(s) for _, s in named), default=0)
     out = [1] * ndim
     owner = [None] * ndim
@@ -93,7 +94,8 @@ def broadcast_shapes(op: OpDef, named: list[tuple[str, tuple[int, ...]]]) -> tup
                 continue
             if out[j] != 1:
                 shapes = ", ".join(f"'{n}' {tuple(s)}" for n, s in named)
-                raise ShapeError(f"{op.full_name}: shapes cannot broadcast: {shapes}; dim {j - ndim} "
+                who = op if isinstance(op, str) else op.full_name
+                raise ShapeError(f"{who}: shapes cannot broadcast: {shapes}; dim {j - ndim} "
                                  f"is {out[j]} in '{owner[j]}' but {d} in '{name}'")
             out[j], owner[j] = d, name
     return tuple(out)
