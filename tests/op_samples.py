@@ -941,6 +941,46 @@ def _scan_samples():
     sample("cumsum", lambda x: tc.cumsum(x, 0), [np.array([1.0, np.nan, 2.0, np.inf], F32)],
            lambda x: np.cumsum(x), F32, "nan and inf carry on")
 
+    zeros = np.array([[0.5, 0.0, 2.0, -1.5, 0.0, 3.0], [1.5, -2.0, 0.0, 0.5, 1.0, 2.0]], F64)
+    sample("cumprod", lambda x: tc.cumprod(x, 1), [arr((3, 4), F32, 0.5, 1.5)], lambda x: np.cumprod(x, 1), F32,
+           "tc.cumprod(x, 1)", rtol=1e-5, atol=1e-5)
+    sample("cumprod", lambda x: x.cumprod(1), [zeros], lambda x: np.cumprod(x, 1), F64,
+           "zeros: one and two in a row")
+    sample("cumprod", lambda x: tc.cumprod(x, 0), [zeros.T.copy()], lambda x: np.cumprod(x, 0), F64, "zeros along dim 0")
+    sample("cumprod", lambda x: tc.cumprod(x, 0, dtype=tc.float64), [arr((4,), I32, -3, 3)],
+           lambda x: np.cumprod(x).astype(F64), F64, "dtype=float64")
+    sample("cumprod", lambda x: tc.cumprod(x, 0), [arr((5,), I32, -3, 3)], lambda x: np.cumprod(x), I64,
+           "int32 multiplies in int64")
+    sample("cumprod", lambda x: tc.cumprod(x, 0), [np.array(-2.0, F64)], lambda x: x, F64, "0-d")
+
+    def running(fn):
+        def ref(x, dim):
+            x = np.moveaxis(x, dim, -1)
+            values, indices = x.copy(), np.zeros(x.shape, np.int64)
+            for i in range(1, x.shape[-1]):
+                take = fn(x[..., i], values[..., i - 1]) | np.isnan(x[..., i]).astype(bool)
+                values[..., i] = np.where(take, x[..., i], values[..., i - 1])
+                indices[..., i] = np.where(take, i, indices[..., i - 1])
+            return np.moveaxis(values, -1, dim), np.moveaxis(indices, -1, dim)
+        return ref
+    for name, fn in (("cummax", np.greater_equal), ("cummin", np.less_equal)):
+        ref = running(fn)
+        sample(name, lambda x, n=name: getattr(tc, n)(x, 1), [arr((3, 5), F64)], lambda x, r=ref: r(x, 1),
+               (F64, I64), f"tc.{name}(x, 1)")
+        sample(name, lambda x, n=name: getattr(x, n)(0), [np.array([[1, 3], [3, 1], [2, 3], [3, 0]], I64)],
+               lambda x, r=ref: r(x, 0), (I64, I64), "ties: the latest index")
+        sample(name, lambda x, n=name: getattr(tc, n)(x, 0), [np.array([1.0, np.nan, 5.0, np.nan, -2.0], F32)],
+               lambda x, r=ref: r(x, 0), (F32, I64), "NaN wins, the latest NaN")
+        sample(name, lambda x, n=name: getattr(tc, n)(x, 0), [np.array(4.0, F32)],
+               lambda x: (x, np.array(0)), (F32, I64), "0-d")
+    big = np.array([[-1000.0, 0.0, 1000.0, 999.0], [-np.inf, -np.inf, 2.0, -np.inf]], F64)
+    sample("logcumsumexp", lambda x: tc.logcumsumexp(x, 1), [arr((3, 5), F32)],
+           lambda x: np.logaddexp.accumulate(x, 1), F32, "tc.logcumsumexp(x, 1)", rtol=1e-5, atol=1e-5)
+    sample("logcumsumexp", lambda x: x.logcumsumexp(1), [big], lambda x: np.logaddexp.accumulate(x, 1), F64,
+           "far apart and -inf: no overflow")
+    sample("logcumsumexp", lambda x: tc.logcumsumexp(x, 0), [arr((4, 2), F64)],
+           lambda x: np.logaddexp.accumulate(x, 0), F64, "dim 0")
+
     nanx = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, 2.0]], F32)
     sample("nansum", tc.nansum, [nanx], np.nansum, F32, "tc.nansum(x)")
     sample("nansum", lambda x: x.nansum(1, keepdim=True), [nanx.astype(F64)], lambda x: np.nansum(x, 1, keepdims=True),
@@ -971,6 +1011,89 @@ def _scan_samples():
 
 
 _scan_samples()
+
+
+def _stable_order(x, dim=-1, descending=False):
+    """NumPy's stable argsort in PyTorch's order: NaN largest, descending keeps ties' order."""
+    x = np.moveaxis(np.asarray(x), dim, -1)
+    key = x.astype(np.float64) if x.dtype.kind in "biu" else x
+    nan = np.isnan(key)
+    order = np.lexsort((-key, ~nan) if descending else (key, nan), axis=-1)
+    return np.moveaxis(order, -1, dim)
+
+
+def _sorted(x, dim=-1, descending=False):
+    order = _stable_order(x, dim, descending)
+    return np.take_along_axis(x, order, dim), order
+
+
+def _sort_samples():
+    ties = np.array([[3, 1, 2, 1, 3, 0], [2, 2, 2, 1, 1, 1]], I64)
+    nans = np.array([2.0, np.nan, -1.0, 5.0, np.nan, 0.0, -1.0], F32)
+    sample("sort", tc.sort, [arr((4, 9), F32)], _sorted, (F32, I64), "tc.sort(x), last dim")
+    sample("sort", lambda x: x.sort(0, True), [arr((33, 3), F64)], lambda x: _sorted(x, 0, True), (F64, I64),
+           "x.sort(0, descending=True), 33 rows (6 merge passes)")
+    sample("sort", lambda x: tc.sort(x, 1), [ties], lambda x: _sorted(x, 1), (I64, I64), "int ties keep order")
+    sample("sort", lambda x: tc.sort(x, 1, True), [ties], lambda x: _sorted(x, 1, True), (I64, I64),
+           "descending int ties keep order")
+    sample("sort", tc.sort, [nans], _sorted, (F32, I64), "NaN sorts last")
+    sample("sort", lambda x: tc.sort(x, descending=True), [nans], lambda x: _sorted(x, -1, True), (F32, I64),
+           "NaN sorts first descending")
+    sample("sort", tc.sort, [arr((5,), B)], _sorted, (B, I64), "bool")
+    sample("sort", tc.sort, [np.array(1.5, F32)], lambda x: (x, np.array(0)), (F32, I64), "0-d")
+    sample("sort", lambda x: tc.sort(x, 0), [arr((0, 3), F32)], lambda x: _sorted(x, 0), (F32, I64), "empty")
+    sample("sort.stable", lambda x: tc.sort(x, stable=True, dim=0), [ties.T.copy()], lambda x: _sorted(x, 0),
+           (I64, I64), "stable=True")
+    sample("sort.stable", lambda x: x.sort(stable=True, descending=True), [nans], lambda x: _sorted(x, -1, True),
+           (F32, I64), "x.sort(stable=True, descending=True)")
+    sample("sort.stable", lambda x: tc.sort(x, stable=False), [arr((3, 4), F64)], _sorted, (F64, I64), "float64")
+    sample("argsort", lambda x: tc.argsort(x, 1, True), [arr((3, 17), F32)],
+           lambda x: _stable_order(x, 1, True), I64, "tc.argsort(x, 1, descending=True)")
+    sample("argsort", lambda x: x.argsort(), [ties], _stable_order, I64, "x.argsort(), ties")
+    sample("argsort.stable", lambda x: tc.argsort(x, stable=True), [nans], _stable_order, I64, "stable=True, NaN")
+    sample("argsort.stable", lambda x: x.argsort(stable=True, dim=0), [ties], lambda x: _stable_order(x, 0), I64,
+           "x.argsort(stable=True, dim=0)")
+    sample("msort", tc.msort, [arr((6, 2), F64)], lambda x: np.sort(x, 0), F64, "tc.msort(x)")
+    sample("topk", lambda x: tc.topk(x, 3), [arr((4, 7), F32)],
+           lambda x: tuple(a[:, :3] for a in _sorted(x, 1, True)), (F32, I64), "tc.topk(x, 3)")
+    sample("topk", lambda x: x.topk(2, 0, largest=False), [ties.astype(F64)],
+           lambda x: tuple(a[:2] for a in _sorted(x, 0)), (F64, I64), "smallest, dim 0, ties")
+    sample("topk", lambda x: tc.topk(x, 0), [arr((3,), F32)], lambda x: (x[:0], np.zeros(0, np.int64)),
+           (F32, I64), "k = 0")
+    sample("kthvalue", lambda x: tc.kthvalue(x, 2), [arr((3, 5), F32)],
+           lambda x: tuple(a[:, 1] for a in _sorted(x, 1)), (F32, I64), "tc.kthvalue(x, 2)")
+    sample("kthvalue", lambda x: x.kthvalue(3, 0, keepdim=True), [ties.T.astype(F64)],
+           lambda x: tuple(a[2:3] for a in _sorted(x, 0)), (F64, I64), "keepdim, ties")
+    sample("median", tc.median, [arr((4, 5), F32)], lambda x: np.sort(x, None)[(x.size - 1) // 2], F32,
+           "tc.median(x): the lower middle")
+    sample("median", tc.median, [nans], lambda x: np.float32(np.nan), F32, "NaN if any is NaN")
+    sample("median", tc.median, [arr((0,), F32)], lambda x: np.float32(np.nan), F32, "empty: NaN")
+    sample("median.dim", lambda x: tc.median(x, 1), [arr((3, 6), F64)],
+           lambda x: tuple(a[:, 2] for a in _sorted(x, 1)), (F64, I64), "tc.median(x, 1)")
+    sample("median.dim", lambda x: x.median(0, keepdim=True), [np.stack([nans, nans[::-1]], 1)],
+           lambda x: (np.full((1, 2), np.nan, F32), np.array([[1, 2]])), (F32, I64), "NaN and the first NaN's index")
+    seq = np.sort(arr((10,), F32))
+    rows = np.sort(arr((2, 6), F64), 1)
+    sample("searchsorted.Tensor", tc.searchsorted, [seq, arr((3, 4), F32)], np.searchsorted, I64,
+           "tc.searchsorted(seq, values)")
+    sample("searchsorted.Tensor", lambda s, v: tc.searchsorted(s, v, right=True), [seq, seq[[0, 3, 3, 9]]],
+           lambda s, v: np.searchsorted(s, v, "right"), I64, "right=True, values on the boundaries")
+    sample("searchsorted.Tensor", lambda s, v: tc.searchsorted(s, v, side="right", out_int32=True),
+           [rows, arr((2, 3), F64)], lambda s, v: np.stack([np.searchsorted(a, b, "right") for a, b in zip(s, v)]),
+           I32, "a sequence per row, side='right', int32")
+    perm = np.array([3, 0, 4, 1, 2])
+    sample("searchsorted.Tensor", lambda s, v, o: tc.searchsorted(s, v, sorter=o),
+           [np.array([5, 1, 9, 2, 7], I64), np.array([0, 2, 6, 10], I64), perm],
+           lambda s, v, o: np.searchsorted(s, v, sorter=o), I64, "sorter")
+    sample("searchsorted.Scalar", lambda s: tc.searchsorted(s, 0.5), [seq], lambda s: np.searchsorted(s, 0.5),
+           I64, "a Python number")
+    sample("bucketize.Tensor", lambda x, b: tc.bucketize(x, b, right=True), [arr((2, 3), F32), seq],
+           lambda x, b: np.searchsorted(b, x, "right"), I64, "tc.bucketize(x, boundaries, right=True)")
+    sample("bucketize.Scalar", lambda b: tc.bucketize(3, b), [np.arange(6, dtype=I64)],
+           lambda b: np.searchsorted(b, 3), I64, "a Python number")
+
+
+_sort_samples()
 _more_loss_samples()
 
 

@@ -45,6 +45,8 @@ KINKS = {
     ("round.decimals", "decimals=0 ties to even"),
     ("atan2", "axes"),                      # atan2(+-0, -1): the branch cut
     ("binary_cross_entropy", "log clamped at -100"),     # x = 0 and 1, where log is -inf
+    ("topk", "smallest, dim 0, ties"),      # which of two equal values is picked jumps
+    ("kthvalue", "keepdim, ties"),
 }
 
 # Smooth samples for ops whose shared samples all sit on kinks.
@@ -56,6 +58,8 @@ NOT_CHECKED = {
     "int": "int32 result: no gradient flows", "long": "int64 result: no gradient flows",
     "bool": "bool result: no gradient flows",
     "count_nonzero": "int64 result: no gradient flows",
+    **{name: "integer positions: no gradient flows" for name in (
+        "argsort.stable", "searchsorted.Scalar", "bucketize.Tensor", "bucketize.Scalar")},
 }
 
 

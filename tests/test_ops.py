@@ -343,6 +343,11 @@ ERRORS = [
     ("no overload", lambda a: tc.max(a, "x"), [X4], TypeErr, ["max()", "max.dim", "max.other", "str"]),
     ("no overload arange", lambda: tc.arange(), [], TypeErr, ["arange()", "arange.start", "'end'"]),
     ("keepdim type", lambda a: a.sum(0, 1), [X23], TypeErr, ["sum()", "'keepdim'", "bool", "int"]),
+    ("logcumsumexp int", lambda a: a.logcumsumexp(0), [I3], tc.DTypeError, ["logcumsumexp", "int", "floating"]),
+    ("searchsorted sides", lambda a: tc.searchsorted(a, a, right=True, side="left"), [X4], TypeErr,
+     ["searchsorted", "side", "right"]),
+    ("searchsorted rows", lambda a, b: tc.searchsorted(a, b), [X23, np.zeros((3, 2), np.float32)], ValueErr,
+     ["searchsorted", "(2, 3)", "(3, 2)"]),
 ]
 RUNTIME_ERRORS = [   # found only when the values are seen (eagerly, or when the traced graph runs)
     ("index_select bounds", lambda a, i: a.index_select(0, i), [X4, np.array([0, 4], np.int64)], ValueErr,
@@ -394,6 +399,8 @@ COMPOSITE_ERRORS = [
      TypeErr, ["cross_entropy", "'reduction'", "'avg'"]),
     ("linear", lambda a, w: tc.linear(a, w), [X23, np.zeros((4, 2), np.float32)], ValueErr,
      ["linear", "'weight' (4, 2)", "(2, 3)"]),
+    ("topk", lambda a: a.topk(5), [X4], ValueErr, ["topk", "k = 5", "[0, 4]"]),
+    ("kthvalue", lambda a: tc.kthvalue(a, 0), [X4], ValueErr, ["kthvalue", "k = 0", "[1, 4]"]),
 ]
 
 

@@ -91,6 +91,8 @@ OPS = {
     "div.trunc_rounding": "tc.div", "div.floor_rounding": "tc.div",
     **{n: f"tc.{n}" for n in ("outer", "dot", "vdot", "mv", "addmm", "addmv", "baddbmm", "kron", "cross")},
     "view_as": "x.view_as", "reshape_as": "x.reshape_as", "expand_as": "x.expand_as", "repeat": "x.repeat",
+    **{n: f"tc.{n}" for n in ("cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "msort", "topk", "kthvalue", "median", "searchsorted",
+                               "bucketize")},
     **{f"nn.functional.{n}": f"tc.{n}" for n in (
         "softplus", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid",
         "hardswish", "mish", "logsigmoid", "softsign", "tanhshrink", "glu")},
@@ -113,6 +115,11 @@ TOLERANCE = {"float32": (1e-5, 1e-5), "float64": (1e-10, 1e-10)}   # (rtol, atol
 # float32 gradients: PyTorch's own rounding differs from ours by a few 1e-4 where the exact
 # answer is 0 (layer_norm over one element)
 GRAD_TOLERANCE = {"float32": (1e-4, 5e-4), "float64": (1e-8, 1e-8)}
+# Per op, where float32 itself cannot do better: logcumsumexp's samples hold 1e4 beside
+# values near 0, and its gradient exp(x + log-sum) carries x's rounding (1e4 * 6e-8 = 6e-4
+# in the exponent); PyTorch's own float32 gradient is 4e-3 away from float64 there, ours
+# 5e-3 (float64 agrees to 1e-15).
+GRAD_TOLERANCE_FOR = {"logcumsumexp": {"float32": (2e-3, 5e-4), "float64": (1e-8, 1e-8)}}
 
 
 @functools.cache
@@ -225,7 +232,23 @@ def _run_or_skip(key: str, fn):
 
 # ------------------------------------------------------------------ comparing results
 
-def _compare(got, want, dtype: str, tolerance: dict, what: str) -> None:
+# Ops whose index output PyTorch leaves unspecified among equal values (a selection
+# algorithm, not a stable sort): an index there passes when it picks an equal value.
+TIES_ANY_INDEX = ("topk", "kthvalue")
+
+
+def _picks_equal_values(sample, got: np.ndarray, want: np.ndarray) -> bool:
+    """Whether indices `got` and `want` along the sample's dim pick equal input values."""
+    x = sample.input.detach().numpy()
+    if x.ndim == 0:
+        return False
+    dim = sample.args[1] if len(sample.args) > 1 else sample.kwargs.get("dim", -1)
+    if got.ndim < x.ndim:                  # keepdim=False
+        got, want = np.expand_dims(got, dim), np.expand_dims(want, dim)
+    return np.array_equal(np.take_along_axis(x, got, dim), np.take_along_axis(x, want, dim))
+
+
+def _compare(got, want, dtype: str, tolerance: dict, what: str, sample=None) -> None:
     got_leaves, want_leaves = _leaves(got), _leaves(want)
     assert len(got_leaves) == len(want_leaves), f"{what}: {len(got_leaves)} outputs, torch gives {len(want_leaves)}"
     for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
@@ -237,7 +260,8 @@ def _compare(got, want, dtype: str, tolerance: dict, what: str) -> None:
             rtol, atol = tolerance.get(str(w.dtype), tolerance["float32"])
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True,
                                        err_msg=f"{what} output {i}")
-        else:
+        elif not (sample is not None and what.split()[0] in TIES_ANY_INDEX and i == 1
+                  and _picks_equal_values(sample, g, w)):
             np.testing.assert_array_equal(g, w, err_msg=f"{what} output {i}")
 
 
@@ -261,7 +285,7 @@ def test_eager(key, dtype, i):
     info, sample, want = _case(key, dtype, i)
     tensors = [tc.tensor(a) for a in _arrays(sample)]
     got = _run_or_skip(key, lambda: _call(key, tensors, sample))
-    _compare(got, want, dtype, TOLERANCE, f"{key} eager")
+    _compare(got, want, dtype, TOLERANCE, f"{key} eager", sample)
 
 
 @pytest.mark.parametrize("key, dtype, i", CASES, ids=[f"{k}-{d}-{i}" for k, d, i in CASES])
@@ -269,7 +293,7 @@ def test_compiled(key, dtype, i):
     info, sample, want = _case(key, dtype, i)
     compiled = tc.trace(lambda *tensors: _call(key, list(tensors), sample))
     got = _run_or_skip(key, lambda: compiled(*_arrays(sample)))
-    _compare(got, want, dtype, TOLERANCE, f"{key} compiled")
+    _compare(got, want, dtype, TOLERANCE, f"{key} compiled", sample)
 
 
 GRAD_CASES = [c for c in CASES if c[1] != "int64" and opinfos()[c[0]].supports_autograd]
@@ -297,4 +321,4 @@ def test_grad(key, dtype, i):
 
     grad = tc.trace(tc.grad(tc_loss, argnums=tuple(wrt)))
     got = _run_or_skip(key, lambda: grad(*_arrays(sample)))
-    _compare(list(got), expected, dtype, GRAD_TOLERANCE, f"{key} gradient")
+    _compare(list(got), expected, dtype, GRAD_TOLERANCE_FOR.get(key, GRAD_TOLERANCE), f"{key} gradient")

@@ -91,6 +91,12 @@ def _dim_size(name: str, x, d: int) -> int:
     return x.shape[_dim(name, x.ndim, d)] if x.ndim else 1
 
 
+def _count_in(name: str, what: str, k: int, lo: int, hi: int) -> int:
+    if not lo <= k <= hi:
+        raise ShapeError(f"{name}: {what} = {k} is out of range [{lo}, {hi}] for this dim")
+    return k
+
+
 def _at_least_dims(name: str, x, n: int) -> bool:
     if x.ndim < n:
         raise ShapeError(f"{name}: expects a tensor with at least {n} dims, got shape {x.shape}")
@@ -392,7 +398,7 @@ HELPERS = {
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
     "expect_float": _expect_float, "halvable": _halvable, "class_shape": _class_shape,
     # layout
-    "dim_size": _dim_size, "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length,
+    "dim_size": _dim_size, "count_in": _count_in, "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length,
     "tail": lambda xs: list(xs)[1:], "moved_dims": _moved_dims, "narrow_bounds": _narrow_bounds,
     "unflatten_shape": _unflatten_shape, "section_bounds": _section_bounds, "index_bounds": _index_bounds,
     "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats, "last_two": _last_two,

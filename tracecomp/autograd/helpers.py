@@ -141,6 +141,73 @@ def prod_jvp(self_p, self_t, result, dim, keepdim: bool):
     return out if out.dtype == result.dtype else out.to(result.dtype)
 
 
+def _reverse_cumsum(x, dim: int):
+    return x.flip([dim]).cumsum(dim).flip([dim])
+
+
+def _zero_positions(self, dim: int):
+    """(before, first): masks of the elements before self's first zero along dim, and of
+    that first zero."""
+    is_zero = self == 0
+    zeros_so_far = is_zero.cumsum(dim)
+    return zeros_so_far == 0, is_zero & (zeros_so_far == 1)
+
+
+def cumprod_backward(grad, self, result, dim: int):
+    """cumprod: d out_i / d x_k = prod_{j <= i, j != k} x_j for k <= i, without dividing by
+    zero.  Before the first zero z, that is out_i / x_k (exact: x_k != 0); at z it is
+    cumprod of x with x_z replaced by 1, at i; after z it is 0 (x_z is a factor)."""
+    tc = _tc()
+    if self.ndim == 0:
+        return grad
+    before, first = _zero_positions(self, dim)
+    at_before = _reverse_cumsum(grad * result, dim) / tc.where(before, self, 1)
+    at_first = _reverse_cumsum(grad * tc.where(first, 1, self).cumprod(dim), dim)
+    return tc.where(before, at_before, tc.where(first, at_first, 0))
+
+
+def cumprod_jvp(self_p, self_t, result, dim: int):
+    """Forward mode of cumprod: out_i * cumsum(t / x)_i before the first zero z; after it,
+    only x_z's tangent moves out_i: t_z * cumprod(x with x_z replaced by 1)_i."""
+    tc = _tc()
+    if self_p.ndim == 0:
+        return self_t
+    before, first = _zero_positions(self_p, dim)
+    t_first = tc.where(first, self_t, 0).sum(dim, keepdim=True)
+    after = t_first * tc.where(first, 1, self_p).cumprod(dim)
+    return tc.where(before, result * (self_t / tc.where(before, self_p, 1)).cumsum(dim), after)
+
+
+def _signed_logcumsumexp(log_magnitude, weights, dim: int, reverse: bool):
+    """sum over a running window of weights * exp(log_magnitude), in log space for the
+    positive and the negative weights separately (no overflow): (log of the positive
+    part, log of the negative part)."""
+    tc = _tc()
+
+    def running(w):
+        logs = tc.where(w > 0, log_magnitude + tc.log(tc.where(w > 0, w, 1)), float("-inf"))
+        return logs.flip([dim]).logcumsumexp(dim).flip([dim]) if reverse else logs.logcumsumexp(dim)
+    return running(weights), running(-weights)
+
+
+def logcumsumexp_backward(grad, self, result, dim: int):
+    """logcumsumexp: grad_k = sum_{i >= k} grad_i exp(x_k - out_i), summed in log space."""
+    tc = _tc()
+    if self.ndim == 0:
+        return grad
+    pos, neg = _signed_logcumsumexp(-result, grad, dim, reverse=True)
+    return tc.exp(self + pos) - tc.exp(self + neg)
+
+
+def logcumsumexp_jvp(self_p, self_t, result, dim: int):
+    """Forward mode: out_t_i = sum_{k <= i} t_k exp(x_k - out_i), summed in log space."""
+    tc = _tc()
+    if self_p.ndim == 0:
+        return self_t
+    pos, neg = _signed_logcumsumexp(self_p, self_t, dim, reverse=False)
+    return tc.exp(pos - result) - tc.exp(neg - result)
+
+
 def unsqueeze_reduced_shape(shape: tuple[int, ...], dims: list[int], keepdim: bool) -> tuple[int, ...]:
     """The result shape of a reduction over `dims` (already normalized)."""
     if keepdim:

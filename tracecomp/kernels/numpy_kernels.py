@@ -152,12 +152,64 @@ def _reduction(op: OpDef, args, out_types):
     return [fn(x, axis=dims, keepdims=bool(args.get("keepdim")), **kw)]
 
 
+def _running_extreme(x: np.ndarray, take_new) -> tuple[np.ndarray, np.ndarray]:
+    """cummax/cummin along the last axis: the running value and the index where it was taken."""
+    values, indices = x.copy(), np.zeros(x.shape, np.int64)
+    for i in range(1, x.shape[-1]):
+        new = x[..., i]
+        take = np.isnan(new) | take_new(new, values[..., i - 1]) if x.dtype.kind == "f" else take_new(new, values[..., i - 1])
+        values[..., i] = np.where(take, new, values[..., i - 1])
+        indices[..., i] = np.where(take, i, indices[..., i - 1])
+    return values, indices
+
+
 @kernel("scan")
 def _scan(op: OpDef, args, out_types):
     x, t = args["self"], out_types[0].dtype.np
     if x.ndim == 0:
-        return [x.astype(t)]
-    return [np.cumsum(x, axis=rules.normalize_dim(op, args["dim"], x.ndim), dtype=t)]
+        return [x.astype(t)] + [np.zeros((), np.int64)] * (len(out_types) - 1)
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    if op.impl in ("max", "min"):
+        values, indices = _running_extreme(np.moveaxis(x, d, -1), np.greater_equal if op.impl == "max" else np.less_equal)
+        return [np.moveaxis(values, -1, d), np.moveaxis(indices, -1, d)]
+    if op.impl == "logaddexp":
+        with np.errstate(invalid="ignore"):
+            return [np.logaddexp.accumulate(x, axis=d, dtype=t)]
+    return [(np.cumsum if op.impl == "sum" else np.cumprod)(x, axis=d, dtype=t)]
+
+
+def _order_keys(x: np.ndarray, descending: bool) -> tuple:
+    """np.lexsort keys (last is primary) putting `x` in PyTorch's sort order: NaN is the
+    largest value; descending order reverses the keys exactly (~ on integers, no overflow)."""
+    if x.dtype == np.bool_:
+        x = x.astype(np.int8)
+    if x.dtype.kind != "f":
+        return ((~x if descending else x),)
+    nan = np.isnan(x)
+    return ((-x if descending else x), (~nan if descending else nan))
+
+
+@kernel("sort")
+def _sort(op: OpDef, args, out_types):
+    x = args["self"]
+    if x.ndim == 0:
+        return [np.zeros((), np.int64)]
+    d = rules.normalize_dim(op, args["dim"], x.ndim)
+    moved = np.moveaxis(x, d, -1)
+    keys = _order_keys(moved, bool(args.get("descending")))
+    return [np.moveaxis(np.lexsort(keys, axis=-1), -1, d).astype(np.int64)]
+
+
+@kernel("search")
+def _search(op: OpDef, args, out_types):
+    seq, values, sorter = args["sorted_sequence"], args["self"], args.get("sorter")
+    side = "right" if args.get("right") or args.get("side") == "right" else "left"
+    if seq.ndim == 1:
+        return [np.asarray(np.searchsorted(seq, values, side, sorter)).astype(out_types[0].dtype.np)]
+    out = np.empty(values.shape, out_types[0].dtype.np)
+    for row in np.ndindex(seq.shape[:-1]):
+        out[row] = np.searchsorted(seq[row], values[row], side, None if sorter is None else sorter[row])
+    return [out]
 
 
 @kernel("arg_reduction")

@@ -206,9 +206,46 @@ def _reduction_dtype(op: OpDef, x: TensorType, requested: DType | None) -> DType
 
 @rule("scan")
 def _scan(op: OpDef, args):
+    """cumsum/cumprod (integers accumulate in int64), cummax/cummin (values and int64
+    indices), logcumsumexp (floating point only)."""
     x = _tensor(op, args, "self")
     normalize_dim(op, args["dim"], x.shape)
+    if op.impl == "logaddexp" and not x.dtype.is_floating_point:
+        raise DTypeError(f"{op.full_name}: argument 'self' must have a floating point dtype, got "
+                         f"{x.dtype.label} of shape {x.shape} (cast with .float())")
+    if op.impl in ("max", "min"):
+        return [TensorType(x.shape, x.dtype), TensorType(x.shape, dt.INT64)]
     return [TensorType(x.shape, _reduction_dtype(op, x, args.get("dtype")))]
+
+
+@rule("sort")
+def _sort(op: OpDef, args):
+    """argsort: int64 positions along dim, the input's shape."""
+    x = _tensor(op, args, "self")
+    normalize_dim(op, args["dim"], x.shape)
+    return [TensorType(x.shape, dt.INT64)]
+
+
+@rule("search")
+def _search(op: OpDef, args):
+    """searchsorted: for each value, its insertion point in the innermost dim of the sorted
+    sequence (one sequence for all values, or one per row of the leading dims)."""
+    seq, values = _tensor(op, args, "sorted_sequence"), _tensor(op, args, "self")
+    if seq.ndim == 0:
+        raise ShapeError(f"{op.full_name}: sorted_sequence must have at least 1 dim, got a 0-d tensor")
+    if seq.ndim > 1 and seq.shape[:-1] != values.shape[:-1]:
+        raise ShapeError(f"{op.full_name}: sorted_sequence of shape {seq.shape} and self of shape "
+                         f"{values.shape} must agree in all dims but the last (or the sequence be 1-D)")
+    sorter = args.get("sorter")
+    if sorter is not None and (_tensor(op, args, "sorter").shape != seq.shape or sorter.dtype != dt.INT64):
+        raise ShapeError(f"{op.full_name}: sorter must be an int64 tensor of sorted_sequence's shape "
+                         f"{seq.shape}, got {sorter.dtype.label} of shape {sorter.shape}")
+    side = args.get("side")
+    if side not in (None, "left", "right"):
+        raise ArgumentError(f"{op.full_name}: side must be 'left' or 'right', got {side!r}")
+    if side == "left" and args.get("right"):
+        raise ArgumentError(f"{op.full_name}: side='left' and right=True contradict each other")
+    return [TensorType(values.shape, dt.INT32 if args.get("out_int32") else dt.INT64)]
 
 
 @rule("reduction")

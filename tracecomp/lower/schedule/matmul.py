@@ -35,7 +35,7 @@ from ...symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.walk import substitute
-from .nests import kernel_name, loop_nest
+from .nests import fresh_name, kernel_name, loop_nest
 from .tiles import uses_packed, workspace_elements
 
 
@@ -53,7 +53,7 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     workspace = None
     static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm/gemm/matmul.py)
     if static_batch and uses_packed(dtype, hint(m), hint(n), hint(k)):
-        workspace = _fresh(sched.buffers, "w")
+        workspace = fresh_name(sched.buffers, "w")
         known = [None if is_dynamic(d) else d for d in (m, n, k)]       # run-time sizes: unbounded
         size = workspace_elements(dtype, *known, math.prod(batch))
         sched.buffers[workspace] = L.Buffer(workspace, dtype, (size,), "temp")
@@ -129,18 +129,11 @@ def _affine(e: L.Expr) -> Optional[dict]:
     return None
 
 
-def _fresh(buffers: dict, prefix: str) -> str:
-    n = 0
-    while f"{prefix}{n}" in buffers:
-        n += 1
-    return f"{prefix}{n}"
-
-
 def _materialize(sched, v: Value) -> None:
     """Compute `v` into a new temp buffer with a copy kernel emitted now."""
     index = tuple(L.Var(f"m{d}", L.INDEX) for d in range(v.type.ndim))
     value = sched.inliner.value_at(v, index)
-    name = _fresh(sched.buffers, "t")
+    name = fresh_name(sched.buffers, "t")
     sched.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), "temp")
     sched.names[v] = name
     body = loop_nest(v.type.shape, lambda ix: [L.Store(name, ix, value)], prefix="m")

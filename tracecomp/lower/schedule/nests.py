@@ -47,6 +47,14 @@ def kernel_name(number: int, ops: list[Op]) -> str:
     return "_".join(p for p in (f"k{number}", where, *names) if p)
 
 
+def fresh_name(buffers: dict, prefix: str) -> str:
+    """The first of prefix0, prefix1, ... that names no buffer yet."""
+    n = 0
+    while f"{prefix}{n}" in buffers:
+        n += 1
+    return f"{prefix}{n}"
+
+
 def loop_nest(shape: tuple[int, ...], inner, prefix: str = "i") -> list:
     """Nested Loops over `shape`; `inner(index)` gives the innermost statements.
     The outermost loop is parallel when the nest is big enough to pay for threads."""

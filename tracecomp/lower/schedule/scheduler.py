@@ -26,21 +26,25 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...ir import Graph, Op, Value
+from ...ops import elementwise
 from ...ops.table import by_ir_name
 from ...symbolic import DynamicShapeError, hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
-from ..loops.exprs import cast, const
+from ..loops.exprs import PRIMITIVES, X, cast, const
 from ..loops.check import check_kernel
 from ..loops.walk import buffers_read, buffers_written, size_params
-from . import reductions
+from . import reductions, sort
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .matmul import fuse_epilogues, matmul_body
 from .nests import kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
 
 # Kinds with a loop nest of their own whose results always live in memory (never inlined)
-REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add", "scan")
+REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add", "scan",
+                "sort", "search")
+# Kinds that read their operands at computed positions, many times: operands live in memory
+REREAD_KINDS = ("sort", "search")
 
 
 @dataclass
@@ -90,6 +94,8 @@ def _materialized(graph: Graph) -> set[Value]:
         opdef = table[op.name]
         if opdef.kind in REDUCE_KINDS or opdef.kind == "random":
             keep.update(op.results)
+        if opdef.kind in REREAD_KINDS:
+            keep.update(v for v in op.operands if v.op is not None and v.op.name != CONSTANT)
         elif opdef.kind not in VIEW_KINDS:
             keep.update(r for r in op.results if uses.get(r, 0) > 1 and hint(r.type.numel) > 1)
     return keep
@@ -165,7 +171,7 @@ class Scheduler:
             return
         builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
                    "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter,
-                   "scan": _scan}.get(opdef.kind, _pointwise)
+                   "scan": _scan, "sort": sort.argsort, "search": sort.searchsorted}.get(opdef.kind, _pointwise)
         try:
             body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
         except DynamicShapeError as e:
@@ -337,20 +343,33 @@ def _matmul(sched: Scheduler, op: Op, args: dict) -> list:
 
 
 def _scan(sched: Scheduler, op: Op, args: dict) -> list:
-    """cumsum along `dim`: out[i] = out[i-1] + x[i] (x[0] at i == 0), the loop over `dim`
-    serial, the loops outside it parallel when worth it, those inside it vectorizable."""
-    out = op.result.type
-    name, t = sched.names[op.result], out.dtype
+    """cumsum, cumprod, cummax/cummin and logcumsumexp along `dim`:
+    out[i] = combine(out[i-1], x[i]) (x[0] at i == 0), the loop over `dim` serial, the loops
+    outside it parallel when worth it, those inside it vectorizable.  cummax/cummin also
+    carry the index of the running extreme: the last one reached (`>=`), or the last NaN."""
+    impl, out = sched.table[op.name].impl, op.results[0].type
+    names, t = [sched.names[r] for r in op.results], out.dtype
     if out.ndim == 0:
-        return [L.Store(name, (), cast(sched.inliner.value_at(args["self"], ()), t))]
+        value = cast(sched.inliner.value_at(args["self"], ()), t)
+        return [L.Store(names[0], (), value)] + [L.Store(n, (), L.Const(0, dt.INT64)) for n in names[1:]]
     d = args["dim"] % out.ndim
 
     def step(ix):
         i = ix[d]
         before = ix[:d] + (I.at_least(I.sub(i, 1), 0),) + ix[d + 1:]    # clamped: both arms run
-        value = cast(sched.inliner.value_at(args["self"], ix), t)
-        running = L.Binary("add", L.Load(name, before, t), value, t)
-        return [L.Store(name, ix, L.Select(L.Binary("gt", i, I.ic(0), dt.BOOL), running, value, t))]
+        first = X(L.Binary("eq", i, I.ic(0), dt.BOOL))
+        x = X(cast(sched.inliner.value_at(args["self"], ix), t))
+        run = X(L.Load(names[0], before, t))
+        if impl in ("max", "min"):
+            take = first | (x != x) | (x >= run if impl == "max" else x <= run)
+            at = X(L.Load(names[1], before, dt.INT64))
+            return [L.Store(names[0], ix, PRIMITIVES["where"](take, x, run).e),
+                    L.Store(names[1], ix, PRIMITIVES["where"](take, X(cast(i, dt.INT64)), at).e)]
+        if impl == "logaddexp":
+            combined = elementwise.evaluate(sched.table["tc.logaddexp"], {"self": run, "other": x}, PRIMITIVES)
+        else:
+            combined = run + x if impl == "sum" else run * x
+        return [L.Store(names[0], ix, PRIMITIVES["where"](first, x, combined).e)]
     loops = loop_nest(out.shape, step, "s")
     if d == 0:
         loops[0].parallel = False
