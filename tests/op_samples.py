@@ -1094,6 +1094,79 @@ def _sort_samples():
 
 
 _sort_samples()
+
+
+def _norm_samples():
+    x, zero = arr((3, 4), F64), np.zeros((2, 3), F64)
+    norm = np.linalg.norm
+    sample("linalg_vector_norm", lambda a: tc.linalg.vector_norm(a), [x], lambda a: norm(a.ravel()), F64,
+           "tc.linalg.vector_norm(x)")
+    for ord_ in (1, 3, 0.5, float("inf"), float("-inf"), 0, -1):
+        sample("linalg_vector_norm", lambda a, o=ord_: tc.linalg.vector_norm(a, o, 1), [x],
+               lambda a, o=ord_: norm(a, o, 1), F64, f"ord={ord_}, dim 1")
+    sample("linalg_vector_norm", lambda a: tc.linalg.vector_norm(a, 2, (0, 1), True, dtype=tc.float64),
+           [arr((2, 3, 2), F32)], lambda a: np.sqrt((a.astype(F64) ** 2).sum((0, 1), keepdims=True)), F64,
+           "dims (0, 1), keepdim, dtype=float64")
+    sample("linalg_vector_norm", lambda a: tc.linalg.vector_norm(a, dim=1), [zero], lambda a: norm(a, 2, 1), F64,
+           "zeros: the norm 0 and the gradient 0")
+    sample("linalg_matrix_norm", lambda a: tc.linalg.matrix_norm(a, 1), [arr((2, 3, 4), F64)],
+           lambda a: np.linalg.norm(a, 1, (-2, -1)), F64, "ord=1: the max column sum")
+    for ord_ in (-1, float("inf"), float("-inf")):
+        sample("linalg_matrix_norm", lambda a, o=ord_: tc.linalg.matrix_norm(a, o, (0, 1), True), [x.copy()],
+               lambda a, o=ord_: np.linalg.norm(a, o, (0, 1), True), F64, f"ord={ord_}, keepdim")
+    sample("linalg_matrix_norm.str_ord", lambda a: tc.linalg.matrix_norm(a), [arr((2, 3, 4), F64)],
+           lambda a: np.linalg.norm(a, "fro", (-2, -1)), F64, "ord='fro'")
+    sample("linalg_matrix_norm.str_ord", lambda a: tc.linalg.matrix_norm(a, "fro", (1, 0)), [arr((3, 2), F32)],
+           lambda a: np.linalg.norm(a), F32, "fro over (1, 0), float32", rtol=1e-5, atol=1e-5)
+    sample("norm", tc.norm, [x], lambda a: norm(a.ravel()), F64, "tc.norm(x)")
+    sample("norm", lambda a: a.norm(1, 0, keepdim=True), [x], lambda a: norm(a, 1, 0, True), F64, "x.norm(1, 0)")
+    sample("norm.str", lambda a: tc.norm(a, "fro"), [x], lambda a: norm(a), F64, "p='fro'")
+    sample("norm.str", lambda a: a.norm("fro", [1]), [x], lambda a: norm(a, 2, 1), F64, "x.norm('fro', [1])")
+
+    def cosine(a, b, dim=1, eps=1e-8):
+        a, b = np.broadcast_arrays(a, b)
+        na = np.maximum(np.sqrt((a * a).sum(dim, keepdims=True)), eps)
+        nb = np.maximum(np.sqrt((b * b).sum(dim, keepdims=True)), eps)
+        return ((a / na) * (b / nb)).sum(dim)
+    sample("cosine_similarity", tc.cosine_similarity, [arr((3, 4), F64), arr((3, 4), F64)], cosine, F64,
+           "tc.cosine_similarity(a, b)")
+    sample("cosine_similarity", lambda a, b: tc.cosine_similarity(a, b, 0, eps=0.5), [arr((3, 1), F64), arr((3, 2), F64)],
+           lambda a, b: cosine(a, b, 0, 0.5), F64, "broadcast, dim 0, eps")
+    sample("pairwise_distance", tc.pairwise_distance, [arr((3, 4), F64), arr((3, 4), F64)],
+           lambda a, b: norm(a - b + 1e-6, 2, -1), F64, "tc.pairwise_distance(a, b)")
+    sample("pairwise_distance", lambda a, b: tc.pairwise_distance(a, b, 1.0, keepdim=True), [arr((4,), F64), arr((2, 4), F64)],
+           lambda a, b: norm(a - b + 1e-6, 1, -1, True), F64, "p=1, broadcast, keepdim")
+
+    def cdist(a, b, p=2.0):
+        return norm(a[..., :, None, :] - b[..., None, :, :], p, -1)
+    sample("cdist", tc.cdist, [arr((4, 3), F64), arr((5, 3), F64)], cdist, F64, "tc.cdist(x1, x2)")
+    sample("cdist", lambda a, b: tc.cdist(a, b, 1.0), [arr((2, 3, 2), F64), arr((1, 4, 2), F64)],
+           lambda a, b: cdist(a, b, 1.0), F64, "p=1, broadcast batch")
+    sample("cdist", lambda a, b: tc.cdist(a, b, float("inf")), [arr((3, 2), F32), arr((2, 2), F32)],
+           lambda a, b: cdist(a, b, np.inf), F32, "p=inf, float32", rtol=1e-5, atol=1e-5)
+    sample("tensordot.int", tc.tensordot, [arr((2, 3, 4), F64), arr((3, 4, 5), F64)], np.tensordot, F64,
+           "tc.tensordot(a, b): dims=2")
+    sample("tensordot.int", lambda a, b: tc.tensordot(a, b, 0), [arr((2,), F64), arr((3,), F64)],
+           lambda a, b: np.tensordot(a, b, 0), F64, "dims=0: the outer product")
+    sample("tensordot", lambda a, b: tc.tensordot(a, b, [1, 0], [0, 2]), [arr((4, 3, 2), F64), arr((3, 5, 4), F64)],
+           lambda a, b: np.tensordot(a, b, ([1, 0], [0, 2])), F64, "dims ([1, 0], [0, 2])")
+    sample("tensordot", lambda a, b: tc.tensordot(a, b, [0], [1]), [arr((1, 3), I64, -3, 3), arr((2, 4), I64, -3, 3)],
+           lambda a, b: np.tensordot(a, b.sum(1, keepdims=True), ([0], [1])), I64, "a size-1 dim against 4, int64")
+    for eq, shapes in (("ij,jk->ik", [(3, 4), (4, 5)]), ("ii->i", [(3, 3)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+                       ("...ij,...jk", [(2, 3, 4), (4, 5)]), ("ij,kj->", [(2, 3), (4, 3)]),
+                       ("abc,cd,de->ae", [(2, 3, 4), (4, 5), (5, 6)]), ("iij->j", [(3, 3, 2)]),
+                       ("ij,ij->ij", [(2, 3), (1, 3)]), ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),
+                       ("...ik,...j->ij", [(1, 2, 3), (3,)])):
+        sample("einsum", lambda *t, e=eq: tc.einsum(e, *t), [arr(sh, F64) for sh in shapes],
+               lambda *t, e=eq: np.einsum(e.replace("...ik,...j->ij", "aik,j->ij") if "...ik" in e else e, *t),
+               F64, f"'{eq}'")
+    sample("einsum", lambda a, b: tc.einsum("i,i", [a, b]), [arr((3,), I64), arr((3,), I64)],
+           lambda a, b: np.einsum("i,i", a, b), I64, "operands as a list, int64")
+    sample("broadcast_tensors", tc.broadcast_tensors, [arr((3, 1), F64), arr((4,), F64)],
+           lambda a, b: tuple(np.broadcast_arrays(a, b)), (F64, F64), "(3, 1) and (4,)")
+
+
+_norm_samples()
 _more_loss_samples()
 
 

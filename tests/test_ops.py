@@ -400,6 +400,12 @@ COMPOSITE_ERRORS = [
     ("linear", lambda a, w: tc.linear(a, w), [X23, np.zeros((4, 2), np.float32)], ValueErr,
      ["linear", "'weight' (4, 2)", "(2, 3)"]),
     ("topk", lambda a: a.topk(5), [X4], ValueErr, ["topk", "k = 5", "[0, 4]"]),
+    ("matrix_norm 2", lambda a: tc.linalg.matrix_norm(a, 2), [X23], TypeErr, ["linalg.matrix_norm", "ord 2", "singular"]),
+    ("vector_norm int", lambda a: tc.linalg.vector_norm(a), [I3], tc.DTypeError, ["linalg.vector_norm", "int64"]),
+    ("einsum operands", lambda a: tc.einsum("ij,jk", a), [X23], ValueErr, ["einsum", "2 operand subscripts", "1"]),
+    ("einsum sizes", lambda a, b: tc.einsum("ij,jk", a, b), [X23, X23], ValueErr, ["einsum", "'j'", "3", "2"]),
+    ("tensordot sizes", lambda a, b: tc.tensordot(a, b, [1], [0]), [X23, X23], ValueErr, ["tensordot", "(2, 3)"]),
+    ("cdist shapes", lambda a, b: tc.cdist(a, b), [X23, X4], ValueErr, ["cdist", "(2, 3)", "(4,)"]),
     ("kthvalue", lambda a: tc.kthvalue(a, 0), [X4], ValueErr, ["kthvalue", "k = 0", "[1, 4]"]),
 ]
 

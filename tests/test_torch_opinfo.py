@@ -91,6 +91,15 @@ OPS = {
     "div.trunc_rounding": "tc.div", "div.floor_rounding": "tc.div",
     **{n: f"tc.{n}" for n in ("outer", "dot", "vdot", "mv", "addmm", "addmv", "baddbmm", "kron", "cross")},
     "view_as": "x.view_as", "reshape_as": "x.reshape_as", "expand_as": "x.expand_as", "repeat": "x.repeat",
+    "linalg.vector_norm": lambda x, *a, **k: tc.linalg.vector_norm(x, *a, **k),
+    "linalg.matrix_norm": lambda x, *a, **k: tc.linalg.matrix_norm(x, *a, **k),
+    "norm": "tc.norm", "norm.fro": "tc.norm", "norm.inf": "tc.norm", "norm.nuc": "tc.norm",
+    "tensordot": lambda a, b, dims=2: tc.tensordot(a, b, *dims) if isinstance(dims, (list, tuple)) else
+    tc.tensordot(a, b, dims),
+    "einsum": lambda tensors, equation: tc.einsum(equation, tensors),
+    "nn.functional.cosine_similarity": "tc.cosine_similarity",
+    "nn.functional.pairwise_distance": "tc.pairwise_distance", "cdist": "tc.cdist",
+    "broadcast_tensors": lambda x, *others: tc.broadcast_tensors(x, *others),
     **{n: f"tc.{n}" for n in ("cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "msort", "topk", "kthvalue", "median", "searchsorted",
                                "bucketize")},
     **{f"nn.functional.{n}": f"tc.{n}" for n in (
@@ -102,6 +111,8 @@ OPS = {
 # Only arguments tracecomp does not support yet belong here; issue 13 adds each of them,
 # and deletes its line.
 SKIPS = {
+    ("linalg.matrix_norm", "it needs singular values"): "ord 2, -2 and 'nuc' need singular values (no SVD yet)",
+    ("norm.nuc", "it needs singular values"): "the nuclear norm needs singular values (no SVD yet)",
     ("cat", "out of range for a tensor of shape (0,)"): "legacy empty (0,) tensors in cat",
     ("tensor_split", "Tensor.tolist() needs the tensor's value"):
         "split points held in a tensor under tc.trace (their values are the shapes: eager only)",

@@ -46,6 +46,7 @@ from .autograd.functional import grad, jvp, value_and_grad, vjp  # noqa: E402
 from .autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .trace import trace  # noqa: E402
+from . import linalg  # noqa: E402
 from .exporting import export  # noqa: E402
 from .runtime.loader import load  # noqa: E402
 from .runtime.cache import settings as compile_cache  # noqa: E402

@@ -139,10 +139,12 @@ def bind(op: OpDef, args: tuple, kwargs: dict, self_arg: Any = _NO_SELF) -> dict
     if (len(positional) == 1 and positional[0].type.base == "int" and positional[0].type.is_list
             and args and all(_is_int(x) for x in args)):
         args = (tuple(args),)
-    # `tc.meshgrid(x, y)`: a lone Tensor-list parameter takes several tensors as varargs, too.
-    if (len(positional) == 1 and positional[0].type.base == "Tensor" and positional[0].type.is_list
-            and args and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in args)):
-        args = (list(args),)
+    # `tc.meshgrid(x, y)`, `tc.einsum("ij,jk", a, b)`: a last positional Tensor-list parameter
+    # takes the remaining tensors as varargs, too.
+    last = len(positional) - 1
+    if (positional and positional[-1].type.base == "Tensor" and positional[-1].type.is_list
+            and len(args) > last and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in args[last:])):
+        args = tuple(args[:last]) + (list(args[last:]),)
     if len(args) > len(positional):
         raise _Mismatch(f"takes {len(positional)} positional argument(s) but {len(args)} were given")
     given.update(zip((a.name for a in positional), args))

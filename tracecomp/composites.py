@@ -97,6 +97,46 @@ def _count_in(name: str, what: str, k: int, lo: int, hi: int) -> int:
     return k
 
 
+def _matrix_dims(name: str, x, dim) -> tuple[int, int]:
+    if len(dim) != 2:
+        raise ShapeError(f"{name}: dim must name 2 dims, got {tuple(dim)}")
+    if x.ndim < 2:
+        raise ShapeError(f"{name}: expects a tensor with at least 2 dims, got shape {x.shape}")
+    d0, d1 = _dim(name, x.ndim, dim[0]), _dim(name, x.ndim, dim[1])
+    if d0 == d1:
+        raise ShapeError(f"{name}: dim {tuple(dim)} names one dim twice")
+    return d0, d1
+
+
+def _unsupported(name: str, what: str):
+    raise ArgumentError(f"{name}: {what} is not supported")
+
+
+def _check_cdist(x1, x2, p) -> bool:
+    if x1.ndim < 2 or x2.ndim < 2 or x1.shape[-1] != x2.shape[-1]:
+        raise ShapeError(f"cdist: x1 and x2 need at least 2 dims and the same last dim, got shapes "
+                         f"{x1.shape} and {x2.shape}")
+    if p < 0:
+        raise ShapeError(f"cdist: p must be at least 0, got {p}")
+    return True
+
+
+def _last_dims(name: str, x, n: int) -> list[int]:
+    if not 0 <= n <= x.ndim:
+        raise ShapeError(f"{name}: dims={n} must be in [0, {x.ndim}] for self of shape {x.shape}")
+    return list(range(x.ndim - n, x.ndim))
+
+
+def _einsum_contract(equation: str, tensors):
+    from .contraction import contract
+    return contract(equation, list(tensors))
+
+
+def _tensordot_contract(a, b, dims_a, dims_b):
+    from .contraction import tensordot
+    return tensordot(a, b, list(dims_a), list(dims_b))
+
+
 def _at_least_dims(name: str, x, n: int) -> bool:
     if x.ndim < n:
         raise ShapeError(f"{name}: expects a tensor with at least {n} dims, got shape {x.shape}")
@@ -398,7 +438,10 @@ HELPERS = {
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
     "expect_float": _expect_float, "halvable": _halvable, "class_shape": _class_shape,
     # layout
-    "dim_size": _dim_size, "count_in": _count_in, "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length,
+    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "unsupported": _unsupported,
+    "check_cdist": _check_cdist, "last_dims": _last_dims, "tensordot_contract": _tensordot_contract,
+    "einsum_contract": _einsum_contract, "broadcast_shapes": broadcast_shapes, "str": str, "repr": repr,
+    "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length,
     "tail": lambda xs: list(xs)[1:], "moved_dims": _moved_dims, "narrow_bounds": _narrow_bounds,
     "unflatten_shape": _unflatten_shape, "section_bounds": _section_bounds, "index_bounds": _index_bounds,
     "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats, "last_two": _last_two,
