@@ -1167,6 +1167,79 @@ def _norm_samples():
 
 
 _norm_samples()
+
+
+def _np_scatter(x, dim, index, src, combine):
+    out = np.array(x, copy=True)
+    where = list(np.indices(index.shape, sparse=True))
+    where[dim] = index
+    combine(out, tuple(where), src[tuple(slice(0, n) for n in index.shape)])
+    return out
+
+
+def _np_assign(out, where, values):
+    out[where] = values
+
+
+def _scatter_samples():
+    x, idx = arr((3, 5), F64), np.array([[0, 1, 2, 0, 1], [2, 2, 1, 0, 0]], np.int64)
+    src = arr((2, 5), F64)
+    src_zeros = src.copy()
+    src_zeros[0, 3] = src_zeros[1, 4] = 0.0
+    distinct_idx = np.array([[0, 1, 2, 1, 2], [2, 0, 1, 0, 1]], np.int64)
+    sample("scatter.src", lambda a, i, b: tc.scatter(a, 0, i, b), [x, distinct_idx, src],
+           lambda a, i, b: _np_scatter(a, 0, i, b, _np_assign), F64, "tc.scatter(x, 0, index, src)")
+    sample("scatter.src", lambda a, i, b: a.scatter(1, i, b), [x, distinct_idx[:, :3], arr((3, 4), F64)],
+           lambda a, i, b: _np_scatter(a, 1, i, b, _np_assign), F64, "x.scatter(1, ...), src larger than index")
+    sample("scatter.value", lambda a, i: a.scatter(1, i, 7.5), [x, idx[:, :2]],
+           lambda a, i: _np_scatter(a, 1, i, np.full(i.shape, 7.5), _np_assign), F64, "x.scatter(1, index, 7.5)")
+    sample("scatter.reduce", lambda a, i, b: a.scatter(0, i, b, reduce="multiply"), [x, idx, src],
+           lambda a, i, b: _np_scatter(a, 0, i, b, np.multiply.at), F64, "x.scatter(0, index, src, reduce='multiply')")
+    sample("scatter.value_reduce", lambda a, i: a.scatter(0, i, 2.0, reduce="add"), [x, idx],
+           lambda a, i: _np_scatter(a, 0, i, np.full(i.shape, 2.0), np.add.at), F64, "x.scatter(0, index, 2.0, reduce='add')")
+    for name, ufunc in (("scatter_prod", np.multiply.at), ("scatter_amax", np.maximum.at), ("scatter_amin", np.minimum.at)):
+        sample(name, lambda a, i, b, n=name: getattr(tc, n)(a, 0, i, b), [x, idx, src],
+               lambda a, i, b, u=ufunc: _np_scatter(a, 0, i, b, u), F64, f"tc.{name}")
+        sample(name, lambda a, i, b, n=name: getattr(tc, n)(a, 1, i, b), [arr((2, 4), I64), idx[:, :3] % 4, arr((2, 3), I64)],
+               lambda a, i, b, u=ufunc: _np_scatter(a, 1, i, b, u), I64, "int64")
+    sample("scatter_prod", lambda a, i, b: tc.scatter_prod(a, 0, i, b), [x, idx, src_zeros],
+           lambda a, i, b: _np_scatter(a, 0, i, b, np.multiply.at), F64, "zeros in src")
+    for mode, ufunc in (("sum", np.add.at), ("prod", np.multiply.at), ("amax", np.maximum.at), ("amin", np.minimum.at)):
+        sample("scatter_reduce.two", lambda a, i, b, m=mode: tc.scatter_reduce(a, 0, i, b, m), [x, idx, src],
+               lambda a, i, b, u=ufunc: _np_scatter(a, 0, i, b, u), F64, f"reduce='{mode}'")
+
+    def mean_ref(a, i, b, include_self):
+        total = _np_scatter(a if include_self else np.where(_hits(a, i), 0, a), 0, i, b, np.add.at)
+        n = _np_scatter(np.ones_like(a) if include_self else np.zeros_like(a), 0, i, np.ones_like(b), np.add.at)
+        return np.where(n > 0, total / np.maximum(n, 1), a)
+
+    def _hits(a, i):
+        return _np_scatter(np.zeros(a.shape), 0, i, np.ones(i.shape), np.add.at) > 0
+    sample("scatter_reduce.two", lambda a, i, b: a.scatter_reduce(0, i, b, "mean"), [x, idx, src],
+           lambda a, i, b: mean_ref(a, i, b, True), F64, "x.scatter_reduce(0, index, src, 'mean')")
+    sample("scatter_reduce.two", lambda a, i, b: tc.scatter_reduce(a, 0, i, b, "mean", include_self=False),
+           [x, idx, src], lambda a, i, b: mean_ref(a, i, b, False), F64, "mean, include_self=False")
+    sample("scatter_reduce.two", lambda a, i, b: tc.scatter_reduce(a, 0, i, b, "amax", include_self=False),
+           [x, idx, src], lambda a, i, b: np.where(_hits(a, i), _np_scatter(np.full(a.shape, -np.inf), 0, i, b, np.maximum.at), a),
+           F64, "amax, include_self=False")
+    sample("index_copy", lambda a, i, b: tc.index_copy(a, 1, i, b), [x, np.array([4, 0], np.int64), arr((3, 2), F64)],
+           lambda a, i, b: _np_scatter(a, 1, np.broadcast_to(i, b.shape), b, _np_assign), F64, "tc.index_copy(x, 1, ...)")
+    sample("index_copy", lambda a, i, b: a.index_copy(0, i, b), [arr((4,), F32), np.array([3, 1], np.int64), arr((2,), F32)],
+           lambda a, i, b: _np_scatter(a, 0, i, b, _np_assign), F32, "x.index_copy(0, ...), 1-D")
+
+    def diag_ref(a, b, offset, d1, d2):
+        out = np.array(a, copy=True)
+        view = np.diagonal(out, offset, d1, d2)
+        view.setflags(write=True)
+        view[...] = b
+        return out
+    sample("diagonal_scatter", lambda a, b: tc.diagonal_scatter(a, b, 1, 0, 1), [arr((3, 4, 5), F64), arr((5, 3), F64)],
+           lambda a, b: diag_ref(a, b, 1, 0, 1), F64, "offset 1, dims (0, 1)")
+    sample("diagonal_scatter", lambda a, b: a.diagonal_scatter(b, -1, 2, 0), [arr((3, 2, 4), F64), arr((2, 3), F64)],
+           lambda a, b: diag_ref(a, b, -1, 2, 0), F64, "x.diagonal_scatter(src, -1, 2, 0)")
+
+
+_scatter_samples()
 _more_loss_samples()
 
 

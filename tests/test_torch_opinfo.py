@@ -99,6 +99,8 @@ OPS = {
     "einsum": lambda tensors, equation: tc.einsum(equation, tensors),
     "nn.functional.cosine_similarity": "tc.cosine_similarity",
     "nn.functional.pairwise_distance": "tc.pairwise_distance", "cdist": "tc.cdist",
+    "scatter": "tc.scatter", "index_copy": "tc.index_copy", "diagonal_scatter": "tc.diagonal_scatter",
+    **{f"scatter_reduce.{r}": "tc.scatter_reduce" for r in ("sum", "prod", "mean", "amax", "amin")},
     "broadcast_tensors": lambda x, *others: tc.broadcast_tensors(x, *others),
     **{n: f"tc.{n}" for n in ("cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "msort", "topk", "kthvalue", "median", "searchsorted",
                                "bucketize")},

@@ -11,6 +11,8 @@ import contextlib
 import math
 from typing import Any
 
+import numpy as np
+
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
 from .ops import formula
@@ -263,6 +265,34 @@ def _diagonal_plan(shape, offset: int, dim1: int, dim2: int):
     return dims, flat, start, start + (length - 1) * (n + 1) + 1 if length else 0, n + 1
 
 
+def _diagonal_place(shape, offset: int, dim1: int, dim2: int) -> tuple[int, int, int, int]:
+    """(dim1, dim2 normalized, the row the diagonal starts at, its length)."""
+    ndim = len(shape)
+    d1, d2 = _dim("diagonal_scatter", ndim, dim1), _dim("diagonal_scatter", ndim, dim2)
+    if d1 == d2 or ndim < 2:
+        raise ShapeError(f"diagonal_scatter: dim1 {dim1} and dim2 {dim2} must be two different dims of "
+                         f"shape {tuple(shape)}")
+    m, n = shape[d1], shape[d2]
+    length = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
+    return d1, d2, max(-offset, 0), length
+
+
+def _scatter_mode(name: str, reduce: str, allowed: tuple) -> str:
+    if reduce not in allowed:
+        raise ArgumentError(f"{name}: reduce must be one of {', '.join(map(repr, allowed))}, got {reduce!r}")
+    return reduce
+
+
+def _extreme(dtype, sign: int):
+    """The identity of max (sign -1: the lowest value) or min (+1) in `dtype`."""
+    if dtype.is_floating_point:
+        return sign * math.inf
+    if dtype is dt.BOOL:
+        return sign > 0
+    info = np.iinfo(dtype.np)
+    return int(info.max if sign > 0 else info.min)
+
+
 def _embed_dims(ndim: int, dim1: int, dim2: int) -> list[int]:
     d1, d2 = _dim("diag_embed", ndim + 1, dim1), _dim("diag_embed", ndim + 1, dim2)
     if d1 == d2:
@@ -438,7 +468,8 @@ HELPERS = {
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
     "expect_float": _expect_float, "halvable": _halvable, "class_shape": _class_shape,
     # layout
-    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "unsupported": _unsupported,
+    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "diagonal_place": _diagonal_place,
+    "scatter_mode": _scatter_mode, "lowest": lambda t: _extreme(t, -1), "highest": lambda t: _extreme(t, 1), "unsupported": _unsupported,
     "check_cdist": _check_cdist, "last_dims": _last_dims, "tensordot_contract": _tensordot_contract,
     "einsum_contract": _einsum_contract, "broadcast_shapes": broadcast_shapes, "str": str, "repr": repr,
     "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length,

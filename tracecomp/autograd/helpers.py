@@ -517,6 +517,77 @@ def scatter_add_src_backward(grad, dim: int, index, src):
     return pad_to(tc.gather(grad, dim, index), tuple(src.shape))
 
 
+def _used_src(src, index):
+    """The part of src that scatter reads: its leading index.shape block."""
+    if src.ndim == 0 or tuple(src.shape) == tuple(index.shape):
+        return src
+    out = src
+    for d, n in enumerate(index.shape):
+        out = out.narrow(d, 0, n)
+    return out
+
+
+def scatter_prod_backward(grad, self, dim: int, index, src, result, grad_input_mask):
+    """scatter_prod: d out / d self is the product of the src elements that landed there;
+    d out / d src_j is out / src_j, or, for a zero src_j, self times the other (nonzero)
+    src elements at its position when it is the only zero there (else 0).  No division by 0."""
+    tc = _tc()
+    used = _used_src(src, index)
+    g_self = g_src = None
+    if grad_input_mask[0]:
+        g_self = grad * tc.scatter_prod(tc.ones_like(self), dim, index, used)
+    if grad_input_mask[1]:
+        g_src = tc.gather(grad, dim, index) * _scatter_prod_src_factor(self, dim, index, used, result)
+        g_src = pad_to(g_src, tuple(src.shape)) if src.ndim else g_src
+    return g_self, g_src
+
+
+def _scatter_prod_src_factor(self, dim: int, index, used, result):
+    """d out / d src_j of scatter_prod, gathered at each src element (see below)."""
+    tc = _tc()
+    zero = used == 0
+    others = tc.scatter_prod(self, dim, index, tc.where(zero, 1, used))
+    zeros = tc.scatter_add(tc.zeros_like(self), dim, index, zero.to(self.dtype))
+    at_zero = tc.gather(tc.where(zeros == 1, others, 0), dim, index)
+    return tc.where(zero, at_zero, tc.gather(result, dim, index) / tc.where(zero, 1, used))
+
+
+def scatter_prod_jvp(self_p, self_t, dim: int, index, src_p, src_t, result):
+    """Forward mode of scatter_prod: self_t times the product of what landed, plus each
+    src tangent times d out / d src_j, summed at its position."""
+    tc = _tc()
+    used, used_t = _used_src(src_p, index), _used_src(src_t, index)
+    out = self_t * tc.scatter_prod(tc.ones_like(self_p), dim, index, used)
+    factor = _scatter_prod_src_factor(self_p, dim, index, used, result)
+    return tc.scatter_add(out, dim, index, factor * used_t)
+
+
+def scatter_extreme_jvp(self_p, self_t, dim: int, index, src_p, src_t, result):
+    """Forward mode of scatter_amax/amin: the mean tangent of the elements equal to the result."""
+    tc = _tc()
+    used, used_t = _used_src(src_p, index), _used_src(src_t, index)
+    self_ties = (self_p == result).to(result.dtype)
+    src_ties = (used == tc.gather(result, dim, index)).to(result.dtype)
+    count = tc.scatter_add(self_ties, dim, index, src_ties)
+    return tc.scatter_add(self_t * self_ties, dim, index, used_t * src_ties) / count
+
+
+def scatter_extreme_backward(grad, self, dim: int, index, src, result, grad_input_mask):
+    """scatter_amax/amin: the gradient is shared evenly among the elements equal to the
+    result at each position (self's and the src elements that landed there)."""
+    tc = _tc()
+    used = _used_src(src, index)
+    self_ties = (self == result).to(grad.dtype)
+    src_ties = (used == tc.gather(result, dim, index)).to(grad.dtype)
+    share = grad / tc.scatter_add(self_ties, dim, index, src_ties)
+    g_self = share * self_ties if grad_input_mask[0] else None
+    g_src = None
+    if grad_input_mask[1]:
+        g_src = tc.gather(share, dim, index) * src_ties
+        g_src = pad_to(g_src, tuple(src.shape)) if src.ndim else g_src
+    return g_self, g_src
+
+
 def index_add_source_backward(grad, dim: int, index, source, alpha):
     """index_add: source's gradient is the output gradient at the index, times alpha."""
     tc = _tc()

@@ -331,20 +331,29 @@ def _gather(op: OpDef, args, out_types):
     return [np.take_along_axis(x[window], index.astype(np.int64), axis=d)]
 
 
-@kernel("scatter_add")
-def _scatter_add(op: OpDef, args, out_types):
+_SCATTER = {"add": np.add.at, "multiply": np.multiply.at, "amax": np.maximum.at, "amin": np.minimum.at}
+
+
+def _assign_at(out: np.ndarray, where: tuple, values: np.ndarray) -> None:
+    out[where] = values          # repeated positions: the last write wins
+
+
+@kernel("scatter")
+def _scatter(op: OpDef, args, out_types):
     x, index, src = args["self"], args["index"].astype(np.int64), args["src"]
     out = np.array(x, dtype=out_types[0].dtype.np, copy=True)
     if index.size == 0:
         return [out]
+    combine = _SCATTER.get(op.impl, _assign_at)
     if x.ndim == 0:
         _check_bounds(op, index, 1, 0)
-        return [out + src]
+        combine(out, (), src.reshape(())) if op.impl == "assign" else combine(out, (), src)
+        return [out]
     d = rules.normalize_dim(op, args["dim"], x.ndim)
     _check_bounds(op, index, x.shape[d], d)
     where = list(np.indices(index.shape, sparse=True))
     where[d] = index
-    np.add.at(out, tuple(where), src[tuple(slice(0, n) for n in index.shape)])
+    combine(out, tuple(where), src[tuple(slice(0, n) for n in index.shape)])
     return [out]
 
 

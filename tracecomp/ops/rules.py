@@ -492,9 +492,9 @@ def _gather(op: OpDef, args):
     return [TensorType(index.shape, x.dtype)]
 
 
-@rule("scatter_add")
-def _scatter_add(op: OpDef, args):
-    """torch.scatter_add: index, src and self have the same number of dims; index is no larger
+@rule("scatter")
+def _scatter(op: OpDef, args):
+    """torch.scatter and scatter_add: index, src and self have the same number of dims; index is no larger
     than src in any dim and no larger than self outside `dim`; self and src share a dtype."""
     x, index, src = _tensor(op, args, "self"), _tensor(op, args, "index"), _tensor(op, args, "src")
     _check_index(op, index)

@@ -41,7 +41,7 @@ from .nests import kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
 
 # Kinds with a loop nest of their own whose results always live in memory (never inlined)
-REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter_add", "index_add", "scan",
+REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter", "index_add", "scan",
                 "sort", "search")
 # Kinds that read their operands at computed positions, many times: operands live in memory
 REREAD_KINDS = ("sort", "search")
@@ -170,7 +170,7 @@ class Scheduler:
             self.program.fills.append(HostFill(self.names[r], opdef.impl, r.type.dtype, r.type.shape))
             return
         builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
-                   "matmul": _matmul, "scatter_add": _scatter, "index_add": _scatter,
+                   "matmul": _matmul, "scatter": _scatter, "index_add": _scatter,
                    "scan": _scan, "sort": sort.argsort, "search": sort.searchsorted}.get(opdef.kind, _pointwise)
         try:
             body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
@@ -219,7 +219,7 @@ class Scheduler:
         runtime bounds-checks them, so out-of-range indices raise as they do eagerly."""
         for op in self.graph.ops:
             opdef = self.table.get(op.name)
-            if opdef is None or opdef.kind not in ("gather", "index_select", "scatter_add", "index_add"):
+            if opdef is None or opdef.kind not in ("gather", "index_select", "scatter", "index_add"):
                 continue
             args = opdef.arguments_from(op.operands, op.attrs)
             src = args["self"].type
@@ -377,30 +377,35 @@ def _scan(sched: Scheduler, op: Op, args: dict) -> list:
 
 
 def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
-    """scatter_add / index_add: copy `self`, then add each source element at its index.
-    Serial on purpose: two source elements may hit the same output element."""
+    """scatter (write), scatter_add, scatter_prod/amax/amin and index_add: copy `self`, then
+    combine each source element into the element its index names.  Serial on purpose: two
+    source elements may hit the same output element (a write: the last one wins)."""
     opdef, out = sched.table[op.name], op.result.type
     name, t = sched.names[op.result], out.dtype
-    src = args["src"] if opdef.kind == "scatter_add" else args["source"]
+    src = args["src"] if opdef.kind == "scatter" else args["source"]
     alpha = args.get("alpha", 1)
+    impl = opdef.impl if opdef.kind == "scatter" else "add"
+
+    def combine(old: L.Expr, value: L.Expr) -> L.Expr:
+        v = X(value) * alpha if alpha != 1 else X(value)
+        o = X(old)
+        return {"add": lambda: o + v, "assign": lambda: v, "multiply": lambda: o * v,
+                "amax": lambda: PRIMITIVES["maximum"](o, v), "amin": lambda: PRIMITIVES["minimum"](o, v)}[impl]().e
     if out.ndim == 0:          # one element: the index can only be 0
         value = cast(sched.inliner.value_at(src, ()), t)
-        value = L.Binary("mul", value, const(alpha, t), t) if alpha != 1 else value
-        return [L.Store(name, (), L.Binary("add", cast(sched.inliner.value_at(args["self"], ()), t), value, t))]
+        return [L.Store(name, (), combine(cast(sched.inliner.value_at(args["self"], ()), t), value))]
     copy = loop_nest(out.shape, lambda ix: [L.Store(name, ix, cast(sched.inliner.value_at(args["self"], ix), t))], "c")
     d = args["dim"] % out.ndim
     idx_shape = args["index"].type.shape
 
     def inner(ix):
-        pos = ix if ix else (I.ic(0),) * out.ndim        # a 0-d source adds at one position
-        at = ix if opdef.kind == "scatter_add" else ((pos[d],) if idx_shape else ())
+        pos = ix if ix else (I.ic(0),) * out.ndim        # a 0-d source lands at one position
+        at = ix if opdef.kind == "scatter" else ((pos[d],) if idx_shape else ())
         target = sched.inliner._indirect(args["index"], at, out.shape[d])
         where = pos[:d] + (target,) + pos[d + 1:]
         value = cast(sched.inliner.value_at(src, ix), t)
-        if alpha != 1:
-            value = L.Binary("mul", value, const(alpha, t), t)
-        return [L.Store(name, where, L.Binary("add", L.Load(name, where, t), value, t))]
-    extent = idx_shape if opdef.kind == "scatter_add" else src.type.shape   # scatter_add walks index
+        return [L.Store(name, where, combine(L.Load(name, where, t), value))]
+    extent = idx_shape if opdef.kind == "scatter" else src.type.shape   # scatter walks index
     loops = loop_nest(extent, inner, "s")
     if loops and isinstance(loops[0], L.Loop):
         loops[0].parallel = False
