@@ -465,6 +465,18 @@ def test_random_programs_many(data):
     check_program(Builder(data).program(max_steps=8))
 
 
+def test_what_random_programs_found_a_splat_output_read_by_a_matmul():
+    """d/da of cat([a, b @ c]).sum() is a splat constant of ones, returned and read by the
+    backward matmuls; the matmul gave it a buffer while emitting, which stayed a temp, so the
+    workspace planner placed another temp over it and the returned gradient was wrong."""
+    rng = np.random.default_rng(0)
+    a, b, c = rng.standard_normal((7, 17, 2)), rng.standard_normal((7, 17, 1)), rng.standard_normal((1, 2))
+    fn = tc.grad(lambda a, b, c: tc.cat([a, b @ c], 0).sum(), argnums=(0, 1, 2))
+    for got, want in zip(tc.trace(fn)(a, b, c), tc.trace(fn, backend="interp")(a, b, c)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(tc.trace(fn)(a, b, c)[0]), np.ones_like(a))
+
+
 def test_what_random_programs_found_bool_abs_and_pow():
     """abs of a bool and bool ** bool had no lowering (the loop IR has no bool abs/pow)."""
     a, b = np.array([False, False, True, True]), np.array([False, True, False, True])

@@ -8,7 +8,8 @@ says how a C or C++ host program runs it with the CUDA driver API.
   buffers: every device buffer (role input, output, temp, constant or workspace, dtype,
     shape): allocate each (at least 1 byte), temps and workspaces need no initial value;
   constants: name -> dtype, shape and the values (row-major list) to copy in once;
-  index_checks: input name -> [{op, dim, size, allowed}]: values must lie in [0, size) or
+  index_checks: input name -> [{op, dim, size, allowed, wraps}]: values must lie in [0, size)
+    ([-size, size) when wraps: the graph counts negative ones from the end) or
   equal `allowed` when it is not null (an ignore_index), check
     them on the host before launching (kernels do not);
   launches: in order, each with its entry point, block, grid, static shared memory and
@@ -46,7 +47,8 @@ def export_ptx(fn: Callable, example_inputs: Sequence[Any], path: str, name: Opt
         "output_structure": structure_to_json(lowered.out_structure),
         "constants": {n: {"dtype": str(v.dtype), "shape": list(v.shape), "values": v.reshape(-1).tolist()}
                       for n, v in program.constants.items()},
-        "index_checks": {n: [{"op": c.op, "dim": c.dim, "size": c.size, "allowed": c.allowed} for c in cs]
+        "index_checks": {n: [{"op": c.op, "dim": c.dim, "size": c.size, "allowed": c.allowed,
+                                 "wraps": c.wraps} for c in cs]
                          for n, cs in program.index_checks.items()},
     })
     with open(path, "w") as f:

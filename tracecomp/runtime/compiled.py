@@ -32,11 +32,13 @@ from .memory import ALIGN, BlockCache, aligned_empty, data_pointer, output_block
 
 
 def check_indices(a: np.ndarray, checks) -> None:
-    """Index values must lie in [0, size) of the dim they index, as eager execution demands."""
+    """Index values must lie in [0, size) of the dim they index ([-size, size) where the graph
+    wraps negative ones), as eager execution demands."""
     lo, hi = int(a.min()), int(a.max())
     for c in checks:
-        if lo < 0 or hi >= c.size:
-            out = (a < 0) | (a >= c.size)
+        least = -c.size if c.wraps else 0
+        if lo < least or hi >= c.size:
+            out = (a < least) | (a >= c.size)
             if c.allowed is not None:
                 out &= a != c.allowed             # an ignore_index the graph maps away
             if not out.any():

@@ -186,8 +186,12 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) ->
         with counted_loop(b, ir.Constant(I64, 0), dims.count(buf), f"idx{j}") as loop:
             v = b.load(b.gep(ptrs[n], [loop.index], inbounds=True, source_etype=et), typ=et)
             v = b.sext(v, I64) if et.width < 64 else v
-            # unsigned compare: negative values wrap to huge ones and fail too
-            bad = b.icmp_unsigned(">=", v, dims.dim(c.size))
+            # unsigned compare: negative values wrap to huge ones and fail too; where the
+            # graph wraps negative indices, v + size must lie in [0, 2 size)
+            size = dims.dim(c.size)
+            if c.wraps:
+                v, size = b.add(v, size), b.mul(size, ir.Constant(I64, 2))
+            bad = b.icmp_unsigned(">=", v, size)
             if c.allowed is not None:                  # an ignore_index the graph maps away
                 bad = b.and_(bad, b.icmp_signed("!=", v, ir.Constant(I64, c.allowed)))
             check(bad, ERR_INDEX_BASE + j)

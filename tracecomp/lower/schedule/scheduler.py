@@ -65,6 +65,7 @@ class IndexCheck:
     size: int
     loc: object = None
     allowed: Optional[int] = None      # one more value the graph maps away first (an ignore_index)
+    wraps: bool = False                # negative values count from the end: [-size, size) is fine
 
 
 @dataclass
@@ -129,15 +130,13 @@ class Scheduler:
                 for r in op.results:
                     if r in keep or len(op.results) > 1 and self.table[op.name].kind in REDUCE_KINDS:
                         self._buffer(r, "temp", "t")
-        for v in g.outputs:           # outputs are computed straight into their own buffers
-            if v in self.names and self.buffers[self.names[v]].role == "temp":
-                b = self.buffers[self.names[v]]
-                self.buffers[b.name] = L.Buffer(b.name, b.dtype, b.shape, "output")
+        self._promote_outputs()       # outputs are computed straight into their own buffers
         self.inliner = Inliner(self.names)
         for op in g.ops:
             if op.name != CONSTANT and any(r in self.names for r in op.results) and not self.rows.defer(op):
                 self._emit(op)
         self.rows.finish()
+        self._promote_outputs()       # and those given a buffer while emitting (a splat constant a matmul reads)
         p.outputs = [self._output_buffer(v) for v in g.outputs]
         fuse_epilogues(p)
         self._mark_index_inputs()
@@ -145,6 +144,13 @@ class Scheduler:
             for k in p.kernels:
                 k.sizes = size_params(k)    # dynamic dims: sizes the kernel takes at run time
         return p
+
+    def _promote_outputs(self) -> None:
+        """A function output's buffer is an output, never a temp whose memory is reused."""
+        for v in self.graph.outputs:
+            if v in self.names and self.buffers[self.names[v]].role == "temp":
+                b = self.buffers[self.names[v]]
+                self.buffers[b.name] = L.Buffer(b.name, b.dtype, b.shape, "output")
 
     def _constant(self, op: Op) -> None:
         value = op.attrs["value"]
@@ -225,9 +231,10 @@ class Scheduler:
             src = args["self"].type
             dim = args["dim"] % src.ndim if src.ndim else 0
             size = src.shape[dim] if src.ndim else 1
-            idx, allowed = self._unless_ignored(self._view_source(args["index"]), size)
+            idx, wraps = self._unless_wrapped(self._view_source(args["index"]), size)
+            idx, allowed = self._unless_ignored(self._view_source(idx), size)
             if idx in self.names and self.buffers[self.names[idx]].role == "input":
-                check = IndexCheck(opdef.full_name, dim, size, op.loc, allowed)
+                check = IndexCheck(opdef.full_name, dim, size, op.loc, allowed, wraps)
                 self.program.index_checks.setdefault(self.names[idx], []).append(check)
 
     def _unless_ignored(self, v: Value, size) -> tuple[Value, Optional[int]]:
@@ -246,6 +253,23 @@ class Scheduler:
         if self._view_source(cargs["self"]) is not t or not isinstance(k, int) or isinstance(k, bool):
             return v, None
         return t, k
+
+    def _unless_wrapped(self, v: Value, size) -> tuple[Value, bool]:
+        """(t, True) when `v` is `where(t < 0, t + size, t)` (negative indices counted from
+        the end, composites.wrapped): the index input is t, which may lie in [-size, size)."""
+        def is_op(x: Value, name: str) -> bool:
+            return x.op is not None and x.op.name != CONSTANT and self.table[x.op.name].full_name == name \
+                and x not in self.names
+        if not is_op(v, "where.self"):
+            return v, False
+        args = self.table[v.op.name].arguments_from(v.op.operands, v.op.attrs)
+        cond, shifted, t = args["condition"], args["self"], args["other"]
+        if not (isinstance(t, Value) and is_op(cond, "lt") and is_op(shifted, "add")):
+            return v, False
+        c, a = (self.table[x.op.name].arguments_from(x.op.operands, x.op.attrs) for x in (cond, shifted))
+        if c["self"] is t and c["other"] == 0 and a["self"] is t and a["other"] == size and a.get("alpha", 1) == 1:
+            return self._view_source(t), True
+        return v, False
 
     def _view_source(self, v: Value) -> Value:
         while v.op is not None and v.op.name != CONSTANT and \
