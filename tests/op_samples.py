@@ -212,6 +212,46 @@ def _gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def _lgamma1(v: float) -> float:
+    try:
+        return math.lgamma(v)
+    except ValueError:          # a pole: 0 or a negative integer
+        return math.inf
+
+
+def _erfinv1(v: float) -> float:
+    """erf's inverse by bisection (an independent reference)."""
+    if math.isnan(v) or abs(v) > 1:
+        return math.nan
+    if abs(v) == 1:
+        return math.copysign(math.inf, v)
+    lo, hi = 0.0, 7.0                    # on |v|; near 1 through erfc, which keeps its digits
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        below = math.erfc(mid) > 1 - abs(v) if abs(v) > 0.5 else math.erf(mid) < abs(v)
+        lo, hi = (mid, hi) if below else (lo, mid)
+    return math.copysign((lo + hi) / 2, v)
+
+
+def _polygamma1(n: int, v: float) -> float:
+    """psi^(n)(v) from its defining series: (-1)^(n+1) n! sum 1/(v+k)^(n+1), n >= 1, summed
+    to 4000 terms plus the Euler-Maclaurin tail (an independent reference); n = 0 by
+    psi(v) = psi(v + 4000) - sum 1/(v+k), psi(w) ~ log w - 1/2w - 1/12w^2 + 1/120w^4."""
+    if math.isnan(v) or v == -math.inf or (v <= 0 and v == math.floor(v) and n == 0 and v != 0):
+        return math.nan
+    if v == 0:
+        return -math.copysign(math.inf, v) if n == 0 else math.inf * (-1) ** (n + 1)
+    if v == math.inf:
+        return math.inf if n == 0 else 0.0
+    k = 4000
+    w = v + k
+    total = math.fsum(1 / (v + j) ** (n + 1) for j in range(k))
+    if n == 0:
+        return math.log(w) - 1 / (2 * w) - 1 / (12 * w * w) + 1 / (120 * w ** 4) - total
+    tail = 1 / (n * w ** n) + 1 / (2 * w ** (n + 1)) + (n + 1) / (12 * w ** (n + 2))
+    return (-1) ** (n + 1) * math.factorial(n) * (total + tail)
+
+
 def _sigmoid(x):
     return _vec(lambda v: v if math.isnan(v) else 1 / (1 + math.exp(-v)) if v >= -700 else 0.0)(x)
 
@@ -279,6 +319,10 @@ UNARY = {
     "logsigmoid": (lambda x: -np.logaddexp(0, -x), arr, "same", FLOATS, False),
     "softsign": (lambda x: x / (1 + np.abs(x)), arr, "float", ALL, False),
     "tanhshrink": (lambda x: x - np.tanh(x), arr, "float", ALL, False),
+    "erfc": (_vec(math.erfc), lambda s, d: arr(s, d, -3, 9), "float", ALL, True),
+    "erfinv": (_vec(_erfinv1), lambda s, d: arr(s, d, -1, 1) if d in FLOATS else arr(s, d, -1, 2), "float", ALL, True),
+    "lgamma": (_vec(_lgamma1), arr, "float", ALL, True),
+    "digamma": (_vec(lambda v: _polygamma1(0, v)), arr, "float", ALL, True),
 }
 # Ops whose NaN/inf edge values are meaningful (reciprocal/rsqrt/log of 0, etc.); not the
 # integer-only ones, nor nan_to_num, whose reference in float64 knows no float32 maximum
@@ -1240,6 +1284,51 @@ def _scatter_samples():
 
 
 _scatter_samples()
+
+
+def _special_samples():
+    for n in (1, 2, 3):
+        sample("polygamma", lambda x, n=n: tc.polygamma(n, x), [arr((2, 5), F64, -4.0, 6.0)],
+               lambda x, n=n: _vec(lambda v: _polygamma1(n, v))(x), F64, f"tc.polygamma({n}, x)")
+    sample("polygamma", lambda x: tc.polygamma(0, x), [arr((4,), F32)], lambda x: _vec(lambda v: _polygamma1(0, v))(x),
+           F32, "n = 0 is digamma, float32")
+    sample("erfc", tc.erfc, [np.array([5.0, 10.0, 26.0, 27.5, 30.0, -30.0], F64)], _vec(math.erfc), F64,
+           "the far tail, subnormals and 2")
+    sample("erfinv", tc.erfinv, [np.array([0.999999, -0.9999999999999, 1e-300, 0.5], F64)], _vec(_erfinv1), F64,
+           "near +-1 and near 0")
+
+
+_special_samples()
+
+
+def _data_dependent_samples():
+    x = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]], F32)
+    eager_only("nonzero", tc.nonzero, [x], lambda a: np.argwhere(a), I64, "tc.nonzero(x)")
+    eager_only("nonzero", lambda a: a.nonzero(), [np.zeros((2, 2), F64)], lambda a: np.zeros((0, 2), np.int64), I64,
+               "x.nonzero(), none")
+    eager_only("argwhere", tc.argwhere, [arr((3,), I32, -1, 2)], lambda a: np.argwhere(a), I64, "tc.argwhere(x)")
+    eager_only("argwhere", lambda a: a.argwhere(), [x], lambda a: np.argwhere(a), I64, "x.argwhere()")
+    eager_only("masked_select", tc.masked_select, [arr((2, 3), F64), np.array([True, False, True])],
+               lambda a, m: np.broadcast_to(a, (2, 3))[np.broadcast_to(m, (2, 3))], F64, "tc.masked_select(x, mask)")
+    eager_only("masked_select", lambda a, m: a.masked_select(m), [arr((3,), F32), np.array([[True], [False]])],
+               lambda a, m: np.broadcast_to(a, (2, 3))[np.broadcast_to(m, (2, 3))], F32, "x.masked_select(m), broadcast")
+    ints = np.array([3, 1, 3, 2, 1, 3], I64)
+    eager_only("unique", tc.unique, [ints], np.unique, I64, "tc.unique(x)")
+    eager_only("unique", lambda a: a.unique(return_inverse=True, return_counts=True), [ints],
+               lambda a: tuple(np.unique(a, return_inverse=True, return_counts=True)), (I64, I64, I64),
+               "x.unique(return_inverse=True, return_counts=True)")
+    rows = np.array([[1.0, 2.0], [0.5, 0.5], [1.0, 2.0]], F64)
+    eager_only("unique", lambda a: tc.unique(a, dim=0, return_inverse=True), [rows],
+               lambda a: tuple(np.unique(a, axis=0, return_inverse=True)), (F64, I64), "dim=0")
+    sample("nonzero_static", lambda a: tc.nonzero_static(a, size=4), [x],
+           lambda a: np.concatenate([np.argwhere(a), np.full((1, 2), -1)])[:4], I64, "tc.nonzero_static(x, size=4): padded")
+    sample("nonzero_static", lambda a: a.nonzero_static(size=2, fill_value=9), [x],
+           lambda a: np.argwhere(a)[:2], I64, "x.nonzero_static(size=2): cut")
+    sample("nonzero_static", lambda a: tc.nonzero_static(a, size=2), [arr((5,), I64, -1, 2)],
+           lambda a: np.concatenate([np.argwhere(a), np.full((2, 1), -1)])[:2], I64, "1-D")
+
+
+_data_dependent_samples()
 _more_loss_samples()
 
 

@@ -359,6 +359,11 @@ RUNTIME_ERRORS = [   # found only when the values are seen (eagerly, or when the
      ["index_select", "index -1", "size 4"]),
     ("gather negative", lambda a, i: a.gather(0, i), [X4, np.array([-4], np.int64)], ValueErr,
      ["gather", "index -4", "size 4"]),
+    # negative indices count from the end, so the compiled check allows [-size, size)
+    ("take bounds", lambda a, i: tc.take(a, i), [X4, np.array([-4, 4], np.int64)], ValueErr, ["index 4", "size 4"]),
+    ("take negative", lambda a, i: tc.take(a, i), [X4, np.array([-5, 3], np.int64)], ValueErr, ["out of bounds", "size 4"]),
+    ("take_along_dim bounds", lambda a, i: tc.take_along_dim(a, i, 1), [X23, np.array([[3], [-1]], np.int64)],
+     ValueErr, ["index 3", "size 3"]),
 ]
 _THIS_FILE = os.path.basename(__file__)
 

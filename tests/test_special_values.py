@@ -23,7 +23,9 @@ def _tensor_args(name):
 
 
 def _floats_ok(name):
-    return TABLE[name].accepts != "integral"
+    """Takes floats, and no argument but its tensors is required (not polygamma's n)."""
+    args = TABLE[name].schema.arguments
+    return TABLE[name].accepts != "integral" and all(a.type.is_tensor or a.has_default for a in args)
 
 
 UNARY = [n for n, op in TABLE.items() if op.kind == "elementwise" and len(_tensor_args(n)) == 1

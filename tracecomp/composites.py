@@ -293,6 +293,50 @@ def _extreme(dtype, sign: int):
     return int(info.max if sign > 0 else info.min)
 
 
+_STATIC_HINTS = {
+    "nonzero": "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where",
+    "argwhere": "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where",
+    "masked_select": "for a static shape keep self's shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)",
+    "unique": "there is no static-shape form: call it outside the traced function",
+}
+
+
+def _values_for(name: str, x) -> np.ndarray:
+    """x's values, which `name`'s result shape depends on: inside tc.trace, a TraceError at
+    the user's line that says how to keep the shape static."""
+    return x._concrete(f"tc.{name} (its result's shape depends on the values; {_STATIC_HINTS[name]})")
+
+
+def _nonzero_rows(name: str, x) -> np.ndarray:
+    return np.argwhere(_values_for(name, x)).astype(np.int64)
+
+
+def _masked_positions(mask, shape) -> np.ndarray:
+    values = _values_for("masked_select", mask)
+    if values.dtype != np.bool_:
+        raise DTypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype.label}")
+    return np.flatnonzero(np.broadcast_to(values, tuple(shape))).astype(np.int64)
+
+
+def _row_major_strides(shape) -> list[int]:
+    return [math.prod(shape[d + 1:]) for d in range(len(shape))]
+
+
+def _unique_values(x, return_inverse: bool, return_counts: bool, dim):
+    """torch.unique: the values (a tensor), or a tuple with the inverse and/or the counts."""
+    import tracecomp as tc
+    values = _values_for("unique", x)
+    axis = None if dim is None else _dim("unique", x.ndim, dim)
+    found, inverse, counts = np.unique(values, return_inverse=True, return_counts=True, axis=axis)
+    inverse = inverse.reshape(x.shape if axis is None else (x.shape[axis] if x.ndim else 1,))
+    out = [tc.tensor(found)]
+    if return_inverse:
+        out.append(tc.tensor(inverse.astype(np.int64)))
+    if return_counts:
+        out.append(tc.tensor(counts.astype(np.int64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 def _embed_dims(ndim: int, dim1: int, dim2: int) -> list[int]:
     d1, d2 = _dim("diag_embed", ndim + 1, dim1), _dim("diag_embed", ndim + 1, dim2)
     if d1 == d2:
@@ -468,7 +512,8 @@ HELPERS = {
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
     "expect_float": _expect_float, "halvable": _halvable, "class_shape": _class_shape,
     # layout
-    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "diagonal_place": _diagonal_place,
+    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "nonzero_rows": _nonzero_rows, "masked_positions": _masked_positions,
+    "row_major_strides": _row_major_strides, "unique_values": _unique_values, "diagonal_place": _diagonal_place,
     "scatter_mode": _scatter_mode, "lowest": lambda t: _extreme(t, -1), "highest": lambda t: _extreme(t, 1), "unsupported": _unsupported,
     "check_cdist": _check_cdist, "last_dims": _last_dims, "tensordot_contract": _tensordot_contract,
     "einsum_contract": _einsum_contract, "broadcast_shapes": broadcast_shapes, "str": str, "repr": repr,
@@ -484,7 +529,7 @@ HELPERS = {
     "repeated_positions": _repeated_positions, "weak_scalar": _weak_scalar, "any_floating": _any_floating,
     "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes, "cross_plan": _cross_plan,
     "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
-    "range": range, "len": len, "list": list, "int": int, "reversed": reversed, "float": float, "abs_int": abs,
+    "range": range, "len": len, "list": list, "tuple": tuple, "int": int, "reversed": reversed, "float": float, "abs_int": abs,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
 }
 

@@ -451,9 +451,11 @@ def permute_backwards(grad, dims):
 
 def cat_backward(grad, tensors, dim: int):
     """cat: each input gets its slice of the gradient along `dim`."""
+    from ..ops.rules import cat_kept
     tc = _tc()
-    sizes = [t.shape[dim] for t in tensors]
-    return list(tc.split(grad, sizes, dim))
+    kept = cat_kept([t.shape for t in tensors])
+    pieces = iter(tc.split(grad, [tensors[i].shape[dim] for i in kept], dim))
+    return [next(pieces) if i in kept else tc.zeros((0,), dtype=grad.dtype) for i in range(len(tensors))]
 
 
 def split_backward(grads, dim: int):

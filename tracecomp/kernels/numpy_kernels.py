@@ -68,7 +68,7 @@ PRIMITIVES: dict[str, Callable] = {
     "abs": np.abs, "sign": _np_sign, "maximum": np.maximum, "minimum": np.minimum,
     "atan2": np.arctan2, "pow": _np_pow, "fmod": _np_fmod, "where": lambda c, a, b: np.where(np.asarray(c, bool), a, b),
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not,
-    "logical_xor": np.logical_xor,
+    "logical_xor": np.logical_xor, "float64": lambda x: np.asarray(x, np.float64),
 }
 KERNELS: dict[str, Callable[[OpDef, dict, list[TensorType]], list[np.ndarray]]] = {}
 
@@ -286,7 +286,7 @@ def _slice(op: OpDef, args, out_types):
 
 @kernel("cat")
 def _cat(op: OpDef, args, out_types):
-    ts = args["tensors"]
+    ts = [args["tensors"][i] for i in rules.cat_kept([t.shape for t in args["tensors"]])]
     d = rules.normalize_dim(op, args["dim"], ts[0].ndim)
     return [np.concatenate([t.astype(out_types[0].dtype.np, copy=False) for t in ts], axis=d)]
 

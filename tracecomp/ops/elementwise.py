@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import formula
+from .special import SPECIAL
 from .table import OpDef, default_table
 
 
@@ -59,6 +60,8 @@ def evaluate(op: OpDef, env: dict[str, Any], primitives: dict[str, Callable]) ->
     table = default_table()
 
     def call(name, values, kwargs):
+        if name in SPECIAL:
+            return SPECIAL[name](primitives, *values, **kwargs)
         if name in primitives:
             return primitives[name](*values, **kwargs)
         if name in BUILTINS:

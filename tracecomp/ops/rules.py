@@ -420,24 +420,34 @@ def _slice(op: OpDef, args):
     return [TensorType(x.shape[:d] + (n,) + x.shape[d + 1:], x.dtype)]
 
 
+def cat_kept(shapes) -> list[int]:
+    """The tensors cat joins: all but PyTorch's legacy empty ones of shape (0,), which it skips
+    whatever the others' shapes (they still take part in type promotion)."""
+    kept = [i for i, s in enumerate(shapes) if tuple(s) != (0,)]
+    return kept if kept else [0]
+
+
 @rule("cat")
 def _cat(op: OpDef, args):
     ts = args["tensors"]
     if not ts:
         raise ShapeError(f"{op.full_name}: expects a non-empty list of tensors")
-    first = ts[0]
     for i, t in enumerate(ts):
         if t.ndim == 0:
             raise ShapeError(f"{op.full_name}: tensors[{i}] is 0-d (shape ()); a zero-dimensional "
                              "tensor cannot be concatenated (use stack, or unsqueeze it first)")
+    kept = cat_kept([t.shape for t in ts])
+    first = ts[kept[0]]
     d = normalize_dim(op, args["dim"], first.shape)
     dtype = first.dtype
-    for i, t in enumerate(ts):
+    for t in ts:
+        dtype = dt.promote_types(dtype, t.dtype)
+    for i in kept:
+        t = ts[i]
         if t.ndim != first.ndim or any(a != b for j, (a, b) in enumerate(zip(t.shape, first.shape)) if j != d):
             raise ShapeError(f"{op.full_name}: tensors[{i}] has shape {t.shape}, which does not match "
-                             f"tensors[0] {first.shape} outside dim {d}")
-        dtype = dt.promote_types(dtype, t.dtype)
-    total = sum(t.shape[d] for t in ts)
+                             f"tensors[{kept[0]}] {first.shape} outside dim {d}")
+    total = sum(ts[i].shape[d] for i in kept)
     return [TensorType(first.shape[:d] + (total,) + first.shape[d + 1:], dtype)]
 
 

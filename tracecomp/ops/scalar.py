@@ -10,6 +10,8 @@ PRIMITIVES = {
     "sqrt", "floor", "ceil", "round", "abs", "sign",
     # binary
     "maximum", "minimum", "atan2", "pow", "fmod",
+    # widening (special functions compute in float64)
+    "float64",
     # selection and logic
     "where", "logical_and", "logical_or", "logical_not", "logical_xor",
 }

@@ -196,6 +196,7 @@ def _build(entry: dict, file: str) -> OpDef:
 def _check_references(ops: dict[str, OpDef]) -> None:
     """Elementwise expressions may call scalar primitives or other elementwise ops."""
     from .elementwise import BUILTINS, CONSTANTS
+    from .special import SPECIAL
     from .scalar import PRIMITIVES   # names every backend implements
     elementwise = {op.name for op in ops.values() if op.kind == "elementwise"}
     for op in ops.values():
@@ -205,7 +206,7 @@ def _check_references(ops: dict[str, OpDef]) -> None:
         for name in formula.free_names(op.expr):
             if name.endswith("()"):
                 fn = name[:-2]
-                if fn not in PRIMITIVES and fn not in elementwise and fn not in BUILTINS:
+                if fn not in PRIMITIVES and fn not in elementwise and fn not in BUILTINS and fn not in SPECIAL:
                     raise TableError(f"elementwise formula calls '{fn}', which is neither a scalar "
                                      "primitive nor an elementwise op", op.file, op.line, op.source)
             elif name not in args and name not in ("True", "False", "None") and name not in CONSTANTS:

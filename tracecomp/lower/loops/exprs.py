@@ -164,4 +164,5 @@ PRIMITIVES.update({"abs": _abs, "pow": _pow})
 PRIMITIVES.update({"logical_and": _logical("and"), "logical_or": _logical("or"),
                    "logical_xor": _logical("xor"),
                    "logical_not": lambda x: X(L.Unary("not", _as_bool(x), dt.BOOL)),
-                   "where": _where})
+                   "where": _where,
+                   "float64": lambda x: X(cast(x.e, dt.FLOAT64)) if isinstance(x, X) else X(lift(x, dt.FLOAT64))})

@@ -118,7 +118,8 @@ class Inliner:
         """Nested selects on the concat dim; each piece's index is clamped into its own range."""
         d = args["dim"] % out.ndim
         pieces, start = [], 0
-        for v in args["tensors"]:
+        tensors = args["tensors"]
+        for v in [tensors[i] for i in rules.cat_kept([t.type.shape for t in tensors])]:
             pieces.append((start, v))
             start += v.type.shape[d]
         expr = None
