@@ -142,6 +142,18 @@ def test_exported_index_check_allows_an_ignore_index(tmp_path):
         f(x, np.array([0, 4, 3]))
 
 
+def test_exported_index_check_allows_negative_indices_that_count_from_the_end(tmp_path):
+    """x[i] wraps negative i, so the library accepts [-size, size) and refuses the rest."""
+    path = str(tmp_path / "libtake.so")
+    x = np.arange(4, dtype=np.float32)
+    tc.export(lambda x, i: x[i], [x, np.array([0, 1])], path)
+    f = tc.load(path)
+    np.testing.assert_array_equal(f(x, np.array([-4, 3])).numpy(), [0, 3])
+    for bad in ([4, 0], [-5, 0]):
+        with pytest.raises(tc.ArgumentError, match=r"an index is out of bounds for dim 0 with size 4"):
+            f(x, np.array(bad))
+
+
 def test_exported_mlp_training_step_matches_trace(mlp_lib):
     path, inputs = mlp_lib
     result = tc.load(path)(*inputs)

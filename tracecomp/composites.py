@@ -298,21 +298,23 @@ _STATIC_HINTS = {
     "argwhere": "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where",
     "masked_select": "for a static shape keep self's shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)",
     "unique": "there is no static-shape form: call it outside the traced function",
+    "x[mask]": "for a static shape keep x's shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)",
 }
 
 
-def _values_for(name: str, x) -> np.ndarray:
+def values_for(name: str, x) -> np.ndarray:
     """x's values, which `name`'s result shape depends on: inside tc.trace, a TraceError at
     the user's line that says how to keep the shape static."""
-    return x._concrete(f"tc.{name} (its result's shape depends on the values; {_STATIC_HINTS[name]})")
+    what = name if name.startswith("x[") else f"tc.{name}"
+    return x._concrete(f"{what} (its result's shape depends on the values; {_STATIC_HINTS[name]})")
 
 
 def _nonzero_rows(name: str, x) -> np.ndarray:
-    return np.argwhere(_values_for(name, x)).astype(np.int64)
+    return np.argwhere(values_for(name, x)).astype(np.int64)
 
 
 def _masked_positions(mask, shape) -> np.ndarray:
-    values = _values_for("masked_select", mask)
+    values = values_for("masked_select", mask)
     if values.dtype != np.bool_:
         raise DTypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype.label}")
     return np.flatnonzero(np.broadcast_to(values, tuple(shape))).astype(np.int64)
@@ -325,7 +327,7 @@ def _row_major_strides(shape) -> list[int]:
 def _unique_values(x, return_inverse: bool, return_counts: bool, dim):
     """torch.unique: the values (a tensor), or a tuple with the inverse and/or the counts."""
     import tracecomp as tc
-    values = _values_for("unique", x)
+    values = values_for("unique", x)
     axis = None if dim is None else _dim("unique", x.ndim, dim)
     found, inverse, counts = np.unique(values, return_inverse=True, return_counts=True, axis=axis)
     inverse = inverse.reshape(x.shape if axis is None else (x.shape[axis] if x.ndim else 1,))
@@ -356,10 +358,10 @@ def _start_index(name: str, x, dim: int, start, length: int):
     n = _dim_size(name, x, dim)
     if not 0 <= length <= n:
         raise ShapeError(f"{name}: length {length} exceeds dim {dim} of size {n} (shape {x.shape})")
-    return _wrapped(start.long(), n)
+    return wrapped(start.long(), n)
 
 
-def _wrapped(index, n):
+def wrapped(index, n):
     """Negative indices counted from the end (index + n), by a `where`: the values may be symbolic."""
     import tracecomp as tc
     return tc.where(index < 0, index + n, index)
@@ -525,7 +527,7 @@ HELPERS = {
     "interleave_shapes": _interleave_shapes, "mesh_sizes": _mesh_sizes, "dim_shape": _dim_shape,
     "gather_shape": _gather_shape, "slice_range": _slice_range,
     # indices and values
-    "wrapped": _wrapped, "start_index": _start_index, "split_points": _split_points,
+    "wrapped": wrapped, "start_index": _start_index, "split_points": _split_points,
     "repeated_positions": _repeated_positions, "weak_scalar": _weak_scalar, "any_floating": _any_floating,
     "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes, "cross_plan": _cross_plan,
     "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
