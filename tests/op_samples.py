@@ -319,6 +319,7 @@ UNARY = {
     "logsigmoid": (lambda x: -np.logaddexp(0, -x), arr, "same", FLOATS, False),
     "softsign": (lambda x: x / (1 + np.abs(x)), arr, "float", ALL, False),
     "tanhshrink": (lambda x: x - np.tanh(x), arr, "float", ALL, False),
+    "clone": (lambda x: np.array(x, copy=True), arr, "same", ALL, True),
     "erfc": (_vec(math.erfc), lambda s, d: arr(s, d, -3, 9), "float", ALL, True),
     "erfinv": (_vec(_erfinv1), lambda s, d: arr(s, d, -1, 1) if d in FLOATS else arr(s, d, -1, 2), "float", ALL, True),
     "lgamma": (_vec(_lgamma1), arr, "float", ALL, True),

@@ -16,7 +16,7 @@ from . import dtypes as dt
 from .dispatch import dispatcher
 from .errors import ArgumentError, TracecompError, add_location
 from .ops.schema import Argument
-from .ops.table import OpDef
+from .ops.table import VIEW_KINDS, OpDef
 from .tensor import Tensor, as_tensor
 from .symbolic import Dim
 
@@ -181,10 +181,14 @@ def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
             reasons.append((op.schema, str(m)))
             continue
         try:
-            return dispatcher.call(op, bound)
+            result = dispatcher.call(op, bound)
         except TracecompError as e:
             from .tracer import user_location
             raise add_location(e, str(user_location())) from None
+        if op.kind in VIEW_KINDS:
+            for t in result if isinstance(result, (list, tuple)) else (result,):
+                t._is_view = True
+        return result
     from .tracer import user_location
     lines = "\n".join(f"  * {s}\n      {why}" for s, why in reasons)
     err = ArgumentError(f"{name}() received an invalid combination of arguments - got "
@@ -214,6 +218,15 @@ def _operator(name: str, overloads: list[OpDef], reflected: bool) -> Callable:
         args = (other[0], self) if reflected else (self, *other)
         return call_overloads(name, overloads, args, {})
     return dunder
+
+
+def _setitem(self, index, value):
+    from .assignment import setitem
+    try:
+        setitem(self, index, value)
+    except TracecompError as e:
+        from .tracer import user_location
+        raise add_location(e, str(user_location())) from None
 
 
 def _getitem(self, index):
@@ -248,3 +261,4 @@ def install(table: dict[str, OpDef], namespace: dict[str, Any]) -> None:
             for prop in op.properties:
                 setattr(Tensor, prop, property(_method(name, [op])))
     Tensor.__getitem__ = _getitem
+    Tensor.__setitem__ = _setitem

@@ -112,7 +112,11 @@ def getitem(t, index):
         else:
             raise ArgumentError(f"unsupported index {i!r} of type {type(i).__name__}: use ints, "
                                 "slices, None, ..., or integer or bool tensors")
-    return _advanced(t, advanced) if advanced else t
+    if not advanced:
+        return t
+    out = _advanced(t, advanced)
+    out._is_view = False          # advanced indexing copies, in PyTorch too
+    return out
 
 
 def _advanced(t, advanced: list):

@@ -17,7 +17,8 @@ from .ir.types import TensorType
 
 class Tensor:
     __slots__ = ("_data", "_type", "_value", "_trace", "requires_grad", "grad", "grad_fn",
-                 "_output_nr", "_accumulator", "_retains_grad", "_tangent", "__weakref__")
+                 "_output_nr", "_accumulator", "_retains_grad", "_tangent", "_version", "_is_view",
+                 "__weakref__")
     __array_priority__ = 1000     # NumPy defers `ndarray + Tensor` to Tensor.__radd__
     __array_ufunc__ = None
 
@@ -34,6 +35,16 @@ class Tensor:
         self._accumulator = None    # a leaf's AccumulateGrad node, made on first use
         self._retains_grad = False
         self._tangent = None        # forward-mode tangent (tc.jvp)
+        self._version = 0           # bumped by every in-place change (item assignment)
+        self._is_view = False       # made by a view op: assigning into it raises (assignment.py)
+
+    def _take_over(self, updated: "Tensor") -> None:
+        """Become `updated` (an in-place change, functionalized): its value, trace value,
+        autograd history and tangent; this tensor's identity and view flag stay."""
+        self._data, self._value, self._trace = updated._data, updated._value, updated._trace
+        self.grad_fn, self._output_nr = updated.grad_fn, updated._output_nr
+        self.requires_grad, self._tangent = updated.requires_grad, updated._tangent
+        self._version += 1
 
     @classmethod
     def from_numpy(cls, array: np.ndarray, requires_grad: bool = False) -> "Tensor":

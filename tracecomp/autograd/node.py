@@ -84,6 +84,7 @@ class FormulaNode(Node):
         self.saved: dict[str, Any] | None = dict(args)
         self.saved_outputs: list | None = list(outputs)
         self.input_types = [_slot_value(args, s)._type for s in slots]
+        self.versions = _saved_versions(derivative, args, outputs)
 
     @property
     def source_op(self) -> str:
@@ -94,6 +95,12 @@ class FormulaNode(Node):
 
     def apply(self, grads: list) -> list:
         from .backward import apply_formulas
+        for name, t, version in self.versions:
+            if t._version != version:
+                raise AutogradError(
+                    f"one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: {name} of {self.name()}, a {t.dtype.label} tensor of shape "
+                    f"{t.shape}, is at version {t._version}; expected version {version} instead")
         if self.saved is None:
             raise AutogradError(
                 f"trying to backward through the graph a second time (or to read the saved "
@@ -101,6 +108,28 @@ class FormulaNode(Node):
                 "by the first backward. Pass retain_graph=True to the first backward() if you "
                 "need to backward through it again.")
         return apply_formulas(self, grads)
+
+
+def _saved_versions(derivative: Derivative, args: dict, outputs: list) -> list:
+    """(name, tensor, version) of each tensor the derivative's formulas read: a later
+    in-place change to one of them makes this node's backward raise (PyTorch's rule)."""
+    from ..ops.formula import free_names
+    from ..tensor import Tensor
+    read: set[str] = set()
+    for f in derivative.formulas:
+        if f.expr is not None:
+            read |= free_names(f.expr, values_only=True)
+    found = []
+    for name, v in args.items():
+        if name in read:
+            found += [(name, t, t._version) for t in (v if isinstance(v, (list, tuple)) else [v])
+                      if isinstance(t, Tensor)]
+    names = [r.name for r in derivative.op.schema.returns]
+    for k, t in enumerate(outputs):
+        name = names[k] if k < len(names) else None      # a Tensor[] return has more outputs
+        if isinstance(t, Tensor) and ({"result", f"result{k}"} | ({name} if name else set())) & read:
+            found.append((name or "result", t, t._version))
+    return found
 
 
 def _slot_value(args: dict[str, Any], slot: tuple[str, int | None]):

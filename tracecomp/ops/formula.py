@@ -213,11 +213,23 @@ def parse_program(text: str, where: str = "") -> tuple:
     return program
 
 
-def free_names(node) -> set[str]:
-    """Names read (not assigned) and functions called by a formula or program."""
+_METADATA_ATTRS = ("shape", "dtype", "ndim")
+_METADATA_CALLS = ("dim", "size", "numel")
+
+
+def free_names(node, values_only: bool = False) -> set[str]:
+    """Names read (not assigned) and functions called by a formula or program.  With
+    `values_only`, a name read only for its metadata (`self.shape`, `self.dim()`) is left out."""
     reads, calls, assigned = set(), set(), set()
 
+    def metadata(x) -> bool:
+        return values_only and isinstance(getattr(x, "target", None), Name) and (
+            (isinstance(x, Attr) and x.attr in _METADATA_ATTRS)
+            or (isinstance(x, Call) and x.func in _METADATA_CALLS and not x.args))
+
     def visit(x):
+        if metadata(x):
+            return
         if isinstance(x, Name):
             if x.id not in assigned:
                 reads.add(x.id)

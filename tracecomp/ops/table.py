@@ -259,6 +259,10 @@ def default_table() -> dict[str, OpDef]:
     return load_table(table_path())
 
 
+# Kinds whose result is a view of their input in PyTorch (index arithmetic when compiled)
+VIEW_KINDS = ("reshape", "squeeze", "unsqueeze", "permute", "expand", "select", "slice", "split", "flip")
+
+
 def by_ir_name() -> dict[str, OpDef]:
     return _IR_NAMES()
 

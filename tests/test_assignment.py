@@ -1,0 +1,114 @@
+"""Item assignment (`x[index] = value`), functionalized: against PyTorch eagerly, in tc.trace,
+in gradients, and its errors (views, leaves that require grad, saved values changed)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+
+torch = pytest.importorskip("torch", reason="torch not installed (the test-only oracle)")
+
+X = np.arange(3 * 4, dtype=np.float64).reshape(3, 4) / 3
+
+CASES = [
+    ("an element", lambda T: (1, 2), 7.5),
+    ("a row", lambda T: 0, np.array([1.0, 2.0, 3.0, 4.0])),
+    ("a column, broadcast", lambda T: (slice(None), 1), np.array(-1.0)),
+    ("a strided slice", lambda T: (slice(None, None, 2), slice(1, 3)), 9.0),
+    ("negative and None", lambda T: (-1, None, slice(-2, None)), np.array([[5.0, 6.0]])),
+    ("index tensors", lambda T: (T(np.array([0, 2])), T(np.array([3, -4]))), np.array([10.0, 20.0])),
+    ("a mask", lambda T: T(X > 2), 0.0),
+    ("an int value into floats", lambda T: (2, 0), 3),
+]
+
+
+def _index(build, lib):
+    return build((lambda a: tc.tensor(a)) if lib == "tc" else (lambda a: torch.from_numpy(a)))
+
+
+def _value(v, lib):
+    return (tc.tensor(v) if lib == "tc" else torch.from_numpy(v)) if isinstance(v, np.ndarray) else v
+
+
+@pytest.mark.parametrize("desc, build, value", CASES, ids=[c[0] for c in CASES])
+def test_eager_matches_torch(desc, build, value):
+    want = torch.from_numpy(X.copy())
+    want[_index(build, "torch")] = _value(value, "torch")
+    got = tc.tensor(X.copy())
+    got[_index(build, "tc")] = _value(value, "tc")
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("desc, build, value", [c for c in CASES if "mask" not in c[0]],
+                         ids=[c[0] for c in CASES if "mask" not in c[0]])
+def test_traced_matches_torch(desc, build, value):
+    want = torch.from_numpy(X.copy())
+    want[_index(build, "torch")] = _value(value, "torch")
+
+    def fn(x):
+        y = x * 1.0
+        y[_index(build, "tc")] = _value(value, "tc")
+        return y
+    np.testing.assert_array_equal(tc.trace(fn)(X).numpy(), want.numpy())
+
+
+def test_gradients_flow_to_the_value_and_around_the_overwritten_elements():
+    w = np.random.default_rng(0).uniform(0.5, 1.5, (3, 4))
+    xt, vt = torch.from_numpy(X.copy()).requires_grad_(), torch.tensor([2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    y = xt * 2
+    y[1, 1:3] = vt * vt
+    want = torch.autograd.grad((y * torch.from_numpy(w)).sum(), [xt, vt])
+
+    def loss(x, v):
+        y = x * 2
+        y[1, 1:3] = v * v
+        return (y * tc.tensor(w)).sum()
+    for grad in (tc.grad(loss, argnums=(0, 1)), tc.trace(tc.grad(loss, argnums=(0, 1)))):
+        got = grad(tc.tensor(X), tc.tensor(np.array([2.0, 3.0])))
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-12)
+
+
+def test_assigning_into_a_view_raises_instead_of_missing_the_base():
+    x = tc.tensor(X.copy())
+    with pytest.raises(tc.ArgumentError, match=r"x\[0, 1\] = v, not x\[0\]\[1\] = v") as info:
+        x[0][1] = 5.0
+    assert "test_assignment.py" in str(info.value)
+    y = x.clone()
+    y[0, 1] = 5.0                     # a clone is a tensor of its own
+    assert x.numpy()[0, 1] == X[0, 1] and y.numpy()[0, 1] == 5.0
+    z = x[tc.tensor(np.array([0, 2]))]    # advanced indexing copies, as in PyTorch
+    z[0, 0] = -1.0
+    assert x.numpy()[0, 0] == X[0, 0]
+
+
+def test_a_leaf_that_requires_grad_cannot_be_assigned_into():
+    x = tc.tensor(X.copy(), requires_grad=True)
+    with pytest.raises(tc.TracecompError, match="leaf tensor that requires grad"):
+        x[0, 0] = 1.0
+    with tc.no_grad():
+        x[0, 0] = 1.0
+    assert x.numpy()[0, 0] == 1.0
+
+
+def test_changing_a_saved_value_makes_backward_raise():
+    x = tc.tensor(X.copy(), requires_grad=True)
+    y = x.exp()                       # exp's backward reads its result
+    y[0, 0] = 0.0
+    with pytest.raises(tc.TracecompError, match="modified by an inplace operation.*version 1; expected version 0"):
+        y.sum().backward()
+    z = x * 2                         # mul by a number reads no saved tensor of z
+    z[0, 0] = 0.0
+    z.sum().backward()
+    expected = np.full(X.shape, 2.0)
+    expected[0, 0] = 0.0
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+
+
+def test_bad_values_name_the_problem():
+    x = tc.tensor(X.copy())
+    with pytest.raises(tc.ShapeError, match="broadcast"):
+        x[0] = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(tc.ShapeError, match="out of bounds"):
+        x[tc.tensor(np.array([5]))] = 1.0
