@@ -70,10 +70,35 @@ def test_gradients_flow_to_the_value_and_around_the_overwritten_elements():
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-12)
 
 
-def test_assigning_into_a_view_raises_instead_of_missing_the_base():
-    x = tc.tensor(X.copy())
-    with pytest.raises(tc.ArgumentError, match=r"x\[0, 1\] = v, not x\[0\]\[1\] = v") as info:
+def test_assigning_into_an_indexed_view_reaches_its_base_as_in_pytorch():
+    for lib, make in (("tc", lambda a: tc.tensor(a)), ("torch", lambda a: torch.from_numpy(a))):
+        x = make(X.copy())
         x[0][1] = 5.0
+        y = x[1:]
+        y += 1
+        y[0, 0] = -2.0
+        x[2, ::2] *= 3
+        if lib == "tc":
+            got = x.numpy()
+        else:
+            want = x.numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_view_taken_before_its_base_changed_raises_when_used():
+    x = tc.tensor(X.copy())
+    y = x[1]
+    x[1, 0] = 7.0                     # PyTorch's y would now read 7
+    for use in (lambda: y + 1, lambda: y.numpy(), lambda: y.__setitem__(0, 1.0)):
+        with pytest.raises(tc.ArgumentError, match="changed in place since"):
+            use()
+    np.testing.assert_array_equal(x[1].numpy()[:1], [7.0])     # indexing again is fine
+
+
+def test_assigning_into_other_views_raises_instead_of_missing_the_base():
+    x = tc.tensor(X.copy())
+    with pytest.raises(tc.ArgumentError, match=r"view op \(reshape, transpose") as info:
+        x.T[0, 1] = 5.0
     assert "test_assignment.py" in str(info.value)
     y = x.clone()
     y[0, 1] = 5.0                     # a clone is a tensor of its own
@@ -112,3 +137,38 @@ def test_bad_values_name_the_problem():
         x[0] = np.array([1.0, 2.0, 3.0])
     with pytest.raises(tc.ShapeError, match="out of bounds"):
         x[tc.tensor(np.array([5]))] = 1.0
+
+
+def test_in_place_operators_follow_pytorch():
+    for lib, make in (("tc", lambda a: tc.tensor(a)), ("torch", lambda a: torch.from_numpy(a))):
+        x = make(X.copy())
+        alias = x
+        x += 1
+        x *= make(np.arange(4.0))
+        x[1] /= 2
+        i = make(np.arange(4))
+        i //= 2
+        result = (alias.numpy(), i.numpy())
+        if lib == "tc":
+            got = result
+        else:
+            want = result
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    i = tc.tensor(np.arange(3))
+    with pytest.raises(tc.DTypeError, match="can't be cast"):
+        i += 0.5
+    x = tc.tensor(X.copy())
+    with pytest.raises(tc.ShapeError, match="cannot broadcast"):
+        x[0] += tc.ones(2, 4)
+
+
+def test_in_place_operators_trace():
+    def fn(x):
+        y = x * 1.0
+        y[0] += 10.0
+        y *= 2
+        return y
+    want = X * 2
+    want[0] += 20
+    np.testing.assert_array_equal(tc.trace(fn)(X).numpy(), want)

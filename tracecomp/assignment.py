@@ -11,31 +11,88 @@ its autograd history):
   gradient, `value` gets theirs); assigning into a leaf that requires grad raises, as in
   PyTorch; each assignment bumps the tensor's version, and a backward that saved the old
   value raises PyTorch's error instead of using the new one;
-- views: tracecomp's view ops (indexing, reshape, transpose, ...) return new tensors, so an
-  assignment into one could not reach its base.  Rather than silently differ from PyTorch,
-  assigning into a tensor a view op made raises and says what to write instead.
+- views: tracecomp's view ops return new tensors.  One made by basic indexing remembers its
+  base, index and the base's version, so an assignment into it (`x[0][1] = v`,
+  `y = x[1:]; y += 1`) is written back into the base as well, as in PyTorch.  Once the base
+  changes otherwise, such a view holds old values where PyTorch's would see the new ones:
+  using it then raises (check_fresh, run for every op's tensor arguments) rather than
+  silently differ.  Other views (reshape, transpose, ...) cannot reach their base, so
+  assigning into one raises;
+- in-place operators (`x += y`, `x[1:] *= 2`) are the same: compute, cast to x's dtype
+  (refusing a cast PyTorch refuses, such as float into int), take over.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .errors import ArgumentError
+from .errors import ArgumentError, ShapeError
+
+
+def check_fresh(t) -> None:
+    """Raise if t was indexed from a tensor that has changed in place since."""
+    view = t._view_of
+    if view is None:
+        return
+    base, index, version = view
+    if base._version != version:
+        raise ArgumentError(
+            f"this tensor was taken from another by indexing ({_describe(index)}), which has been "
+            "changed in place since; PyTorch's view would show the change, tracecomp's copy does "
+            "not. Index the changed tensor again")
+    check_fresh(base)
+
+
+def _describe(index) -> str:
+    return "x[" + ", ".join(map(repr, index if isinstance(index, tuple) else (index,))) + "]"
+
+
+def _check_writable(t, what: str) -> None:
+    check_fresh(t)
+    from .autograd.grad_mode import is_grad_enabled
+    from .autograd.node import AutogradError
+    if t._is_view and t._view_of is None:
+        raise ArgumentError(
+            f"{what} into the result of a view op (reshape, transpose, ...): in tracecomp that result "
+            "is a new tensor, so the change would not reach the tensor it came from, as it does in "
+            "PyTorch. Index the original instead (x[0, 1] = v), or call .clone() first if a separate "
+            "copy is what you want")
+    if t.requires_grad and t.grad_fn is None and is_grad_enabled():
+        raise AutogradError(f"a leaf tensor that requires grad is being used in an in-place operation "
+                            f"({what}); wrap it in tc.no_grad() or change a clone")
+
+
+def update(t, updated, what: str) -> None:
+    """t becomes `updated`; a view made by indexing writes it back into its base first."""
+    _check_writable(t, what)
+    t._take_over(updated)
+    if t._view_of is not None:
+        base, index, _ = t._view_of
+        setitem(base, index, updated)
+        t._view_of = (base, index, base._version)
+
+
+def inplace(t, result, what: str):
+    """The end of `t op= other`: result cast to t's dtype (as PyTorch, never from float to an
+    integer or from a number to bool), then taken over."""
+    import tracecomp as tc
+    from .errors import DTypeError
+    if result.dtype != t.dtype:
+        if result.dtype.is_floating_point and not t.dtype.is_floating_point or \
+                t.dtype is tc.bool and result.dtype is not tc.bool:
+            raise DTypeError(f"{what}: the result type {result.dtype.label} can't be cast to the "
+                             f"tensor's dtype {t.dtype.label} in place")
+        result = result.to(t.dtype)
+    if tuple(result.shape) != tuple(t.shape):
+        raise ShapeError(f"{what}: the result's shape {tuple(result.shape)} is not the tensor's shape "
+                         f"{tuple(t.shape)} (an in-place operation cannot broadcast its target)")
+    update(t, result, what)
+    return t
 
 
 def setitem(t, index, value) -> None:
     import tracecomp as tc
-    from .autograd.grad_mode import is_grad_enabled
-    from .autograd.node import AutogradError
     from .tensor import Tensor
-    if t._is_view:
-        raise ArgumentError(
-            "item assignment into the result of a view op (indexing, reshape, transpose, ...): in "
-            "tracecomp that result is a new tensor, so the assignment would not reach the tensor it "
-            "came from, as it does in PyTorch. Index the original in one go (x[0, 1] = v, not "
-            "x[0][1] = v), or call .clone() first if a separate copy is what you want")
-    if t.requires_grad and t.grad_fn is None and is_grad_enabled():
-        raise AutogradError("a leaf tensor that requires grad is being used in an in-place operation "
-                            "(item assignment); wrap it in tc.no_grad() or assign into a clone")
+    _check_writable(t, "item assignment")
     positions = tc.arange(t.numel(), dtype=tc.int64).reshape(list(t.shape))[index]
     if isinstance(value, Tensor):
         value = value.to(t.dtype)
@@ -46,4 +103,4 @@ def setitem(t, index, value) -> None:
     value = tc.broadcast_to(value, list(positions.shape))
     flat = tc.reshape(t, [-1])
     updated = tc.scatter(flat, 0, positions.reshape([-1]), value.reshape([-1])).reshape(list(t.shape))
-    t._take_over(updated)
+    update(t, updated, "item assignment")

@@ -16,6 +16,7 @@ from . import dtypes as dt
 from .dispatch import dispatcher
 from .errors import ArgumentError, TracecompError, add_location
 from .ops.schema import Argument
+from .assignment import check_fresh
 from .ops.table import VIEW_KINDS, OpDef
 from .tensor import Tensor, as_tensor
 from .symbolic import Dim
@@ -181,6 +182,10 @@ def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
             reasons.append((op.schema, str(m)))
             continue
         try:
+            for v in bound.values():
+                for t in v if isinstance(v, list) else (v,):
+                    if isinstance(t, Tensor) and t._view_of is not None:
+                        check_fresh(t)
             result = dispatcher.call(op, bound)
         except TracecompError as e:
             from .tracer import user_location
@@ -229,6 +234,24 @@ def _setitem(self, index, value):
         raise add_location(e, str(user_location())) from None
 
 
+_INPLACE = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div",
+            "__ifloordiv__": "floor_divide", "__imod__": "remainder", "__ipow__": "pow",
+            "__iand__": "bitwise_and", "__ior__": "bitwise_or", "__ixor__": "bitwise_xor"}
+
+
+def _inplace_operator(dunder: str, name: str) -> Callable:
+    def method(self, other):
+        import tracecomp as tc
+        from .assignment import inplace
+        try:
+            return inplace(self, getattr(tc, name)(self, other), f"{name}_")
+        except TracecompError as e:
+            from .tracer import user_location
+            raise add_location(e, str(user_location())) from None
+    method.__name__ = dunder
+    return method
+
+
 def _getitem(self, index):
     from .indexing import getitem
     try:
@@ -262,3 +285,5 @@ def install(table: dict[str, OpDef], namespace: dict[str, Any]) -> None:
                 setattr(Tensor, prop, property(_method(name, [op])))
     Tensor.__getitem__ = _getitem
     Tensor.__setitem__ = _setitem
+    for dunder, name in _INPLACE.items():
+        setattr(Tensor, dunder, _inplace_operator(dunder, name))

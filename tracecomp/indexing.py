@@ -82,6 +82,7 @@ def _masks_to_indices(index: tuple) -> tuple:
 def getitem(t, index):
     import tracecomp as tc
     from .tensor import Tensor
+    base, original = t, index
     index = index if isinstance(index, tuple) else (index,)
     if any(isinstance(i, (bool, np.bool_)) for i in index):
         raise ArgumentError("indexing with a Python bool is not supported; use None to add a dim")
@@ -113,6 +114,8 @@ def getitem(t, index):
             raise ArgumentError(f"unsupported index {i!r} of type {type(i).__name__}: use ints, "
                                 "slices, None, ..., or integer or bool tensors")
     if not advanced:
+        if t is not base:
+            t._view_of = (base, original, base._version)    # writes into it reach base (assignment.py)
         return t
     out = _advanced(t, advanced)
     out._is_view = False          # advanced indexing copies, in PyTorch too

@@ -17,7 +17,7 @@ from .ir.types import TensorType
 
 class Tensor:
     __slots__ = ("_data", "_type", "_value", "_trace", "requires_grad", "grad", "grad_fn",
-                 "_output_nr", "_accumulator", "_retains_grad", "_tangent", "_version", "_is_view",
+                 "_output_nr", "_accumulator", "_retains_grad", "_tangent", "_version", "_is_view", "_view_of",
                  "__weakref__")
     __array_priority__ = 1000     # NumPy defers `ndarray + Tensor` to Tensor.__radd__
     __array_ufunc__ = None
@@ -37,6 +37,7 @@ class Tensor:
         self._tangent = None        # forward-mode tangent (tc.jvp)
         self._version = 0           # bumped by every in-place change (item assignment)
         self._is_view = False       # made by a view op: assigning into it raises (assignment.py)
+        self._view_of = None        # (base, index, base's version) when made by basic indexing
 
     def _take_over(self, updated: "Tensor") -> None:
         """Become `updated` (an in-place change, functionalized): its value, trace value,
@@ -125,6 +126,8 @@ class Tensor:
 
     # -------------------------------------------------------------- concrete values
     def _concrete(self, why: str) -> np.ndarray:
+        from .assignment import check_fresh
+        check_fresh(self)
         if self._data is None:
             from .tracer import user_location
             raise add_location(TraceError(
