@@ -58,7 +58,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -521,8 +521,43 @@ def w6_cases() -> list[Case]:
                  lambda inputs: inputs[0].astype(np.float64) + 1, 0.0, standard(add1, add1, add1, add1))]
 
 
+# ----------------------------------------------------------------------------- W7
+
+
+def w7_cases() -> list[Case]:
+    """A stable argsort of every row (issue 13's sort kernel family): not in DESIGN.md's
+    W1-W6, measured so the new kernel has a number beside NumPy's and PyTorch's."""
+    rows, n = 1024, 4096
+
+    def inputs():
+        return [np.random.default_rng(0).standard_normal((rows, n)).astype(np.float32)]
+
+    def np_fn(x):
+        return np.argsort(x, -1, kind="stable")
+
+    def tc_fn(x):
+        import tracecomp as tc
+        return tc.argsort(x, -1)
+
+    def torch_fn(x):
+        import torch
+        return torch.argsort(x, stable=True, dim=-1)
+
+    def jax_fn(x):
+        import jax.numpy as jnp
+        return jnp.argsort(x, axis=-1, stable=True)
+
+    def mismatch(out, ref) -> float:
+        return float(np.mean(as_numpy(out) != ref))
+
+    return [Case("W7", "W7", f"stable argsort of {rows} rows of {n} f32", inputs,
+                 lambda inputs: np_fn(inputs[0]), 0.0, standard(tc_fn, np_fn, torch_fn, jax_fn),
+                 mem_floor(rows * n * (4 + 8)), mismatch, note="error: fraction of indices unlike NumPy's")]
+
+
 def all_cases(quick: bool = False) -> dict[str, Case]:
-    cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases()
+    cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
+        + w7_cases()
     return {c.key: c for c in cases}
 
 
@@ -1121,7 +1156,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
-                    help="comma-separated subset of W1..W6 (default: all)")
+                    help="comma-separated subset of W1..W7 (default: all)")
     ap.add_argument("--repeat", type=int, default=7, help="timed repetitions per row (default 7)")
     ap.add_argument("--quick", action="store_true",
                     help="at most 3 repetitions, no 4096^3 matmul, W5 for tracecomp and NumPy only")
