@@ -74,11 +74,9 @@ def update(t, updated, what: str) -> None:
 def inplace(t, result, what: str):
     """The end of `t op= other`: result cast to t's dtype (as PyTorch, never from float to an
     integer or from a number to bool), then taken over."""
-    import tracecomp as tc
     from .errors import DTypeError
     if result.dtype != t.dtype:
-        if result.dtype.is_floating_point and not t.dtype.is_floating_point or \
-                t.dtype is tc.bool and result.dtype is not tc.bool:
+        if result.dtype.category > t.dtype.category:      # bool < integers < floats
             raise DTypeError(f"{what}: the result type {result.dtype.label} can't be cast to the "
                              f"tensor's dtype {t.dtype.label} in place")
         result = result.to(t.dtype)

@@ -16,7 +16,7 @@ from . import dtypes as dt
 from .dispatch import dispatcher
 from .errors import ArgumentError, TracecompError, add_location
 from .ops.schema import Argument
-from .assignment import check_fresh
+from .assignment import check_fresh, inplace, setitem
 from .ops.table import VIEW_KINDS, OpDef
 from .tensor import Tensor, as_tensor
 from .symbolic import Dim
@@ -225,13 +225,17 @@ def _operator(name: str, overloads: list[OpDef], reflected: bool) -> Callable:
     return dunder
 
 
-def _setitem(self, index, value):
-    from .assignment import setitem
+def _at_user_line(fn: Callable, *args):
+    """fn(*args), a TracecompError from it naming the user's source line."""
     try:
-        setitem(self, index, value)
+        return fn(*args)
     except TracecompError as e:
         from .tracer import user_location
         raise add_location(e, str(user_location())) from None
+
+
+def _setitem(self, index, value):
+    _at_user_line(setitem, self, index, value)
 
 
 _INPLACE = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div",
@@ -242,23 +246,14 @@ _INPLACE = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv
 def _inplace_operator(dunder: str, name: str) -> Callable:
     def method(self, other):
         import tracecomp as tc
-        from .assignment import inplace
-        try:
-            return inplace(self, getattr(tc, name)(self, other), f"{name}_")
-        except TracecompError as e:
-            from .tracer import user_location
-            raise add_location(e, str(user_location())) from None
+        return _at_user_line(lambda: inplace(self, getattr(tc, name)(self, other), f"{name}_"))
     method.__name__ = dunder
     return method
 
 
 def _getitem(self, index):
     from .indexing import getitem
-    try:
-        return getitem(self, index)
-    except TracecompError as e:
-        from .tracer import user_location
-        raise add_location(e, str(user_location())) from None
+    return _at_user_line(getitem, self, index)
 
 
 def group_by_name(table: dict[str, OpDef]) -> dict[str, list[OpDef]]:

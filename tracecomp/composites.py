@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from . import contraction
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
 from .ops import formula
@@ -129,16 +130,6 @@ def _last_dims(name: str, x, n: int) -> list[int]:
     return list(range(x.ndim - n, x.ndim))
 
 
-def _einsum_contract(equation: str, tensors):
-    from .contraction import contract
-    return contract(equation, list(tensors))
-
-
-def _tensordot_contract(a, b, dims_a, dims_b):
-    from .contraction import tensordot
-    return tensordot(a, b, list(dims_a), list(dims_b))
-
-
 def _at_least_dims(name: str, x, n: int) -> bool:
     if x.ndim < n:
         raise ShapeError(f"{name}: expects a tensor with at least {n} dims, got shape {x.shape}")
@@ -248,33 +239,25 @@ def _last_two(name: str, x) -> tuple[int, int]:
     return x.shape[-2], x.shape[-1]
 
 
+def _diagonal_place(shape, offset: int, dim1: int, dim2: int, name: str = "diagonal_scatter"):
+    """(dim1, dim2 normalized, the row the diagonal starts at, its length)."""
+    ndim = len(shape)
+    d1, d2 = _dim(name, ndim, dim1), _dim(name, ndim, dim2)
+    if d1 == d2 or ndim < 2:
+        raise ShapeError(f"{name}: dim1 {dim1} and dim2 {dim2} must be two different dims of shape {tuple(shape)}")
+    m, n = shape[d1], shape[d2]
+    return d1, d2, max(-offset, 0), max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
+
+
 def _diagonal_plan(shape, offset: int, dim1: int, dim2: int):
     """diagonal as permute -> reshape -> strided slice: the two dims go last and merge
     into one of m * n elements, whose diagonal starts at `start` with step n + 1."""
-    ndim = len(shape)
-    d1, d2 = _dim("diagonal", ndim, dim1), _dim("diagonal", ndim, dim2)
-    if d1 == d2 or ndim < 2:
-        raise ShapeError(f"diagonal: dim1 {dim1} and dim2 {dim2} must be two different dims of shape {tuple(shape)}")
-    dims = [d for d in range(ndim) if d not in (d1, d2)] + [d1, d2]
+    d1, d2, _, length = _diagonal_place(shape, offset, dim1, dim2, "diagonal")
+    dims = [d for d in range(len(shape)) if d not in (d1, d2)] + [d1, d2]
     m, n = shape[d1], shape[d2]
-    length = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
-    start = offset if offset >= 0 else -offset * n
-    if length == 0:
-        start = 0
+    start = (offset if offset >= 0 else -offset * n) if length else 0
     flat = [shape[d] for d in dims[:-2]] + [m * n]
     return dims, flat, start, start + (length - 1) * (n + 1) + 1 if length else 0, n + 1
-
-
-def _diagonal_place(shape, offset: int, dim1: int, dim2: int) -> tuple[int, int, int, int]:
-    """(dim1, dim2 normalized, the row the diagonal starts at, its length)."""
-    ndim = len(shape)
-    d1, d2 = _dim("diagonal_scatter", ndim, dim1), _dim("diagonal_scatter", ndim, dim2)
-    if d1 == d2 or ndim < 2:
-        raise ShapeError(f"diagonal_scatter: dim1 {dim1} and dim2 {dim2} must be two different dims of "
-                         f"shape {tuple(shape)}")
-    m, n = shape[d1], shape[d2]
-    length = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
-    return d1, d2, max(-offset, 0), length
 
 
 def _scatter_mode(name: str, reduce: str, allowed: tuple) -> str:
@@ -283,22 +266,12 @@ def _scatter_mode(name: str, reduce: str, allowed: tuple) -> str:
     return reduce
 
 
-def _extreme(dtype, sign: int):
-    """The identity of max (sign -1: the lowest value) or min (+1) in `dtype`."""
-    if dtype.is_floating_point:
-        return sign * math.inf
-    if dtype is dt.BOOL:
-        return sign > 0
-    info = np.iinfo(dtype.np)
-    return int(info.max if sign > 0 else info.min)
-
-
+_ROWS_HINT = "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where"
+_MASK_HINT = "for a static shape keep {}'s shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)"
 _STATIC_HINTS = {
-    "nonzero": "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where",
-    "argwhere": "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where",
-    "masked_select": "for a static shape keep self's shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)",
+    "nonzero": _ROWS_HINT, "argwhere": _ROWS_HINT,
+    "masked_select": _MASK_HINT.format("self"), "x[mask]": _MASK_HINT.format("x"),
     "unique": "there is no static-shape form: call it outside the traced function",
-    "x[mask]": "for a static shape keep x's shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)",
 }
 
 
@@ -516,9 +489,9 @@ HELPERS = {
     # layout
     "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "nonzero_rows": _nonzero_rows, "masked_positions": _masked_positions,
     "row_major_strides": _row_major_strides, "unique_values": _unique_values, "diagonal_place": _diagonal_place,
-    "scatter_mode": _scatter_mode, "lowest": lambda t: _extreme(t, -1), "highest": lambda t: _extreme(t, 1), "unsupported": _unsupported,
-    "check_cdist": _check_cdist, "last_dims": _last_dims, "tensordot_contract": _tensordot_contract,
-    "einsum_contract": _einsum_contract, "broadcast_shapes": broadcast_shapes, "str": str, "repr": repr,
+    "scatter_mode": _scatter_mode, "lowest": dt.lowest, "highest": dt.highest, "unsupported": _unsupported,
+    "check_cdist": _check_cdist, "last_dims": _last_dims, "tensordot_contract": lambda a, b, p, q: contraction.tensordot(a, b, list(p), list(q)),
+    "einsum_contract": lambda eq, ts: contraction.contract(eq, list(ts)), "broadcast_shapes": broadcast_shapes, "str": str, "repr": repr,
     "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length,
     "tail": lambda xs: list(xs)[1:], "moved_dims": _moved_dims, "narrow_bounds": _narrow_bounds,
     "unflatten_shape": _unflatten_shape, "section_bounds": _section_bounds, "index_bounds": _index_bounds,

@@ -7,6 +7,7 @@ move the result to a higher category, never widen it inside one (combine_categor
 from __future__ import annotations
 
 import enum
+import math
 
 import numpy as np
 
@@ -113,6 +114,16 @@ def cast_array(a: np.ndarray, to: np.dtype) -> np.ndarray:
     low, high = float(np.iinfo(to).min), -float(np.iinfo(to).min)   # -2^(w-1), 2^(w-1): exact
     valid = (a >= low) & (a < high)
     return np.where(valid, np.where(valid, a, 0).astype(to), np.iinfo(to).min).astype(to, copy=False)
+
+
+def lowest(t: DType):
+    """The smallest value of `t` (-inf for floats): max's identity."""
+    return -math.inf if t.is_floating_point else (False if t is BOOL else int(np.iinfo(t.np).min))
+
+
+def highest(t: DType):
+    """The largest value of `t` (inf for floats): min's identity."""
+    return math.inf if t.is_floating_point else (True if t is BOOL else int(np.iinfo(t.np).max))
 
 
 def promote_types(a: DType, b: DType) -> DType:

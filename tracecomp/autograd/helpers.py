@@ -141,7 +141,8 @@ def prod_jvp(self_p, self_t, result, dim, keepdim: bool):
     return out if out.dtype == result.dtype else out.to(result.dtype)
 
 
-def _reverse_cumsum(x, dim: int):
+def reverse_cumsum(x, dim: int):
+    """out[i] = sum of x[j] for j >= i along dim: cumsum's gradient."""
     return x.flip([dim]).cumsum(dim).flip([dim])
 
 
@@ -161,8 +162,8 @@ def cumprod_backward(grad, self, result, dim: int):
     if self.ndim == 0:
         return grad
     before, first = _zero_positions(self, dim)
-    at_before = _reverse_cumsum(grad * result, dim) / tc.where(before, self, 1)
-    at_first = _reverse_cumsum(grad * tc.where(first, 1, self).cumprod(dim), dim)
+    at_before = reverse_cumsum(grad * result, dim) / tc.where(before, self, 1)
+    at_first = reverse_cumsum(grad * tc.where(first, 1, self).cumprod(dim), dim)
     return tc.where(before, at_before, tc.where(first, at_first, 0))
 
 

@@ -157,7 +157,9 @@ def _running_extreme(x: np.ndarray, take_new) -> tuple[np.ndarray, np.ndarray]:
     values, indices = x.copy(), np.zeros(x.shape, np.int64)
     for i in range(1, x.shape[-1]):
         new = x[..., i]
-        take = np.isnan(new) | take_new(new, values[..., i - 1]) if x.dtype.kind == "f" else take_new(new, values[..., i - 1])
+        take = take_new(new, values[..., i - 1])
+        if x.dtype.kind == "f":
+            take |= np.isnan(new)                      # NaN wins
         values[..., i] = np.where(take, new, values[..., i - 1])
         indices[..., i] = np.where(take, i, indices[..., i - 1])
     return values, indices
@@ -347,7 +349,7 @@ def _scatter(op: OpDef, args, out_types):
     combine = _SCATTER.get(op.impl, _assign_at)
     if x.ndim == 0:
         _check_bounds(op, index, 1, 0)
-        combine(out, (), src.reshape(())) if op.impl == "assign" else combine(out, (), src)
+        combine(out, (), src)
         return [out]
     d = rules.normalize_dim(op, args["dim"], x.ndim)
     _check_bounds(op, index, x.shape[d], d)

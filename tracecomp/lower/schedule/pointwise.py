@@ -17,13 +17,12 @@ from ... import dtypes as dt
 from ...errors import BackendError
 from ...ir import Op, Value
 from ...ops import elementwise, rules
-from ...ops.table import OpDef, by_ir_name
+from ...ops.table import VIEW_KINDS, OpDef, by_ir_name   # VIEW_KINDS: re-exported for the scheduler
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X, cast, const, lift
 
 CONSTANT = "tc.constant"
-from ...ops.table import VIEW_KINDS  # noqa: E402  (re-exported for the scheduler)
 
 
 class Inliner:

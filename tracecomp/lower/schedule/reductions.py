@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ... import dtypes as dt
 from ...ir import Op, Value
 from ...ops import rules
@@ -26,8 +24,7 @@ from ..loops.exprs import cast, const
 
 ROW_KINDS = ("reduction", "arg_reduction", "variance")
 
-_LIMITS = {"amax": lambda t: -math.inf if t.is_floating_point else (False if t is dt.BOOL else np.iinfo(t.np).min),
-           "amin": lambda t: math.inf if t.is_floating_point else (True if t is dt.BOOL else np.iinfo(t.np).max)}
+_LIMITS = {"amax": dt.lowest, "amin": dt.highest}
 _COMBINE = {"sum": "add", "mean": "add", "prod": "mul", "amax": "maximum", "amin": "minimum",
             "all": "and", "any": "or"}
 _INIT = {"sum": 0, "mean": 0, "prod": 1, "all": True, "any": False}

@@ -95,10 +95,10 @@ def _materialized(graph: Graph) -> set[Value]:
         opdef = table[op.name]
         if opdef.kind in REDUCE_KINDS or opdef.kind == "random":
             keep.update(op.results)
-        if opdef.kind in REREAD_KINDS:
-            keep.update(v for v in op.operands if v.op is not None and v.op.name != CONSTANT)
         elif opdef.kind not in VIEW_KINDS:
             keep.update(r for r in op.results if uses.get(r, 0) > 1 and hint(r.type.numel) > 1)
+        if opdef.kind in REREAD_KINDS:
+            keep.update(v for v in op.operands if v.op is not None and v.op.name != CONSTANT)
     return keep
 
 
@@ -237,37 +237,35 @@ class Scheduler:
                 check = IndexCheck(opdef.full_name, dim, size, op.loc, allowed, wraps)
                 self.program.index_checks.setdefault(self.names[idx], []).append(check)
 
+    def _made_by(self, v, full_name: str) -> Optional[dict]:
+        """The arguments of the op `full_name` that computes `v`; None if another op (or
+        nothing) gives v."""
+        op = getattr(v, "op", None)
+        if op is None or op.name == CONSTANT or self.table[op.name].full_name != full_name:
+            return None
+        return self.table[op.name].arguments_from(op.operands, op.attrs)
+
     def _unless_ignored(self, v: Value, size) -> tuple[Value, Optional[int]]:
         """(t, k) when `v` is `where(t != k, t, c)` with c a scalar in range (nll_loss's
         ignore_index): the index input is t, which may hold k as well; else (v, None)."""
-        op = v.op
-        if op is None or op.name == CONSTANT or self.table[op.name].full_name != "where.self" or v in self.names:
+        args = None if v in self.names else self._made_by(v, "where.self")
+        cond = args and self._made_by(args["condition"], "ne")
+        if not cond or not isinstance(args["other"], int) or not (isinstance(size, int) and 0 <= args["other"] < size):
             return v, None
-        args = self.table[op.name].arguments_from(op.operands, op.attrs)
-        cond, t, fill = args["condition"], self._view_source(args["self"]), args["other"]
-        if cond.op is None or cond.op.name == CONSTANT or self.table[cond.op.name].full_name != "ne" or \
-                not isinstance(fill, int) or not (isinstance(size, int) and 0 <= fill < size):
-            return v, None
-        cargs = self.table[cond.op.name].arguments_from(cond.op.operands, cond.op.attrs)
-        k = cargs["other"]
-        if self._view_source(cargs["self"]) is not t or not isinstance(k, int) or isinstance(k, bool):
+        t, k = self._view_source(args["self"]), cond["other"]
+        if self._view_source(cond["self"]) is not t or not isinstance(k, int) or isinstance(k, bool):
             return v, None
         return t, k
 
     def _unless_wrapped(self, v: Value, size) -> tuple[Value, bool]:
         """(t, True) when `v` is `where(t < 0, t + size, t)` (negative indices counted from
         the end, composites.wrapped): the index input is t, which may lie in [-size, size)."""
-        def is_op(x: Value, name: str) -> bool:
-            return x.op is not None and x.op.name != CONSTANT and self.table[x.op.name].full_name == name \
-                and x not in self.names
-        if not is_op(v, "where.self"):
-            return v, False
-        args = self.table[v.op.name].arguments_from(v.op.operands, v.op.attrs)
-        cond, shifted, t = args["condition"], args["self"], args["other"]
-        if not (isinstance(t, Value) and is_op(cond, "lt") and is_op(shifted, "add")):
-            return v, False
-        c, a = (self.table[x.op.name].arguments_from(x.op.operands, x.op.attrs) for x in (cond, shifted))
-        if c["self"] is t and c["other"] == 0 and a["self"] is t and a["other"] == size and a.get("alpha", 1) == 1:
+        args = None if v in self.names else self._made_by(v, "where.self")
+        cond = args and self._made_by(args["condition"], "lt")
+        shifted = args and self._made_by(args["self"], "add")
+        t = args and args["other"]
+        if cond and shifted and isinstance(t, Value) and cond["self"] is t and cond["other"] == 0 and shifted["self"] is t \
+                and shifted["other"] == size and shifted.get("alpha", 1) == 1:
             return self._view_source(t), True
         return v, False
 
