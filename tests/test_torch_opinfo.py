@@ -103,7 +103,7 @@ OPS = {
     **{f"polygamma.polygamma_n_{n}": lambda x, n, **k: tc.polygamma(n, x) for n in range(5)},
     "nonzero": "tc.nonzero", "argwhere": "tc.argwhere", "masked_select": "tc.masked_select",
     "nonzero_static": "tc.nonzero_static", "unique": "tc.unique",
-    "clone": "tc.clone",
+    "clone": "tc.clone", "addmm.decomposed": "tc.addmm",
     "scatter": "tc.scatter", "index_copy": "tc.index_copy", "diagonal_scatter": "tc.diagonal_scatter",
     **{f"scatter_reduce.{r}": "tc.scatter_reduce" for r in ("sum", "prod", "mean", "amax", "amin")},
     "broadcast_tensors": lambda x, *others: tc.broadcast_tensors(x, *others),
