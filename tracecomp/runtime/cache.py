@@ -71,6 +71,7 @@ import llvmlite.binding as llvm
 
 from ..errors import BackendError
 from ..lower.loops.ir import Kernel
+from ..lower.loops.walk import fingerprint
 from . import cache_auth, compile_worker, elf_check, jit, target
 from .safe_files import UnsafeFile, check_private, read_regular
 
@@ -182,7 +183,7 @@ def key_parts(kernels: Sequence[Kernel], module_name: str, *, align: Optional[in
               fastmath: Sequence[str] = ()) -> KeyParts:
     from .. import __version__
     host = host or target.host_target()
-    return KeyParts(kernels=repr(list(kernels)), module=module_name,
+    return KeyParts(kernels=fingerprint(list(kernels)), module=module_name,
                     options=f"align={align} reloc=default codemodel=jitdefault fastmath={','.join(fastmath)}",
                     opt=opt, triple=host.triple, cpu=host.cpu, features=host.features,
                     tracecomp_version=__version__, llvmlite_version=llvmlite.__version__,

@@ -50,7 +50,7 @@ from ..lower.llvm.codegen import codegen_kernels
 from ..lower.llvm.gemm.nest import define_helpers, helper_names
 from ..lower.llvm.gemm.microkernel import defined_elsewhere_dtypes, helpers_defined_elsewhere
 from ..lower.loops.ir import Kernel, Matmul
-from ..lower.loops.walk import statements
+from ..lower.loops.walk import fingerprint, statements
 from ..lower.schedule.tiles import TILES
 from . import jit, target
 
@@ -181,7 +181,7 @@ def _resident_bytes() -> int:
 def kernel_weight(kernel: Kernel) -> int:
     """Estimated compile work of a kernel: the size of its loop IR, plus MATMUL_WEIGHT per
     Matmul statement (whose code is larger than its loop IR) and KERNEL_WEIGHT."""
-    text = repr(kernel)
+    text = fingerprint(kernel)          # a shared subexpression counts once, as it compiles once
     return len(text) + MATMUL_WEIGHT * text.count("Matmul(") + KERNEL_WEIGHT
 
 

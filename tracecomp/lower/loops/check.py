@@ -149,6 +149,7 @@ class _Checker:
         self.scopes: list[dict[str, _Name]] = [{}]
         self.buffers: dict[str, Buffer] = {}
         self.in_parallel: str | None = None           # the enclosing parallel Loop
+        self.checked: dict[int, object] = {}          # expressions checked in this statement
 
     def fail(self, what: str) -> NoReturn:
         where = f" at {' > '.join(self.path)}" if self.path else ""
@@ -214,7 +215,9 @@ class _Checker:
 
     # --- statements ------------------------------------------------------------------
     def block(self, stmts: list, allowed: tuple[type, ...] = (Let, Store, Loop, Reduce, Matmul)) -> None:
+        outer = self.checked
         for s in stmts:
+            self.checked = {}
             rule = _STMT_RULES.get(type(s))
             if rule is None:
                 self.fail(f"{describe_expr(s)} ({type(s).__name__}) is not a statement "
@@ -225,6 +228,7 @@ class _Checker:
                           f"not {type(s).__name__}")
             rule(self, s)
             self.path.pop()
+        self.checked = outer
 
     def let(self, s: Let) -> None:
         self.expr(s.value)
@@ -307,6 +311,9 @@ class _Checker:
 
     # --- expressions -----------------------------------------------------------------
     def expr(self, e: object) -> None:
+        if id(e) in self.checked:       # a shared subexpression, met again in this statement
+            return
+        self.checked[id(e)] = e
         rule = _EXPR_RULES.get(type(e))
         if rule is None:
             self.fail(f"{describe_expr(e)} ({type(e).__name__}) is not an expression (expected "

@@ -231,6 +231,7 @@ class _Printer:
         self.buffers: dict[str, tuple[str, str]] = {}     # IR name -> (SSA value, memref type)
         self.consts: dict[tuple[str, str], str] = {}      # (literal, type) -> SSA value
         self.const_lines: list[str] = []                  # hoisted to the function's entry
+        self.memo: dict[int, tuple] = {}                  # id(expr) -> (expr, SSA value), per statement
 
     # --- names and lines -------------------------------------------------------------
     def taken(self, name: str, everywhere: bool) -> bool:
@@ -309,8 +310,11 @@ class _Printer:
         return "\n".join(self.lines) + "\n"
 
     def block(self, stmts: list) -> None:
+        outer = self.memo
         for s in stmts:
+            self.memo = {}
             _STMT_RULES[type(s)](self, s)
+        self.memo = outer
 
     def let(self, s: Let) -> None:
         self.bind(s.name, self.expr(s.value, s.name))
@@ -385,8 +389,12 @@ class _Printer:
 
     # --- expressions -----------------------------------------------------------------
     def expr(self, e: Expr, name: str | None = None) -> str:
-        """Emit `e`; the op that computes it is named `name` when given."""
-        return _EXPR_RULES[type(e)](self, e, name)
+        """Emit `e`; the op that computes it is named `name` when given.  An expression
+        object met again within the statement is its first SSA value (a shared
+        subexpression prints once; within one statement every load precedes the store)."""
+        if id(e) not in self.memo:
+            self.memo[id(e)] = (e, _EXPR_RULES[type(e)](self, e, name))
+        return self.memo[id(e)][1]
 
     def e_const(self, e: Const, name: str | None) -> str:
         return self.const(e.value, e.dtype)

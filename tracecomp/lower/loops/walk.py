@@ -1,6 +1,6 @@
 """The one traversal of the loop IR: which fields of a node are its children, and the
 queries and rewrites built on that (every node, statements, loads, buffers read and
-written, Var names, substitution, renaming a buffer).
+written, Var names, substitution, renaming a buffer), and a fingerprint for cache keys.
 
 Passes decide buffer roles, donation safety and atomics from these walks, so a walk that
 missed a field would be a silent miscompile.  CHILDREN is therefore the only place that
@@ -67,6 +67,27 @@ def walk(root: Any) -> Iterator:
         seen.add(id(node))
         yield node
         stack.extend(reversed(children(node)))
+
+
+def fingerprint(root: Any) -> str:
+    """Text that determines `root` (nodes, lists and plain values) and names every node
+    object once: `repr` would spell a shared subexpression out at each of its uses, which
+    for a deep DAG (a special function's expansion) runs to millions of characters."""
+    lines: list[str] = []
+    names: dict[int, str] = {}
+
+    def text(x) -> str:
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(map(text, x))
+            return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+        if not dataclasses.is_dataclass(x) or isinstance(x, type):
+            return repr(x)
+        if id(x) not in names:
+            fields = ", ".join(f"{f.name}={text(getattr(x, f.name))}" for f in dataclasses.fields(x))
+            lines.append(f"{type(x).__name__}({fields})")
+            names[id(x)] = f"#{len(lines) - 1}"
+        return names[id(x)]
+    return "\n".join(lines + [text(root)])
 
 
 def statements(body: list) -> Iterator:
