@@ -15,7 +15,7 @@ import pytest
 from tracecomp import dtypes as dt
 from tracecomp.lower.loops import ir as L
 from tracecomp.lower.loops.walk import (CHILDREN, buffers_read, buffers_written, children,
-                                        count_exprs, loads, rename_buffer, size_params,
+                                        count_exprs, fingerprint, loads, rename_buffer, size_params,
                                         statements, substitute, var_names, walk)
 
 F32 = dt.FLOAT32
@@ -154,3 +154,14 @@ def test_children_of_a_reduce_in_evaluation_order():
     red = L.Reduce("r", 3, [L.Accumulator("s", F32, init)], [L.Let("t", L.Const(1.0, F32))], [term])
     kinds = [type(c).__name__ for c in children(red)]
     assert kinds == ["Accumulator", "Let", "Var"]               # the int extent is no node
+
+
+def test_fingerprint_names_a_shared_subexpression_once_and_tells_programs_apart():
+    x = L.Load("a", (L.Var("i", L.INDEX),), F32)
+    for _ in range(60):                     # a DAG whose tree would have 2**60 leaves
+        x = L.Binary("add", x, x, F32)
+    text = fingerprint([L.Store("out", (L.Var("i", L.INDEX),), x)])
+    assert len(text.splitlines()) < 200
+    y = L.Binary("mul", x, x, F32)
+    assert fingerprint(y) != fingerprint(L.Binary("add", x, x, F32))
+    assert fingerprint(L.Const(1.0, F32)) != fingerprint(L.Const(1.0, dt.FLOAT64))
