@@ -1271,6 +1271,18 @@ def _scatter_samples():
            lambda a, i, b: _np_scatter(a, 1, np.broadcast_to(i, b.shape), b, _np_assign), F64, "tc.index_copy(x, 1, ...)")
     sample("index_copy", lambda a, i, b: a.index_copy(0, i, b), [arr((4,), F32), np.array([3, 1], np.int64), arr((2,), F32)],
            lambda a, i, b: _np_scatter(a, 0, i, b, _np_assign), F32, "x.index_copy(0, ...), 1-D")
+    rows, cols = np.array([2, 0], np.int64), np.array([[1], [4]], np.int64)
+
+    def put_ref(a, i, j, v, add):
+        out = np.array(a, copy=True)
+        (np.add.at if add else _np_assign)(out, (i, j), np.broadcast_to(v, np.broadcast_shapes(i.shape, j.shape)))
+        return out
+    sample("index_put", lambda a, i, j, v: tc.index_put(a, [i, j], v), [x, rows, cols, arr((2, 2), F64)],
+           lambda a, i, j, v: put_ref(a, i, j, v, False), F64, "tc.index_put(x, [rows, cols], v)")
+    sample("index_put", lambda a, i, v: a.index_put((None, i), v, accumulate=True),
+           [x, np.array([4, 1, 4], np.int64), arr((3,), F64)],
+           lambda a, i, v: put_ref(a, np.arange(3)[:, None], i, v, True), F64,
+           "x.index_put((None, index), v, accumulate=True), index repeats")
 
     def diag_ref(a, b, offset, d1, d2):
         out = np.array(a, copy=True)
@@ -1762,6 +1774,15 @@ def _factory_samples():
     sample("logspace", lambda: tc.logspace(0, 2, 3), [], lambda: np.logspace(0, 2, 3), F32, "base 10")
     sample("logspace", lambda: tc.logspace(-1, 1, 5, base=2.0, dtype=tc.float64), [],
            lambda: np.logspace(-1, 1, 5, base=2.0), F64, "base 2 f64")
+    lo, hi = np.array(-1.5), np.array(2.5)
+    for name, np_fn in (("linspace", np.linspace), ("logspace", np.logspace)):
+        fn = getattr(tc, name)
+        sample(f"{name}.Tensor_Tensor", lambda s, e, f=fn: f(s, e, 5, dtype=tc.float64), [lo, hi],
+               lambda s, e, f=np_fn: f(s, e, 5), F64, f"tc.{name}(start, end, 5), 0-d tensors")
+        sample(f"{name}.Tensor_Scalar", lambda s, f=fn: f(s, 2.0, 4), [lo.astype(F32)],
+               lambda s, f=np_fn: f(s, 2.0, 4), F32, "a tensor start")
+        sample(f"{name}.Scalar_Tensor", lambda e, f=fn: f(-1.0, e, 3, dtype=tc.float64), [hi],
+               lambda e, f=np_fn: f(-1.0, e, 3), F64, "a tensor end")
     sample("tril_indices", lambda: tc.tril_indices(3, 4, 1), [], lambda: np.array(np.tril_indices(3, 1, 4)), I64,
            "3x4 offset 1")
     sample("tril_indices", lambda: tc.tril_indices(2, 2, dtype=tc.int32), [], lambda: np.array(np.tril_indices(2)),

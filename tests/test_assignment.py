@@ -19,6 +19,8 @@ CASES = [
     ("negative and None", lambda T: (-1, None, slice(-2, None)), np.array([[5.0, 6.0]])),
     ("index tensors", lambda T: (T(np.array([0, 2])), T(np.array([3, -4]))), np.array([10.0, 20.0])),
     ("a mask", lambda T: T(X > 2), 0.0),
+    ("a mask over rows, a row each", lambda T: T(np.array([True, False, True])), np.array([7.0, 8.0, 9.0, 1.0])),
+    ("a mask, one value per pick", lambda T: T(X < 1), np.array([4.0, 5.0, 6.0])),
     ("an int value into floats", lambda T: (2, 0), 3),
 ]
 
@@ -40,8 +42,12 @@ def test_eager_matches_torch(desc, build, value):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
-@pytest.mark.parametrize("desc, build, value", [c for c in CASES if "mask" not in c[0]],
-                         ids=[c[0] for c in CASES if "mask" not in c[0]])
+# A mask whose picks all get the same value is a `where` (its shape does not depend on the
+# mask's values); one value per pick needs the mask's count.
+TRACEABLE = [c for c in CASES if "per pick" not in c[0]]
+
+
+@pytest.mark.parametrize("desc, build, value", TRACEABLE, ids=[c[0] for c in TRACEABLE])
 def test_traced_matches_torch(desc, build, value):
     want = torch.from_numpy(X.copy())
     want[_index(build, "torch")] = _value(value, "torch")
@@ -51,6 +57,24 @@ def test_traced_matches_torch(desc, build, value):
         y[_index(build, "tc")] = _value(value, "tc")
         return y
     np.testing.assert_array_equal(tc.trace(fn)(X).numpy(), want.numpy())
+
+
+def test_a_value_per_masked_element_in_a_trace_says_why_it_cannot_trace():
+    def fn(x):
+        y = x * 1.0
+        y[x < 1] = tc.tensor([4.0, 5.0, 6.0])
+        return y
+    with pytest.raises(tc.TraceError, match=r"x\[mask\]"):
+        tc.trace(fn)(X)
+
+
+def test_index_put_accumulates_through_a_mask_and_refuses_a_dtype_mismatch():
+    mask, v = np.array([True, False, True]), np.array([1.0, 2.0, 3.0, 4.0])
+    want = torch.from_numpy(X).index_put((torch.from_numpy(mask),), torch.from_numpy(v), accumulate=True)
+    got = tc.trace(lambda x, m, v: x.index_put((m,), v, accumulate=True))(X, mask, v)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with pytest.raises(tc.DTypeError, match="index_put: values have dtype float32 but self has float64"):
+        tc.index_put(tc.tensor(X), [tc.tensor(np.array([0]))], tc.tensor(np.float32(1)))
 
 
 def test_gradients_flow_to_the_value_and_around_the_overwritten_elements():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import dtypes as dt
 from .errors import ArgumentError, ShapeError
 
 
@@ -91,14 +92,46 @@ def setitem(t, index, value) -> None:
     import tracecomp as tc
     from .tensor import Tensor
     _check_writable(t, "item assignment")
-    positions = tc.arange(t.numel(), dtype=tc.int64).reshape(list(t.shape))[index]
+    if isinstance(value, Tensor) and value._view_of == (t, index, t._version) and value._view_of[1] is index:
+        return      # `t[index] op= v`: the view wrote itself back already; Python then assigns it
     if isinstance(value, Tensor):
         value = value.to(t.dtype)
     elif isinstance(value, (list, tuple, np.ndarray)):
         value = tc.tensor(np.asarray(value)).to(t.dtype)
     else:
         value = tc.full([], value, dtype=t.dtype)
-    value = tc.broadcast_to(value, list(positions.shape))
-    flat = tc.reshape(t, [-1])
-    updated = tc.scatter(flat, 0, positions.reshape([-1]), value.reshape([-1])).reshape(list(t.shape))
-    update(t, updated, "item assignment")
+    update(t, put(t, index, value), "item assignment")
+
+
+def put(t, index, values, accumulate: bool = False):
+    """t with values (already of t's dtype) written at t[index], or added there (repeated
+    positions add up).  One scatter into the positions t[index] reads, found by applying
+    the same index to arange(numel) shaped like t; a mask whose every pick gets the same
+    value is a `where` instead, whose shape does not depend on the mask's values, so it
+    traces (`x[x < 0] = 0`)."""
+    import tracecomp as tc
+    masked = _masked_values(t, index, values)
+    if masked is not None:
+        mask, values = masked
+        return t + tc.where(mask, values, 0) if accumulate else tc.where(mask, values, t)
+    at = tc.arange(t.numel(), dtype=tc.int64).reshape(list(t.shape))[index]
+    src = tc.broadcast_to(values, list(at.shape)).reshape([-1])
+    write = tc.scatter_add if accumulate else tc.scatter
+    return write(t.reshape([-1]), 0, at.reshape([-1]), src).reshape(list(t.shape))
+
+
+def _masked_values(t, index, values):
+    """For `t[mask] = values` with a bool mask over t's leading dims and values that do not
+    vary from one picked element to the next: the mask shaped to broadcast against t, and
+    values shaped to broadcast against one picked element.  None for any other index."""
+    from .tensor import Tensor
+    mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+    if not (isinstance(mask, Tensor) and mask.dtype is dt.BOOL
+            and tuple(mask.shape) == tuple(t.shape[:mask.ndim])):
+        return None
+    rest = list(t.shape[mask.ndim:])
+    if values.ndim > len(rest):
+        if values.ndim > len(rest) + 1 or values.shape[0] != 1:
+            return None         # one value per pick: their number is the mask's count
+        values = values.reshape(list(values.shape[1:]))
+    return mask.reshape(list(mask.shape) + [1] * len(rest)), values

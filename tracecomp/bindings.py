@@ -63,8 +63,9 @@ def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
         raise _Mismatch(f"argument '{arg.name}' must be {t}, not None")
     base = t.base
     if base == "Tensor" and t.is_list:
-        if isinstance(v, (list, tuple)) and all(isinstance(x, (Tensor, np.ndarray)) for x in v):
-            return [as_tensor(x) for x in v]
+        if isinstance(v, (list, tuple)) and all(isinstance(x, (Tensor, np.ndarray))
+                                                or (x is None and t.elem_optional) for x in v):
+            return [None if x is None else as_tensor(x) for x in v]
     elif base == "Tensor":
         if isinstance(v, (Tensor, np.ndarray)):
             return as_tensor(v)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import contraction
+from .assignment import put
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
 from .ops import formula
@@ -340,6 +341,15 @@ def wrapped(index, n):
     return tc.where(index < 0, index + n, index)
 
 
+def _index_put(t, indices, values, accumulate: bool):
+    """index_put: a None entry takes a whole dim.  values must have t's dtype, as PyTorch
+    requires (item assignment casts; index_put does not)."""
+    if values.dtype != t.dtype:
+        raise DTypeError(f"index_put: values have dtype {values.dtype.label} but self has "
+                         f"{t.dtype.label}; they must match")
+    return put(t, tuple(slice(None) if i is None else i for i in indices), values, accumulate)
+
+
 def _split_points(t):
     """A tensor of split points as Python ints (a 0-d tensor: a count of sections).  Their
     values decide the result's shapes: inside tc.trace this raises the TraceError of .tolist()."""
@@ -498,7 +508,7 @@ HELPERS = {
     "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats, "last_two": _last_two,
     "diagonal_plan": _diagonal_plan, "embed_dims": _embed_dims, "pad_shape": _pad_shape,
     "interleave_shapes": _interleave_shapes, "mesh_sizes": _mesh_sizes, "dim_shape": _dim_shape,
-    "gather_shape": _gather_shape, "slice_range": _slice_range,
+    "gather_shape": _gather_shape, "slice_range": _slice_range, "index_put": _index_put,
     # indices and values
     "wrapped": wrapped, "start_index": _start_index, "split_points": _split_points,
     "repeated_positions": _repeated_positions, "weak_scalar": _weak_scalar, "any_floating": _any_floating,

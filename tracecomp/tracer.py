@@ -132,7 +132,9 @@ def operands_and_attrs(op: OpDef, args: dict[str, Any], value_of) -> tuple[list,
         if isinstance(v, Tensor):
             operands.append(value_of(v))
         elif a.type.is_tensor_list:
-            operands.extend(value_of(t) for t in v)
+            operands.extend(value_of(t) for t in v if t is not None)
+            if a.type.elem_optional:        # Tensor?[]: which entries are tensors
+                attrs[a.name] = tuple(int(t is not None) for t in v)
         else:
             attrs[a.name] = v
     return operands, attrs
@@ -147,7 +149,7 @@ def composite_types(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
     def stand_in(v):
         if isinstance(v, Tensor):
             return scratch.wrap(scratch.graph.add_input(v._type))
-        if isinstance(v, list) and v and isinstance(v[0], Tensor):
+        if isinstance(v, list) and any(isinstance(t, Tensor) for t in v):
             return [stand_in(t) for t in v]
         return v
     with scratch:

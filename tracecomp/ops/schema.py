@@ -20,7 +20,7 @@ BINDING_ONLY_TYPES = ("Device", "MemoryFormat")
 _TYPE_RE = re.compile(
     r"^(?P<base>[A-Za-z]+)"
     r"(?:\((?P<alias>[a-z]+)(?P<write>!)?(?: -> (?P<after>\*|[a-z]+))?\))?"
-    r"(?:\[(?P<size>\d*)\])?"
+    r"(?:(?P<elem_optional>\?)?\[(?P<size>\d*)\])?"
     r"(?P<optional>\?)?$"
 )
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -45,11 +45,12 @@ class Type:
     list_size: int | None = None    # int[2] -> 2; int[] -> None
     optional: bool = False
     annotation: Annotation | None = None
+    elem_optional: bool = False     # Tensor?[]: a list whose elements may be None (index_put)
 
     def __str__(self) -> str:
         s = self.base + (str(self.annotation) if self.annotation else "")
         if self.is_list:
-            s += f"[{self.list_size if self.list_size is not None else ''}]"
+            s += f"{'?' if self.elem_optional else ''}[{self.list_size if self.list_size is not None else ''}]"
         return s + ("?" if self.optional else "")
 
     @property
@@ -170,7 +171,8 @@ def parse_type(text: str) -> Type:
         ann = Annotation(m.group("alias"), bool(m.group("write")), m.group("after"))
     size = m.group("size")
     is_list = size is not None
-    return Type(m.group("base"), is_list, int(size) if size else None, bool(m.group("optional")), ann)
+    return Type(m.group("base"), is_list, int(size) if size else None, bool(m.group("optional")), ann,
+                bool(m.group("elem_optional")))
 
 
 def _parse_argument(text: str, kwarg_only: bool) -> Argument:

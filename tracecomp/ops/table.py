@@ -87,7 +87,13 @@ class OpDef:
         for a in self.schema.arguments:
             if a.binding_only:        # checked when the call bound; no op sees it
                 continue
-            if a.name in attrs:
+            if a.type.elem_optional:      # Tensor?[]: the attribute says which entries are tensors
+                present = attrs.get(a.name)
+                if not isinstance(present, (list, tuple)) or sum(map(bool, present)) != n_list:
+                    raise ValueError(f"{self.ir_name} needs attribute '{a.name}', a list saying which of "
+                                     f"its entries are the {n_list} remaining tensor operand(s)")
+                out[a.name] = [next(rest) if p else None for p in present]
+            elif a.name in attrs:
                 out[a.name] = attrs[a.name]
             elif a.type.is_tensor_list:
                 out[a.name] = [next(rest) for _ in range(n_list)]
