@@ -58,7 +58,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W9", "W10")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -521,12 +521,13 @@ def w6_cases() -> list[Case]:
                  lambda inputs: inputs[0].astype(np.float64) + 1, 0.0, standard(add1, add1, add1, add1))]
 
 
-# ----------------------------------------------------------------------------- W7
+# ----------------------------------------------------------------------------- W9, W10
+# Not in DESIGN.md's W1-W6 (W7 and W8 are issue 12's CNN and transformer steps): issue 13's
+# new kernel families, measured so they have numbers beside NumPy's and PyTorch's.
 
 
-def w7_cases() -> list[Case]:
-    """A stable argsort of every row (issue 13's sort kernel family): not in DESIGN.md's
-    W1-W6, measured so the new kernel has a number beside NumPy's and PyTorch's."""
+def w9_cases() -> list[Case]:
+    """A stable argsort of every row (the sort kernel family)."""
     rows, n = 1024, 4096
 
     def inputs():
@@ -550,14 +551,42 @@ def w7_cases() -> list[Case]:
     def mismatch(out, ref) -> float:
         return float(np.mean(as_numpy(out) != ref))
 
-    return [Case("W7", "W7", f"stable argsort of {rows} rows of {n} f32", inputs,
+    return [Case("W9", "W9", f"stable argsort of {rows} rows of {n} f32", inputs,
                  lambda inputs: np_fn(inputs[0]), 0.0, standard(tc_fn, np_fn, torch_fn, jax_fn),
                  mem_floor(rows * n * (4 + 8)), mismatch, note="error: fraction of indices unlike NumPy's")]
 
 
+def w10_cases() -> list[Case]:
+    """Ten item assignments into a fresh 4M-element f32 vector (functionalized scatters,
+    updated in the vector's memory once the old value is dead: donation.update_in_place)."""
+    n, step = 1 << 22, 7
+
+    def inputs():
+        return [np.random.default_rng(0).standard_normal(n).astype(np.float32),
+                np.arange(0, n - 16, step, dtype=np.int64)]
+
+    def assign(x, i):           # NumPy, tracecomp and PyTorch spell it alike
+        y = x * 2
+        for k in range(10):
+            y[i + k] = float(k)
+        return y
+
+    def jax_fn(x, i):
+        y = x * 2
+        for k in range(10):
+            y = y.at[i + k].set(float(k))
+        return y
+
+    def reference(inputs):
+        return assign(*inputs)
+    writes = 10 * (n // step) * (8 + 4)             # each assignment: its indices and values
+    return [Case("W10", "W10", f"10 item assignments y[i + k] = k into {n} f32, {n // step} indices each", inputs,
+                 reference, 0.0, standard(assign, assign, assign, jax_fn), mem_floor(2 * n * 4 + writes))]
+
+
 def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
-        + w7_cases()
+        + w9_cases() + w10_cases()
     return {c.key: c for c in cases}
 
 
@@ -1156,7 +1185,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
-                    help="comma-separated subset of W1..W7 (default: all)")
+                    help="comma-separated subset of W1..W6, W9, W10 (default: all)")
     ap.add_argument("--repeat", type=int, default=7, help="timed repetitions per row (default 7)")
     ap.add_argument("--quick", action="store_true",
                     help="at most 3 repetitions, no 4096^3 matmul, W5 for tracecomp and NumPy only")

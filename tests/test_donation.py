@@ -174,3 +174,33 @@ def test_donating_never_changes_results(name, donate):
         for i, a in enumerate(args):          # an argument changed only if an output took it over
             if not any(np.shares_memory(a, g) for g in got):
                 np.testing.assert_array_equal(a, (x, y)[i])
+
+
+def test_chained_assignments_update_one_buffer_instead_of_copying_it():
+    def assign(a, i):
+        y = a * 2
+        y[i] = 1.0
+        y[0] = 5.0
+        y[1:3] += 7.0
+        return y
+    a, i = np.arange(8.0), np.array([2, 5])
+    want = a * 2
+    want[i] = 1.0
+    want[0] = 5.0
+    want[1:3] += 7.0
+    np.testing.assert_array_equal(tc.trace(assign)(a, i).numpy(), want)
+    program = tc.trace(assign).lower(a, i).program
+    temps = [n for n, b in program.buffers.items() if b.role == "temp" and b.shape == (8,)]
+    assert temps == [], f"every assignment should update the one buffer, got temps {temps}"
+    assert len(program.kernels) == 4        # y[1:3] += 7 is one update (a read and a scatter)
+
+
+def test_a_value_read_after_the_update_keeps_its_copy():
+    def assign(a):
+        y = a * 2
+        z = y.clone()
+        z[0] = 5.0
+        return z, y.sum()
+    a = np.arange(8.0)
+    z, s = tc.trace(assign)(a)
+    assert z.numpy()[0] == 5.0 and float(s) == 56.0

@@ -1,4 +1,12 @@
-"""Donated inputs: outputs written into the memory of inputs the caller gave up.
+"""Buffer reuse: outputs written into the memory of donated inputs, and updates written into
+the memory of the values they replace.
+
+`update_in_place(program)`: a kernel that starts by copying a temp T into its result R and
+then changes some elements of R (a scatter: item assignment, index_put, scatter_add, ...)
+updates T's memory instead when nothing reads T afterwards.  T is renamed to R everywhere
+(T's producers write R) and the copy is dropped, so a chain of k assignments into an
+n-element tensor costs the updated elements rather than k copies of n.
+
 
 `donate(program, donated)` takes the positions of donated function inputs and lets an
 output reuse a donated input's buffer where that is safe, by renaming the output buffer to
@@ -20,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..loops import ir as L
-from ..loops.walk import loads, rename_buffer
+from ..loops.walk import buffers_read, buffers_written, loads, rename_buffer
 
 
 def donate(program, donated: set[int]) -> dict[int, int]:
@@ -41,6 +49,39 @@ def donate(program, donated: set[int]) -> dict[int, int]:
                 reused.update((q, i) for q, o in enumerate(program.outputs) if o == x)
                 break
     return reused
+
+
+def update_in_place(program) -> None:
+    """Drop the leading copy of every kernel that copies a dead temp into its result."""
+    for w, kernel in enumerate(program.kernels):
+        copied = _leading_copy(kernel.body)
+        if copied is None:
+            continue
+        out, src = copied
+        sb, ob = program.buffers[src], program.buffers[out]
+        if (sb.role != "temp" or (sb.shape, sb.dtype) != (ob.shape, ob.dtype)
+                or any(f.buffer == src for f in program.fills)
+                or any(_reads(k, src) for k in program.kernels[w + 1:])
+                or src in buffers_read(kernel.body[1:]) | buffers_written(kernel.body[1:])):
+            continue
+        program.kernels[w] = dataclasses.replace(kernel, body=kernel.body[1:])
+        _rename(program, src, out)
+
+
+def _leading_copy(body: list) -> tuple[str, str] | None:
+    """(R, T) if `body` starts with a loop nest storing Load(T) into R at the nest's index."""
+    if not body or not isinstance(body[0], L.Loop):
+        return None
+    nest, inner = [], [body[0]]
+    while len(inner) == 1 and isinstance(inner[0], L.Loop):
+        nest.append(inner[0].var)
+        inner = inner[0].body
+    if len(inner) != 1 or not isinstance(inner[0], L.Store) or not isinstance(inner[0].value, L.Load):
+        return None
+    store, index = inner[0], tuple(L.Var(v, L.INDEX) for v in nest)
+    if store.index != index or store.value.index != index or store.value.buffer == store.buffer:
+        return None
+    return store.buffer, store.value.buffer
 
 
 def _safe(program, out: str, x: str) -> bool:

@@ -36,6 +36,7 @@ from ..loops.check import check_kernel
 from ..loops.walk import buffers_read, buffers_written, size_params
 from . import reductions, sort
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
+from .donation import update_in_place
 from .matmul import fuse_epilogues, matmul_body
 from .nests import kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
@@ -95,11 +96,29 @@ def _materialized(graph: Graph) -> set[Value]:
         opdef = table[op.name]
         if opdef.kind in REDUCE_KINDS or opdef.kind == "random":
             keep.update(op.results)
-        elif opdef.kind not in VIEW_KINDS:
+        elif opdef.kind not in VIEW_KINDS and op.operands:      # (a factory recomputes for free)
             keep.update(r for r in op.results if uses.get(r, 0) > 1 and hint(r.type.numel) > 1)
         if opdef.kind in REREAD_KINDS:
             keep.update(v for v in op.operands if v.op is not None and v.op.name != CONSTANT)
+        if opdef.kind in ("scatter", "index_add") and len(op.operands) == 3:
+            # a source computed from the tensor it updates (`y[1:3] += 1`) gets a buffer of its
+            # own, so that the update can happen in the tensor's memory (donation.update_in_place)
+            target, source = op.operands[0], op.operands[2]
+            if target in keep and _depends_on(source, target):
+                keep.add(source)
     return keep
+
+
+def _depends_on(value: Value, on: Value) -> bool:
+    seen, stack = set(), [value]
+    while stack:
+        v = stack.pop()
+        if v is on:
+            return True
+        if v.op is not None and v not in seen:
+            seen.add(v)
+            stack.extend(v.op.operands)
+    return False
 
 
 class Scheduler:
@@ -291,6 +310,7 @@ def schedule(graph: Graph) -> Program:
         if expression_size(candidate.kernels) > 2 * expression_size(program.kernels) + 1000:
             break                   # recomputing would multiply the code: keep the buffers
         sched, program = trial, candidate
+    update_in_place(program)
     if os.environ.get("TRACECOMP_VERIFY") == "1":
         for kernel in program.kernels:
             check_kernel(kernel)
