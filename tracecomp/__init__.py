@@ -47,6 +47,7 @@ from .autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .trace import trace  # noqa: E402
 from . import linalg  # noqa: E402
+from . import nn  # noqa: E402
 from .exporting import export  # noqa: E402
 from .runtime.loader import load  # noqa: E402
 from .runtime.cache import settings as compile_cache  # noqa: E402
