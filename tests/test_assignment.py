@@ -196,3 +196,54 @@ def test_in_place_operators_trace():
     want = X * 2
     want[0] += 20
     np.testing.assert_array_equal(tc.trace(fn)(X).numpy(), want)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interp"])
+def test_changes_to_arguments_inside_a_trace_reach_the_caller_as_eagerly(backend):
+    def fn(m, state, a):
+        m[0] = 5.0                  # item assignment into a Tensor argument
+        state["count"] += 1         # an in-place operator on an argument inside a pytree
+        row = a[1]
+        row *= 2                    # a view made by indexing writes into its base, an array
+        return m.sum()
+
+    def arguments():
+        return tc.zeros(3), {"count": tc.tensor(np.array([1, 2]))}, np.arange(4.0).reshape(2, 2)
+
+    want = arguments()
+    eager = fn(*want)
+    traced = tc.trace(fn, backend=backend)
+    for call in range(2):           # the second call takes the cached signature's fast path
+        got = arguments()
+        result = traced(*got) if call == 0 else traced(got[0], got[1], a=got[2])
+        np.testing.assert_array_equal(result.numpy(), eager.numpy())
+        np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+        np.testing.assert_array_equal(got[1]["count"].numpy(), [2, 3])
+        np.testing.assert_array_equal(got[2], want[2])
+        assert got[0]._version == 1
+
+
+def test_a_traced_step_that_updates_its_argument_in_place_keeps_updating_it():
+    def step(p, g):
+        p -= 0.5 * g
+        return p * 1
+    p = np.ones(3, np.float32)
+    stepped = tc.trace(step, donate_argnums=0)
+    for _ in range(3):
+        out = stepped(p, np.ones(3, np.float32))
+    np.testing.assert_array_equal(p, [-0.5] * 3)
+    np.testing.assert_array_equal(out.numpy(), p)
+
+
+def test_a_trace_refuses_in_place_changes_eager_refuses_and_export_refuses_them_all(tmp_path):
+    def fn(m):
+        m[0] = 1.0
+        return m * 2
+    with pytest.raises(tc.TracecompError, match="leaf tensor that requires grad"):
+        tc.trace(fn)(tc.tensor(np.zeros(2), requires_grad=True))
+    read_only = np.zeros(2)
+    read_only.flags.writeable = False
+    with pytest.raises(tc.ArgumentError, match="argument 0 .*cannot be written"):
+        tc.trace(fn)(read_only)
+    with pytest.raises(tc.ArgumentError, match="changes its argument.*0 in place"):
+        tc.export(fn, [np.zeros(2)], str(tmp_path / "fn.so"))

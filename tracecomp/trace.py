@@ -108,6 +108,7 @@ class Lowered:
         self.compile_times: dict[str, float] = {}     # seconds per stage (timings.py)
         self.fastmath: tuple[str, ...] = ()          # LLVM fast-math flags of the CPU code
         self.same_leaf = list(range(len(optimized.outputs)))  # per output, the first that is the same object
+        self.mutated_inputs: tuple[int, ...] = ()    # inputs changed in place: their new values end the outputs
 
     STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
 
@@ -204,17 +205,39 @@ class Lowered:
         value = getattr(self, stage)
         return value if isinstance(value, str) else print_graph(value)
 
-    def run(self, inputs: list[np.ndarray]):
+    def run(self, inputs: list[np.ndarray], leaves: list | None = None):
+        """The outputs for `inputs`; `leaves` are the caller's arguments (Tensors or arrays)
+        behind them, which receive the function's in-place changes to its inputs."""
         if self.backend == "interp":
             from .runtime.interpreter import run_graph
             arrays = list(run_graph(self.optimized, inputs))
         else:
             arrays = self.compiled(inputs)       # exactly the outputs' shapes and dtypes
+        if self.mutated_inputs:
+            count = len(arrays) - len(self.mutated_inputs)
+            self._write_back(leaves, arrays[count:])
+            arrays = arrays[:count]
         if self.out_structure == pytree.LEAF:
             return Tensor(arrays[0], self._output_types[0])
         if self._repeated:
             return pytree.unflatten(self.out_structure, self._distinct(arrays))
         return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, self._output_types)])
+
+    def _write_back(self, leaves: list, arrays: list[np.ndarray]) -> None:
+        """What eager would have left in the caller's arguments the function assigned into:
+        a Tensor takes the new value over (as an in-place op, so a leaf that requires grad
+        refuses, and a view made by indexing writes into its base); an array is overwritten."""
+        from .assignment import update
+        for i, a in zip(self.mutated_inputs, arrays):
+            leaf = leaves[i]
+            if isinstance(leaf, Tensor):
+                update(leaf, Tensor(a, leaf._type), f"in-place change of argument {i} inside tc.trace")
+            else:
+                try:
+                    np.copyto(leaf, a, casting="unsafe")
+                except (TypeError, ValueError) as e:
+                    raise ArgumentError(f"tc.trace: the function changes argument {i} in place, but "
+                                        f"that argument ({_describe_leaf(leaf)}) cannot be written: {e}") from e
 
     def _distinct(self, arrays: list[np.ndarray]) -> list[Tensor]:
         """The outputs as Tensors when some output Value repeats: an output the passes merged
@@ -232,18 +255,18 @@ class Lowered:
 
     @functools.cached_property
     def _repeated(self) -> bool:
-        outputs = self.optimized.outputs
+        outputs = self.optimized.outputs[:len(self.same_leaf)]
         return len(set(outputs)) != len(outputs)
 
     @functools.cached_property
     def _output_types(self) -> list[TensorType]:
-        return [v.type for v in self.optimized.outputs]
+        return [v.type for v in self.optimized.outputs[:len(self.same_leaf)]]
 
     @functools.cached_property
     def _merged_outputs(self) -> list[int]:
         """Outputs that are an earlier output's Value though the function returned another
         object (see _distinct)."""
-        outputs, first = self.optimized.outputs, {}
+        outputs, first = self.optimized.outputs[:len(self.same_leaf)], {}
         merged = []
         for i, v in enumerate(outputs):
             if first.setdefault(v, i) != i and self.same_leaf[i] == i:
@@ -285,7 +308,7 @@ class TracedFunction:
                 raise TraceError("tc.trace'd functions take concrete tensors, not traced ones "
                                  "(nested tc.trace inside a traced function is not supported)")
         key = (pytree.cache_key(structure), tuple(t._type for t in tensors))
-        return key, structure, tensors
+        return key, structure, tensors, leaves
 
     def lower(self, *args, **kwargs) -> Lowered:
         return self._lookup(args, kwargs)[0]
@@ -293,7 +316,7 @@ class TracedFunction:
     def lower_dynamic(self, args: tuple, dynamic: dict) -> Lowered:
         """A fresh trace at `args` with some dims symbolic (symbolic.py), for export:
         `dynamic` maps an argument (position or parameter name) to {axis: size name}."""
-        _, structure, tensors = self._signature(args, {})
+        _, structure, tensors, _ = self._signature(args, {})
         types = [t._type for t in tensors]
         for leaf, axes in _dynamic_leaves(self.fn, args, dynamic).items():
             shape = list(types[leaf].shape)
@@ -307,18 +330,18 @@ class TracedFunction:
         lowered = self._fast.get(key) if key is not None else None
         if lowered is not None:
             self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
-            return lowered.run([a if type(a) is np.ndarray else a._data for a in args])
-        lowered, tensors = self._lookup(args, kwargs)     # the signature is computed once per call
+            return lowered.run([a if type(a) is np.ndarray else a._data for a in args], args)
+        lowered, tensors, leaves = self._lookup(args, kwargs)     # the signature is computed once per call
         if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
             self._fast[key] = lowered     # every argument reached the program as it was
-        return lowered.run([t._data for t in tensors])
+        return lowered.run([t._data for t in tensors], leaves)
 
-    def _lookup(self, args: tuple, kwargs: dict) -> tuple[Lowered, list[Tensor]]:
-        key, structure, tensors = self._signature(args, kwargs)
+    def _lookup(self, args: tuple, kwargs: dict) -> tuple[Lowered, list[Tensor], list]:
+        key, structure, tensors, leaves = self._signature(args, kwargs)
         lowered = self._cache.get(key)
         if lowered is not None:
             self._cache.move_to_end(key)
-            return lowered, tensors
+            return lowered, tensors, leaves
         self._note_retrace((structure, key[1]))
         donated = self._donated_leaves(args)
         lowered = self._cache[key] = self._trace(structure, tensors)
@@ -326,7 +349,7 @@ class TracedFunction:
         lowered.cache_key = key
         while len(self._cache) > self.cache_size:
             self._evict(next(iter(self._cache)))
-        return lowered, tensors
+        return lowered, tensors, leaves
 
     def _evict(self, key) -> None:
         """Drop the least recently used signature; its native code goes with its last user."""
@@ -365,12 +388,16 @@ class TracedFunction:
             graph.outputs = [ctx.value_of(as_tensor(t)) for t in out_leaves]
             # for each output, the first output that is the very same object
             same_leaf = [next(j for j, u in enumerate(out_leaves) if u is t) for t in out_leaves]
+            # arguments changed in place return their new values too, after the outputs (run)
+            mutated = tuple(i for i, t in enumerate(traced) if t._version != 0)
+            graph.outputs += [ctx.value_of(traced[i]) for i in mutated]
         with timings.recording(times), timings.stage("passes"):
             optimized = optimize(graph)
         lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, self.backend, self.device)
         lowered.compile_times = times
         lowered.fastmath = self.fastmath
         lowered.same_leaf = same_leaf
+        lowered.mutated_inputs = mutated
         if self.backend == "interp":
             lowered._log_compile()
         return lowered

@@ -110,6 +110,11 @@ def lower_for_export(fn: Callable, example_inputs: Sequence[Any], dynamic: Optio
         except DynamicShapeError as e:
             raise DynamicShapeError(f"tc.export: the dynamic sizes {dynamic} cannot flow through "
                                     f"this function: {e}") from e
+    if lowered.mutated_inputs:
+        raise ArgumentError(f"tc.export: the function changes its argument(s) "
+                            f"{', '.join(map(str, lowered.mutated_inputs))} in place (item assignment or "
+                            "an in-place operator); an exported library does not write into its inputs. "
+                            "Return the new value instead")
     if lowered.program.fills:
         raise ArgumentError("tc.export: functions that draw random numbers (rand/randn) cannot "
                             "be exported yet")
