@@ -1781,6 +1781,8 @@ def _factory_samples():
                lambda s, e, f=np_fn: f(s, e, 5), F64, f"tc.{name}(start, end, 5), 0-d tensors")
         sample(f"{name}.Tensor_Scalar", lambda s, f=fn: f(s, 2.0, 4), [lo.astype(F32)],
                lambda s, f=np_fn: f(s, 2.0, 4), F32, "a tensor start")
+        sample(f"{name}.Tensor_Scalar", lambda s, f=fn: f(s, 2.0, 4, dtype=tc.float64), [lo],
+               lambda s, f=np_fn: f(s, 2.0, 4), F64, "a tensor start, float64")
         sample(f"{name}.Scalar_Tensor", lambda e, f=fn: f(-1.0, e, 3, dtype=tc.float64), [hi],
                lambda e, f=np_fn: f(-1.0, e, 3), F64, "a tensor end")
     sample("tril_indices", lambda: tc.tril_indices(3, 4, 1), [], lambda: np.array(np.tril_indices(3, 1, 4)), I64,
@@ -1843,6 +1845,141 @@ def _factory_samples():
 
 
 _factory_samples()
+
+
+# ------------------------------------------------------------------ sliding windows (issue 12)
+# The references compute each output element's window sum directly (one einsum per kernel
+# position over the zero-padded input), independent of im2col.
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def _np_window_views(x, k, d, p, s, fill=0.0):
+    """Per kernel position (i, j): the padded input's values that position reads, (..., OH, OW)."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = map(_pair, (k, d, p, s))
+    xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(ph, ph), (pw, pw)], constant_values=fill)
+    oh = (xp.shape[-2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (xp.shape[-1] - dw * (kw - 1) - 1) // sw + 1
+    return {(i, j): xp[..., i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+            for i in range(kh) for j in range(kw)}
+
+
+def _np_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    views = _np_window_views(x, w.shape[-2:], dilation, padding, stride)
+    cg, og = w.shape[1], w.shape[0] // groups
+    out = 0
+    for (i, j), v in views.items():
+        parts = [np.einsum("...chw,oc->...ohw", v[..., g * cg:(g + 1) * cg, :, :], w[g * og:(g + 1) * og, :, i, j])
+                 for g in range(groups)]
+        out = out + np.concatenate(parts, axis=-3)
+    return out if b is None else out + b[:, None, None]
+
+
+def _np_conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = map(_pair, (stride, padding, output_padding, dilation))
+    n_in, og, kh, kw = w.shape
+    cg = n_in // groups
+    h, wd = x.shape[-2:]
+    full = np.zeros(x.shape[:-3] + (og * groups, (h - 1) * sh + dh * (kh - 1) + 1 + oph,
+                                    (wd - 1) * sw + dw * (kw - 1) + 1 + opw))
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                part = np.einsum("...chw,co->...ohw", x[..., g * cg:(g + 1) * cg, :, :], w[g * cg:(g + 1) * cg, :, i, j])
+                full[..., g * og:(g + 1) * og, i * dh:i * dh + (h - 1) * sh + 1:sh,
+                     j * dw:j * dw + (wd - 1) * sw + 1:sw] += part
+    out = full[..., ph:full.shape[-2] - ph, pw:full.shape[-1] - pw]
+    return out if b is None else out + b[:, None, None]
+
+
+def _np_im2col(x, k, d=1, p=0, s=1):
+    views = _np_window_views(x, k, d, p, s)
+    cols = np.stack(list(views.values()), axis=-3)           # (..., C, kk, OH, OW)
+    return cols.reshape(x.shape[:-3] + (-1, cols.shape[-2] * cols.shape[-1]))
+
+
+def _np_col2im(cols, size, k, d=1, p=0, s=1):
+    (kh, kw), (ph, pw) = _pair(k), _pair(p)
+    plane = np.zeros(cols.shape[:-2] + (cols.shape[-2] // (kh * kw),) + tuple(size))
+    views = _np_window_views(plane, k, d, p, s)
+    blocks = cols.reshape(plane.shape[:-2] + (kh * kw,) + next(iter(views.values())).shape[-2:])
+    padded = np.pad(plane, [(0, 0)] * (plane.ndim - 2) + [(ph, ph), (pw, pw)])
+    (dh, dw), (sh, sw) = _pair(d), _pair(s)
+    oh, ow = blocks.shape[-2:]
+    for n, (i, j) in enumerate(views):
+        padded[..., i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] += blocks[..., n, :, :]
+    return padded[..., ph:ph + size[0], pw:pw + size[1]]
+
+
+def _np_max_pool2d(x, k, s=None, p=0, d=1):
+    return np.max(np.stack(list(_np_window_views(x, k, d, p, s or k, fill=-np.inf).values())), axis=0)
+
+
+def _np_avg_pool2d(x, k, s=None, p=0):
+    views = _np_window_views(x, k, 1, p, s or k)
+    return sum(views.values()) / len(views)
+
+
+def _window_samples():
+    x = arr((2, 4, 7, 6), F64)
+    sample("im2col", lambda x: tc.im2col(x, (2, 3)), [x], lambda x: _np_im2col(x, (2, 3)), F64, "kernel (2, 3)")
+    sample("im2col", lambda x: tc.im2col(x, 3, (1, 2), 1, 2), [x], lambda x: _np_im2col(x, 3, (1, 2), 1, 2), F64,
+           "dilation, padding, stride")
+    sample("im2col", lambda x: tc.im2col(x, 2, padding=(0, 1)), [arr((3, 4, 4), F32)],
+           lambda x: _np_im2col(x, 2, p=(0, 1)), F32, "unbatched")
+    sample("col2im", lambda c: tc.col2im(c, (7, 6), (2, 3)), [arr((2, 24, 24), F64)],
+           lambda c: _np_col2im(c, (7, 6), (2, 3)), F64, "kernel (2, 3): overlaps add up")
+    sample("col2im", lambda c: tc.col2im(c, (7, 6), 3, (1, 2), 1, 2), [arr((2, 36, 8), F64)],
+           lambda c: _np_col2im(c, (7, 6), 3, (1, 2), 1, 2), F64, "dilation, padding, stride")
+    sample("col2im", lambda c: tc.col2im(c, [3, 3], 2, stride=2, padding=1), [arr((8, 4), F32)],
+           lambda c: _np_col2im(c, (3, 3), 2, 1, 1, 2), F32, "unbatched")
+
+    w, b = arr((6, 2, 3, 2), F64), arr((6,), F64)
+    sample("conv2d", tc.conv2d, [x, arr((3, 4, 3, 3), F64)], _np_conv2d, F64, "tc.conv2d(x, w)")
+    sample("conv2d", lambda x, w, b: tc.conv2d(x, w, b, (2, 1), (1, 2), (1, 2), 2), [x, w, b],
+           lambda x, w, b: _np_conv2d(x, w, b, (2, 1), (1, 2), (1, 2), 2), F64, "bias, stride, padding, dilation, groups")
+    sample("conv2d", lambda x, w: tc.conv2d(x, w, stride=2), [arr((3, 5, 5), F32), arr((2, 3, 2, 2), F32)],
+           lambda x, w: _np_conv2d(x, w, stride=2), F32, "unbatched", rtol=1e-5, atol=1e-5)
+    sample("conv2d.padding", lambda x, w: tc.conv2d(x, w, padding="same", dilation=(1, 2)), [x, arr((3, 4, 2, 3), F64)],
+           lambda x, w: _np_conv2d(np.pad(x, [(0, 0), (0, 0), (0, 1), (0, 0)]), w, padding=(0, 2), dilation=(1, 2)),
+           F64, "padding='same', an even kernel: the odd row after")
+    sample("conv2d.padding", lambda x, w: tc.conv2d(x, w, padding="valid"), [x, arr((3, 4, 3, 3), F64)],
+           _np_conv2d, F64, "padding='valid'")
+    x1, w1 = arr((2, 4, 9), F64), arr((4, 2, 3), F64)
+    sample("conv1d", lambda x, w: tc.conv1d(x, w, None, 2, 1, 2, 2), [x1, w1],
+           lambda x, w: _np_conv2d(x[:, :, None], w[:, :, None], None, (1, 2), (0, 1), (1, 2), 2)[:, :, 0],
+           F64, "stride, padding, dilation, groups")
+    sample("conv1d.padding", lambda x, w, b: tc.conv1d(x, w, b, padding="same"), [x1[0], arr((3, 4, 3), F64), arr((3,), F64)],
+           lambda x, w, b: _np_conv2d(x[:, None], w[:, :, None], b, 1, (0, 1))[:, 0], F64, "padding='same', unbatched")
+    sample("conv_transpose2d", tc.conv_transpose2d, [x, arr((4, 3, 3, 2), F64)], _np_conv_transpose2d, F64,
+           "tc.conv_transpose2d(x, w)")
+    sample("conv_transpose2d", lambda x, w, b: tc.conv_transpose2d(x, w, b, (2, 3), (1, 0), (1, 2), 2, (1, 2)),
+           [x, arr((4, 3, 3, 2), F64), arr((6,), F64)],
+           lambda x, w, b: _np_conv_transpose2d(x, w, b, (2, 3), (1, 0), (1, 2), 2, (1, 2)), F64,
+           "stride, padding, output_padding, groups, dilation")
+
+    sample("max_pool2d", lambda x: tc.max_pool2d(x, 2), [x], lambda x: _np_max_pool2d(x, 2), F64, "kernel 2")
+    sample("max_pool2d", lambda x: tc.max_pool2d(x, (3, 2), (2, 1), 1, (1, 2)), [x],
+           lambda x: _np_max_pool2d(x, (3, 2), (2, 1), 1, (1, 2)), F64, "stride, padding, dilation")
+    sample("max_pool2d", lambda x: tc.max_pool2d(x, 3, 2, ceil_mode=True), [arr((3, 6, 6), F32)],
+           lambda x: _np_max_pool2d(np.pad(x, [(0, 0), (0, 1), (0, 1)], constant_values=-np.inf), 3, 2), F32,
+           "ceil_mode, unbatched")
+    sample("max_pool2d", lambda x: tc.max_pool2d(x, 2, return_indices=True)[1], [arr((1, 2, 4, 4), F32)],
+           lambda x: np.stack(list(_np_window_views(x, 2, 1, 0, 2).values())).argmax(0)
+           // 2 * 4 + np.arange(2)[:, None] * 8 + np.stack(list(_np_window_views(x, 2, 1, 0, 2).values())).argmax(0) % 2
+           + np.arange(2) * 2, I64, "return_indices: h * W + w")
+    sample("avg_pool2d", lambda x: tc.avg_pool2d(x, 2), [x], lambda x: _np_avg_pool2d(x, 2), F64, "kernel 2")
+    sample("avg_pool2d", lambda x: tc.avg_pool2d(x, 3, 2, 1), [x], lambda x: _np_avg_pool2d(x, 3, 2, 1), F64,
+           "padding counts")
+    sample("avg_pool2d", lambda x: tc.avg_pool2d(x, 3, 2, 1, count_include_pad=False), [x],
+           lambda x: _np_avg_pool2d(x, 3, 2, 1) * 9 / _np_avg_pool2d(np.ones_like(x), 3, 2, 1) / 9, F64,
+           "count_include_pad=False")
+    sample("avg_pool2d", lambda x: tc.avg_pool2d(x, 2, divisor_override=3), [arr((3, 4, 4), F32)],
+           lambda x: _np_avg_pool2d(x, 2) * 4 / 3, F32, "divisor_override, unbatched", rtol=1e-5, atol=1e-6)
+
+
+_window_samples()
 
 
 def all_samples() -> list[Sample]:

@@ -115,6 +115,9 @@ OPS = {
     **{f"nn.functional.{n}": f"tc.{n}" for n in (
         "softplus", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid",
         "hardswish", "mish", "logsigmoid", "softsign", "tanhshrink", "glu")},
+    # issue 12, sliding windows
+    **{f"nn.functional.{n}": f"tc.nn.functional.{n}" for n in (
+        "conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "unfold")},
 }
 
 # (OpInfo key or "*", a piece of tracecomp's error message) -> why the sample is skipped.
@@ -232,7 +235,7 @@ def _call(key: str, tensors: list, sample):
     if callable(target):
         return target(first, *args, **kwargs)
     if target.startswith("tc."):
-        return getattr(tc, target[3:])(first, *args, **kwargs)
+        return functools.reduce(getattr, target[3:].split("."), tc)(first, *args, **kwargs)
     name = target[2:]
     if name.endswith("@"):
         return getattr(first, name[:-1])

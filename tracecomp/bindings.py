@@ -77,6 +77,8 @@ def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
     elif base == "int" and t.is_list:
         if t.list_size and _is_int(v):
             return (_int(v),) * t.list_size
+        if t.list_size and isinstance(v, (list, tuple)) and len(v) == 1 and _is_int(v[0]):
+            return (_int(v[0]),) * t.list_size       # int[2] takes [k] for (k, k), as PyTorch
         if isinstance(v, (list, tuple)) and all(_is_int(x) for x in v):
             return tuple(_int(x) for x in v)
     elif base == "int":

@@ -13,9 +13,11 @@ def _named_tuple(name: str, fields: tuple[str, ...]):
 
 
 def package(op: OpDef, tensors: list):
-    """One Tensor; a tuple for Tensor[] returns; a named tuple (values, indices) for named returns."""
+    """One Tensor; a tuple for Tensor[] returns; a named tuple (values, indices) for named returns.
+    A composite whose flags ask for more than its one Tensor (max_pool2d's return_indices,
+    unique's return_counts) returns a plain tuple, as PyTorch's Python functions do."""
     returns = op.schema.returns
-    if len(returns) == 1 and returns[0].type.is_list:
+    if len(returns) == 1 and (returns[0].type.is_list or len(tensors) > 1):
         return tuple(tensors)
     if len(returns) == 1:
         return tensors[0]

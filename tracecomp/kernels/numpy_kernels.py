@@ -393,6 +393,39 @@ def _slice_backward(op: OpDef, args, out_types):
     return [out]
 
 
+def _window_slices(args, counts):
+    """Per kernel position (ki, kj), the strided slices of the padded plane it reads."""
+    (kh, kw), (dh, dw), (sh, sw) = args["kernel_size"], args["dilation"], args["stride"]
+    for ki in range(kh):
+        for kj in range(kw):
+            yield (slice(ki * dh, ki * dh + (counts[0] - 1) * sh + 1, sh),
+                   slice(kj * dw, kj * dw + (counts[1] - 1) * sw + 1, sw))
+
+
+@kernel("im2col")
+def _im2col(op: OpDef, args, out_types):
+    x, (ph, pw) = args["self"], args["padding"]
+    padded = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(ph, ph), (pw, pw)])
+    counts = rules.window_counts(op, x.shape[-2:], args["kernel_size"], args["dilation"], args["padding"],
+                                 args["stride"])
+    # (..., C, kh*kw, OH, OW): channel-major rows, as PyTorch's F.unfold
+    cols = np.stack([padded[..., rows, cols] for rows, cols in _window_slices(args, counts)], axis=-3)
+    return [np.ascontiguousarray(cols).reshape(out_types[0].shape)]
+
+
+@kernel("col2im")
+def _col2im(op: OpDef, args, out_types):
+    x, t, (ph, pw) = args["self"], out_types[0], args["padding"]
+    h, w = args["output_size"]
+    counts = rules.window_counts(op, (h, w), args["kernel_size"], args["dilation"], args["padding"], args["stride"])
+    k = args["kernel_size"][0] * args["kernel_size"][1]
+    blocks = x.reshape(t.shape[:-2] + (k,) + counts)
+    padded = np.zeros(t.shape[:-2] + (h + 2 * ph, w + 2 * pw), t.dtype.np)
+    for i, (rows, cols) in enumerate(_window_slices(args, counts)):
+        padded[..., rows, cols] += blocks[..., i, :, :]
+    return [padded[..., ph:ph + h, pw:pw + w].copy()]
+
+
 @kernel("cast")
 def _cast(op: OpDef, args, out_types):
     return [dt.cast_array(args["self"], out_types[0].dtype.np)]

@@ -580,6 +580,57 @@ def _slice_backward(op: OpDef, args):
     return [TensorType(sizes, g.dtype)]
 
 
+def window_counts(op: OpDef, spatial, kernel, dilation, padding, stride) -> tuple[int, ...]:
+    """The number of sliding-window positions per spatial dim (im2col's blocks), with
+    PyTorch's checks on the window parameters."""
+    for name, values, least in (("kernel_size", kernel, 1), ("dilation", dilation, 1),
+                                ("padding", padding, 0), ("stride", stride, 1)):
+        if len(values) != len(spatial) or any(v < least for v in values):
+            raise ShapeError(f"{op.full_name}: '{name}' must be {len(spatial)} ints of at least {least}, "
+                             f"got {tuple(values)}")
+    counts = []
+    for size, k, d, p, s in zip(spatial, kernel, dilation, padding, stride):
+        span = d * (k - 1) + 1
+        if size + 2 * p < span:
+            raise ShapeError(f"{op.full_name}: the kernel {tuple(kernel)} with dilation {tuple(dilation)} "
+                             f"spans more than the input's spatial size {tuple(spatial)} padded by "
+                             f"{tuple(padding)}")
+        counts.append((size + 2 * p - span) // s + 1)
+    return tuple(counts)
+
+
+@rule("im2col")
+def _im2col(op: OpDef, args):
+    """(N, C, H, W) or (C, H, W) -> (N, C*kh*kw, L) or (C*kh*kw, L): every window's values
+    as a column, L windows (F.unfold)."""
+    x = _tensor(op, args, "self")
+    if x.ndim not in (3, 4) or 0 in x.shape[-3:]:
+        raise ShapeError(f"{op.full_name}: expected a 3-D or 4-D input with nonzero channels and "
+                         f"spatial dims, got shape {x.shape}")
+    k = tuple(args["kernel_size"])
+    counts = window_counts(op, x.shape[-2:], k, args["dilation"], args["padding"], args["stride"])
+    return [TensorType(x.shape[:-3] + (x.shape[-3] * k[0] * k[1], counts[0] * counts[1]), x.dtype)]
+
+
+@rule("col2im")
+def _col2im(op: OpDef, args):
+    """im2col's adjoint (F.fold): (N, C*kh*kw, L) -> (N, C, H, W), overlapping windows summed."""
+    x = _tensor(op, args, "self")
+    k, size = tuple(args["kernel_size"]), tuple(args["output_size"])
+    if x.ndim not in (2, 3) or 0 in x.shape[-2:]:
+        raise ShapeError(f"{op.full_name}: expected a 2-D or 3-D input with nonzero dims, got shape {x.shape}")
+    if len(size) != 2 or any(s < 1 for s in size):
+        raise ShapeError(f"{op.full_name}: 'output_size' must be 2 positive ints, got {size}")
+    counts = window_counts(op, size, k, args["dilation"], args["padding"], args["stride"])
+    if x.shape[-2] % (k[0] * k[1]):
+        raise ShapeError(f"{op.full_name}: the input's dim {x.ndim - 2} ({x.shape[-2]}) must divide by the "
+                         f"kernel's {k[0]} * {k[1]} positions")
+    if x.shape[-1] != counts[0] * counts[1]:
+        raise ShapeError(f"{op.full_name}: the input's last dim ({x.shape[-1]}) must be the number of "
+                         f"windows in output_size {size}: {counts[0]} * {counts[1]} = {counts[0] * counts[1]}")
+    return [TensorType(x.shape[:-2] + (x.shape[-2] // (k[0] * k[1]),) + size, x.dtype)]
+
+
 @rule("cast")
 def _cast(op: OpDef, args):
     x = _tensor(op, args, "self")

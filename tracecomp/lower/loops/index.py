@@ -77,6 +77,8 @@ def _op(fn: str, a: L.Expr, b) -> L.Expr:
 def add(a, b): return _op("add", a, b)
 def sub(a, b): return _op("sub", a, b)
 def mul(a, b): return _op("mul", a, b)
+def floordiv(a, b): return _op("floordiv", a, b)
+def mod(a, b): return _op("mod", a, b)
 def at_least(a, lo): return _op("maximum", a, lo)
 def clamp(a, lo: int, hi: int): return _op("minimum", _op("maximum", a, lo), hi)
 

@@ -151,6 +151,52 @@ class Inliner:
         g = cast(self.value_at(grad, index[:d] + (k,) + index[d + 1:]), out.dtype)
         return L.Select(inside, g, const(0, out.dtype), out.dtype) if n else const(0, out.dtype)
 
+    def _im2col(self, opdef, args, out, index):
+        """Row (c, ki, kj) and column (oh, ow) of the window matrix read the input at
+        (oh*s - p + ki*d, ow*s - p + kj*d); padding reads as 0."""
+        x = args["self"]
+        (kh, kw), dilation, padding, stride = args["kernel_size"], args["dilation"], args["padding"], args["stride"]
+        counts = rules.window_counts(opdef, x.type.shape[-2:], (kh, kw), dilation, padding, stride)
+        row, column = index[-2], index[-1]
+        kernel_at = (I.mod(I.floordiv(row, kw), kh), I.mod(row, kw))
+        window_at = (I.floordiv(column, counts[1]), I.mod(column, counts[1]))
+        at, inside = [], []
+        for w, k, d, p, s, n in zip(window_at, kernel_at, dilation, padding, stride, x.type.shape[-2:]):
+            pos = I.add(I.sub(I.mul(w, s), p), I.mul(k, d))
+            if p:                       # only a padded input reads outside itself
+                inside += [L.Binary("ge", pos, I.ic(0), dt.BOOL), L.Binary("lt", pos, I.ic(n), dt.BOOL)]
+                pos = I.clamp(pos, 0, n - 1)
+            at.append(pos)
+        value = self.value_at(x, index[:-2] + (I.floordiv(row, kh * kw),) + tuple(at))
+        return _where_all(inside, value, out.dtype)
+
+    def _col2im(self, opdef, args, out, index):
+        """The sum, over kernel positions (ki, kj), of the window-matrix entries that read
+        this output element: those windows whose start (oh*s - p) + ki*d lands here."""
+        cols = args["self"]
+        (kh, kw), dilation, padding, stride = args["kernel_size"], args["dilation"], args["padding"], args["stride"]
+        size = tuple(args["output_size"])
+        counts = rules.window_counts(opdef, size, (kh, kw), dilation, padding, stride)
+        total = None
+        for ki in range(kh):
+            for kj in range(kw):
+                at, inside = [], []
+                for pos, k, d, p, s, n, m in zip(index[-2:], (ki, kj), dilation, padding, stride, size, counts):
+                    shifted = I.add(pos, p - k * d)          # oh*s for the window that reads here
+                    if p - k * d < 0:
+                        inside.append(L.Binary("ge", shifted, I.ic(0), dt.BOOL))
+                    if n - 1 + p - k * d >= m * s:
+                        inside.append(L.Binary("lt", shifted, I.ic(m * s), dt.BOOL))
+                    if s > 1:
+                        inside.append(L.Binary("eq", I.mod(shifted, s), I.ic(0), dt.BOOL))
+                    window = I.floordiv(shifted, s) if s > 1 else shifted
+                    at.append(I.clamp(window, 0, m - 1) if inside else window)
+                row = I.add(I.mul(index[-3], kh * kw), ki * kw + kj)
+                column = I.add(I.mul(at[0], counts[1]), at[1])
+                term = _where_all(inside, cast(self.value_at(cols, index[:-3] + (row, column)), out.dtype), out.dtype)
+                total = term if total is None else L.Binary("add", total, term, out.dtype)
+        return total
+
     def _full(self, opdef, args, out, index):
         return const(args["fill_value"], out.dtype)
 
@@ -161,6 +207,16 @@ class Inliner:
             return cast(L.Binary("add", L.Binary("mul", i, const(step, dt.FLOAT64), dt.FLOAT64),
                                  const(start, dt.FLOAT64), dt.FLOAT64), out.dtype)
         return L.Cast(I.add(I.mul(index[0], int(step)), int(start)), out.dtype)
+
+
+def _where_all(conditions: list, value: L.Expr, dtype) -> L.Expr:
+    """value where every condition holds, else 0."""
+    if not conditions:
+        return value
+    test = conditions[0]
+    for c in conditions[1:]:
+        test = L.Binary("and", test, c, dt.BOOL)
+    return L.Select(test, value, const(0, dtype), dtype)
 
 
 def _scalar_constant(value: np.ndarray, dtype) -> L.Expr:
