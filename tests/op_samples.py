@@ -1781,6 +1781,8 @@ def _factory_samples():
                lambda s, e, f=np_fn: f(s, e, 5), F64, f"tc.{name}(start, end, 5), 0-d tensors")
         sample(f"{name}.Tensor_Scalar", lambda s, f=fn: f(s, 2.0, 4), [lo.astype(F32)],
                lambda s, f=np_fn: f(s, 2.0, 4), F32, "a tensor start")
+        sample(f"{name}.Tensor_Scalar", lambda s, f=fn: f(s, 2.0, 4, dtype=tc.float64), [lo],
+               lambda s, f=np_fn: f(s, 2.0, 4), F64, "a tensor start, float64 (a gradcheck sample)")
         sample(f"{name}.Scalar_Tensor", lambda e, f=fn: f(-1.0, e, 3, dtype=tc.float64), [hi],
                lambda e, f=np_fn: f(-1.0, e, 3), F64, "a tensor end")
     sample("tril_indices", lambda: tc.tril_indices(3, 4, 1), [], lambda: np.array(np.tril_indices(3, 1, 4)), I64,
