@@ -42,7 +42,7 @@ def _both_or_neither(name: str, mean, var) -> bool:
     return mean is not None
 
 
-def _needs_running_stats(name: str, mean, var, when: str):
+def _needs_running_stats(name: str, when: str):
     raise ArgumentError(f"{name}: running_mean and running_var must be given {when}")
 
 
