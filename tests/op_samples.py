@@ -1982,5 +1982,101 @@ def _window_samples():
 _window_samples()
 
 
+# ---------------------------------------------------------------- normalization layers, embedding (issue 12)
+
+def _normalized(x, axes, eps):
+    mu = x.mean(axis=axes, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=axes, keepdims=True) + eps)
+
+
+def _per_channel(v, x):
+    return v.reshape([-1] + [1] * (x.ndim - 2))
+
+
+def _affine(out, x, w, b):
+    out = out if w is None else out * _per_channel(w, x)
+    return out if b is None else out + _per_channel(b, x)
+
+
+def _batch_norm(x, rm=None, rv=None, w=None, b=None, training=False, eps=1e-5):
+    if training:
+        return _affine(_normalized(x, (0,) + tuple(range(2, x.ndim)), eps), x, w, b)
+    return _affine((x - _per_channel(rm, x)) / np.sqrt(_per_channel(rv, x) + eps), x, w, b)
+
+
+def _instance_norm(x, w=None, b=None, eps=1e-5):
+    return _affine(_normalized(x, tuple(range(2, x.ndim)), eps), x, w, b)
+
+
+def _group_norm(x, groups, w=None, b=None, eps=1e-5):
+    grouped = x.reshape(x.shape[0], groups, -1)
+    return _affine(_normalized(grouped, (2,), eps).reshape(x.shape), x, w, b)
+
+
+def _rms_norm(x, n, w=None, eps=2.0 ** -23):
+    out = x / np.sqrt((x * x).mean(axis=tuple(range(x.ndim - n, x.ndim)), keepdims=True) + eps)
+    return out if w is None else out * w
+
+
+def _one_hot(t, n):
+    return (t[..., None] == np.arange(n)).astype(np.int64)
+
+
+def _norm_layer_samples():
+    tol = dict(rtol=1e-4, atol=1e-5)
+    x = arr((4, 3, 2))
+    rm, rv, w, b = arr((2,), F64), pos((2,), F64), arr((2,), F64), arr((2,), F64)
+    sample("batch_norm", lambda x: tc.batch_norm(x, None, None, training=True), [x],
+           lambda x: _batch_norm(x, training=True), F32, "training, no running stats", **tol)
+    sample("batch_norm", tc.batch_norm, [arr((3, 2, 4), F64), rm, rv, w, b], _batch_norm, F64,
+           "evaluation: running stats, weight, bias")
+    sample("batch_norm", lambda x, w, b: tc.batch_norm(x, None, None, w, b, training=True, eps=1e-3),
+           [arr((5, 3), F64), arr((3,), F64), arr((3,), F64)],
+           lambda x, w, b: _batch_norm(x, w=w, b=b, training=True, eps=1e-3), F64, "training, 2-D, weight, bias, eps")
+    sample("batch_norm", lambda x, rm, rv: tc.batch_norm(x, rm, rv, eps=0.5), [arr((2, 2, 3, 2)), rm.astype(F32),
+           rv.astype(F32)], lambda x, rm, rv: _batch_norm(x, rm, rv, eps=0.5), F32, "evaluation, 4-D, eps", **tol)
+    sample("instance_norm", tc.instance_norm, [x], _instance_norm, F32, "defaults", **tol)
+    sample("instance_norm", lambda x, w, b: tc.instance_norm(x, weight=w, bias=b, eps=1e-3),
+           [arr((2, 2, 2, 3), F64), w, b], lambda x, w, b: _instance_norm(x, w, b, 1e-3), F64, "4-D, weight, bias, eps")
+    sample("instance_norm", lambda x, rm, rv, w: tc.instance_norm(x, rm, rv, w, use_input_stats=False),
+           [arr((3, 2, 4), F64), rm, rv, w], lambda x, rm, rv, w: _batch_norm(x, rm, rv, w), F64,
+           "use_input_stats=False: the running stats")
+    sample("group_norm", lambda x: tc.group_norm(x, 2), [arr((2, 6, 3))], lambda x: _group_norm(x, 2), F32,
+           "2 groups", **tol)
+    sample("group_norm", lambda x, w, b: tc.group_norm(x, 4, w, b, eps=1e-3), [arr((2, 4, 2, 2), F64),
+           arr((4,), F64), arr((4,), F64)], lambda x, w, b: _group_norm(x, 4, w, b, 1e-3), F64,
+           "a group per channel, weight, bias, eps")
+    sample("group_norm", lambda x, b: tc.group_norm(x, 1, bias=b), [arr((3, 4), F64), arr((4,), F64)],
+           lambda x, b: _group_norm(x, 1, b=b), F64, "one group, 2-D, bias")
+    sample("rms_norm", lambda x: tc.rms_norm(x, (4,)), [arr((3, 4))], lambda x: _rms_norm(x, 1), F32,
+           "eps=None: float32's epsilon", **tol)
+    sample("rms_norm", lambda x, w: tc.rms_norm(x, [3, 4], w, eps=1e-3), [arr((2, 3, 4), F64), arr((3, 4), F64)],
+           lambda x, w: _rms_norm(x, 2, w, 1e-3), F64, "2 dims, weight, eps")
+    sample("rms_norm", lambda x: tc.rms_norm(x, [2]), [arr((2,), F64)], lambda x: _rms_norm(x, 1, eps=2.0 ** -52),
+           F64, "eps=None: float64's epsilon")
+    table = arr((5, 3), F64)
+    sample("embedding", tc.embedding, [np.array([[0, 4, 2], [2, 2, 1]]), table.astype(F32)],
+           lambda i, w: w[i], F32, "2-D indices")
+    sample("embedding", tc.embedding, [np.array([3, 0, 3], I32), table], lambda i, w: w[i], F64, "int32 indices")
+    sample("embedding", tc.embedding, [np.array(4), table], lambda i, w: w[i], F64, "0-d index")
+    sample("embedding", lambda i, w: tc.embedding(i, w, padding_idx=2), [np.array([[0, 2], [2, 1]]), table],
+           lambda i, w: w[i], F64, "padding_idx: its rows are read")
+    sample("one_hot", lambda t: tc.one_hot(t, 4), [np.array([0, 3, 1, 1])], lambda t: _one_hot(t, 4), I64,
+           "num_classes=4")
+    sample("one_hot", lambda t: tc.one_hot(t, num_classes=3), [np.array([[2, 0], [1, 1]])], lambda t: _one_hot(t, 3),
+           I64, "2-D")
+    sample("one_hot", lambda t: tc.one_hot(t, 5), [np.array(2)], lambda t: _one_hot(t, 5), I64, "0-d")
+    eager_only("one_hot", tc.one_hot, [np.array([[1, 4], [0, 2]])], lambda t: _one_hot(t, 5), I64,
+               "num_classes=-1: the largest class + 1")
+    # The random draws (p in (0, 1), training) are tested in tests/test_dropout.py.
+    sample("dropout", lambda x: tc.dropout(x, training=False), [arr((3, 4))], lambda x: x, F32,
+           "training=False: the input")
+    sample("dropout", lambda x: tc.dropout(x, p=0.0), [arr((2, 3), F64)], lambda x: x, F64, "p=0: the input")
+    sample("dropout", lambda x: tc.dropout(x, 1.0), [arr((5,), F64)], lambda x: 0 * x, F64, "p=1: zeros")
+
+
+_norm_layer_samples()
+
+
 def all_samples() -> list[Sample]:
     return [s for ss in SAMPLES.values() for s in ss]

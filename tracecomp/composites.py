@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import contraction, windows
+from . import composites_nn, contraction, windows
 from .assignment import put
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
@@ -23,10 +23,10 @@ from .ops.table import OpDef
 from .results import package
 
 
-def _trailing_dims(x, normalized_shape) -> list[int]:
+def _trailing_dims(x, normalized_shape, name: str = "layer_norm") -> list[int]:
     n = len(normalized_shape)
     if tuple(x.shape[x.ndim - n:]) != tuple(normalized_shape) or n > x.ndim:
-        raise ShapeError(f"layer_norm: normalized_shape {tuple(normalized_shape)} does not match the "
+        raise ShapeError(f"{name}: normalized_shape {tuple(normalized_shape)} does not match the "
                          f"trailing dims of the input shape {x.shape}")
     return list(range(x.ndim - n, x.ndim))
 
@@ -273,6 +273,7 @@ _STATIC_HINTS = {
     "nonzero": _ROWS_HINT, "argwhere": _ROWS_HINT,
     "masked_select": _MASK_HINT.format("self"), "x[mask]": _MASK_HINT.format("x"),
     "unique": "there is no static-shape form: call it outside the traced function",
+    "one_hot": "pass num_classes to fix the number of classes",
 }
 
 
@@ -311,6 +312,28 @@ def _unique_values(x, return_inverse: bool, return_counts: bool, dim):
     if return_counts:
         out.append(tc.tensor(counts.astype(np.int64)))
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def _class_count(x, num_classes: int) -> int:
+    """one_hot's number of classes: num_classes, or the largest class + 1 (its value is the
+    result's shape: eagerly only).  Known values are checked here with PyTorch's messages;
+    traced ones by the scatter's index check when the compiled program runs."""
+    if x.dtype is not dt.INT64:
+        raise DTypeError(f"one_hot: is only applicable to index tensors of type int64, got {x.dtype.label}")
+    if num_classes == -1:
+        values = values_for("one_hot", x)
+        if values.size == 0:
+            raise ShapeError("one_hot: Can not infer total number of classes from empty tensor (pass num_classes)")
+        num_classes = int(values.max()) + 1
+    if num_classes < 0:
+        raise ShapeError(f"one_hot: num_classes must be -1 or at least 0, got {num_classes}")
+    if x._data is not None and x._data.size:
+        if x._data.min() < 0:
+            raise ShapeError(f"one_hot: Class values must be non-negative, got {int(x._data.min())}")
+        if x._data.max() >= num_classes:
+            raise ShapeError(f"one_hot: Class values must be smaller than num_classes ({num_classes}), "
+                             f"got {int(x._data.max())}")
+    return num_classes
 
 
 def _embed_dims(ndim: int, dim1: int, dim2: int) -> list[int]:
@@ -513,7 +536,8 @@ HELPERS = {
     "wrapped": wrapped, "start_index": _start_index, "split_points": _split_points,
     "repeated_positions": _repeated_positions, "weak_scalar": _weak_scalar, "any_floating": _any_floating,
     "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes, "cross_plan": _cross_plan,
-    "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
+    "steps_checked": _steps_checked, "triangle_indices": _triangle_indices, "class_count": _class_count,
+    **composites_nn.HELPERS,        # normalization layers, embedding, dropout
     "range": range, "len": len, "list": list, "tuple": tuple, "int": int, "reversed": reversed, "float": float, "abs_int": abs,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
     **windows.HELPERS,

@@ -4,6 +4,9 @@ While a TraceContext is active, every op call (also on eager tensors and factori
 reaches the Tracer kernel, which turns Tensor arguments into SSA values (eager tensors
 become `tc.constant` ops), the other arguments into typed attributes, infers result
 types with the table's shape rules, and appends one op with the user's source location.
+A composite op is recorded as one op (decomposed later), unless it changes one of its
+arguments in place (batch_norm's running statistics, dropout(inplace=True)): its program
+then runs inline, so the change lands on the traced tensor, which tc.trace writes back.
 """
 from __future__ import annotations
 
@@ -140,22 +143,25 @@ def operands_and_attrs(op: OpDef, args: dict[str, Any], value_of) -> tuple[list,
     return operands, attrs
 
 
-def composite_types(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
-    """A composite's result types: its decomposition traced into a scratch graph."""
+def composite_types(op: OpDef, args: dict[str, Any]) -> tuple[list[TensorType], bool]:
+    """A composite's result types: its decomposition traced into a scratch graph; and
+    whether it changed a Tensor argument in place (batch_norm's running statistics)."""
     from .composites import run_composite
     from .tensor import Tensor
     scratch = TraceContext(Graph("scratch"), inline_composites=True)
+    stand_ins = []
 
     def stand_in(v):
         if isinstance(v, Tensor):
-            return scratch.wrap(scratch.graph.add_input(v._type))
+            stand_ins.append(scratch.wrap(scratch.graph.add_input(v._type)))
+            return stand_ins[-1]
         if isinstance(v, list) and any(isinstance(t, Tensor) for t in v):
             return [stand_in(t) for t in v]
         return v
     with scratch:
         result = run_composite(op, {k: stand_in(v) for k, v in args.items()})
     tensors = list(result) if isinstance(result, (tuple, list)) else [result]
-    return [t._type for t in tensors]
+    return [t._type for t in tensors], any(t._version for t in stand_ins)
 
 
 def trace_kernel(op: OpDef, args: dict[str, Any]):
@@ -166,7 +172,10 @@ def trace_kernel(op: OpDef, args: dict[str, Any]):
         from .composites import run_composite
         return run_composite(op, args)
     if op.kind == "composite":
-        out_types = composite_types(op, args)
+        out_types, writes = composite_types(op, args)
+        if writes:      # its program runs here, so that the change reaches the traced argument
+            from .composites import run_composite
+            return run_composite(op, args)
     else:
         try:
             out_types = rules.infer(op, type_args(args))
