@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import contraction
+from . import contraction, resampling
 from .assignment import put
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
@@ -516,6 +516,7 @@ HELPERS = {
     "steps_checked": _steps_checked, "triangle_indices": _triangle_indices,
     "range": range, "len": len, "list": list, "tuple": tuple, "int": int, "reversed": reversed, "float": float, "abs_int": abs,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
+    **resampling.HELPERS,       # pad, interpolate, adaptive pooling
 }
 
 
