@@ -115,6 +115,16 @@ OPS = {
     **{f"nn.functional.{n}": f"tc.{n}" for n in (
         "softplus", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid",
         "hardswish", "mish", "logsigmoid", "softsign", "tanhshrink", "glu")},
+    # issue 12: padding, resizing, adaptive pooling
+    "constant_pad_nd": "tc.constant_pad_nd",
+    **{f"nn.functional.pad.{m}": "tc.pad" for m in ("constant", "reflect", "replicate", "replicate_negative",
+                                                    "circular")},
+    **{f"nn.functional.interpolate.{m}": "tc.interpolate" for m in (
+        "nearest", "nearest-exact", "linear", "bilinear", "trilinear", "area", "bicubic")},
+    "nn.functional.upsample_nearest": lambda x, size=None, scale_factor=None: tc.interpolate(x, size, scale_factor),
+    "nn.functional.upsample_bilinear": lambda x, size=None, scale_factor=None:
+        tc.interpolate(x, size, scale_factor, mode="bilinear", align_corners=True),
+    **{f"nn.functional.adaptive_{k}_pool{n}d": f"tc.adaptive_{k}_pool{n}d" for k in ("avg", "max") for n in (1, 2)},
 }
 
 # (OpInfo key or "*", a piece of tracecomp's error message) -> why the sample is skipped.
@@ -127,6 +137,7 @@ SKIPS = {
         "split points held in a tensor under tc.trace (their values are the shapes: eager only)",
     ("repeat_interleave", "Tensor.tolist() needs the tensor's value"):
         "repeats held in a tensor under tc.trace (their values are the shape: eager only)",
+    ("nn.functional.interpolate.bicubic", "mode 'bicubic' is not supported"): "bicubic interpolation",
 }
 
 # Result shapes that depend on the values: eager (and eager gradients) only; compiling them

@@ -13,10 +13,14 @@ def _named_tuple(name: str, fields: tuple[str, ...]):
 
 
 def package(op: OpDef, tensors: list):
-    """One Tensor; a tuple for Tensor[] returns; a named tuple (values, indices) for named returns."""
+    """One Tensor; a tuple for Tensor[] returns (or for more results than one Tensor return: a
+    composite such as adaptive_max_pool2d(..., return_indices=True)); a named tuple
+    (values, indices) for named returns."""
     returns = op.schema.returns
     if len(returns) == 1 and returns[0].type.is_list:
         return tuple(tensors)
+    if len(returns) == 1 and len(tensors) > 1:
+        return tuple(tensors)   # a composite whose flag adds results, as PyTorch's return_indices=True
     if len(returns) == 1:
         return tensors[0]
     names = tuple(r.name or f"out{i}" for i, r in enumerate(returns))
