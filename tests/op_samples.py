@@ -1821,7 +1821,8 @@ def _pad_resize_samples():
         sample("interpolate", lambda x, m=mode: tc.interpolate(x, scale_factor=1.5, mode=m), [x4],
                lambda x, m=mode: _np_resample(x, [6, 7], m, scales=[1.5, 1.5]), F32, f"{mode} scale_factor 1.5")
         sample("interpolate", lambda x, m=mode: tc.interpolate(x, scale_factor=(2.0, 0.5, 1.5), mode=m), [x5],
-               lambda x, m=mode: _np_resample(x, [6, 1, 6], m, scales=[2.0, 0.5, 1.5]), F64, f"{mode} 3-D, scale per dim")
+               lambda x, m=mode: _np_resample(x, [6, 1, 6], m, scales=[2.0, 0.5, 1.5]), F64,
+               f"{mode} 3-D, scale per dim")
     for ac in (False, True):
         sample("interpolate", lambda x, a=ac: tc.interpolate(x, 8, mode="linear", align_corners=a), [x3],
                lambda x, a=ac: _np_resample(x, [8], "linear", a), F64, f"linear up, align_corners={ac}")
@@ -1848,8 +1849,8 @@ def _pad_resize_samples():
            lambda x: _np_adaptive_avg(x, [3, 2]), F64, "(7, 5) -> (3, 2), uneven windows")
     sample("adaptive_avg_pool2d", lambda x: tc.adaptive_avg_pool2d(x, 4), [arr((2, 3, 5))],
            lambda x: _np_adaptive_avg(x, [4, 4]), F32, "unbatched, up: overlapping windows")
-    sample("adaptive_avg_pool2d", lambda x: tc.nn.functional.adaptive_avg_pool2d(x, (None, 1)), [arr((1, 2, 4, 3), F64)],
-           lambda x: _np_adaptive_avg(x, [4, 1]), F64, "None keeps a dim")
+    sample("adaptive_avg_pool2d", lambda x: tc.nn.functional.adaptive_avg_pool2d(x, (None, 1)),
+           [arr((1, 2, 4, 3), F64)], lambda x: _np_adaptive_avg(x, [4, 1]), F64, "None keeps a dim")
     for shape, size, desc in (((2, 3, 7, 5), (3, 2), "uneven windows"), ((3, 4, 3), (5, None), "unbatched, up, None"),
                               ((1, 2, 1, 4), (1, 1), "size-1 dim, global")):
         x = distinct(shape, F64)

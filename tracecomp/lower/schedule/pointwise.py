@@ -158,7 +158,8 @@ class Inliner:
         if x.type.numel == 0:           # nothing to read: all padding
             return fill
         at, inside = [], None
-        for d, (n, (lo, hi)) in enumerate(zip(x.type.shape, rules.pad_pairs(opdef, args["pad"], x.type.shape))):
+        pairs = rules.pad_pairs(opdef, args["pad"], x.type.shape)
+        for d, (n, (lo, hi)) in enumerate(zip(x.type.shape, pairs)):
             if (lo, hi) == (0, 0):
                 at.append(index[d])
                 continue
