@@ -1718,6 +1718,158 @@ def _index_samples():
 _index_samples()
 
 
+# ---------------------------------------------------------------- padding, resizing, adaptive pooling
+
+def _np_pad(x, pad, mode="constant", value=0.0):
+    """PyTorch's pad: pairs from the last dim backwards; a negative pad crops.  Circular
+    crops first and wraps what is left; the others pad the whole dim, then crop."""
+    x = np.asarray(x)
+    pairs = [(0, 0)] * (x.ndim - len(pad) // 2) + [(pad[2 * k], pad[2 * k + 1]) for k in reversed(range(len(pad) // 2))]
+    crop = tuple(slice(max(-lo, 0), n - max(-hi, 0)) for n, (lo, hi) in zip(x.shape, pairs))
+    grow = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
+    if mode == "circular":
+        return np.pad(x[crop], grow, mode="wrap")
+    np_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}[mode]
+    out = np.pad(x, grow, mode=np_mode, **({"constant_values": value} if mode == "constant" else {}))
+    return out[tuple(slice(max(-lo, 0), out.shape[d] - max(-hi, 0)) for d, (lo, hi) in enumerate(pairs))]
+
+
+def _np_resample(x, sizes, mode, align_corners=False, scales=None):
+    """F.interpolate's nearest / nearest-exact / linear modes, one spatial dim after another."""
+    x = np.asarray(x, np.float64)
+    for k, m in enumerate(sizes):
+        d, n = 2 + k, x.shape[2 + k]
+        step = 1 / scales[k] if scales else n / m
+        i = np.arange(m)
+        if mode in ("nearest", "nearest-exact"):
+            src = np.floor((i + (0.5 if mode == "nearest-exact" else 0)) * step).astype(int)
+            x = np.take(x, np.minimum(src, n - 1), axis=d)
+            continue
+        src = i * ((n - 1) / (m - 1) if m > 1 else 0) if align_corners else np.maximum((i + 0.5) * step - 0.5, 0)
+        lo = np.minimum(np.floor(src).astype(int), n - 1)
+        w = (src - lo).reshape((-1,) + (1,) * (x.ndim - d - 1))
+        x = np.take(x, lo, axis=d) * (1 - w) + np.take(x, np.minimum(lo + 1, n - 1), axis=d) * w
+    return x
+
+
+def _adaptive_windows(n, m):
+    return [(i * n // m, -(-(i + 1) * n // m)) for i in range(m)]
+
+
+def _np_adaptive_avg(x, sizes):
+    x = np.asarray(x, np.float64)
+    for k, m in enumerate(sizes):
+        d = x.ndim - len(sizes) + k
+        x = np.stack([x.take(range(a, b), axis=d).mean(axis=d) for a, b in _adaptive_windows(x.shape[d], m)], d)
+    return x
+
+
+def _np_adaptive_max(x, sizes):
+    """(maxima, flat positions in the pooled plane of the first maximum, row-major)."""
+    x = np.asarray(x, np.float64)
+    plane = x.shape[-len(sizes):]
+    flat = x.reshape(x.shape[:-len(sizes)] + (-1,))
+    grids = [_adaptive_windows(n, m) for n, m in zip(plane, sizes)]
+    values = np.zeros(x.shape[:-len(sizes)] + tuple(sizes))
+    where = np.zeros(values.shape, np.int64)
+    for out in np.ndindex(*sizes):
+        ranges = [range(*grids[k][o]) for k, o in enumerate(out)]
+        picks = np.ravel_multi_index(np.meshgrid(*ranges, indexing="ij"), plane).reshape(-1)
+        window = flat[..., picks]
+        values[(Ellipsis,) + out] = window.max(-1)
+        where[(Ellipsis,) + out] = picks[window.argmax(-1)]
+    return values, where
+
+
+def _pad_resize_samples():
+    for d in ALL:
+        sample("constant_pad_nd", lambda x: tc.constant_pad_nd(x, (1, 2)), [arr((2, 3), d)],
+               lambda x: _np_pad(x, (1, 2)), d, f"last dim (1, 2), {d}")
+    sample("constant_pad_nd", lambda x: tc.constant_pad_nd(x, [0, 1, 2, 0], 1.5), [arr((2, 3, 4), F64)],
+           lambda x: _np_pad(x, (0, 1, 2, 0), value=1.5), F64, "two dims, value 1.5")
+    sample("constant_pad_nd", lambda x: tc.constant_pad_nd(x, (-1, 2, 1, -2), -3), [arr((4, 5))],
+           lambda x: _np_pad(x, (-1, 2, 1, -2), value=-3), F32, "negative pads crop")
+    sample("constant_pad_nd", lambda x: tc.constant_pad_nd(x, (1, 1, 1, 1, 1, 1), 2), [arr((1, 1, 2), I64)],
+           lambda x: _np_pad(x, (1, 1, 1, 1, 1, 1), value=2), I64, "every dim, size-1 dims, int64")
+    sample("constant_pad_nd", lambda x: tc.constant_pad_nd(x, (2, 0)), [np.zeros((2, 0), F32)],
+           lambda x: _np_pad(x, (2, 0)), F32, "empty input dim: all padding")
+    sample("constant_pad_nd", lambda x: tc.constant_pad_nd(x, ()), [arr((), F64)], lambda x: x, F64, "0-d, no pad")
+
+    x4 = arr((2, 3, 4, 5), F64)
+    for mode in ("reflect", "replicate", "circular"):
+        sample("pad", lambda x, m=mode: tc.pad(x, (2, 1), m), [arr((2, 5))], lambda x, m=mode: _np_pad(x, (2, 1), m),
+               F32, f"{mode} 1-D unbatched")
+        sample("pad", lambda x, m=mode: tc.pad(x, (1, 2, 2, 0), mode=m), [x4],
+               lambda x, m=mode: _np_pad(x, (1, 2, 2, 0), m), F64, f"{mode} 2-D batched")
+        sample("pad", lambda x, m=mode: tc.pad(x, (-1, 2, 1, -2), m), [arr((3, 4, 5), F64)],
+               lambda x, m=mode: _np_pad(x, (-1, 2, 1, -2), m), F64, f"{mode} negative pads")
+        sample("pad", lambda x, m=mode: tc.pad(x, [1, 1, 0, 1, 1, 0], m), [arr((1, 2, 2, 3, 2), I64)],
+               lambda x, m=mode: _np_pad(x, (1, 1, 0, 1, 1, 0), m), I64, f"{mode} 3-D, int64")
+    sample("pad", lambda x: tc.pad(x, (1, 1), "replicate"), [arr((2, 3, 1))],
+           lambda x: _np_pad(x, (1, 1), "replicate"), F32, "replicate a size-1 dim")
+    sample("pad", lambda x: tc.pad(x, (1, 0, 0, 2)), [arr((2, 3), I32)], lambda x: _np_pad(x, (1, 0, 0, 2)), I32,
+           "constant default")
+    sample("pad", lambda x: tc.nn.functional.pad(x, (2, -1), value=0.5), [arr((3, 3), F64)],
+           lambda x: _np_pad(x, (2, -1), value=0.5), F64, "tc.nn.functional.pad, value 0.5")
+
+    x3, x4, x5 = arr((2, 3, 5), F64), arr((2, 2, 4, 5)), arr((1, 2, 3, 2, 4), F64)
+    for mode in ("nearest", "nearest-exact"):
+        sample("interpolate", lambda x, m=mode: tc.interpolate(x, size=7, mode=m), [x3],
+               lambda x, m=mode: _np_resample(x, [7], m), F64, f"{mode} 1-D up, size")
+        sample("interpolate", lambda x, m=mode: tc.interpolate(x, (3, 8), mode=m), [x4],
+               lambda x, m=mode: _np_resample(x, [3, 8], m), F32, f"{mode} 2-D, size")
+        sample("interpolate", lambda x, m=mode: tc.interpolate(x, scale_factor=1.5, mode=m), [x4],
+               lambda x, m=mode: _np_resample(x, [6, 7], m, scales=[1.5, 1.5]), F32, f"{mode} scale_factor 1.5")
+        sample("interpolate", lambda x, m=mode: tc.interpolate(x, scale_factor=(2.0, 0.5, 1.5), mode=m), [x5],
+               lambda x, m=mode: _np_resample(x, [6, 1, 6], m, scales=[2.0, 0.5, 1.5]), F64,
+               f"{mode} 3-D, scale per dim")
+    for ac in (False, True):
+        sample("interpolate", lambda x, a=ac: tc.interpolate(x, 8, mode="linear", align_corners=a), [x3],
+               lambda x, a=ac: _np_resample(x, [8], "linear", a), F64, f"linear up, align_corners={ac}")
+        sample("interpolate", lambda x, a=ac: tc.interpolate(x, (3, 7), mode="bilinear", align_corners=a), [x4],
+               lambda x, a=ac: _np_resample(x, [3, 7], "linear", a), F32, f"bilinear, align_corners={ac}")
+        sample("interpolate", lambda x, a=ac: tc.interpolate(x, (3, 1), mode="bilinear", align_corners=a),
+               [arr((1, 2, 1, 3), F64)], lambda x, a=ac: _np_resample(x, [3, 1], "linear", a), F64,
+               f"bilinear from and to size 1, align_corners={ac}")
+        sample("interpolate", lambda x, a=ac: tc.interpolate(x, (4, 3, 5), mode="trilinear", align_corners=a), [x5],
+               lambda x, a=ac: _np_resample(x, [4, 3, 5], "linear", a), F64, f"trilinear, align_corners={ac}")
+    sample("interpolate", lambda x: tc.interpolate(x, scale_factor=(0.75, 1.4), mode="bilinear"), [x4],
+           lambda x: _np_resample(x, [3, 7], "linear", scales=[0.75, 1.4]), F32, "bilinear, scale_factor used as given")
+    sample("interpolate", lambda x: tc.interpolate(x, scale_factor=(0.75, 1.4), mode="bilinear",
+                                                   recompute_scale_factor=True), [x4],
+           lambda x: _np_resample(x, [3, 7], "linear"), F32, "bilinear, recompute_scale_factor")
+    sample("interpolate", lambda x: tc.interpolate(x, (3, 2), mode="area"), [x4],
+           lambda x: _np_adaptive_avg(x, [3, 2]), F32, "area")
+
+    sample("adaptive_avg_pool1d", lambda x: tc.adaptive_avg_pool1d(x, 3), [arr((2, 3, 7), F64)],
+           lambda x: _np_adaptive_avg(x, [3]), F64, "7 -> 3, uneven windows")
+    sample("adaptive_avg_pool1d", lambda x: tc.adaptive_avg_pool1d(x, [1]), [arr((3, 5))],
+           lambda x: _np_adaptive_avg(x, [1]), F32, "global, unbatched")
+    sample("adaptive_avg_pool2d", lambda x: tc.adaptive_avg_pool2d(x, (3, 2)), [arr((2, 3, 7, 5), F64)],
+           lambda x: _np_adaptive_avg(x, [3, 2]), F64, "(7, 5) -> (3, 2), uneven windows")
+    sample("adaptive_avg_pool2d", lambda x: tc.adaptive_avg_pool2d(x, 4), [arr((2, 3, 5))],
+           lambda x: _np_adaptive_avg(x, [4, 4]), F32, "unbatched, up: overlapping windows")
+    sample("adaptive_avg_pool2d", lambda x: tc.nn.functional.adaptive_avg_pool2d(x, (None, 1)),
+           [arr((1, 2, 4, 3), F64)], lambda x: _np_adaptive_avg(x, [4, 1]), F64, "None keeps a dim")
+    for shape, size, desc in (((2, 3, 7, 5), (3, 2), "uneven windows"), ((3, 4, 3), (5, None), "unbatched, up, None"),
+                              ((1, 2, 1, 4), (1, 1), "size-1 dim, global")):
+        x = distinct(shape, F64)
+        sizes = [n if s is None else s for s, n in zip(size, shape[-2:])]
+        sample("adaptive_max_pool2d", lambda x, s=size: tc.adaptive_max_pool2d(x, s), [x],
+               lambda x, s=sizes: _np_adaptive_max(x, s)[0], F64, desc)
+        sample("adaptive_max_pool2d", lambda x, s=size: tc.adaptive_max_pool2d(x, s, return_indices=True), [x],
+               lambda x, s=sizes: _np_adaptive_max(x, s), (F64, I64), f"{desc}, return_indices")
+    sample("adaptive_max_pool2d", lambda x: tc.adaptive_max_pool2d(x, 2, True), [np.ones((1, 3, 3), F32)],
+           lambda x: _np_adaptive_max(x, [2, 2]), (F32, I64), "ties: the first in row-major order")
+    sample("adaptive_max_pool1d", lambda x: tc.adaptive_max_pool1d(x, 3, True), [distinct((2, 3, 7), F64)],
+           lambda x: _np_adaptive_max(x, [3]), (F64, I64), "7 -> 3, return_indices")
+    sample("adaptive_max_pool1d", lambda x: tc.nn.functional.adaptive_max_pool1d(x, 4), [distinct((3, 2), F32)],
+           lambda x: _np_adaptive_max(x, [4])[0], F32, "unbatched, up")
+
+
+_pad_resize_samples()
+
+
 # ---------------------------------------------------------------- casts
 
 def _cast(d):

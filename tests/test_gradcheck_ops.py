@@ -54,6 +54,7 @@ KINKS = {
     ("topk", "smallest, dim 0, ties"),      # which of two equal values is picked jumps
     ("kthvalue", "keepdim, ties"),
     ("erfinv", "near +-1 and near 0"),      # slope 1e7 at 1 - 1e-13: differences of 1e-6 leave the domain
+    ("adaptive_max_pool2d", "ties: the first in row-major order"),    # all equal: which one is the max jumps
 }
 
 # Samples whose gradient is, on purpose and as in PyTorch, not the derivative of the result.

@@ -121,6 +121,16 @@ OPS = {
     # issue 12 (dropout's draws cannot match PyTorch's: tests/test_dropout.py)
     **{f"nn.functional.{n}": f"tc.{n}" for n in ("batch_norm", "instance_norm", "group_norm", "rms_norm", "one_hot")},
     "nn.functional.embedding": lambda weight, indices, **k: tc.embedding(indices, weight, **k),   # OpInfo's order
+    # issue 12: padding, resizing, adaptive pooling
+    "constant_pad_nd": "tc.constant_pad_nd",
+    **{f"nn.functional.pad.{m}": "tc.pad" for m in ("constant", "reflect", "replicate", "replicate_negative",
+                                                    "circular")},
+    **{f"nn.functional.interpolate.{m}": "tc.interpolate" for m in (
+        "nearest", "nearest-exact", "linear", "bilinear", "trilinear", "area", "bicubic")},
+    "nn.functional.upsample_nearest": lambda x, size=None, scale_factor=None: tc.interpolate(x, size, scale_factor),
+    "nn.functional.upsample_bilinear": lambda x, size=None, scale_factor=None:
+        tc.interpolate(x, size, scale_factor, mode="bilinear", align_corners=True),
+    **{f"nn.functional.adaptive_{k}_pool{n}d": f"tc.adaptive_{k}_pool{n}d" for k in ("avg", "max") for n in (1, 2)},
 }
 
 # (OpInfo key or "*", a piece of tracecomp's error message) -> why the sample is skipped.
@@ -135,6 +145,7 @@ SKIPS = {
         "repeats held in a tensor under tc.trace (their values are the shape: eager only)",
     ("nn.functional.one_hot", "pass num_classes"):
         "num_classes=-1 under tc.trace (the largest class is the result's shape: eager only)",
+    ("nn.functional.interpolate.bicubic", "mode 'bicubic' is not supported"): "bicubic interpolation",
 }
 
 # Result shapes that depend on the values: eager (and eager gradients) only; compiling them

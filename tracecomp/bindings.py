@@ -54,6 +54,10 @@ def _scalar(v):
     return None
 
 
+def _is_number(v) -> bool:
+    return _is_int(v) or isinstance(v, (float, np.floating))
+
+
 def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
     """Check `v` against the argument's schema type and normalise it, or raise _Mismatch."""
     t = arg.type
@@ -79,13 +83,18 @@ def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
             return (_int(v),) * t.list_size
         if t.list_size and isinstance(v, (list, tuple)) and len(v) == 1 and _is_int(v[0]):
             return (_int(v[0]),) * t.list_size       # int[2] takes [k] for (k, k), as PyTorch
-        if isinstance(v, (list, tuple)) and all(_is_int(x) for x in v):
-            return tuple(_int(x) for x in v)
+        if isinstance(v, (list, tuple)) and all(_is_int(x) or (x is None and t.elem_optional) for x in v):
+            return tuple(None if x is None else _int(x) for x in v)
+    elif base == "float" and t.is_list:         # float[1]: a lone number stands for the list
+        if t.list_size and _is_number(v):
+            return (float(v),) * t.list_size
+        if isinstance(v, (list, tuple)) and all(_is_number(x) for x in v):
+            return tuple(float(x) for x in v)
     elif base == "int":
         if _is_int(v):
             return _int(v)
     elif base == "float":
-        if _is_int(v) or isinstance(v, (float, np.floating)):
+        if _is_number(v):
             return float(v)
     elif base == "bool":
         if isinstance(v, (bool, np.bool_)):

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import composites_nn, contraction, windows
+from . import composites_nn, contraction, resampling, windows
 from .assignment import put
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError, TracecompError
@@ -541,6 +541,7 @@ HELPERS = {
     "range": range, "len": len, "list": list, "tuple": tuple, "int": int, "reversed": reversed, "float": float, "abs_int": abs,
     "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
     **windows.HELPERS,
+    **resampling.HELPERS,       # pad, interpolate, adaptive pooling
 }
 
 

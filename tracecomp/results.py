@@ -13,9 +13,9 @@ def _named_tuple(name: str, fields: tuple[str, ...]):
 
 
 def package(op: OpDef, tensors: list):
-    """One Tensor; a tuple for Tensor[] returns; a named tuple (values, indices) for named returns.
-    A composite whose flags ask for more than its one Tensor (max_pool2d's return_indices,
-    unique's return_counts) returns a plain tuple, as PyTorch's Python functions do."""
+    """One Tensor; a tuple for Tensor[] returns (or for more results than one Tensor return: a
+    composite such as adaptive_max_pool2d(..., return_indices=True)); a named tuple
+    (values, indices) for named returns."""
     returns = op.schema.returns
     if len(returns) == 1 and (returns[0].type.is_list or len(tensors) > 1):
         return tuple(tensors)

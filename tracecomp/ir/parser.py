@@ -316,7 +316,9 @@ class _Parser:
         if token.kind == "id" and token.text in _DTYPE_NAMES:
             return from_mlir(self.advance().text)
         if self.at("array"):
-            return self.parse_int_array()
+            return self.parse_array()
+        if self.at("["):
+            return self.parse_attr_list()
         if self.at("dense"):
             return self.parse_dense()
         raise self.error(token, f"expected an attribute value, found {_describe(token)}")
@@ -344,14 +346,30 @@ class _Parser:
                                    f"found '{type.text}'")
         return _checked_int64(self, token, value)
 
-    def parse_int_array(self) -> tuple[int, ...]:
+    def parse_array(self) -> tuple:
+        """array<i64: ...> (ints) or array<f64: ...> (floats)."""
         self.advance()
         self.expect("<", "after 'array'")
-        self.expect("i64", "as the element type of an array attribute")
-        values: list[int] = []
+        floats = self.accept("f64")
+        if not floats:
+            self.expect("i64", "as the element type of an array attribute ('i64' or 'f64')")
+        values: list = []
         if self.accept(":"):
-            values = self.comma_list(self.parse_array_int, ">")
+            values = self.comma_list(self.parse_array_float if floats else self.parse_array_int, ">")
         self.expect(">", "to close the array attribute")
+        return tuple(values)
+
+    def parse_array_float(self) -> float:
+        value, token = self.parse_number()
+        if token.text.lower().startswith("0x"):
+            return _float_from_bits(self, token, value)
+        return float(value)
+
+    def parse_attr_list(self) -> tuple:
+        """[a, b, ...]: a generic array, whose `unit` entries are absent values (None)."""
+        self.advance()
+        values = self.comma_list(lambda: None if self.accept("unit") else self.parse_attr_value(), "]")
+        self.expect("]", "to close the array attribute")
         return tuple(values)
 
     def parse_array_int(self) -> int:

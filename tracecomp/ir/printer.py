@@ -138,7 +138,8 @@ def format_string(text: str) -> str:
 
 
 def format_attr(value: Any) -> str:
-    """The MLIR text of one attribute value (bool, int, float, str, int tuple, DType, ndarray)."""
+    """The MLIR text of one attribute value (bool, int, float, str, tuple of ints or floats
+    (ints may be absent: None), DType, ndarray)."""
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, (int, np.integer)):
@@ -147,8 +148,11 @@ def format_attr(value: Any) -> str:
         return f"{format_float(float(value))} : f64"
     if isinstance(value, str):
         return format_string(value)
-    if isinstance(value, tuple) and any(isinstance(d, Dim) for d in value):
-        return "[" + ", ".join(format_attr(d) for d in value) + "]"
+    if isinstance(value, tuple) and value and all(isinstance(v, (float, np.floating)) for v in value):
+        return "array<f64: " + ", ".join(format_float(float(v)) for v in value) + ">"
+    if isinstance(value, tuple) and any(isinstance(d, Dim) or d is None for d in value):
+        # MLIR's generic array; an absent entry (int?[]: None) is the unit attribute
+        return "[" + ", ".join("unit" if d is None else format_attr(d) for d in value) + "]"
     if isinstance(value, tuple):
         return _format_int_array(value)
     if isinstance(value, DType):

@@ -16,6 +16,7 @@ where that is known, and the offending op's printed line.
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Any, NoReturn
 
 import numpy as np
@@ -95,7 +96,7 @@ class _Verifier:
             return self.check_constant(i, op)
         opdef = by_ir_name().get(op.name)
         if opdef is None:
-            close = difflib.get_close_matches(op.name, list(by_ir_name()) + [CONSTANT], n=3)
+            close = _close_names(op.name, list(by_ir_name()) + [CONSTANT])
             self.fail(i, op, f"unknown op '{op.name}'",
                       "'tc.constant' or 'tc.' + the full name of an ops.yaml entry",
                       hint=f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None)
@@ -182,3 +183,11 @@ def _reorder_hint(graph: Graph) -> str:
         return f"the data flow itself is broken: {e}"
     return ("the data flow is acyclic: emit ops in a topological order "
             "(tracecomp.ir.nx.topological_order(graph) gives one)")
+
+
+def _close_names(name: str, names: list[str]) -> list[str]:
+    """Up to three names close to `name`, best first; between equally close ones, the one
+    that keeps more of its start ('tc.ad' -> 'tc.add' before 'tc.pad': typos keep the prefix)."""
+    def key(c: str):
+        return (-difflib.SequenceMatcher(None, name, c).ratio(), -len(os.path.commonprefix([name, c])))
+    return sorted(difflib.get_close_matches(name, names, n=6), key=key)[:3]

@@ -426,6 +426,20 @@ def _col2im(op: OpDef, args, out_types):
     return [padded[..., ph:ph + h, pw:pw + w].copy()]
 
 
+@kernel("constant_pad_nd")
+def _constant_pad_nd(op: OpDef, args, out_types):
+    """A result full of value, with the input's kept part (negative pads crop) copied in."""
+    x, t = args["self"], out_types[0]
+    out = np.full(t.shape, args["value"], dtype=t.dtype.np)
+    src, dst = [], []
+    for n, (lo, hi) in zip(x.shape, rules.pad_pairs(op, args["pad"], x.shape)):
+        keep = max(n - max(-lo, 0) - max(-hi, 0), 0)
+        src.append(slice(max(-lo, 0), max(-lo, 0) + keep))
+        dst.append(slice(max(lo, 0), max(lo, 0) + keep))
+    out[tuple(dst)] = x[tuple(src)]
+    return [out]
+
+
 @kernel("cast")
 def _cast(op: OpDef, args, out_types):
     return [dt.cast_array(args["self"], out_types[0].dtype.np)]

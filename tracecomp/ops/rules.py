@@ -631,6 +631,32 @@ def _col2im(op: OpDef, args):
     return [TensorType(x.shape[:-2] + (x.shape[-2] // (k[0] * k[1]),) + size, x.dtype)]
 
 
+def pad_pairs(op: OpDef, pad, shape: tuple) -> list[tuple[int, int]]:
+    """constant_pad_nd's `pad` as a (before, after) pair for every dim of `shape`: pad lists
+    the pairs from the last dim backwards, and the dims it does not reach get (0, 0)."""
+    pad = tuple(pad)
+    n = len(pad) // 2
+    if len(pad) % 2:
+        raise ShapeError(f"{op.full_name}: 'pad' {pad} must hold (before, after) pairs, but its "
+                         f"length {len(pad)} is odd")
+    if n > len(shape):
+        raise ShapeError(f"{op.full_name}: 'pad' {pad} pads {n} dims, but the input of shape {shape} "
+                         f"has only {len(shape)}")
+    pairs = [(0, 0)] * (len(shape) - n) + [(pad[2 * k], pad[2 * k + 1]) for k in reversed(range(n))]
+    for d, (size, (lo, hi)) in enumerate(zip(shape, pairs)):
+        if isinstance(size, int) and size + lo + hi < 0:
+            raise ShapeError(f"{op.full_name}: dim {d} of the input of shape {shape} has size {size}; "
+                             f"padding it by ({lo}, {hi}) gives the negative size {size + lo + hi}")
+    return pairs
+
+
+@rule("constant_pad_nd")
+def _constant_pad_nd(op: OpDef, args):
+    x = _tensor(op, args, "self")
+    pairs = pad_pairs(op, args["pad"], x.shape)
+    return [TensorType(tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, pairs)), x.dtype)]
+
+
 @rule("cast")
 def _cast(op: OpDef, args):
     x = _tensor(op, args, "self")

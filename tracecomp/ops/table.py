@@ -87,7 +87,7 @@ class OpDef:
         for a in self.schema.arguments:
             if a.binding_only:        # checked when the call bound; no op sees it
                 continue
-            if a.type.elem_optional:      # Tensor?[]: the attribute says which entries are tensors
+            if a.type.is_tensor_list and a.type.elem_optional:   # Tensor?[]: the attribute says which entries are tensors
                 present = attrs.get(a.name)
                 if not isinstance(present, (list, tuple)) or sum(map(bool, present)) != n_list:
                     raise ValueError(f"{self.ir_name} needs attribute '{a.name}', a list saying which of "

@@ -197,6 +197,25 @@ class Inliner:
                 total = term if total is None else L.Binary("add", total, term, out.dtype)
         return total
 
+    def _constant_pad_nd(self, opdef, args, out, index):
+        """The input at index - before in every padded dim, where that lies inside it; value elsewhere."""
+        x = args["self"]
+        fill = const(args["value"], out.dtype)
+        if x.type.numel == 0:           # nothing to read: all padding
+            return fill
+        at, inside = [], None
+        pairs = rules.pad_pairs(opdef, args["pad"], x.type.shape)
+        for d, (n, (lo, hi)) in enumerate(zip(x.type.shape, pairs)):
+            if (lo, hi) == (0, 0):
+                at.append(index[d])
+                continue
+            j = I.sub(index[d], lo)
+            at.append(I.clamp(j, 0, n - 1))
+            here = L.Binary("and", L.Binary("ge", j, I.ic(0), dt.BOOL), L.Binary("lt", j, I.ic(n), dt.BOOL), dt.BOOL)
+            inside = here if inside is None else L.Binary("and", inside, here, dt.BOOL)
+        v = cast(self.value_at(x, tuple(at)), out.dtype)
+        return v if inside is None else L.Select(inside, v, fill, out.dtype)
+
     def _full(self, opdef, args, out, index):
         return const(args["fill_value"], out.dtype)
 
