@@ -2130,6 +2130,34 @@ def _window_samples():
     sample("avg_pool2d", lambda x: tc.avg_pool2d(x, 2, divisor_override=3), [arr((3, 4, 4), F32)],
            lambda x: _np_avg_pool2d(x, 2) * 4 / 3, F32, "divisor_override, unbatched", rtol=1e-5, atol=1e-6)
 
+    q, k, v = arr((2, 3, 4, 5), F64), arr((2, 3, 6, 5), F64), arr((2, 3, 6, 2), F64)
+    sample("scaled_dot_product_attention", tc.scaled_dot_product_attention, [q, k, v], _np_attention, F64,
+           "tc.scaled_dot_product_attention(q, k, v)")
+    sample("scaled_dot_product_attention", lambda q, k, v: tc.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5),
+           [q, k, v], lambda q, k, v: _np_attention(q, k, v, np.tril(np.ones((4, 6), bool)), 0.5), F64, "is_causal, scale")
+    sample("scaled_dot_product_attention", lambda q, k, v, m: tc.scaled_dot_product_attention(q, k, v, m),
+           [q, k, v, arr((4, 6), F64)], _np_attention, F64, "an additive mask")
+    keep = np.ones((4, 6), bool)
+    keep[1, :] = False
+    keep[2, ::2] = False
+    sample("scaled_dot_product_attention", lambda q, k, v, m: tc.scaled_dot_product_attention(q, k, v, m),
+           [arr((4, 5), F32), arr((6, 5), F32), arr((6, 3), F32), keep], _np_attention, F32,
+           "a bool mask, one row masked throughout (it attends to nothing: 0), 2-D", rtol=1e-5, atol=1e-6)
+    sample("scaled_dot_product_attention", lambda q, k, v: tc.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+           [arr((1, 4, 3, 5), F64), arr((1, 2, 6, 5), F64), arr((1, 2, 6, 2), F64)],
+           lambda q, k, v: _np_attention(q, np.repeat(k, 2, 1), np.repeat(v, 2, 1)), F64, "enable_gqa: 2 query heads per key head")
+
+
+def _np_attention(q, k, v, mask=None, scale=None):
+    scores = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+    if mask is not None and mask.dtype == bool:
+        scores = np.where(mask, scores, -np.inf)
+    elif mask is not None:
+        scores = scores + mask
+    top = scores.max(-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isfinite(top), top, 0))
+    return (e / np.maximum(e.sum(-1, keepdims=True), 1e-300)) @ v
+
 
 _window_samples()
 

@@ -90,3 +90,22 @@ def test_inplace_changes_the_input_eagerly_and_the_callers_array_when_traced():
 def test_p_outside_zero_one_is_refused(p):
     with pytest.raises(tc.ArgumentError, match=f"between 0 and 1, but got {p}"):
         tc.dropout(tc.tensor(X), p)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_attention_dropout_is_dropout_of_the_attention_weights(traced):
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 3))
+
+    def fused(q, k, v):
+        return tc.scaled_dot_product_attention(q, k, v, dropout_p=0.4, is_causal=True)
+
+    def spelled_out(q, k, v):
+        scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~tc.tril(tc.ones(3, 5, dtype=tc.bool)), float("-inf"))
+        return tc.dropout(tc.softmax(scores, -1), 0.4) @ v
+    run = (lambda f: tc.trace(f)) if traced else (lambda f: (lambda *a: f(*[tc.tensor(x) for x in a])))
+    tc.manual_seed(7)
+    got = run(fused)(q, k, v).numpy()
+    tc.manual_seed(7)
+    want = run(spelled_out)(q, k, v).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -117,7 +117,7 @@ OPS = {
         "hardswish", "mish", "logsigmoid", "softsign", "tanhshrink", "glu")},
     # issue 12, sliding windows
     **{f"nn.functional.{n}": f"tc.nn.functional.{n}" for n in (
-        "conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "unfold")},
+        "conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "unfold", "scaled_dot_product_attention")},
     # issue 12 (dropout's draws cannot match PyTorch's: tests/test_dropout.py)
     **{f"nn.functional.{n}": f"tc.{n}" for n in ("batch_norm", "instance_norm", "group_norm", "rms_norm", "one_hot")},
     "nn.functional.embedding": lambda weight, indices, **k: tc.embedding(indices, weight, **k),   # OpInfo's order
@@ -165,6 +165,10 @@ GRAD_TOLERANCE = {"float32": (1e-4, 5e-4), "float64": (1e-8, 1e-8)}
 # PyTorch's float64 polygamma (trigamma's series stops early) is up to 3.6e-10 away from
 # mpmath on its samples; ours is within 1.1e-15 of mpmath.
 TOLERANCE_FOR = {f"polygamma.polygamma_n_{n}": {**TOLERANCE, "float64": (1e-9, 1e-10)} for n in range(5)}
+# scaled_dot_product_attention's float32 samples reach scores of ~100, whose rounding (an ulp
+# is 7.6e-6) moves the softmax weights by that much relatively, and outputs of size 9 by up
+# to 7e-5; ours are within 1.7e-5 of PyTorch's float64, PyTorch's float32 within 8e-6.
+TOLERANCE_FOR["nn.functional.scaled_dot_product_attention"] = {**TOLERANCE, "float32": (1e-5, 1e-4)}
 GRAD_TOLERANCE_FOR = {"logcumsumexp": {"float32": (2e-3, 5e-4), "float64": (1e-8, 1e-8)}}
 
 
@@ -337,8 +341,15 @@ def _torch_result_via_float64(info, sample):
     return narrow[0] if isinstance(out, torch.Tensor) else narrow
 
 
+# Samples that draw random numbers (tracecomp's generator cannot reproduce PyTorch's draws);
+# tests/test_dropout.py checks those paths against the same program with the same seed.
+RANDOM_SAMPLES = {"nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0.0) > 0}
+
+
 def _case(key, dtype, i):
     info, sample = opinfos()[key], samples(key, dtype)[i]
+    if key in RANDOM_SAMPLES and RANDOM_SAMPLES[key](sample):
+        pytest.skip(f"{key}: a random sample (dropout_p > 0): its draws cannot match PyTorch's")
     oracle = _torch_result_via_float64 if dtype == "float32" and key.startswith(ORACLE_IN_FLOAT64) else _torch_result
     try:
         want = oracle(info, sample)

@@ -1,4 +1,4 @@
-"""Shape plans for the sliding-window layers (convolution and pooling in ops.yaml).
+"""Shape plans for the layers of ops.yaml: sliding windows (convolution, pooling), attention.
 
 The layers themselves are composite programs over im2col/col2im, matmul and reductions;
 these helpers do their arithmetic on Python ints and raise PyTorch's errors, naming the
@@ -155,7 +155,36 @@ def avg_divisors(spatial, kernel, stride, padding, counts, count_include_pad: bo
     return np.outer(sizes[0], sizes[1]).astype(np.float64)
 
 
+def attention_shapes(q, k, v, mask, is_causal: bool, enable_gqa: bool) -> tuple[int, int]:
+    """(the query's feature size, how many query heads share a key/value head), with
+    PyTorch's checks of scaled_dot_product_attention's shapes."""
+    name = "scaled_dot_product_attention"
+    shapes = f"query {_shape(q)}, key {_shape(k)}, value {_shape(v)}"
+    if min(q.ndim, k.ndim, v.ndim) < 2 or not q.dtype.is_floating_point:
+        raise ShapeError(f"{name}: expects floating-point tensors of at least 2 dims, got {shapes} ({q.dtype.label})")
+    if not q.dtype == k.dtype == v.dtype:
+        raise DTypeError(f"{name}: query, key and value must have the same dtype, got "
+                         f"{q.dtype.label}, {k.dtype.label}, {v.dtype.label}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"{name}: the query's and key's feature sizes, and the key's and value's lengths, "
+                         f"must match: {shapes}")
+    heads = 1
+    if enable_gqa and q.ndim >= 3 and k.ndim >= 3:
+        if q.shape[-3] % k.shape[-3] or k.shape[-3] != v.shape[-3]:
+            raise ShapeError(f"{name}: with enable_gqa the query's heads must be a multiple of the key's and "
+                             f"value's (equal) heads: {shapes}")
+        heads = q.shape[-3] // k.shape[-3]
+    if is_causal and mask is not None:
+        raise ArgumentError(f"{name}: give attn_mask or is_causal=True, not both")
+    return q.shape[-1], heads
+
+
+def sqrt_int(n: int) -> float:
+    return float(np.sqrt(n))
+
+
 HELPERS = {
+    "attention_shapes": attention_shapes, "sqrt_int": sqrt_int,
     "layer_input": layer_input, "conv_input": conv_input, "windows": windows, "named_padding": named_padding, "transposed_size": transposed_size, "pool_plan": pool_plan,
     "zeros_after": zeros_after, "avg_divisors": avg_divisors,
 }
