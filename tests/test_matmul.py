@@ -176,7 +176,7 @@ def test_vector_and_integer_products_fuse_too():
 
 
 @pytest.mark.parametrize("fn", [lambda x, w: ((x @ w) + 1, (x @ w).sum()),     # another use
-                                lambda x, w: (x @ w).mT + 1,                     # read transposed
+                                lambda x, w: ((x @ w).mT + 1, x @ w),            # read transposed, and used
                                 lambda x, w: (x @ w).double() * 2,               # another dtype
                                 lambda x, w: (x @ w, tc.relu(x @ w))],          # an output itself
                          ids=["two-uses", "transposed", "cast", "returned"])
@@ -189,6 +189,16 @@ def test_consumers_that_cannot_fuse_stay_separate(fn):
     got = tc.trace(fn)(x, w)
     for e, g in zip(*(o if isinstance(o, tuple) else (o,) for o in (eager, got))):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-5)
+
+
+def test_a_transposed_product_is_the_product_of_the_transposes_read_in_place():
+    """(x @ w).mT + 1 computes w.mT @ x.mT (both read strided) with the + 1 fused: one
+    kernel, no transpose kernel (the key gradient of attention has this form)."""
+    x, w = _inputs(9, np.float32, (2, 20, 30), (30, 10))
+    fn = lambda x, w: (x @ w).mT + 1      # noqa: E731
+    [k] = _program(fn, x, w).kernels
+    assert k.body[0].a.buffer == "in1" and k.body[0].b.buffer == "in0"
+    np.testing.assert_allclose(tc.trace(fn)(x, w).numpy(), np.swapaxes(x @ w, -1, -2) + 1, rtol=1e-5, atol=1e-5)
 
 
 def test_linear_reads_the_transposed_weight_in_place_and_fuses_the_bias():

@@ -13,6 +13,7 @@ Rules create ops with `Rewriter.add` / `Rewriter.constant`.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Union
 
 import numpy as np
@@ -37,6 +38,7 @@ class Rewriter:
     """The graph being built and the map from old values to new ones."""
 
     def __init__(self, old: Graph):
+        self.old = old
         self.graph = Graph(old.name, [v.type for v in old.inputs])
         self.mapping: dict[Value, Value] = dict(zip(old.inputs, self.graph.inputs))
         self.dropped: set[Value] = set()     # results of dropped ops, in the old graph
@@ -44,6 +46,14 @@ class Rewriter:
     def add(self, name: str, operands: list[Value], attrs: dict[str, Any],
             result_types: list[TensorType], loc: Location | None) -> Op:
         return self.graph.add_op(name, operands, attrs, result_types, loc)
+
+    @functools.cached_property
+    def old_uses(self) -> dict[Value, int]:
+        """How many times each value of the old graph is used (being an output counts)."""
+        uses: dict[Value, int] = {}
+        for v in [v for op in self.old.ops for v in op.operands] + list(self.old.outputs):
+            uses[v] = uses.get(v, 0) + 1
+        return uses
 
     def constant(self, array: np.ndarray, type: TensorType, loc: Location | None) -> Value:
         return self.add(CONSTANT, [], {"value": array}, [type], loc).result

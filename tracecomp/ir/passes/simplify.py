@@ -148,6 +148,26 @@ def permute_permute(op: Op, args: Args, rw: Rewriter) -> Replacement:
     return rw.add(op.name, [source], {**op.attrs, "dims": dims}, [op.results[0].type], op.loc).results
 
 
+def transposed_product(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    """(a @ b).mT -> b.mT @ a.mT when nothing else uses a @ b: the matmul reads transposed
+    operands in place, so the transpose costs nothing instead of a kernel of its own (the
+    key gradient of attention, `(q.mT @ g).mT`)."""
+    x, n = args["self"], args["self"].type.ndim
+    inner = _producer(x, "tc.matmul")
+    if inner is None or n < 2 or _dims(args["dims"], n) != tuple(range(n - 2)) + (n - 1, n - 2):
+        return None
+    a, b = inner.operands
+    if a.type.ndim < 2 or b.type.ndim < 2 or rw.old_uses.get(op.results[0].op.operands[0], 0) != 1:
+        return None
+
+    def mT(v: Value) -> Value:
+        k = v.type.ndim
+        shape = v.type.shape[:-2] + (v.type.shape[-1], v.type.shape[-2])
+        return rw.add("tc.permute", [v], {"dims": tuple(range(k - 2)) + (k - 1, k - 2)},
+                      [type(v.type)(shape, v.type.dtype)], op.loc).result
+    return rw.add(inner.name, [mT(b), mT(a)], inner.attrs, [op.results[0].type], op.loc).results
+
+
 def scatter_nothing(op: Op, args: Args, rw: Rewriter) -> Replacement:
     """scatter_add/index_add with an empty index add nothing: the result is `self` (PyTorch
     accepts such an index whatever its shape, which the scatter loops cannot index by)."""
@@ -164,7 +184,7 @@ PATTERNS: dict[str, list[Pattern]] = {
     "tc.reshape": [same_type_identity, reshape_of_view],
     "tc.squeeze": [same_type_identity, view_chain_undone],
     "tc.unsqueeze": [view_chain_undone],
-    "tc.permute": [permute_identity, permute_permute],
+    "tc.permute": [permute_identity, permute_permute, transposed_product],
     "tc.expand": [same_type_identity],
     "tc.to": [same_type_identity],
     "tc.scatter_add": [scatter_nothing],
