@@ -235,8 +235,13 @@ def adaptive_average(name: str, x, output_size, spatial: int):
         start, end = windows(n_in, n_out)
         j = np.arange(n_in)
         inside = (j >= start[:, None]) & (j < end[:, None])
-        mean = tc.tensor((inside / (end - start)[:, None]).T.astype(x.dtype.np))     # (n_in, n_out)
-        x = tc.movedim(tc.matmul(tc.movedim(x, d, -1), mean), -1, d)
+        mean = tc.tensor((inside / (end - start)[:, None]).astype(x.dtype.np))       # (n_out, n_in)
+        if d == x.ndim - 1:
+            x = tc.matmul(x, mean.mT)
+        elif d == x.ndim - 2:       # from the left: no transposes
+            x = tc.matmul(mean, x)
+        else:
+            x = tc.movedim(tc.matmul(tc.movedim(x, d, -1), mean.mT), -1, d)
     return x
 
 

@@ -79,7 +79,14 @@ def _operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool)
 
 
 def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
-    """(buffer, offset, strides) when `v` reads a buffer at an affine index, else None."""
+    """(buffer, offset, strides) when `v` reads a buffer at an affine index, else None.
+    A reshape of a dense value is dense too (its index arithmetic is not affine, its
+    addresses are: conv2d's weight (O, C, kh, kw) read as (O, C*kh*kw))."""
+    if v.op is not None and v not in sched.names and getattr(sched.table.get(v.op.name), "kind", None) in ("reshape", "squeeze", "unsqueeze"):
+        source = v.op.operands[0]
+        inner = _strided(sched, source) if source in sched.names or source.op is not None else None
+        if inner is not None and _dense(inner[2], source.type.shape):
+            return inner[0], inner[1], _dense_strides(v.type.shape)
     syms = tuple(L.Var(f"s{d}", L.INDEX) for d in range(v.type.ndim))
     try:
         e = sched.inliner.value_at(v, syms)
@@ -100,6 +107,15 @@ def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
             else:
                 strides[int(name[1:])] += coef * dense[c]
     return e.buffer, offset, tuple(strides)
+
+
+def _dense_strides(shape) -> tuple:
+    return tuple(math.prod(I.symbolic(d) for d in shape[c + 1:]) for c in range(len(shape)))
+
+
+def _dense(strides, shape) -> bool:
+    """Row-major with no gaps (a size-1 dim's stride does not matter)."""
+    return all(n == 1 or st == want for st, want, n in zip(strides, _dense_strides(shape), shape))
 
 
 def _affine(e: L.Expr) -> Optional[dict]:
@@ -177,18 +193,25 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
     store, t = body[0], buffers[s.out.buffer]
     target = buffers[store.buffer]
     nest = tuple(L.Var(lp.var, L.INDEX) for lp in loops)
-    if (target.shape, target.dtype) != (t.shape, t.dtype) or store.index != nest \
-            or tuple(lp.extent for lp in loops) != tuple(t.shape):
+    # The consumer may read T reshaped (conv2d's (N, 1, C, H*W) product read as (N, C, H, W)):
+    # both buffers are dense, so the product writes the target in T's shape, and the
+    # consumer's indices are the matmul's, relinearized.
+    if target.dtype != t.dtype or store.index != nest or tuple(lp.extent for lp in loops) != tuple(target.shape) \
+            or not _same_static_size(target.shape, t.shape):
         return None
     dims = _logical_dims(s, t.shape)
     if dims is None:
         return None
+    reshaped = tuple(target.shape) != tuple(t.shape)
+    at = I.reshape(nest, tuple(target.shape), tuple(t.shape)) if reshaped else nest
+    if reshaped:
+        dims = list(I.delinearize(I.linearize(tuple(dims), tuple(t.shape)), tuple(target.shape)))
     mapping = {lp.var: d for lp, d in zip(loops, dims)}
     misplaced = []
 
     def rewrite(e: L.Expr) -> Optional[L.Expr]:
         if isinstance(e, L.Load) and e.buffer == t.name:
-            if e.index != nest:
+            if e.index != at:
                 misplaced.append(e)
             return L.Var(s.acc, t.dtype) if s.epilogue is None else s.epilogue
         if isinstance(e, L.Var) and e.name in mapping:
@@ -203,6 +226,12 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
         if b.name != t.name and (b.name not in roles or b.role == "output"):
             roles[b.name] = b
     return L.Kernel(kp.name, list(roles.values()), [fused], list(kp.sizes))     # renamed by the caller
+
+
+def _same_static_size(a, b) -> bool:
+    if tuple(a) == tuple(b):
+        return True
+    return all(isinstance(d, int) for d in (*a, *b)) and math.prod(a) == math.prod(b)
 
 
 def _logical_dims(s: L.Matmul, shape: tuple[int, ...]) -> Optional[list[L.Expr]]:
