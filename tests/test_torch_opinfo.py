@@ -193,7 +193,13 @@ def samples(key: str, dtype: str) -> list:
 # A few OpInfos have hundreds of samples per dtype (unique, searchsorted, logspace, cdist,
 # ...): the default run takes SPREAD of them, evenly spaced through the list so that every
 # kind of argument stays covered; TRACECOMP_SLOW=1 runs them all (the last full run passed).
+# The layers' samples compile programs of several kernels each (convolution, pooling,
+# padding, resizing), so they take a smaller spread.
 SPREAD = None if os.environ.get("TRACECOMP_SLOW") else 64
+LAYER_SPREAD = None if SPREAD is None else 24
+LAYERS = ("nn.functional.conv", "nn.functional.max_pool", "nn.functional.avg_pool", "nn.functional.adaptive_",
+          "nn.functional.pad", "constant_pad_nd", "nn.functional.interpolate", "nn.functional.unfold",
+          "nn.functional.upsample")
 
 
 def cases():
@@ -203,8 +209,8 @@ def cases():
             continue
         for dtype, tdt in DTYPES.items():
             if tdt in info.supported_dtypes("cpu"):
-                n = len(samples(key, dtype))
-                for i in range(0, n, math.ceil(n / SPREAD)) if SPREAD and n > SPREAD else range(n):
+                n, spread = len(samples(key, dtype)), LAYER_SPREAD if key.startswith(LAYERS) else SPREAD
+                for i in range(0, n, math.ceil(n / spread)) if spread and n > spread else range(n):
                     yield key, dtype, i
 
 
