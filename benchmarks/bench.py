@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""tracecomp's benchmark: the workloads W1-W6 of DESIGN.md ("Performance method"),
+"""tracecomp's benchmark: the workloads W1-W8 of DESIGN.md ("Performance method") and W9, W10,
 measured side by side in one run against NumPy and, when installed, PyTorch eager,
 torch.compile and jax.jit, with the physical floor of each kernel.
 
@@ -33,6 +33,15 @@ Method:
   /proc/stat) and printed per workload: the medians are only as good as that allows.
 W5 (first call of W4) runs in fresh processes by definition, cold and, for the peers that
 have a persistent compile cache, warm.
+W7 (a CNN train step, its forward alone, and its second conv alone) and W8 (a GPT-style
+block's AdamW train step and its forward alone; and the step's first call, cold, in fresh
+processes with empty compile caches) have no NumPy implementation but the conv, and their
+reference is PyTorch eager in float64 with autograd (not run without torch).  W7's
+dropout (p = 0.25) makes its result random: each implementation's p = 0 variant, the same
+program otherwise, is what is checked against the reference (`Case.check_impls`), and the
+timed p = 0.25 one only for its shapes and finite values; jax draws its mask from a key
+passed as an argument (the same key every call, but drawn at run time).  Their floors
+are FLOPs / peak (the formulas: w7_flops, w8_flops).
 """
 from __future__ import annotations
 
@@ -58,7 +67,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W9", "W10")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -217,6 +226,9 @@ class Case:
     floor: Callable[[float, float], Optional[float]] = lambda bw, peak: None   # seconds
     error: Callable[[Any, Any], float] = rel_error
     note: str = ""
+    # builders of a deterministic variant checked in place of the timed one, which is then
+    # only checked for the result's shapes and finite values (W7's dropout: p = 0)
+    check_impls: Optional[dict[str, Callable]] = None
 
 
 # ----------------------------------------------------------------------------- W1, W2, W3
@@ -521,8 +533,368 @@ def w6_cases() -> list[Case]:
                  lambda inputs: inputs[0].astype(np.float64) + 1, 0.0, standard(add1, add1, add1, add1))]
 
 
+# ----------------------------------------------------------------------------- W7, W8
+# Issue 12's layer workloads: a CNN train step (W7) and a GPT-style block train step (W8),
+# each also as its forward alone.  One loss function serves tracecomp and PyTorch, given
+# `tracecomp.nn.functional` or `torch.nn.functional` as F (the same names and semantics);
+# jax has its own.  The reference is PyTorch eager in float64 (autograd), not NumPy: a
+# hand-written NumPy backward of these layers would be a second program to trust.
+
+W7_BATCH = 64
+W7_SHAPES = ((32, 1, 3, 3), (32,), (64, 32, 3, 3), (64,), (128, 9216), (128,), (10, 128), (10,))
+W7_P = 0.25                  # dropout when timed; the check runs the same step with p = 0
+
+
+def w7_data(seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    params = []
+    for w, b in zip(W7_SHAPES[::2], W7_SHAPES[1::2]):
+        params.append((rng.standard_normal(w) / np.sqrt(np.prod(w[1:]))).astype(np.float32))
+        params.append((0.1 * rng.standard_normal(b)).astype(np.float32))
+    x = rng.standard_normal((W7_BATCH, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, W7_BATCH).astype(np.int64)
+    return params + [x, y]
+
+
+def w7_loss(F, params, x, y, p):
+    """conv 3x3 1->32, ReLU, conv 3x3 32->64, ReLU, max-pool 2, dropout p, linear 9216->128,
+    ReLU, linear 128->10, cross-entropy: tracecomp and PyTorch (F is their nn.functional)."""
+    c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b = params
+    h = F.relu(F.conv2d(x, c1w, c1b))
+    h = F.relu(F.conv2d(h, c2w, c2b))
+    h = F.dropout(F.max_pool2d(h, 2), p)
+    h = F.relu(F.linear(h.reshape(W7_BATCH, 9216), f1w, f1b))
+    return F.cross_entropy(F.linear(h, f2w, f2b), y)
+
+
+def w7_jax_loss(params, x, y, p, key):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b = params
+
+    def conv(h, w, b):
+        return lax.conv_general_dilated(h, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW")) \
+            + b[:, None, None]
+    h = jax.nn.relu(conv(x, c1w, c1b))
+    h = jax.nn.relu(conv(h, c2w, c2b))
+    h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    if p > 0:
+        h = jnp.where(jax.random.bernoulli(key, 1 - p, h.shape), h / (1 - p), 0)
+    h = jax.nn.relu(h.reshape(W7_BATCH, 9216) @ f1w.T + f1b)
+    logp = jax.nn.log_softmax(h @ f2w.T + f2b, axis=1)
+    return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+
+
+def w7_flops() -> tuple[int, int]:
+    """(forward, train step) matmul and conv FLOPs: 2 x multiply-adds.  The step is the
+    forward, the weight gradients (as much again) and the input gradients of every layer
+    but the first (as much as that layer's forward)."""
+    conv1 = 2 * W7_BATCH * 32 * 26 * 26 * (1 * 9)
+    conv2 = 2 * W7_BATCH * 64 * 24 * 24 * (32 * 9)
+    fc1, fc2 = 2 * W7_BATCH * 9216 * 128, 2 * W7_BATCH * 128 * 10
+    fwd = conv1 + conv2 + fc1 + fc2
+    return fwd, 3 * fwd - conv1
+
+
+W8_VOCAB, W8_D, W8_HEADS, W8_BATCH, W8_SEQ = 512, 384, 6, 8, 256
+W8_LR, W8_BETAS, W8_EPS, W8_WD = 1e-3, (0.9, 0.999), 1e-8, 0.01
+W8_STEP = 10                 # AdamW's step count: moments as after 9 steps (see w8_data)
+W8_GRAD_SCALE = {"w": 1e-3, "one": 3e-3, "zero": 3e-3}    # about the gradients' size, per kind
+
+
+def w8_shapes() -> list[tuple[tuple, str]]:
+    """(shape, init) of each parameter: "w" a matrix, "one" a layer norm's weight, "zero" a bias."""
+    d, v, t = W8_D, W8_VOCAB, W8_SEQ
+    ln = [((d,), "one"), ((d,), "zero")]
+    return [((v, d), "w"), ((t, d), "w")] \
+        + ln + [((3 * d, d), "w"), ((3 * d,), "zero"), ((d, d), "w"), ((d,), "zero")] \
+        + ln + [((4 * d, d), "w"), ((4 * d,), "zero"), ((d, 4 * d), "w"), ((d,), "zero")] \
+        + ln + [((v, d), "w")]                   # ln1, attention, ln2, MLP, final ln, head (untied)
+
+
+def w8_data(seed: int = 0) -> list:
+    """Parameters, AdamW's first and second moments, tokens and next tokens.  The moments
+    are those of a run in progress (the second one bounded away from 0), so that the update
+    m / (sqrt(v) + eps) is a smooth function of the gradient: with v = 0 it would be
+    lr x sign(g), which a float32 gradient near 0 may flip."""
+    rng = np.random.default_rng(seed)
+    params, ms, vs = [], [], []
+    for shape, init in w8_shapes():
+        p = rng.standard_normal(shape) / np.sqrt(shape[1]) if init == "w" else \
+            (init == "one") + 0.02 * rng.standard_normal(shape)
+        params.append(p.astype(np.float32))
+        scale = W8_GRAD_SCALE[init]
+        ms.append((scale * rng.standard_normal(shape)).astype(np.float32))
+        vs.append((scale ** 2 * rng.uniform(0.5, 2.0, shape)).astype(np.float32))
+    tokens = rng.integers(0, W8_VOCAB, (W8_BATCH, W8_SEQ + 1)).astype(np.int64)
+    return params + ms + vs + [np.ascontiguousarray(tokens[:, :-1]), np.ascontiguousarray(tokens[:, 1:])]
+
+
+def w8_loss(F, params, x, y):
+    """Embedding plus learned positions, pre-norm causal attention (6 heads of 64) and GELU
+    MLP (4x) blocks with residuals, a final layer norm, an untied head to the vocabulary,
+    cross-entropy on the next tokens: tracecomp and PyTorch (F is their nn.functional)."""
+    wte, wpe, l1w, l1b, wqkv, bqkv, wo, bo, l2w, l2b, wfc, bfc, wpr, bpr, lfw, lfb, whead = params
+    b, t, d, nh = W8_BATCH, W8_SEQ, W8_D, W8_HEADS
+    h = F.embedding(x, wte) + wpe
+    qkv = F.linear(F.layer_norm(h, [d], l1w, l1b), wqkv, bqkv).reshape(b, t, 3, nh, d // nh).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv.unbind(0)
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    h = h + F.linear(a.transpose(1, 2).reshape(b, t, d), wo, bo)
+    h = h + F.linear(F.gelu(F.linear(F.layer_norm(h, [d], l2w, l2b), wfc, bfc)), wpr, bpr)
+    logits = F.linear(F.layer_norm(h, [d], lfw, lfb), whead)
+    return F.cross_entropy(logits.reshape(b * t, W8_VOCAB), y.reshape(b * t))
+
+
+def w8_jax_loss(params, x, y):
+    import jax
+    import jax.numpy as jnp
+    wte, wpe, l1w, l1b, wqkv, bqkv, wo, bo, l2w, l2b, wfc, bfc, wpr, bpr, lfw, lfb, whead = params
+    b, t, d, nh = W8_BATCH, W8_SEQ, W8_D, W8_HEADS
+
+    def ln(h, w, bias):
+        mu = h.mean(-1, keepdims=True)
+        c = h - mu
+        return c * jax.lax.rsqrt((c * c).mean(-1, keepdims=True) + 1e-5) * w + bias
+    h = wte[x] + wpe
+    qkv = (ln(h, l1w, l1b) @ wqkv.T + bqkv).reshape(b, t, 3, nh, d // nh)       # (B, T, N, H): jax's layout
+    a = jax.nn.dot_product_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], is_causal=True)
+    h = h + a.reshape(b, t, d) @ wo.T + bo
+    h = h + jax.nn.gelu(ln(h, l2w, l2b) @ wfc.T + bfc, approximate=False) @ wpr.T + bpr
+    logp = jax.nn.log_softmax(ln(h, lfw, lfb) @ whead.T, axis=-1).reshape(b * t, W8_VOCAB)
+    return -jnp.take_along_axis(logp, y.reshape(b * t, 1), axis=1).mean()
+
+
+def adamw(params, grads, state) -> list:
+    """One AdamW step (PyTorch's: decoupled weight decay, bias-corrected moments) as
+    functional math on any library's arrays: state is the first moments then the second
+    ones; returns the new params, first and second moments."""
+    ms, vs = state[:len(params)], state[len(params):]
+    b1, b2 = W8_BETAS
+    c1, c2 = 1 - b1 ** W8_STEP, 1 - b2 ** W8_STEP
+    new_p, new_m, new_v = [], [], []
+    for p, g, m, v in zip(params, grads, ms, vs):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * (g * g)
+        new_p.append(p * (1 - W8_LR * W8_WD) - W8_LR * (m / c1) / ((v / c2) ** 0.5 + W8_EPS))
+        new_m.append(m)
+        new_v.append(v)
+    return new_p + new_m + new_v
+
+
+def sgd(params, grads, state) -> list:
+    return [p - LR * g for p, g in zip(params, grads)]
+
+
+def w8_flops() -> tuple[int, int]:
+    """(forward, train step) matmul FLOPs.  Per token: the qkv, attention-out, MLP and head
+    matmuls (2 x d x (3d + d + 4d + 4d + V)); attention, q k^T and the weights times v over
+    the causal half only (T (T + 1) / 2 pairs, 2 x 2 x head dim each, per head).  The step
+    is 3 x the forward: no layer's input gradient is left out (the first is an embedding)."""
+    d, n = W8_D, W8_BATCH * W8_SEQ
+    linear = 2 * n * d * (12 * d + W8_VOCAB)
+    attention = W8_BATCH * W8_HEADS * (W8_SEQ * (W8_SEQ + 1) // 2) * 4 * (d // W8_HEADS)
+    return linear + attention, 3 * (linear + attention)
+
+
+# A workload's train step in each library.  Its arguments are `nstate` state arrays (the
+# `nparams` parameters first, then the optimizer's state) and then the data; it returns
+# [loss] + the new state.  `loss(params, *data)`; `update(params, grads, opt_state)`.
+
+
+def tc_step(loss, nparams: int, nstate: int, update):
+    import tracecomp as tc
+    vg = tc.value_and_grad(lambda *a: loss(a[:nparams], *a[nparams:]), argnums=tuple(range(nparams)))
+
+    def step(*args):
+        value, grads = vg(*args[:nparams], *args[nstate:])
+        return [value] + update(list(args[:nparams]), list(grads), list(args[nparams:nstate]))
+    return tc.trace(step)
+
+
+def torch_step(loss, nparams: int, nstate: int, update, compiled: bool):
+    import torch
+    if not compiled:
+        def step(*args):
+            params = [a.detach().requires_grad_() for a in args[:nparams]]
+            value = loss(params, *args[nstate:])
+            grads = torch.autograd.grad(value, params)
+            with torch.no_grad():
+                return [value.detach()] + update(list(args[:nparams]), list(grads), list(args[nparams:nstate]))
+        return step
+    # the whole step (forward, backward, update) in one compiled function, as W4
+    vg = torch.func.grad_and_value(lambda *a: loss(a[:nparams], *a[nparams:]), argnums=tuple(range(nparams)))
+
+    def step(*args):
+        grads, value = vg(*args[:nparams], *args[nstate:])
+        return [value] + update(list(args[:nparams]), list(grads), list(args[nparams:nstate]))
+    return torch.compile(step)
+
+
+def jax_step(loss, nparams: int, nstate: int, update):
+    import jax
+
+    def step(state, data):
+        value, grads = jax.value_and_grad(lambda ps: loss(ps, *data))(state[:nparams])
+        return [value] + update(state[:nparams], list(grads), state[nparams:])
+    return jax.jit(step)
+
+
+def torch_f64(fn, inputs, **kw):
+    """PyTorch eager in float64 on the inputs: the reference of W7 and W8."""
+    import torch
+    args = [torch.from_numpy(a.astype(np.float64) if a.dtype == np.float32 else a) for a in inputs]
+    return as_numpy(fn(*args, **kw))
+
+
+def layer_builders(kind: str, losses: Callable, nparams: int, nstate: int, update) -> dict:
+    """Builders for a forward (kind "fwd": the loss alone) or a train step ("step") of the
+    losses that `losses()` returns (tracecomp's, PyTorch's, jax's), on tracecomp, torch
+    eager, torch.compile and jax.jit.  jax gets its integer data as int32 (its default
+    integer type), and a PRNG key after the data when its loss takes one (`needs_key`)."""
+    def b_tracecomp(inputs):
+        import tracecomp as tc
+        tc_loss = losses()[0]
+        f = tc_step(tc_loss, nparams, nstate, update) if kind == "step" else \
+            tc.trace(lambda *a: tc_loss(a[:nparams], *a[nstate:]))
+        args = [aligned(a) for a in inputs]
+        call = lambda: f(*args)     # noqa: E731
+        call.traced, call.args = f, args            # for the first-call stages and profiles
+        return call
+
+    def b_torch(compiled):
+        def build(inputs):
+            import torch
+            torch_loss = losses()[1]
+            args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+            if kind == "step":
+                f = torch_step(torch_loss, nparams, nstate, update, compiled)
+                return lambda: f(*args)
+            g = lambda *a: torch_loss(a[:nparams], *a[nstate:])    # noqa: E731
+            return build_torch(g, inputs, compiled)
+        return build
+
+    def b_jax(inputs):
+        import jax
+        state = [jax.device_put(a) for a in inputs[:nstate]]
+        data = [jax.device_put(a.astype(np.int32) if a.dtype == np.int64 else a) for a in inputs[nstate:]]
+        jax_loss = losses()[2]
+        if getattr(jax_loss, "needs_key", False):
+            data.append(jax.random.key(0))      # an argument: the mask is drawn at run time, every call
+        if kind == "step":
+            f = jax_step(jax_loss, nparams, nstate, update)
+            return lambda: jax.block_until_ready(f(state, data))
+        f = jax.jit(lambda ps, data: jax_loss(ps, *data))
+        return lambda: jax.block_until_ready(f(state[:nparams], data))
+    return {"tracecomp": b_tracecomp, "torch": b_torch(False), "torch.compile": b_torch(True), "jax.jit": b_jax}
+
+
+def layer_reference(kind: str, losses: Callable, nparams: int, nstate: int, update):
+    """PyTorch eager in float64: the result layer_builders' calls are checked against (with,
+    for a step, the old state, which step_error needs)."""
+    def reference(inputs):
+        import torch
+        torch_loss = losses()[1]
+        if kind == "fwd":
+            with torch.no_grad():
+                return torch_f64(lambda *a: torch_loss(a[:nparams], *a[nstate:]), inputs)
+        return (torch_f64(torch_step(torch_loss, nparams, nstate, update, False), inputs), inputs[:nstate])
+    return reference
+
+
+def w7_losses(p: float) -> Callable:
+    def tc_loss(params, x, y):
+        import tracecomp.nn.functional as F
+        return w7_loss(F, params, x, y, p)
+
+    def torch_loss(params, x, y):
+        import torch.nn.functional as F
+        return w7_loss(F, params, x, y, p)
+
+    def jax_loss(params, x, y, key):
+        return w7_jax_loss(params, x, y, p, key)
+    jax_loss.needs_key = True
+    return lambda: (tc_loss, torch_loss, jax_loss)
+
+
+def w8_losses() -> tuple:
+    def tc_loss(params, x, y):
+        import tracecomp.nn.functional as F
+        return w8_loss(F, params, x, y)
+
+    def torch_loss(params, x, y):
+        import torch.nn.functional as F
+        return w8_loss(F, params, x, y)
+    return tc_loss, torch_loss, w8_jax_loss
+
+
+def w7_cases() -> list[Case]:
+    """The CNN step and its forward, timed with dropout p = W7_P and checked with p = 0 (the
+    same program otherwise: `Case.check_impls`); the second conv's forward alone."""
+    if not installed("torch"):
+        return [w7_conv_case()]     # the others' reference is PyTorch in float64
+    fwd_flops, step_flops = w7_flops()
+    cases = []
+    for kind, flops, title in (("fwd", fwd_flops, "forward (loss)"), ("step", step_flops, "train step (fwd, bwd, SGD)")):
+        cases.append(Case(f"W7-{kind}", "W7", f"CNN {title}, batch 64 of 1x28x28, dropout {W7_P} f32", w7_data,
+                          layer_reference(kind, w7_losses(0.0), 8, 8, sgd), 1e-3,
+                          layer_builders(kind, w7_losses(W7_P), 8, 8, sgd),
+                          lambda bw, peak, flops=flops: flops / peak, rel_error if kind == "fwd" else w4_error,
+                          note=f"{flops / 1e9:.2f} GFLOP; checked with dropout p=0",
+                          check_impls=layer_builders(kind, w7_losses(0.0), 8, 8, sgd)))
+    return cases + [w7_conv_case()]
+
+
+def w7_conv_case() -> Case:
+    """The second conv's forward alone: 64x32x26x26 input, 64 3x3 filters, bias."""
+    def inputs():
+        rng = np.random.default_rng(1)
+        return [rng.standard_normal((W7_BATCH, 32, 26, 26)).astype(np.float32),
+                (rng.standard_normal((64, 32, 3, 3)) / np.sqrt(288)).astype(np.float32),
+                (0.1 * rng.standard_normal(64)).astype(np.float32)]
+
+    def np_conv(x, w, b):           # the windows as a view, then one tensordot (BLAS)
+        win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))      # N, C, OH, OW, 3, 3
+        return np.tensordot(win, w, axes=((1, 4, 5), (1, 2, 3))).transpose(0, 3, 1, 2) + b[:, None, None]
+
+    def tc_conv(x, w, b):
+        import tracecomp as tc
+        return tc.conv2d(x, w, b)
+
+    def torch_conv(x, w, b):
+        import torch
+        return torch.nn.functional.conv2d(x, w, b)
+
+    def jax_conv(x, w, b):
+        from jax import lax
+        return lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW")) \
+            + b[:, None, None]
+    flops = 2 * W7_BATCH * 64 * 24 * 24 * 32 * 9
+    return Case("W7-conv", "W7", "conv2d 64x32x26x26 * 64x32x3x3 + bias (W7's second conv) f32", inputs,
+                lambda inputs: np_conv(*(a.astype(np.float64) for a in inputs)), 1e-5,
+                standard(tc_conv, np_conv, torch_conv, jax_conv), lambda bw, peak: flops / peak,
+                note=f"{flops / 1e9:.2f} GFLOP")
+
+
+def w8_cases() -> list[Case]:
+    """The GPT-style block's AdamW step and its forward (no dropout: deterministic)."""
+    if not installed("torch"):
+        return []                   # the reference is PyTorch in float64
+    fwd_flops, step_flops = w8_flops()
+    n = len(w8_shapes())
+    cases = []
+    for kind, flops, title in (("fwd", fwd_flops, "forward (loss)"), ("step", step_flops, "train step (fwd, bwd, AdamW)")):
+        cases.append(Case(f"W8-{kind}", "W8", f"GPT block {title}, batch 8 x 256 tokens, d 384, 6 heads f32", w8_data,
+                          layer_reference(kind, w8_losses, n, 3 * n, adamw), 1e-3,
+                          layer_builders(kind, w8_losses, n, 3 * n, adamw),
+                          lambda bw, peak, flops=flops: flops / peak, rel_error if kind == "fwd" else w4_error,
+                          note=f"{flops / 1e9:.2f} GFLOP"))
+    return cases
+
+
 # ----------------------------------------------------------------------------- W9, W10
-# Not in DESIGN.md's W1-W6 (W7 and W8 are issue 12's CNN and transformer steps): issue 13's
+# Not in DESIGN.md's list (W7 and W8 are issue 12's CNN and transformer steps): issue 13's
 # new kernel families, measured so they have numbers beside NumPy's and PyTorch's.
 
 
@@ -586,7 +958,7 @@ def w10_cases() -> list[Case]:
 
 def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
-        + w9_cases() + w10_cases()
+        + w7_cases() + w8_cases() + w9_cases() + w10_cases()
     return {c.key: c for c in cases}
 
 
@@ -790,11 +1162,18 @@ def machine_facts() -> dict:
 def prepare(row: Row, case: Case, impl: str, inputs: list, ref):
     """Build, first call (timed), check.  Returns the call, or None (row says why)."""
     try:
+        if case.check_impls:
+            row.error = float(case.error(as_numpy(case.check_impls[impl](inputs)()), ref))
         call = case.impls[impl](inputs)
         t0 = time.perf_counter()
         result = call()
         row.first_call_s = time.perf_counter() - t0
-        row.error = float(case.error(as_numpy(result), ref))
+        error = float(case.error(as_numpy(result), ref))      # inf on a wrong shape or a non-finite value
+        if case.check_impls:
+            row.extra["timed_variant_error"] = error            # dropout's own, not a fault
+            row.error = row.error if math.isfinite(error) else math.inf
+        else:
+            row.error = error
         del result
         if not row.error <= case.tol:
             row.status, row.note = "WRONG", f"error {row.error:.3g} > tolerance {case.tol:g}; not timed"
@@ -856,14 +1235,46 @@ def pin_threads() -> None:
         os.sched_setaffinity(0, cpus[:n])
 
 
-def child_main(key: str, impl: str, data: str, repeat: int, quick: bool) -> int:
-    """A child process: one implementation of one case; prints its Row as JSON."""
+RUNTIME_MODULE = {"tracecomp": "tracecomp", "numpy": "numpy", "torch": "torch", "torch.compile": "torch",
+                  "jax.jit": "jax"}
+
+
+def first_call(row: Row, case: Case, impl: str, inputs: list, ref) -> None:
+    """The first call of a fresh process (build + trace + compile + run), the runtime's
+    import timed apart; tracecomp's compile stages (Lowered.timings) in row.extra."""
+    t0 = time.perf_counter()
+    importlib.import_module(RUNTIME_MODULE[impl])
+    row.extra["import_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    call = case.impls[impl](inputs)
+    result = as_numpy(call())
+    row.first_call_s = row.median_s = row.min_s = row.max_s = time.perf_counter() - t0
+    row.reps = row.calls_per_rep = 1
+    if hasattr(call, "traced"):
+        import tracecomp as tc
+        row.extra["stages"] = call.traced.lower(*call.args).timings
+        row.extra["cache"] = "hit" if tc.compile_cache.stats.hits else "miss"
+    row.error = float(case.error(result, ref))
+    if not row.error <= case.tol:
+        row.status, row.note = "WRONG", f"error {row.error:.3g} > tolerance {case.tol:g}"
+
+
+def child_main(key: str, impl: str, data: str, repeat: int, quick: bool, cold: bool = False) -> int:
+    """A child process: one implementation of one case (or, `cold`, its first call only);
+    prints its Row as JSON."""
     import pickle
     pin_threads()
     case = all_cases(quick)[key]
     with open(data, "rb") as f:
         inputs, ref = pickle.load(f)
     row = new_row(case, impl, repeat)
+    if cold:
+        try:
+            first_call(row, case, impl, inputs, ref)
+        except Exception as e:
+            row.status, row.note = "error", f"{type(e).__name__}: {str(e)[:200]}"
+        print("BENCHROW " + json.dumps(asdict(row)), flush=True)
+        return 0
     call = prepare(row, case, impl, inputs, ref)
     if call is not None:
         time_interleaved([(row, call)])
@@ -871,18 +1282,24 @@ def child_main(key: str, impl: str, data: str, repeat: int, quick: bool) -> int:
     return 0
 
 
-def run_in_children(case: Case, impls: list[str], inputs: list, ref, args) -> list[Row]:
+def run_in_children(case: Case, impls: list[str], inputs: list, ref, args, cold: bool = False) -> list[Row]:
+    """Each implementation in a child process of its own; `cold`: its first call only, with
+    empty compile caches (tracecomp's, inductor's; jax keeps none unless told to)."""
     import pickle
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         data = os.path.join(tmp, "data.pkl")
         with open(data, "wb") as f:
             pickle.dump((inputs, ref), f, protocol=pickle.HIGHEST_PROTOCOL)
-        for impl in impls:
+        for k, impl in enumerate(impls):
             cmd = [sys.executable, os.path.abspath(__file__), "--child", case.key, impl, "--data", data,
-                   "--repeat", str(args.repeat)] + (["--quick"] if args.quick else [])
+                   "--repeat", str(args.repeat)] + (["--quick"] if args.quick else []) + (["--cold"] if cold else [])
+            cache = os.path.join(tmp, f"cache{k}")
+            env = dict(os.environ, **({"TRACECOMP_CACHE_DIR": os.path.join(cache, "tracecomp"),
+                                       "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+                                       "TRITON_CACHE_DIR": os.path.join(cache, "triton")} if cold else {}))
             try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=env)
                 line = next((x for x in p.stdout.splitlines() if x.startswith("BENCHROW ")), None)
                 if line is None:
                     tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
@@ -908,7 +1325,8 @@ def print_row(row: Row) -> None:
 def run_case(case: Case, impls: list[str], args, bw: float, peak: float, skip: dict | None = None) -> list[Row]:
     inputs = case.inputs()
     ref = case.reference(inputs)
-    todo = [i for i in impls if not (skip and i in skip)]
+    skip = dict(skip or {}, **{i: "no implementation of this case" for i in impls if i not in case.impls})
+    todo = [i for i in impls if i not in skip]
     if args.in_process:
         done = run_in_process(case, todo, inputs, ref, args.repeat)
     else:
@@ -926,6 +1344,36 @@ def run_case(case: Case, impls: list[str], args, bw: float, peak: float, skip: d
             row.extra["case_note"] = case.note
         rows.append(row)
         print_row(row)
+    return rows
+
+
+COLD_RUNS = {"tracecomp": 3}        # fresh processes per implementation (the others: 1, slow)
+
+
+def cold_rows(case: Case, impls: list[str], args) -> list[Row]:
+    """The first call of a case in a fresh process with empty compile caches (W8's step:
+    trace + autodiff + compile + run, the import timed apart): median over COLD_RUNS."""
+    inputs = case.inputs()
+    ref = case.reference(inputs)
+    rows = []
+    for impl in (i for i in impls if i in case.impls):
+        runs = [r for _ in range(COLD_RUNS.get(impl, 1)) for r in run_in_children(case, [impl], inputs, ref, args, cold=True)]
+        ok = [r for r in runs if r.first_call_s is not None]
+        row = runs[0] if not ok else sorted(ok, key=lambda r: r.first_call_s)[len(ok) // 2]
+        row.case = f"first call, cold, in a fresh process: {case.title}"
+        if ok:
+            row.min_s, row.max_s = min(r.first_call_s for r in ok), max(r.first_call_s for r in ok)
+            row.reps = len(ok)
+        if any(r.status != "ok" for r in runs):
+            row.status, row.note = next((r.status, r.note) for r in runs if r.status != "ok")
+        stages = row.extra.get("stages")
+        row.note = (row.note + "; " if row.note else "") + f"import {fmt_time(row.extra.get('import_s'))} apart" \
+            + (": " + ", ".join(f"{k} {fmt_time(v)}" for k, v in stages.items() if v >= 5e-3) if stages else "")
+        rows.append(row)
+        print(f"  {'first call, cold':<34} {impl:<14} {fmt_time(row.first_call_s)} ({fmt_time(row.min_s)} - "
+              f"{fmt_time(row.max_s)}; import {fmt_time(row.extra.get('import_s'))}; err {row.error}) "
+              + (", ".join(f"{k} {fmt_time(v)}" for k, v in stages.items()) if stages else "")
+              + (f" {row.status}: {row.note}" if row.status != "ok" else ""), flush=True)
     return rows
 
 
@@ -1185,7 +1633,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
-                    help="comma-separated subset of W1..W6, W9, W10 (default: all)")
+                    help="comma-separated subset of W1..W10 (default: all)")
     ap.add_argument("--repeat", type=int, default=7, help="timed repetitions per row (default 7)")
     ap.add_argument("--quick", action="store_true",
                     help="at most 3 repetitions, no 4096^3 matmul, W5 for tracecomp and NumPy only")
@@ -1203,6 +1651,7 @@ def main(argv=None) -> int:
                     help="print one table per case over several runs' --json files, and exit")
     ap.add_argument("--child", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
         args.repeat = min(args.repeat, 3)
@@ -1210,7 +1659,7 @@ def main(argv=None) -> int:
         print(combine(args.combine))
         return 0
     if args.child:
-        return child_main(args.child[0], args.child[1], args.data, args.repeat, args.quick)
+        return child_main(args.child[0], args.child[1], args.data, args.repeat, args.quick, args.cold)
     wanted = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in wanted if w not in ALL_WORKLOADS]
     if unknown:
@@ -1279,6 +1728,8 @@ def main(argv=None) -> int:
                 rows += run_case(case, impls, args, bw_bps, peak_used, skip)
             if w == "W6":
                 rows.append(ctypes_row(args.repeat))
+            if w == "W8" and "W8-step" in cases:
+                rows += cold_rows(cases["W8-step"], impls, args)
         load[w] = meter.others()
         print(f"  (other processes used {100 * load[w]:.0f}% of the machine's cores meanwhile)", flush=True)
     total = time.perf_counter() - started
