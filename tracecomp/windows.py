@@ -137,6 +137,24 @@ def zeros_after(x, extra):
     return x
 
 
+def window_rows(x, kernel, dilation, padding, stride, counts, fill=0):
+    """(N, C, kh*kw, windows): each window's values (padding reads `fill`).  Windows that
+    tile the input (stride = kernel, no padding or dilation: most pooling) are a view of
+    it, reshapes and a permute, so their gradient moves values instead of summing them
+    back (col2im); other windows come from im2col."""
+    import tracecomp as tc
+    n, c = x.shape[0], x.shape[1]
+    (kh, kw), (oh, ow) = kernel, counts
+    if tuple(stride) == tuple(kernel) and not any(padding) and all(d == 1 for d in dilation):
+        tiles = x[:, :, :oh * kh, :ow * kw].reshape(n, c, oh, kh, ow, kw)
+        return tiles.permute(0, 1, 3, 5, 2, 4).reshape(n, c, kh * kw, oh * ow)
+    cols = tc.im2col(x, kernel, dilation, padding, stride).reshape(n, c, kh * kw, oh * ow)
+    if fill == 0 or not any(padding):
+        return cols
+    inside = tc.im2col(tc.ones_like(x), kernel, dilation, padding, stride).reshape(n, c, kh * kw, oh * ow) > 0
+    return tc.where(inside, cols, fill)
+
+
 def avg_divisors(spatial, kernel, stride, padding, counts, count_include_pad: bool, divisor_override):
     """Per window (row-major), what avg_pool divides its sum by: PyTorch's rule counts the
     padding inside the padded input (unless count_include_pad=False) but never ceil_mode's
@@ -186,5 +204,5 @@ def sqrt_int(n: int) -> float:
 HELPERS = {
     "attention_shapes": attention_shapes, "sqrt_int": sqrt_int,
     "layer_input": layer_input, "conv_input": conv_input, "windows": windows, "named_padding": named_padding, "transposed_size": transposed_size, "pool_plan": pool_plan,
-    "zeros_after": zeros_after, "avg_divisors": avg_divisors,
+    "zeros_after": zeros_after, "window_rows": window_rows, "avg_divisors": avg_divisors,
 }

@@ -71,6 +71,8 @@ def _op(fn: str, a: L.Expr, b) -> L.Expr:
         return a
     if fn in ("add", "sub") and isinstance(b, L.Const) and b.value == 0:
         return a
+    if fn == "add" and isinstance(a, L.Const) and a.value == 0:
+        return b
     return L.Binary(fn, a, b, L.INDEX)
 
 
@@ -107,12 +109,45 @@ def delinearize(flat: L.Expr, shape: tuple[int, ...]) -> Index:
 
 
 def reshape(index: Index, out_shape, in_shape) -> Index:
-    """Drop/insert size-1 dims directly; anything else through the flat index."""
+    """Drop/insert size-1 dims directly; otherwise through the flat index of each run of
+    dims whose sizes multiply to the same on both sides (a merge or a split), so the
+    division and remainder arithmetic stays inside the dims that change."""
     squeezed_out = [i for i, n in zip(index, out_shape) if n != 1]
     if [n for n in out_shape if n != 1] == [n for n in in_shape if n != 1]:
         it = iter(squeezed_out)
         return tuple(ic(0) if n == 1 else next(it) for n in in_shape)
-    return delinearize(linearize(index, out_shape), tuple(in_shape))
+    groups = _matching_runs(tuple(out_shape), tuple(in_shape))
+    if groups is None:
+        return delinearize(linearize(index, out_shape), tuple(in_shape))
+    out: list[L.Expr] = []
+    for outs, ins in groups:
+        flat = linearize(tuple(index[d] for d in outs), tuple(out_shape[d] for d in outs))
+        out.extend(delinearize(flat, tuple(in_shape[d] for d in ins)))
+    return tuple(out)
+
+
+def _matching_runs(a: tuple, b: tuple):
+    """Consecutive dims of a and of b paired into runs of equal size, or None (symbolic or
+    empty shapes: the flat index is always right)."""
+    if not all(isinstance(n, int) and n > 0 for n in a + b):
+        return None
+    runs, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        ra, rb, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                ra.append(i)
+                pa *= a[i]
+                i += 1
+            else:
+                rb.append(j)
+                pb *= b[j]
+                j += 1
+        runs.append((ra, rb))
+    if runs:        # trailing size-1 dims join the last run
+        runs[-1] = (runs[-1][0] + list(range(i, len(a))), runs[-1][1] + list(range(j, len(b))))
+    return runs
 
 
 def permute(index: Index, dims: tuple[int, ...]) -> Index:
