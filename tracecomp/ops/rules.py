@@ -582,21 +582,9 @@ def _slice_backward(op: OpDef, args):
 
 def window_counts(op: OpDef, spatial, kernel, dilation, padding, stride) -> tuple[int, ...]:
     """The number of sliding-window positions per spatial dim (im2col's blocks), with
-    PyTorch's checks on the window parameters."""
-    for name, values, least in (("kernel_size", kernel, 1), ("dilation", dilation, 1),
-                                ("padding", padding, 0), ("stride", stride, 1)):
-        if len(values) != len(spatial) or any(v < least for v in values):
-            raise ShapeError(f"{op.full_name}: '{name}' must be {len(spatial)} ints of at least {least}, "
-                             f"got {tuple(values)}")
-    counts = []
-    for size, k, d, p, s in zip(spatial, kernel, dilation, padding, stride):
-        span = d * (k - 1) + 1
-        if size + 2 * p < span:
-            raise ShapeError(f"{op.full_name}: the kernel {tuple(kernel)} with dilation {tuple(dilation)} "
-                             f"spans more than the input's spatial size {tuple(spatial)} padded by "
-                             f"{tuple(padding)}")
-        counts.append((size + 2 * p - span) // s + 1)
-    return tuple(counts)
+    PyTorch's checks on the window parameters (windows.py, shared with the layers)."""
+    from ..windows import windows
+    return tuple(windows(op.full_name, spatial, kernel, dilation, padding, stride))
 
 
 @rule("im2col")
