@@ -165,3 +165,15 @@ def test_fingerprint_names_a_shared_subexpression_once_and_tells_programs_apart(
     y = L.Binary("mul", x, x, F32)
     assert fingerprint(y) != fingerprint(L.Binary("add", x, x, F32))
     assert fingerprint(L.Const(1.0, F32)) != fingerprint(L.Const(1.0, dt.FLOAT64))
+
+
+def test_a_reshape_divides_only_the_dims_it_merges_or_splits():
+    from tracecomp.lower.loops import index as I
+    from tracecomp.lower.loops import ir as L
+    i, j, k = (L.Var(n, L.INDEX) for n in "ijk")
+    # (2, 3, 4) read as (6, 4): the first two dims merge, the last is untouched
+    merged, last = I.reshape((i, j, k), (2, 3, 4), (6, 4))
+    assert last is k and "floordiv" not in repr(merged) and "mod" not in repr(merged)
+    # (6, 4) read as (2, 3, 4): only the first dim splits
+    a, b, c = I.reshape((i, k), (6, 4), (2, 3, 4))
+    assert c is k and "floordiv" in repr(a) and "mod" in repr(b)

@@ -370,3 +370,16 @@ def test_print_speed_against_numpy():
     out = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=600)
     print(out.stdout, out.stderr)
     assert out.returncode == 0
+
+
+def test_a_convolution_with_bias_and_relu_is_its_window_matrix_and_one_fused_product():
+    """conv2d reads the weight reshaped in place and its bias and ReLU, applied to the product
+    reshaped to (N, C, H, W), fuse into the matmul: two kernels (im2col, matmul)."""
+    x, w, b = _inputs(10, np.float32, (2, 3, 7, 6), (4, 3, 3, 2), (4,))
+    fn = lambda x, w, b: tc.relu(tc.conv2d(x, w, b))     # noqa: E731
+    kernels = _program(fn, x, w, b).kernels
+    assert len(kernels) == 2 and kernels[1].body[0].epilogue is not None
+    assert kernels[1].body[0].a.buffer == "in1"            # the weight, not a copy of it
+    torch = pytest.importorskip("torch")
+    want = torch.relu(torch.nn.functional.conv2d(*map(torch.from_numpy, (x, w, b)))).numpy()
+    np.testing.assert_allclose(tc.trace(fn)(x, w, b).numpy(), want, rtol=1e-5, atol=1e-5)

@@ -205,7 +205,7 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
     reshaped = tuple(target.shape) != tuple(t.shape)
     at = I.reshape(nest, tuple(target.shape), tuple(t.shape)) if reshaped else nest
     if reshaped:
-        dims = list(I.delinearize(I.linearize(tuple(dims), tuple(t.shape)), tuple(target.shape)))
+        dims = list(I.reshape(tuple(dims), tuple(t.shape), tuple(target.shape)))
     mapping = {lp.var: d for lp, d in zip(loops, dims)}
     misplaced = []
 
