@@ -348,9 +348,8 @@ class _Item:
         at = flat_index(s.out, tuple(Var(n, INDEX) for n in names))
         out = flat_name(s.out.buffer)
         body = [Let(s.acc, Load(out, (at,), self.dtype)), Store(out, (at,), s.epilogue)]
-        (outer, o_name), (inner_n, i_name) = ((nr, "mm.c"), (mr, "mm.r")) if whole else ((mr, "mm.r"), (nr, "mm.c"))
         loop = counted_loop if whole else plain_loop
-        with loop(b, self.c64(0), outer, o_name) as o:
-            with loop(b, self.c64(0), inner_n, i_name) as i:
-                r, c = (i.index, o.index) if whole else (o.index, i.index)
+        with loop(b, self.c64(0), mr, "mm.r") as o:         # rows outside: the columns are contiguous,
+            with loop(b, self.c64(0), nr, "mm.c") as i:     # so a whole tile's inner loop vectorizes
+                r, c = o.index, i.index
                 inner.emit_body(body, {**env, names[-2]: b.add(i0, r), names[-1]: b.add(j0, c)})
