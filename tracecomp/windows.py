@@ -55,14 +55,17 @@ def conv_input(name: str, x, weight, bias, groups: int, spatial: int = 2, transp
     return batched
 
 
+def _check_window_ints(name: str, dims: int, kernel, dilation, padding, stride) -> None:
+    for what, values, least in (("kernel_size", kernel, 1), ("dilation", dilation, 1),
+                                ("padding", padding, 0), ("stride", stride, 1)):
+        if len(values) != dims or any(v < least for v in values):
+            raise ArgumentError(f"{name}: {what} must be {dims} ints of at least {least}, got {tuple(values)}")
+
+
 def windows(name: str, spatial, kernel, dilation, padding, stride, ceil_mode: bool = False) -> list[int]:
     """Window positions per spatial dim: (size + 2p - d(k-1) - 1) / s + 1, rounded down (or up
     with ceil_mode, keeping the last window starting inside the input or its left padding)."""
-    for what, values, least in (("kernel_size", kernel, 1), ("dilation", dilation, 1),
-                                ("padding", padding, 0), ("stride", stride, 1)):
-        if len(values) != len(spatial) or any(v < least for v in values):
-            raise ArgumentError(f"{name}: {what} must be {len(spatial)} ints of at least {least}, got "
-                                f"{tuple(values)}")
+    _check_window_ints(name, len(spatial), kernel, dilation, padding, stride)
     counts = []
     for size, k, d, p, s in zip(spatial, kernel, dilation, padding, stride):
         reach = size + 2 * p - d * (k - 1) - 1
@@ -91,11 +94,9 @@ def named_padding(name: str, padding: str, weight, stride, dilation) -> tuple[li
     return [t // 2 for t in totals], [t - 2 * (t // 2) for t in totals]
 
 
-
-
 def transposed_size(name: str, spatial, kernel, dilation, padding, stride, output_padding) -> list[int]:
     """conv_transpose's output size: (size - 1)s - 2p + d(k-1) + output_padding + 1."""
-    windows(name, [1] * len(spatial), [1] * len(spatial), dilation, padding, stride)     # checks the ints
+    _check_window_ints(name, len(spatial), kernel, dilation, padding, stride)
     out = []
     for size, k, d, p, s, op in zip(spatial, kernel, dilation, padding, stride, output_padding):
         if not 0 <= op < max(s, d):
@@ -124,17 +125,14 @@ def pool_plan(name: str, x, kernel, stride, padding, dilation, ceil_mode: bool):
     return stride, counts, extra
 
 
-def zeros_after(x, extra):
-    """x with extra[i] zeros after each of its last len(extra) dims (slice_backward, so it
-    inlines into its reader and its gradient is a slice)."""
+def padded_after(x, extra, value=0):
+    """x with extra[i] elements of `value` after each of its last len(extra) dims: one
+    constant_pad_nd (it inlines into its reader; its gradient crops)."""
     import tracecomp as tc
-    for i, e in enumerate(extra):
-        if e:
-            d = x.ndim - len(extra) + i
-            shape = list(_shape(x))
-            size, shape[d] = shape[d], shape[d] + e
-            x = tc.slice_backward(x, shape, d, 0, size, 1)
-    return x
+    if not any(extra):
+        return x
+    pad = [p for e in reversed(list(extra)) for p in (0, e)]      # (before, after) from the last dim
+    return tc.constant_pad_nd(x, pad, value)
 
 
 def window_rows(x, kernel, dilation, padding, stride, counts, fill=0):
@@ -204,5 +202,5 @@ def sqrt_int(n: int) -> float:
 HELPERS = {
     "attention_shapes": attention_shapes, "sqrt_int": sqrt_int,
     "layer_input": layer_input, "conv_input": conv_input, "windows": windows, "named_padding": named_padding, "transposed_size": transposed_size, "pool_plan": pool_plan,
-    "zeros_after": zeros_after, "window_rows": window_rows, "avg_divisors": avg_divisors,
+    "padded_after": padded_after, "window_rows": window_rows, "avg_divisors": avg_divisors,
 }

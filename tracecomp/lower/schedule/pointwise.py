@@ -203,7 +203,7 @@ class Inliner:
         fill = const(args["value"], out.dtype)
         if x.type.numel == 0:           # nothing to read: all padding
             return fill
-        at, inside = [], None
+        at, inside = [], []
         pairs = rules.pad_pairs(opdef, args["pad"], x.type.shape)
         for d, (n, (lo, hi)) in enumerate(zip(x.type.shape, pairs)):
             if (lo, hi) == (0, 0):
@@ -211,10 +211,8 @@ class Inliner:
                 continue
             j = I.sub(index[d], lo)
             at.append(I.clamp(j, 0, n - 1))
-            here = L.Binary("and", L.Binary("ge", j, I.ic(0), dt.BOOL), L.Binary("lt", j, I.ic(n), dt.BOOL), dt.BOOL)
-            inside = here if inside is None else L.Binary("and", inside, here, dt.BOOL)
-        v = cast(self.value_at(x, tuple(at)), out.dtype)
-        return v if inside is None else L.Select(inside, v, fill, out.dtype)
+            inside += [L.Binary("ge", j, I.ic(0), dt.BOOL), L.Binary("lt", j, I.ic(n), dt.BOOL)]
+        return _where_all(inside, cast(self.value_at(x, tuple(at)), out.dtype), out.dtype, fill)
 
     def _full(self, opdef, args, out, index):
         return const(args["fill_value"], out.dtype)
@@ -228,14 +226,14 @@ class Inliner:
         return L.Cast(I.add(I.mul(index[0], int(step)), int(start)), out.dtype)
 
 
-def _where_all(conditions: list, value: L.Expr, dtype) -> L.Expr:
-    """value where every condition holds, else 0."""
+def _where_all(conditions: list, value: L.Expr, dtype, otherwise: L.Expr | None = None) -> L.Expr:
+    """value where every condition holds, else `otherwise` (0)."""
     if not conditions:
         return value
     test = conditions[0]
     for c in conditions[1:]:
         test = L.Binary("and", test, c, dt.BOOL)
-    return L.Select(test, value, const(0, dtype), dtype)
+    return L.Select(test, value, const(0, dtype) if otherwise is None else otherwise, dtype)
 
 
 def _scalar_constant(value: np.ndarray, dtype) -> L.Expr:
