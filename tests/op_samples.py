@@ -2159,7 +2159,55 @@ def _np_attention(q, k, v, mask=None, scale=None):
     return (e / np.maximum(e.sum(-1, keepdims=True), 1e-300)) @ v
 
 
+
+def _np_flash(q, k, v, mask=None, scale=None):
+    """(output, logsumexp) of the fused attention op."""
+    scores = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+    top = scores.max(-1, keepdims=True)
+    lse = (top + np.log(np.exp(scores - np.where(np.isfinite(top), top, 0)).sum(-1, keepdims=True)))[..., 0]
+    return _np_attention(q, k, v, mask, scale), lse
+
+
+def _np_flash_backward(g, q, k, v, out, lse, mask=None, scale=None):
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ np.swapaxes(k, -1, -2) * scale
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+    p = np.exp(scores - lse[..., None])
+    ds = p * (g @ np.swapaxes(v, -1, -2) - (g * out).sum(-1, keepdims=True)) * scale
+    return ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ g
+
+
+def _flash_samples():
+    """The fused attention op and its backward (scaled_dot_product_attention without dropout
+    decomposes to the first); tests/test_attention.py walks several key blocks."""
+    flash, backward = tc._scaled_dot_product_flash_attention_for_cpu, tc._scaled_dot_product_flash_attention_for_cpu_backward
+    q, k, v = arr((2, 3, 4, 5), F64), arr((2, 3, 6, 5), F64), arr((2, 3, 6, 2), F64)
+    causal = np.tril(np.ones((4, 6), bool))
+    sample("_scaled_dot_product_flash_attention_for_cpu", lambda q, k, v: flash(q, k, v), [q, k, v], _np_flash,
+           (F64, F64), "(output, logsumexp)")
+    sample("_scaled_dot_product_flash_attention_for_cpu", lambda q, k, v: flash(q, k, v, 0.0, True, scale=0.5),
+           [q, k, v], lambda q, k, v: _np_flash(q, k, v, causal, 0.5), (F64, F64), "is_causal, scale")
+    sample("_scaled_dot_product_flash_attention_for_cpu", lambda q, k, v, m: flash(q, k, v, attn_mask=m),
+           [arr((3, 4, 5), F32), arr((3, 6, 5), F32), arr((3, 6, 3), F32), arr((3, 1, 6), F32)],
+           lambda q, k, v, m: _np_flash(q, k, v, m), (F32, F32), "an additive mask broadcast over rows",
+           rtol=1e-5, atol=1e-6)
+    g, out = arr((2, 3, 4, 2), F64), _np_flash(q, k, v, causal)
+    sample("_scaled_dot_product_flash_attention_for_cpu_backward",
+           lambda g, q, k, v, o, l: backward(g, q, k, v, o, l, 0.0, True), [g, q, k, v, *out],
+           lambda g, q, k, v, o, l: _np_flash_backward(g, q, k, v, o, l, causal), (F64, F64, F64), "is_causal")
+    keep = arr((4, 6), F64) > 0
+    out = _np_flash(q, k, v, keep, 0.3)
+    sample("_scaled_dot_product_flash_attention_for_cpu_backward",
+           lambda g, q, k, v, o, l, m: backward(g, q, k, v, o, l, 0.0, False, attn_mask=m, scale=0.3),
+           [g, q, k, v, *out, keep], lambda g, q, k, v, o, l, m: _np_flash_backward(g, q, k, v, o, l, m, 0.3),
+           (F64, F64, F64), "a bool mask, scale")
+
+
 _window_samples()
+_flash_samples()
 
 
 # ---------------------------------------------------------------- normalization layers, embedding (issue 12)

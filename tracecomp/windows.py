@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError
+from .ops.rules import broadcast_shapes
 
 
 def _shape(x) -> tuple[int, ...]:
@@ -195,12 +197,27 @@ def attention_shapes(q, k, v, mask, is_causal: bool, enable_gqa: bool) -> tuple[
     return q.shape[-1], heads
 
 
+def fused_attention(q, mask, dropout_p: float) -> bool:
+    """Whether scaled_dot_product_attention runs as the fused op: without dropout (the fused
+    kernel has none, as PyTorch's CPU flash kernel) and with no mask, a bool mask or one in
+    the query's dtype (another float mask promotes the scores: the composite handles that)."""
+    return dropout_p == 0 and (mask is None or mask.dtype in (dt.BOOL, q.dtype))
+
+
+def attention_batch(q, k, v) -> list[list[int]]:
+    """The shapes query, key and value take when their batch dims broadcast to one batch."""
+    batch = broadcast_shapes("scaled_dot_product_attention",
+                             [("query", _shape(q)[:-2]), ("key", _shape(k)[:-2]), ("value", _shape(v)[:-2])])
+    return [list(batch) + list(_shape(t)[-2:]) for t in (q, k, v)]
+
+
 def sqrt_int(n: int) -> float:
     return float(np.sqrt(n))
 
 
 HELPERS = {
-    "attention_shapes": attention_shapes, "sqrt_int": sqrt_int,
+    "attention_shapes": attention_shapes, "sqrt_int": sqrt_int, "fused_attention": fused_attention,
+    "attention_batch": attention_batch,
     "layer_input": layer_input, "conv_input": conv_input, "windows": windows, "named_padding": named_padding, "transposed_size": transposed_size, "pool_plan": pool_plan,
     "padded_after": padded_after, "window_rows": window_rows, "avg_divisors": avg_divisors,
 }

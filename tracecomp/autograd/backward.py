@@ -37,6 +37,7 @@ def apply_formulas(node: FormulaNode, grads: list) -> list:
     env.update(output_env(d.op, outputs))
     env["grad"] = full[0]
     env["grads"] = full
+    env["grads_defined"] = [g is not None for g in grads]     # PyTorch's grads[i].defined()
     for r, g in zip(d.op.schema.returns, full):
         if r.name:
             env[f"grad_{r.name}"] = g

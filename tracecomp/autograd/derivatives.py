@@ -72,7 +72,7 @@ def _camel(name: str) -> str:
 
 def _output_names(op: OpDef) -> set[str]:
     n = len(op.schema.returns)
-    names = {"result", "grad", "grads", "grad_input_mask"} | {f"result{i}" for i in range(n)}
+    names = {"result", "grad", "grads", "grads_defined", "grad_input_mask"} | {f"result{i}" for i in range(n)}
     for r in op.schema.returns:
         if r.name:
             names |= {r.name, f"grad_{r.name}"}
@@ -144,7 +144,7 @@ def _build(entry: dict, ops: dict[str, OpDef], by_schema: dict[str, OpDef], func
     forward = entry.get("result")
     if forward is not None and str(forward).strip() not in AUTO_FORWARD:
         fwd_names = {f"{a}_p" for a in arg_names} | {f"{a}_t" for a in tensors} | set(arg_names) | \
-            (_output_names(op) - {"grad", "grads", "grad_input_mask"})
+            (_output_names(op) - {"grad", "grads", "grads_defined", "grad_input_mask"})
         forward = _parse_formula(str(forward), err, "forward formula 'result'")
         _check_names(forward, fwd_names, functions, err, "forward formula 'result'")
     elif forward is not None:

@@ -599,6 +599,114 @@ def index_add_source_backward(grad, dim: int, index, source, alpha):
     return g if alpha == 1 else g * alpha
 
 
+# ---------------------------------------------------------------- attention
+# The fused attention op (kind attention in ops.yaml) has a fused backward op; everything
+# else about its derivatives comes from its definition in plain ops below, through tc.vjp
+# and tc.jvp: forward mode, second derivatives, and the gradients of logsumexp and of a
+# float mask, which only a second derivative or a mask that requires grad asks for.
+
+def _attention_scores(query, key, is_causal: bool, attn_mask, scale):
+    tc = _tc()
+    scores = tc.matmul(query, key.mT) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
+    if is_causal:
+        attn_mask = tc.tril(tc.ones([query.shape[-2], key.shape[-2]], dtype=tc.bool))
+    if attn_mask is None:
+        return scores
+    if attn_mask.dtype == tc.bool:
+        return tc.masked_fill(scores, tc.logical_not(attn_mask), float("-inf"))
+    return scores + attn_mask
+
+
+def _probabilities(scores, logsumexp):
+    """exp(scores - logsumexp), 0 in a row masked throughout (logsumexp -inf)."""
+    tc = _tc()
+    lse = logsumexp.unsqueeze(-1)
+    empty = lse == float("-inf")
+    return tc.where(empty, 0.0, tc.exp(scores - tc.where(empty, 0.0, lse)))
+
+
+def attention_math(query, key, value, is_causal: bool, attn_mask, scale):
+    """(output, logsumexp) of the fused attention."""
+    tc = _tc()
+    scores = _attention_scores(query, key, is_causal, attn_mask, scale)
+    lse = tc.logsumexp(scores, -1)
+    return tc.matmul(_probabilities(scores, lse), value), lse
+
+
+def attention_backward_math(grad_out, query, key, value, out, logsumexp, is_causal: bool, attn_mask, scale):
+    """The fused backward's (grad_query, grad_key, grad_value): probabilities from logsumexp."""
+    tc = _tc()
+    p = _probabilities(_attention_scores(query, key, is_causal, attn_mask, scale), logsumexp)
+    factor = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    ds = p * (tc.matmul(grad_out, value.mT) - (grad_out * out).sum(-1, keepdim=True)) * factor
+    return tc.matmul(ds, key), tc.matmul(ds.mT, query), tc.matmul(p.mT, grad_out)
+
+
+def _float_mask(attn_mask) -> bool:
+    return attn_mask is not None and not _is_number(attn_mask) and attn_mask.dtype.is_floating_point
+
+
+def _with_mask(fn, tensors: list, attn_mask, wants_mask: bool):
+    """(fn over `tensors` and the mask, the tensors to differentiate): the mask joins them
+    when its gradient is wanted."""
+    if wants_mask:
+        return (lambda *a: fn(*a[:-1], a[-1])), tensors + [attn_mask]
+    return (lambda *a: fn(*a, attn_mask)), tensors
+
+
+def attention_backward(grads, grads_defined, query, key, value, output, logsumexp, dropout_p, is_causal: bool,
+                       attn_mask, scale, grad_input_mask):
+    """The fused op's gradients (query, key, value, attn_mask): the fused backward op, unless
+    logsumexp has a gradient too or a float mask wants one; then the VJP of attention_math."""
+    tc = _tc()
+    wants_mask = bool(grad_input_mask[3]) and _float_mask(attn_mask)
+    if not grads_defined[1] and not wants_mask:
+        dq, dk, dv = tc._scaled_dot_product_flash_attention_for_cpu_backward(
+            grads[0], query, key, value, output, logsumexp, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+        return dq, dk, dv, None
+    fn, wrt = _with_mask(lambda q, k, v, m: attention_math(q, k, v, is_causal, m, scale), [query, key, value],
+                         attn_mask, wants_mask)
+    found = tc.vjp(fn, *wrt)[1]((grads[0], grads[1]))
+    return tuple(found[:3]) + (found[3] if wants_mask else None,)
+
+
+def attention_double_backward(grads, grad_out, query, key, value, out, logsumexp, is_causal: bool, attn_mask, scale,
+                              grad_input_mask):
+    """The fused backward's gradients (grad_out, query, key, value, out, logsumexp, attn_mask):
+    the VJP of attention_backward_math."""
+    tc = _tc()
+    wants_mask = bool(grad_input_mask[6]) and _float_mask(attn_mask)
+    fn, wrt = _with_mask(lambda g, q, k, v, o, l, m: attention_backward_math(g, q, k, v, o, l, is_causal, m, scale),
+                         [grad_out, query, key, value, out, logsumexp], attn_mask, wants_mask)
+    found = tc.vjp(fn, *wrt)[1](tuple(grads))
+    return tuple(found[:6]) + (found[6] if wants_mask else None,)
+
+
+def _mask_tangent(attn_mask, attn_mask_t):
+    return _float_mask(attn_mask) and attn_mask_t is not None and not _is_number(attn_mask_t)
+
+
+def attention_jvp(query_p, query_t, key_p, key_t, value_p, value_t, is_causal: bool, attn_mask, attn_mask_t, scale):
+    """Forward mode of the fused op: (the output's tangent, logsumexp's)."""
+    tc = _tc()
+    wants_mask = _mask_tangent(attn_mask, attn_mask_t)
+    fn, primals = _with_mask(lambda q, k, v, m: attention_math(q, k, v, is_causal, m, scale), [query_p, key_p, value_p],
+                             attn_mask, wants_mask)
+    tangents = [query_t, key_t, value_t] + ([attn_mask_t] if wants_mask else [])
+    return tuple(tc.jvp(fn, primals, tangents)[1])
+
+
+def attention_backward_jvp(grad_out_p, grad_out_t, query_p, query_t, key_p, key_t, value_p, value_t, out_p, out_t,
+                           logsumexp_p, logsumexp_t, is_causal: bool, attn_mask, attn_mask_t, scale):
+    """Forward mode of the fused backward: the tangents of (grad_query, grad_key, grad_value)."""
+    tc = _tc()
+    wants_mask = _mask_tangent(attn_mask, attn_mask_t)
+    fn, primals = _with_mask(lambda g, q, k, v, o, l, m: attention_backward_math(g, q, k, v, o, l, is_causal, m, scale),
+                             [grad_out_p, query_p, key_p, value_p, out_p, logsumexp_p], attn_mask, wants_mask)
+    tangents = [grad_out_t, query_t, key_t, value_t, out_t, logsumexp_t] + ([attn_mask_t] if wants_mask else [])
+    return tuple(tc.jvp(fn, primals, tangents)[1])
+
+
 HELPERS: dict[str, Callable[..., Any]] = {
     name: fn for name, fn in list(globals().items())
     if callable(fn) and not name.startswith("_") and getattr(fn, "__module__", None) == __name__

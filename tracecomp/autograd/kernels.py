@@ -102,8 +102,8 @@ def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
     if derivative is None or derivative.forward is None:
         raise AutogradError(f"{op.full_name}: no forward-mode formula ('result:') in derivatives.yaml")
     tangent = _forward_tangent(op, derivative, args, stripped, outputs)
-    if op.schema.returns[0].type.is_list:          # split: one tangent per piece
-        for out, t in zip(outputs, tangent):
+    if op.schema.returns[0].type.is_list or len(outputs) > 1 and isinstance(tangent, tuple):
+        for out, t in zip(outputs, tangent):       # split's pieces, or a tangent per result
             out._tangent = t
     else:
         outputs[0]._tangent = tangent

@@ -34,7 +34,9 @@ from ..dtypes import DType
 from ..lower.llvm import scalar as S
 from ..lower.llvm.emitter import monoid_updates
 from ..lower.loops.ir import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Var)
-from ..lower.loops.walk import buffers_read, buffers_written, statements, var_names, walk
+from ..errors import BackendError
+from ..lower.loops.ir import Const
+from ..lower.loops.walk import buffers_read, buffers_written, statements, substitute, var_names, walk
 
 ELEMENTWISE_THREADS = 256
 MAX_BLOCKS = 65535             # gridDim.y/z limit; x is capped the same for simplicity
@@ -82,7 +84,7 @@ class Launch:
 
 def plan_kernel(kernel: Kernel) -> list[Launch]:
     """The launches that run `kernel`, in order."""
-    segments = _segments(kernel.body)
+    segments = _segments(unrolled(kernel.body))
     if len(segments) > 1 and any(_defines(seg) for seg in segments[:-1]):
         # a later statement reads a name a top-level Let/Reduce binds: keep them together
         return [_serial(kernel, kernel.body, kernel.name)]
@@ -91,6 +93,40 @@ def plan_kernel(kernel: Kernel) -> list[Launch]:
         name = kernel.name if len(segments) == 1 else f"{kernel.name}_s{j}"
         launches += _plan_segment(kernel, seg, name)
     return launches
+
+
+def unrolled(body: list) -> list:
+    """`body` with every top-level serial Loop that holds a Matmul (the fused attention's
+    walk over key blocks) replaced by its iterations, the loop var a constant in each: a
+    Matmul is a launch of its own, so the host runs that loop, a launch per statement."""
+    out: list = []
+    for s in body:
+        if not (isinstance(s, Loop) and not s.parallel and any(isinstance(n, Matmul) for n in statements(s.body))):
+            out.append(s)
+            continue
+        trips = static_extent(s.extent)
+        if trips is None:
+            raise BackendError(f"a loop over products with a run-time trip count ({s.extent!r}) has no PTX lowering")
+        for i in range(trips):
+            value = Const(i, INDEX)
+            out += unrolled(substitute(s.body, lambda n: value if n == Var(s.var, INDEX) else None))
+    return out
+
+
+def static_extent(e) -> Optional[int]:
+    """An extent's value when it is a constant expression (after unrolling), else None."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Binary) and e.fn in _FOLD:
+        a, b = static_extent(e.a), static_extent(e.b)
+        return None if a is None or b is None else _FOLD[e.fn](a, b)
+    return None
+
+
+_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+         "minimum": min, "maximum": max}
 
 
 def _segments(body: list) -> list[list]:

@@ -202,6 +202,38 @@ def _sort(op: OpDef, args, out_types):
     return [np.moveaxis(np.lexsort(keys, axis=-1), -1, d).astype(np.int64)]
 
 
+def attention_scores(q, k, mask, is_causal: bool, scale) -> tuple[np.ndarray, np.ndarray]:
+    """(the scaled scores q k^T with -inf where masked out (an additive mask added), the
+    scale) of the fused attention; also its oracle in the tests."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
+    if is_causal:
+        mask = np.tril(np.ones(s.shape[-2:], bool))
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask
+    return s.astype(q.dtype), scale
+
+
+@kernel("attention")
+def _attention(op: OpDef, args, out_types):
+    """softmax(s) v and logsumexp(s) over the keys; a row masked throughout gives 0 and -inf.
+    The backward recomputes the probabilities from logsumexp."""
+    q, k, v, mask = args["query"], args["key"], args["value"], args.get("attn_mask")
+    s, scale = attention_scores(q, k, mask, args["is_causal"], args["scale"])
+    if op.impl == "forward":
+        top = s.max(-1, keepdims=True)
+        p = np.exp(s - np.where(top == -np.inf, 0, top))
+        total = p.sum(-1, keepdims=True)
+        out = np.where(total > 0, np.matmul(p, v) / np.where(total > 0, total, 1), 0)
+        lse = np.where(total > 0, top + np.log(total), -np.inf)[..., 0]
+        return [out.astype(q.dtype), lse.astype(q.dtype)]
+    g, out, lse = args["grad_out"], args["out"], args["logsumexp"][..., None]
+    p = np.where(lse == -np.inf, 0, np.exp(s - lse))
+    ds = p * (np.matmul(g, np.swapaxes(v, -1, -2)) - (g * out).sum(-1, keepdims=True)) * scale
+    grads = (np.matmul(ds, k), np.matmul(np.swapaxes(ds, -1, -2), q), np.matmul(np.swapaxes(p, -1, -2), g))
+    return [x.astype(q.dtype) for x in grads]
+
+
 @kernel("search")
 def _search(op: OpDef, args, out_types):
     seq, values, sorter = args["sorted_sequence"], args["self"], args.get("sorter")

@@ -638,6 +638,45 @@ def pad_pairs(op: OpDef, pad, shape: tuple) -> list[tuple[int, int]]:
     return pairs
 
 
+@rule("attention")
+def _attention(op: OpDef, args):
+    """The fused attention.  impl forward: output (..., L, Ev) and logsumexp (..., L); impl
+    backward: the gradients of query, key and value.  Query (..., L, E), key (..., S, E) and
+    value (..., S, Ev) share their batch dims (scaled_dot_product_attention broadcasts them
+    first); attn_mask, bool or in the query's dtype, broadcasts to the scores (..., L, S)."""
+    q, k, v = (_tensor(op, args, n) for n in ("query", "key", "value"))
+    shapes = f"query {q.shape}, key {k.shape}, value {v.shape}"
+    if min(q.ndim, k.ndim, v.ndim) < 2 or not q.dtype.is_floating_point or not q.dtype == k.dtype == v.dtype:
+        raise DTypeError(f"{op.full_name}: expects floating-point query, key and value of one dtype and at "
+                         f"least 2 dims, got {shapes} ({q.dtype.label}, {k.dtype.label}, {v.dtype.label})")
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2] or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"{op.full_name}: query, key and value must share their batch dims, the query's and "
+                         f"key's feature sizes and the key's and value's lengths must match: {shapes}")
+    if args["dropout_p"] != 0:
+        raise ArgumentError(f"{op.full_name}: dropout_p must be 0, got {args['dropout_p']} (the fused kernel has "
+                            "no dropout; scaled_dot_product_attention takes its unfused path for dropout_p > 0)")
+    batch, scores = q.shape[:-2], q.shape[:-1] + (k.shape[-2],)
+    if args.get("attn_mask") is not None:
+        mask = _tensor(op, args, "attn_mask")
+        if args["is_causal"]:
+            raise ArgumentError(f"{op.full_name}: give attn_mask or is_causal=True, not both")
+        if mask.dtype not in (dt.BOOL, q.dtype):
+            raise DTypeError(f"{op.full_name}: attn_mask must be bool or {q.dtype.label} like the query, "
+                             f"got {mask.dtype.label}")
+        if broadcast_shapes(op, [("attn_mask", mask.shape), ("the scores", scores)]) != scores:
+            raise ShapeError(f"{op.full_name}: attn_mask of shape {mask.shape} must broadcast to the scores' "
+                             f"shape {scores} ({shapes})")
+    out = TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
+    if op.impl == "forward":
+        return [out, TensorType(batch + (q.shape[-2],), q.dtype)]
+    for name, want in (("grad_out", out.shape), ("out", out.shape), ("logsumexp", batch + (q.shape[-2],))):
+        t = _tensor(op, args, name)
+        if t.shape != want or t.dtype != q.dtype:
+            raise ShapeError(f"{op.full_name}: '{name}' must be {q.dtype.label} of shape {want}, got "
+                             f"{t.dtype.label} of shape {t.shape} ({shapes})")
+    return [TensorType(q.shape, q.dtype), TensorType(k.shape, k.dtype), TensorType(v.shape, v.dtype)]
+
+
 @rule("constant_pad_nd")
 def _constant_pad_nd(op: OpDef, args):
     x = _tensor(op, args, "self")

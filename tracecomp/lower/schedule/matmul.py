@@ -47,9 +47,9 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     k = ash[-1]
     batch = out.type.shape[:out.type.ndim - (len(ash) > 1) - (len(bsh) > 1)]
     dtype = out.type.dtype
-    a_view = _operand_view(sched, a, batch, row=len(ash) > 1, col=True)
-    b_view = _operand_view(sched, b, batch, row=True, col=len(bsh) > 1)
-    out_view = _operand_view(sched, out, batch, row=len(ash) > 1, col=len(bsh) > 1)
+    a_view = operand_view(sched, a, batch, row=len(ash) > 1, col=True)
+    b_view = operand_view(sched, b, batch, row=True, col=len(bsh) > 1)
+    out_view = operand_view(sched, out, batch, row=len(ash) > 1, col=len(bsh) > 1)
     workspace = None
     static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm/gemm/matmul.py)
     if static_batch and uses_packed(dtype, hint(m), hint(n), hint(k)):
@@ -62,7 +62,7 @@ def matmul_body(sched, op: Op, args: dict) -> list:
                      index=index, workspace=workspace)]
 
 
-def _operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool) -> L.View:
+def operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool) -> L.View:
     """The View of `v` over (batch..., rows, cols); `row`/`col` say whether v has that dim."""
     strided = _strided(sched, v) if v in sched.names or v.op is not None else None
     if strided is None:

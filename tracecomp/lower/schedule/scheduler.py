@@ -34,7 +34,7 @@ from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X, cast, const
 from ..loops.check import check_kernel
 from ..loops.walk import buffers_read, buffers_written, size_params
-from . import reductions, sort
+from . import attention, reductions, sort
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .donation import update_in_place
 from .matmul import fuse_epilogues, matmul_body
@@ -43,7 +43,7 @@ from .rows import RowFusion, expression_size, mark_parallel, recomputable
 
 # Kinds with a loop nest of their own whose results always live in memory (never inlined)
 REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter", "index_add", "scan",
-                "sort", "search")
+                "sort", "search", "attention")
 # Kinds that read their operands at computed positions, many times: operands live in memory
 REREAD_KINDS = ("sort", "search")
 
@@ -196,7 +196,8 @@ class Scheduler:
             return
         builder = {"reduction": _reduction, "arg_reduction": _arg_reduction, "variance": _variance,
                    "matmul": _matmul, "scatter": _scatter, "index_add": _scatter,
-                   "scan": _scan, "sort": sort.argsort, "search": sort.searchsorted}.get(opdef.kind, _pointwise)
+                   "scan": _scan, "sort": sort.argsort, "search": sort.searchsorted,
+                   "attention": attention.attention}.get(opdef.kind, _pointwise)
         try:
             body = builder(self, op, opdef.arguments_from(op.operands, op.attrs))
         except DynamicShapeError as e:
