@@ -2,7 +2,7 @@
 online softmax across them, its fused backward, and what it keeps out of memory.
 
 The shared sample table (tests/op_samples.py) covers the op's schema cases with one key
-block; here KEY_BLOCK is made small so that every case walks several blocks, a shorter
+block; here BLOCK is made small so that every case walks several tiles, a shorter
 last one included, compiled for the CPU and on the PTX emulator, against NumPy in float64.
 """
 from __future__ import annotations
@@ -25,11 +25,11 @@ from op_samples import _np_attention
 
 @contextlib.contextmanager
 def small_blocks():
-    old, attention.KEY_BLOCK = attention.KEY_BLOCK, 3
+    old, attention.BLOCK = attention.BLOCK, 3
     try:
         yield
     finally:
-        attention.KEY_BLOCK = old
+        attention.BLOCK = old
 
 
 def _sdpa(causal: bool, scale):
@@ -112,8 +112,8 @@ def test_key_value_batch_broadcasts():
 
 
 def test_scores_never_reach_memory_whole():
-    """Forward and backward over 1024 keys: no buffer holds the L x S scores (or a quarter of
-    them); the temporaries are (..., L, KEY_BLOCK)."""
+    """Forward and backward over 1024 keys: no buffer holds the L x S scores (or an eighth of
+    them); the temporaries are (..., BLOCK, BLOCK)."""
     L = S = 1024
     x = np.zeros((2, L, 16), np.float32)
     low = tc.trace(_loss_grads(_sdpa(True, None))).lower(x, x, x)
@@ -122,7 +122,7 @@ def test_scores_never_reach_memory_whole():
     assert "tc._scaled_dot_product_flash_attention_for_cpu" in ops
     assert "tc._scaled_dot_product_flash_attention_for_cpu_backward" in ops
     largest = max(int(np.prod(b.shape)) for b in program.buffers.values())
-    assert largest < 2 * L * S // 4, f"a buffer of {largest} elements"
+    assert largest < L * S // 8, f"a buffer of {largest} elements"
 
 
 def test_dropout_takes_the_unfused_path():
@@ -171,3 +171,31 @@ def test_second_derivatives_traced():
     rng = np.random.default_rng(8)
     inputs = [rng.standard_normal((2, 4, 3)), rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 5, 2))]
     assert tc.gradgradcheck(_sdpa(True, None), inputs, traced=True)
+
+
+def test_triangular_nest_checks_interprets_and_prints():
+    """The causal key loop's trip count depends on the query block (min(qb + 1, blocks)):
+    the checker takes it, the loop-IR interpreter runs it, mlir-opt accepts it printed."""
+    from test_loops_ir import MLIR_OPT, mlir_opt_accepts
+    from tracecomp.lower.loops.check import check_kernel
+    from tracecomp.lower.loops.printer import print_kernels
+    inputs, _ = _case((2,), 10, 10, 3, 2, "causal", 4)
+    fn = _loss_grads(_sdpa(True, None))
+    with small_blocks():
+        want = [g.numpy() for g in tc.trace(fn)(*inputs)]
+        got = [g.numpy() for g in tc.trace(fn, backend="interp")(*inputs)]
+        kernels = schedule(tc.trace(fn).lower(*inputs).optimized).kernels
+    triangular = [s for k in kernels for s in _loops(k.body) if not isinstance(s.extent, int)]
+    assert triangular, "no key loop bounded by the query block"
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    for k in kernels:
+        check_kernel(k)
+    if MLIR_OPT is not None:
+        mlir_opt_accepts(print_kernels(kernels))
+
+
+def _loops(body):
+    from tracecomp.lower.loops.ir import Loop
+    from tracecomp.lower.loops.walk import statements
+    return [s for s in statements(body) if isinstance(s, Loop)]

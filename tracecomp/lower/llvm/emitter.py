@@ -176,7 +176,7 @@ class FunctionEmitter:
         if s.parallel and not self.in_parallel:
             self.parallel_loop(s, env)
             return
-        self.serial_loop(s.var, ir.Constant(S.I64, 0), self.extent(s.extent), s.body, env)
+        self.serial_loop(s.var, ir.Constant(S.I64, 0), self.extent(s.extent, env), s.body, env)
 
     def parallel_loop(self, s: Loop, env: dict[str, ir.Value]) -> None:
         """The outermost parallel Loop (a hook: the CPU's threads); here, serial."""
@@ -295,12 +295,12 @@ class FunctionEmitter:
             return ptr
         return b.gep(ptr, [offset], inbounds=True, source_etype=S.memory_type(buf.dtype))
 
-    def extent(self, extent) -> ir.Value:
+    def extent(self, extent, env: dict[str, ir.Value] | None = None) -> ir.Value:
         """A trip count or dim: an int, or an index expression of size parameters (a
-        dynamic dim such as 784*batch)."""
+        dynamic dim such as 784*batch) or, for a serial Loop, of the loop vars in `env`."""
         if isinstance(extent, int):
             return ir.Constant(S.I64, extent)
-        return self.expr(extent, self.entry_env())
+        return self.expr(extent, self.entry_env() if env is None else env)
 
     # ------------------------------------------------------------ expressions
     def expr(self, e: Expr, env: dict[str, ir.Value]) -> ir.Value:

@@ -14,7 +14,7 @@ Every Expr carries its dtype; nothing is inferred, every recorded dtype is check
   add, sub, mul, floordiv, mod, maximum, minimum and comparisons); Binary operands agree and
   the result has their dtype, bool for comparisons; Unary keeps its operand's dtype;
   Select's condition is bool and both arms have the Select's dtype;
-- loops: extents are ints >= 0 or kernel.sizes; a Reduce has one update per accumulator
+- loops: extents are ints >= 0 or kernel.sizes (a serial Loop's may use enclosing loop vars); a Reduce has one update per accumulator
   and its body holds only Lets and Reduces; no parallel Loop is nested in another;
 - Matmul: views, dtypes, aliasing and the epilogue (loops/check_matmul.py).
 Failures raise IRError naming the kernel, the statement (with the loops around it) and
@@ -267,8 +267,27 @@ class _Checker:
             self.fail(f"extent {describe_expr(extent)} is neither an int >= 0 nor a size parameter"
                       f"{self.sizes_hint()}")
 
+    def loop_extent(self, s: Loop) -> None:
+        """A serial Loop's extent may also use the loop vars around it, with min and max (a
+        triangular nest: the fused attention's causal key blocks, `kb < min(qb + 1, n)`)."""
+        if self.is_extent(s.extent):
+            return
+        if s.parallel or not self.is_bound(s.extent):
+            self.fail(f"extent {describe_expr(s.extent)} of Loop {s.var} is neither an int >= 0 nor an index "
+                      f"expression of size parameters{' and enclosing loop vars' if not s.parallel else ''}"
+                      f"{self.sizes_hint()}")
+
+    def is_bound(self, d: object) -> bool:
+        if isinstance(d, Var):
+            found = self.lookup(d.name)
+            return d.dtype == INDEX and (d.name in self.kernel.sizes or found is not None and found.dtype == INDEX)
+        if isinstance(d, Binary):
+            return d.fn in ("add", "sub", "mul", "minimum", "maximum") and d.dtype == INDEX and \
+                self.is_bound(d.a) and self.is_bound(d.b)
+        return self.is_extent(d)
+
     def loop(self, s: Loop) -> None:
-        self.extent(s.extent)
+        self.loop_extent(s)
         outer = self.in_parallel
         if s.parallel:
             if outer is not None:

@@ -67,7 +67,7 @@ class LoopInterpreter:
             elif isinstance(s, L.Store):
                 self.arrays[s.buffer][tuple(self.expr(i, env) for i in s.index)] = self.expr(s.value, env)
             elif isinstance(s, L.Loop):
-                for i in range(s.extent):
+                for i in range(s.extent if isinstance(s.extent, int) else int(self.expr(s.extent, env))):
                     self.block(s.body, {**env, s.var: i})
             elif isinstance(s, L.Reduce):
                 accs = {a.name: self.expr(a.init, env) for a in s.accumulators}

@@ -1,23 +1,25 @@
 """Scheduling the fused attention (ops.yaml kind `attention`): one kernel per op that walks
-the keys a block at a time, so the L x S scores never exist in memory whole.
+tiles of BLOCK query rows by BLOCK keys, so the L x S scores never exist in memory whole.
 
 Forward, for query rows q (..., L, E), keys k (..., S, E) and values v (..., S, Ev):
     m = -inf, l = 0, out = 0                              (per query row)
-    for each block of KEY_BLOCK keys (a serial Loop; a shorter last block after it):
-        s = q @ k[block]^T * scale, masked                 Matmul, the mask in its epilogue
+    for each query block Q, for each key block K (serial Loops; shorter last blocks after):
+        s = q[Q] @ k[K]^T * scale, masked                  Matmul, the mask in its epilogue
         per row: m' = max(m, max_j s); p = exp(s - m'); l = l e^(m - m') + sum_j p;
-                 out *= e^(m - m'); m = m'                 (the online softmax)
-        out += p @ v[block]                                Matmul, accumulating
+                 out[Q] *= e^(m - m'); m = m'              (the online softmax)
+        out[Q] += p @ v[K]                                 Matmul, accumulating
     out /= l; logsumexp = m + log l                        (0 and -inf for a row masked throughout)
-Backward, the probabilities recomputed from logsumexp (FlashAttention-2's order):
-    delta = rowsum(grad_out * out); dq = 0
-    for each block: p = exp(q @ k[block]^T * scale - logsumexp)     Matmul + epilogue
-                    dv[block] = p^T @ grad_out                       Matmul
-                    ds = p * (grad_out @ v[block]^T - delta) * scale Matmul + epilogue
-                    dk[block] = ds^T @ q;  dq += ds @ k[block]       Matmuls
-Every product runs on the packed GEMM kernel with the operands read in place (transposes
-are strides), and the temporaries hold one block: (..., L, KEY_BLOCK) each.  A key length
-unknown until run time is one block of all the keys.
+Backward, the probabilities recomputed from logsumexp:
+    delta = rowsum(grad_out * out); dq = dk = dv = 0
+    for each tile: p = exp(q[Q] @ k[K]^T * scale - logsumexp)      Matmul + epilogue
+                   dv[K] += p^T @ grad_out[Q]                      Matmul
+                   ds = p * (grad_out[Q] @ v[K]^T - delta) * scale Matmul + epilogue
+                   dk[K] += ds^T @ q[Q];  dq[Q] += ds @ k[K]       Matmuls
+With is_causal, a query block visits only the key blocks up to its diagonal (the key loop's
+trip count is min(qb + 1, blocks): a triangular nest), so causal attention does about half
+the products.  Every product runs on the packed GEMM kernel with the operands read in
+place (transposes are strides); the temporaries hold one tile, (..., BLOCK, BLOCK).  A
+length unknown until run time is one block.
 """
 from __future__ import annotations
 
@@ -31,9 +33,10 @@ from ..loops import ir as L
 from ..loops.exprs import X
 from .matmul import operand_view
 from .nests import fresh_name, loop_nest
+from .rows import mark_parallel
 from .tiles import uses_packed, workspace_elements
 
-KEY_BLOCK = 128        # keys per block: a (..., L, 128) temp instead of (..., L, S) scores
+BLOCK = 64             # query rows and keys per tile: (..., 64, 64) temps instead of (..., L, S) scores
 NEG_INF = float("-inf")
 
 
@@ -50,12 +53,14 @@ class _Plan:
         self.rows, self.features = q.type.shape[-2], q.type.shape[-1]
         self.keys = k.type.shape[-2]
         self.dtype = q.type.dtype
+        self.causal = bool(args["is_causal"])
         self.scale = 1 / math.sqrt(self.features) if args["scale"] is None else args["scale"]
         self.results = [sched.names[r] for r in op.results]
-        self.block = self.keys if is_dynamic(self.keys) else min(self.keys, KEY_BLOCK)
+        self.row_block = self.rows if is_dynamic(self.rows) else min(self.rows, BLOCK)
+        self.key_block = self.keys if is_dynamic(self.keys) else min(self.keys, BLOCK)
+        self.tile = self.batch + (self.row_block, self.key_block)
         self.workspace = None
         self.index = tuple(f"b{d}" for d in range(len(self.batch))) + ("i", "j")
-
     # ---------------------------------------------------------------- pieces
     def temp(self, prefix: str, shape: tuple) -> str:
         name = fresh_name(self.sched.buffers, prefix)
@@ -77,51 +82,64 @@ class _Plan:
         return L.View(buffer, offset, tuple(lead) + ((col, row) if transposed else (row, col)))
 
     def product(self, out: L.View, a: L.View, b: L.View, m, n, k, epilogue=None, accumulate=False) -> L.Matmul:
+        """A Matmul over the batch, sharing one workspace with the kernel's other products."""
+        workspace = None
         if not any(is_dynamic(d) for d in self.batch) and uses_packed(self.dtype, hint(m), hint(n), hint(k)):
-            if self.workspace is None:
-                self.workspace = fresh_name(self.sched.buffers, "w")
+            workspace = self.workspace = self.workspace or fresh_name(self.sched.buffers, "w")
             known = [None if is_dynamic(d) else d for d in (m, n, k)]
             size = workspace_elements(self.dtype, *known, math.prod(self.batch))
-            old = self.sched.buffers.get(self.workspace)
+            old = self.sched.buffers.get(workspace)
             if old is None or old.shape[0] < size:
-                self.sched.buffers[self.workspace] = L.Buffer(self.workspace, self.dtype, (size,), "temp")
-            workspace = self.workspace
-        else:
-            workspace = None
+                self.sched.buffers[workspace] = L.Buffer(workspace, self.dtype, (size,), "temp")
         return L.Matmul(out, a, b, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in self.batch),
                         accumulate=accumulate, epilogue=epilogue, index=self.index, workspace=workspace)
 
-    def row_nest(self, inner, prefix: str) -> list:
-        """A loop nest over the query rows (batch..., L), parallel when it pays."""
-        return loop_nest(self.batch + (self.rows,), inner, prefix)
+    def row_nest(self, inner, prefix: str, count=None, start=None) -> list:
+        """A loop nest over `count` query rows from `start` (all of them by default), parallel
+        when it pays; inner(local index, row index) gives its statements."""
+        count = self.rows if count is None else count
 
-    def blocks(self, body) -> list:
-        """body(start, width, tag) for every key block: full blocks in a serial Loop, then the
-        shorter last one."""
-        if is_dynamic(self.keys):
-            return body(I.ic(0), self.keys, "")
-        full, rest = divmod(self.keys, self.block)
-        out = []
-        if full:
-            start = I.mul(L.Var("kb", L.INDEX), self.block)
-            out.append(L.Loop("kb", full, body(start, self.block, "")))
-        if rest:
-            out += body(I.ic(full * self.block), rest, "_last")
-        return out
+        def at(ix):
+            return inner(ix, ix if start is None else ix[:-1] + (I.add(ix[-1], start),))
+        nest = loop_nest(self.batch + (count,), at, prefix)
+        nest[0].parallel = False
+        return mark_parallel(nest)
 
-    def scores(self, acc: L.Expr, start) -> tuple[X, X | None]:
+    def tiles(self, tile) -> list:
+        """tile(q_start, q_count, k_start, k_count, tag) over every tile: full blocks in
+        serial Loops (qb, kb), then the shorter last ones; causal: only up to the diagonal."""
+        body = []
+        for qi, (qs, qn, q_loop) in enumerate(_spans(self.rows, self.row_block, "qb")):
+            inner = []
+            for ki, (ks, kn, k_loop) in enumerate(_spans(self.keys, self.key_block, "kb")):
+                last_row = None if q_loop is not None or is_dynamic(qn) else qs.value + qn - 1
+                if k_loop is None:         # the last key block, or all the keys
+                    if not (self.causal and last_row is not None and ks.value > last_row):
+                        inner += tile(qs, qn, ks, kn, f"{qi}{ki}")
+                    continue
+                trips = k_loop
+                if self.causal and last_row is not None:
+                    trips = min(last_row // self.key_block + 1, k_loop)
+                elif self.causal and q_loop is not None and self.row_block == self.key_block:
+                    trips = L.Binary("minimum", I.add(L.Var("qb", L.INDEX), 1), I.ic(k_loop), L.INDEX)
+                if trips != 0:
+                    inner.append(L.Loop("kb", trips, tile(qs, qn, ks, kn, f"{qi}{ki}")))
+            body += [L.Loop("qb", q_loop, inner)] if q_loop is not None else inner
+        return body
+
+    def scores(self, acc: L.Expr, q_start, k_start) -> tuple[X, X | None]:
         """(the scaled, additively masked score at the epilogue's index, whether it is kept
-        (None: always)) for the product q @ k[start:]^T accumulated in `acc`."""
+        (None: always)) for the product q[q_start:] @ k[k_start:]^T accumulated in `acc`."""
         value = X(acc) * self.scale
         b, i, j = self.epilogue_index()
-        key = I.add(j, start)
-        if self.args["is_causal"]:
-            return value, X(key) <= X(i)
+        row, key = I.add(i, q_start), I.add(j, k_start)
+        if self.causal:
+            return value, X(key) <= X(row)
         mask = self.args.get("attn_mask")
         if mask is None:
             return value, None
         full = self.batch + (self.rows, self.keys)
-        m = X(self.sched.inliner.value_at(mask, I.broadcast(b + (i, key), full, mask.type.shape)))
+        m = X(self.sched.inliner.value_at(mask, I.broadcast(b + (row, key), full, mask.type.shape)))
         return (value, m) if mask.type.dtype is dt.BOOL else (value + m, None)
 
     def epilogue_index(self):
@@ -134,53 +152,52 @@ class _Plan:
         ev = self.args["value"].type.shape[-1]
         t = self.dtype
         top, total = self.temp("am", self.batch + (self.rows,)), self.temp("al", self.batch + (self.rows,))
-        p = self.temp("ap", self.batch + (self.rows, self.block))
+        p = self.temp("ap", self.tile)
         out_shape = self.batch + (self.rows, ev)
+        zero, minus_inf = X(L.Const(0.0, t)), X(L.Const(NEG_INF, t))
 
-        def init(ix):
-            return [L.Store(top, ix, L.Const(NEG_INF, t)), L.Store(total, ix, L.Const(0.0, t)),
-                    L.Loop("d", I.dim(ev), [L.Store(out, ix + (L.Var("d", L.INDEX),), L.Const(0.0, t))])]
+        def init(_, ix):
+            d = L.Var("d", L.INDEX)
+            return [L.Store(top, ix, minus_inf.e), L.Store(total, ix, zero.e),
+                    L.Loop("d", I.dim(ev), [L.Store(out, ix + (d,), zero.e)])]
 
-        def block(start, width, tag):
-            value, keep = self.scores(L.Var("acc", t), start)
-            scores = value if keep is None else _select(keep, value, X(L.Const(NEG_INF, t)))
-            p_view = self.dense(p, self.batch + (self.rows, self.block))
-            s = self.product(p_view, self.view(self.args["query"]), self.view(self.args["key"], start, True),
-                             self.rows, width, self.features, epilogue=scores.e)
+        def tile(qs, qn, ks, kn, tag):
+            value, keep = self.scores(L.Var("acc", t), qs, ks)
+            scores = value if keep is None else _select(keep, value, minus_inf)
 
-            def online(ix):
+            def online(local, ix):
                 j, d = L.Var("j" + tag, L.INDEX), L.Var("d" + tag, L.INDEX)
-                row = ix + (j,)
+                at = local + (j,)
                 old, new, safe, alpha = (X(L.Var(n + tag, t)) for n in ("m_old", "m_new", "m_safe", "alpha"))
                 mx, acc = "mx" + tag, "sum" + tag
-                at = X(L.Load(p, row, t))
                 return [
-                    L.Reduce(j.name, I.dim(width), [L.Accumulator(mx, t, L.Const(NEG_INF, t))], [],
-                             [L.Binary("maximum", L.Var(mx, t), L.Load(p, row, t), t)]),
+                    L.Reduce(j.name, I.dim(kn), [L.Accumulator(mx, t, minus_inf.e)], [],
+                             [L.Binary("maximum", L.Var(mx, t), L.Load(p, at, t), t)]),
                     L.Let(old.e.name, L.Load(top, ix, t)),
                     L.Let(new.e.name, L.Binary("maximum", old.e, L.Var(mx, t), t)),
-                    L.Let(safe.e.name, _select(new == NEG_INF, X(L.Const(0.0, t)), new).e),
+                    L.Let(safe.e.name, _select(new == NEG_INF, zero, new).e),
                     L.Let(alpha.e.name, L.Unary("exp", (old - safe).e, t)),
-                    L.Loop(j.name, I.dim(width), [L.Store(p, row, L.Unary("exp", (at - safe).e, t))]),
-                    L.Reduce(j.name, I.dim(width), [L.Accumulator(acc, t, L.Const(0.0, t))], [],
-                             [L.Binary("add", L.Var(acc, t), L.Load(p, row, t), t)]),
+                    L.Loop(j.name, I.dim(kn), [L.Store(p, at, L.Unary("exp", (X(L.Load(p, at, t)) - safe).e, t))]),
+                    L.Reduce(j.name, I.dim(kn), [L.Accumulator(acc, t, zero.e)], [],
+                             [L.Binary("add", L.Var(acc, t), L.Load(p, at, t), t)]),
                     L.Store(total, ix, (X(L.Load(total, ix, t)) * alpha + X(L.Var(acc, t))).e),
                     L.Store(top, ix, new.e),
                     L.Loop(d.name, I.dim(ev), [L.Store(out, ix + (d,), (X(L.Load(out, ix + (d,), t)) * alpha).e)]),
                 ]
-            pv = self.product(self.dense(out, out_shape), self.dense(p, self.batch + (self.rows, self.block)),
-                              self.view(self.args["value"], start), self.rows, ev, width, accumulate=True)
-            return [s] + self.row_nest(online, "r" + tag) + [pv]
+            return ([self.product(self.dense(p, self.tile), self.view(self.args["query"], qs),
+                                  self.view(self.args["key"], ks, True), qn, kn, self.features, epilogue=scores.e)]
+                    + self.row_nest(online, "r" + tag, qn, qs)
+                    + [self.product(self.dense(out, out_shape, qs), self.dense(p, self.tile),
+                                    self.view(self.args["value"], ks), qn, ev, kn, accumulate=True)])
 
-        def finish(ix):
+        def finish(_, ix):
             d = L.Var("d", L.INDEX)
             sum_, empty = X(L.Var("l", t)), X(L.Var("empty", dt.BOOL))
             return [L.Let("l", L.Load(total, ix, t)), L.Let("empty", (sum_ == 0.0).e),
-                    L.Store(lse, ix, _select(empty, X(L.Const(NEG_INF, t)),
-                                             X(L.Load(top, ix, t)) + X(L.Unary("log", sum_.e, t))).e),
+                    L.Store(lse, ix, _select(empty, minus_inf, X(L.Load(top, ix, t)) + X(L.Unary("log", sum_.e, t))).e),
                     L.Loop("d", I.dim(ev), [L.Store(out, ix + (d,), _select(
-                        empty, X(L.Const(0.0, t)), X(L.Load(out, ix + (d,), t)) / sum_).e)])]
-        return self.row_nest(init, "z") + self.blocks(block) + self.row_nest(finish, "f")
+                        empty, zero, X(L.Load(out, ix + (d,), t)) / sum_).e)])]
+        return self.row_nest(init, "z") + self.tiles(tile) + self.row_nest(finish, "f")
 
     # ---------------------------------------------------------------- backward
     def backward(self) -> list:
@@ -188,42 +205,51 @@ class _Plan:
         a, t = self.args, self.dtype
         ev = a["value"].type.shape[-1]
         q_shape, k_shape, v_shape = (a[n].type.shape for n in ("query", "key", "value"))
-        delta = self.temp("ad", self.batch + (self.rows,))
-        p = self.temp("ap", self.batch + (self.rows, self.block))
-        ds = self.temp("as", self.batch + (self.rows, self.block))
-        tile = self.batch + (self.rows, self.block)
+        delta, p, ds = self.temp("ad", self.batch + (self.rows,)), self.temp("ap", self.tile), self.temp("as", self.tile)
         inliner = self.sched.inliner
 
-        def rowsum(ix):
+        def rowsum(_, ix):
             d = L.Var("d", L.INDEX)
             term = X(inliner.value_at(a["grad_out"], ix + (d,))) * X(inliner.value_at(a["out"], ix + (d,)))
             return [L.Reduce("d", I.dim(ev), [L.Accumulator("dot", t, L.Const(0.0, t))], [],
                              [(X(L.Var("dot", t)) + term).e]),
                     L.Store(delta, ix, L.Var("dot", t))]
 
-        def zero(ix):
-            return [L.Store(dq, ix, L.Const(0.0, t))]
+        def zeros(name, shape, prefix):
+            return loop_nest(shape, lambda ix: [L.Store(name, ix, L.Const(0.0, t))], prefix)
 
-        def block(start, width, tag):
+        def tile(qs, qn, ks, kn, tag):
             b, i, j = self.epilogue_index()
-            value, keep = self.scores(L.Var("acc", t), start)
-            lse = X(inliner.value_at(a["logsumexp"], b + (i,)))
+            value, keep = self.scores(L.Var("acc", t), qs, ks)
+            lse = X(inliner.value_at(a["logsumexp"], b + (I.add(i, qs),)))
             dead = lse == NEG_INF if keep is None else (lse == NEG_INF) | ~keep
             prob = _select(dead, X(L.Const(0.0, t)), X(L.Unary("exp", (value - lse).e, t)))
-            grad_p = X(L.Load(p, b + (i, j), t)) * (X(L.Var("acc", t)) - X(L.Load(delta, b + (i,), t))) * self.scale
+            grad_p = X(L.Load(p, b + (i, j), t)) * (X(L.Var("acc", t)) - X(L.Load(delta, b + (I.add(i, qs),), t))) \
+                * self.scale
             return [
-                self.product(self.dense(p, tile), self.view(a["query"]), self.view(a["key"], start, True),
-                             self.rows, width, self.features, epilogue=prob.e),
-                self.product(self.dense(dv, v_shape, start), self.dense(p, tile, transposed=True),
-                             self.view(a["grad_out"]), width, ev, self.rows),
-                self.product(self.dense(ds, tile), self.view(a["grad_out"]), self.view(a["value"], start, True),
-                             self.rows, width, ev, epilogue=grad_p.e),
-                self.product(self.dense(dk, k_shape, start), self.dense(ds, tile, transposed=True),
-                             self.view(a["query"]), width, self.features, self.rows),
-                self.product(self.dense(dq, q_shape), self.dense(ds, tile), self.view(a["key"], start),
-                             self.rows, self.features, width, accumulate=True),
+                self.product(self.dense(p, self.tile), self.view(a["query"], qs), self.view(a["key"], ks, True),
+                             qn, kn, self.features, epilogue=prob.e),
+                self.product(self.dense(dv, v_shape, ks), self.dense(p, self.tile, transposed=True),
+                             self.view(a["grad_out"], qs), kn, ev, qn, accumulate=True),
+                self.product(self.dense(ds, self.tile), self.view(a["grad_out"], qs), self.view(a["value"], ks, True),
+                             qn, kn, ev, epilogue=grad_p.e),
+                self.product(self.dense(dk, k_shape, ks), self.dense(ds, self.tile, transposed=True),
+                             self.view(a["query"], qs), kn, self.features, qn, accumulate=True),
+                self.product(self.dense(dq, q_shape, qs), self.dense(ds, self.tile), self.view(a["key"], ks),
+                             qn, self.features, kn, accumulate=True),
             ]
-        return (self.row_nest(rowsum, "r") + loop_nest(q_shape, zero, "z") + self.blocks(block))
+        return (self.row_nest(rowsum, "r") + zeros(dq, q_shape, "zq") + zeros(dk, k_shape, "zk")
+                + zeros(dv, v_shape, "zv") + self.tiles(tile))
+
+
+def _spans(n, block, var: str) -> list:
+    """(start, count, trips) covering range(n): the full blocks as a loop over `var` (trips
+    of them, start an expression of var), then the rest (trips None).  A dynamic n: one span."""
+    if is_dynamic(n):
+        return [(I.ic(0), n, None)]
+    full, rest = divmod(n, block)
+    spans = [(I.mul(L.Var(var, L.INDEX), block), block, full)] if full else []
+    return spans + ([(I.ic(full * block), rest, None)] if rest else [])
 
 
 def _select(c: X, a: X, b: X) -> X:
