@@ -890,7 +890,48 @@ def w8_cases() -> list[Case]:
                           layer_builders(kind, w8_losses, n, 3 * n, adamw),
                           lambda bw, peak, flops=flops: flops / peak, rel_error if kind == "fwd" else w4_error,
                           note=f"{flops / 1e9:.2f} GFLOP"))
-    return cases
+    return cases + [w8_attention_case()]
+
+
+def w8_attention_case() -> Case:
+    """W8's attention alone, forward and backward: causal scaled_dot_product_attention over
+    8 x 6 heads of 256 x 64, the gradients of <out, g> for q, k and v.  PyTorch runs its CPU
+    flash kernels (torch.func.vjp, which torch.compile traces), jax jax.nn.dot_product_attention."""
+    shape = (8, 6, 256, 64)
+
+    def inputs():
+        rng = np.random.default_rng(2)
+        return [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]      # q, k, v, g
+
+    def np_grads(q, k, v, g):
+        s = np.where(np.tril(np.ones((256, 256), bool)), q @ np.swapaxes(k, -1, -2) / 8, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        dp = g @ np.swapaxes(v, -1, -2)
+        ds = p * (dp - (dp * p).sum(-1, keepdims=True)) / 8
+        return [ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ g]
+
+    def tc_fn(q, k, v, g):
+        import tracecomp as tc
+        return tc.vjp(lambda q, k, v: tc.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)[1](g)
+
+    def torch_fn(q, k, v, g):
+        import torch
+        attention = torch.nn.functional.scaled_dot_product_attention
+        return torch.func.vjp(lambda q, k, v: attention(q, k, v, is_causal=True), q, k, v)[1](g)
+
+    def jax_fn(q, k, v, g):
+        import jax
+        def attention(q, k, v):         # jax's layout is (batch, tokens, heads, features)
+            t = lambda x: x.transpose(0, 2, 1, 3)
+            return t(jax.nn.dot_product_attention(t(q), t(k), t(v), is_causal=True))
+        return jax.vjp(attention, q, k, v)[1](g)
+    flops = 6 * 8 * 6 * (256 * 257 // 2) * 64 * 2     # the causal half of 2 products forward, 4 backward
+    impls = standard(tc_fn, None, torch_fn, jax_fn)
+    del impls["numpy"]
+    return Case("W8-attn", "W8", "causal attention forward + backward, 8 x 6 heads of 256 x 64 f32", inputs,
+                lambda inputs: np_grads(*(a.astype(np.float64) for a in inputs)), 1e-4, impls,
+                lambda bw, peak: flops / peak, note=f"{flops / 1e9:.2f} GFLOP")
 
 
 # ----------------------------------------------------------------------------- W9, W10

@@ -330,7 +330,6 @@ BAD = {
     "epilogue-reads-out": (kernel(epilogue=L.Load("y", (L.Var("i", L.INDEX), L.Var("j", L.INDEX)), F32)),
                            "reads 'y'; it may read neither out nor the workspace"),
     "unknown-name": (kernel(epilogue=L.Binary("add", acc, L.Var("z", F32), F32)), "'z' is used before"),
-    "in-parallel": (kernel(wrap=lambda s: [L.Loop("q", 2, [s], parallel=True)]), "cannot be nested in parallel Loop q"),
     "index-names": (kernel(index=("i",)), "must be none or 2"),
 }
 

@@ -96,12 +96,13 @@ def plan_kernel(kernel: Kernel) -> list[Launch]:
 
 
 def unrolled(body: list) -> list:
-    """`body` with every top-level serial Loop that holds a Matmul (the fused attention's
-    walk over key blocks) replaced by its iterations, the loop var a constant in each: a
-    Matmul is a launch of its own, so the host runs that loop, a launch per statement."""
+    """`body` with every top-level Loop that holds a Matmul (the fused attention's loops
+    over batch items and tiles) replaced by its iterations, the loop var a constant in
+    each: a Matmul is a launch of its own, so the host runs that loop, a launch per
+    statement (a grid over the batch items would be the GPU's own way: not done yet)."""
     out: list = []
     for s in body:
-        if not (isinstance(s, Loop) and not s.parallel and any(isinstance(n, Matmul) for n in statements(s.body))):
+        if not (isinstance(s, Loop) and any(isinstance(n, Matmul) for n in statements(s.body))):
             out.append(s)
             continue
         trips = static_extent(s.extent)

@@ -42,6 +42,7 @@ kernels then take the serial path without touching libgomp's thread pool.
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -49,7 +50,8 @@ import llvmlite.ir as ir
 
 from . import scalar as S
 from .emitter import FunctionEmitter, declare_kernel_function
-from ..loops.ir import Loop, Reduce
+from ..loops.ir import Binary, Loop, Matmul, Reduce
+from ..loops.walk import var_names
 
 PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a loop stays serial
 CHUNKS_PER_THREAD = 4              # loop chunks per thread: enough to rebalance, few enough to stream
@@ -236,14 +238,31 @@ def entry_alloca(em: FunctionEmitter, t: ir.Type) -> ir.Value:
 
 def _inner_work(em: FunctionEmitter, body: Sequence) -> ir.Value:
     """Innermost iterations of one pass over `body` (at least 1): the sum over its loops
-    of extent times their own inner work.  A simple estimate; every element costs one."""
+    of extent times their own inner work, and m * n * k per Matmul.  A simple estimate;
+    every element costs one."""
     total: ir.Value = ir.Constant(S.I64, 0)
     for s in body:
         if isinstance(s, (Loop, Reduce)):
-            total = _add(em.builder, total, _mul(em.builder, em.extent(s.extent), _inner_work(em, s.body)))
+            total = _add(em.builder, total, _mul(em.builder, _bound(em, s.extent), _inner_work(em, s.body)))
+        elif isinstance(s, Matmul):
+            product = _mul(em.builder, _bound(em, s.m), _mul(em.builder, _bound(em, s.n), _bound(em, s.k)))
+            total = _add(em.builder, total, _mul(em.builder, product, _bound(em, math.prod(s.batch) if all(
+                isinstance(d, int) for d in s.batch) else 1)))
     if isinstance(total, ir.Constant):
         return ir.Constant(S.I64, max(total.constant, 1))
     return S.intrinsic(em.builder, "smax", [total, ir.Constant(S.I64, 1)])
+
+
+def _bound(em: FunctionEmitter, extent) -> ir.Value:
+    """An extent where the parallel loop starts: one that names loop vars inside it (a
+    triangular nest's `min(qb + 1, n)`) counts as its constant arm, or 1."""
+    if isinstance(extent, int) or var_names(extent) <= set(em.sizes):
+        return em.extent(extent)
+    if isinstance(extent, Binary) and extent.fn == "minimum":
+        for arm in (extent.a, extent.b):
+            if isinstance(arm, int) or var_names(arm) <= set(em.sizes):
+                return em.extent(arm)
+    return ir.Constant(S.I64, 1)
 
 
 def _mul(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:

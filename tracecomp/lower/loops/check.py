@@ -273,9 +273,7 @@ class _Checker:
         if self.is_extent(s.extent):
             return
         if s.parallel or not self.is_bound(s.extent):
-            self.fail(f"extent {describe_expr(s.extent)} of Loop {s.var} is neither an int >= 0 nor an index "
-                      f"expression of size parameters{' and enclosing loop vars' if not s.parallel else ''}"
-                      f"{self.sizes_hint()}")
+            self.extent(s.extent)
 
     def is_bound(self, d: object) -> bool:
         if isinstance(d, Var):

@@ -11,7 +11,8 @@ Checked, each failure an IRError through the checker's `fail` (kernel and statem
 - `index` has no names or one per dim; the epilogue sees the accumulator and the index
   names (plus every name visible at the statement), has the buffers' dtype, and reads
   neither out nor the workspace (other tiles of out are being written meanwhile);
-- no Matmul inside a parallel Loop: it runs its own parallel loop over its workspace.
+A Matmul inside a parallel Loop is allowed: it runs on the thread that reaches it, in
+that thread's slice of the workspace (it parallelizes itself only outside one).
 """
 from __future__ import annotations
 
@@ -27,9 +28,6 @@ MATMUL_DTYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
 
 def check_matmul(c, s: Matmul) -> None:
     """`c` is loops/check.py's _Checker; see the module docstring for the rules."""
-    if c.in_parallel is not None:
-        c.fail(f"a Matmul cannot be nested in {c.in_parallel}: it parallelizes itself "
-               "(make the enclosing loop sequential)")
     for e in s.extents():
         c.extent(e)
     rank = len(s.batch) + 2

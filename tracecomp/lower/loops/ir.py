@@ -40,8 +40,9 @@ those indices fuse elementwise consumers (bias, activation, residual) into the s
 `workspace` names a temp buffer the CPU code generator packs panels into (its size comes
 from schedule/tiles.py's workspace_elements); without one, code generators use plain loops.
 Checked: ranks, dtypes, names, views inside their buffers and `out` one-to-one (for
-static views), out/a/b/workspace distinct, the epilogue reads neither out nor workspace,
-and no Matmul inside a parallel Loop (it parallelizes itself).
+static views), out/a/b/workspace distinct, the epilogue reads neither out nor workspace.
+A Matmul parallelizes itself, except inside a parallel Loop: there it runs on the thread
+that reaches it, packing into that thread's slice of the workspace.
 """
 from __future__ import annotations
 

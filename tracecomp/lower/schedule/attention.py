@@ -1,7 +1,8 @@
-"""Scheduling the fused attention (ops.yaml kind `attention`): one kernel per op that walks
-tiles of BLOCK query rows by BLOCK keys, so the L x S scores never exist in memory whole.
+"""Scheduling the fused attention (ops.yaml kind `attention`): one kernel per op, a parallel
+loop over the batch items (batch x heads), each walking tiles of BLOCK query rows by BLOCK
+keys on its own thread, so the L x S scores never exist in memory whole.
 
-Forward, for query rows q (..., L, E), keys k (..., S, E) and values v (..., S, Ev):
+Forward, per batch item, for query rows q (L, E), keys k (S, E) and values v (S, Ev):
     m = -inf, l = 0, out = 0                              (per query row)
     for each query block Q, for each key block K (serial Loops; shorter last blocks after):
         s = q[Q] @ k[K]^T * scale, masked                  Matmul, the mask in its epilogue
@@ -9,7 +10,7 @@ Forward, for query rows q (..., L, E), keys k (..., S, E) and values v (..., S, 
                  out[Q] *= e^(m - m'); m = m'              (the online softmax)
         out[Q] += p @ v[K]                                 Matmul, accumulating
     out /= l; logsumexp = m + log l                        (0 and -inf for a row masked throughout)
-Backward, the probabilities recomputed from logsumexp:
+Backward, per batch item, the probabilities recomputed from logsumexp:
     delta = rowsum(grad_out * out); dq = dk = dv = 0
     for each tile: p = exp(q[Q] @ k[K]^T * scale - logsumexp)      Matmul + epilogue
                    dv[K] += p^T @ grad_out[Q]                      Matmul
@@ -17,9 +18,11 @@ Backward, the probabilities recomputed from logsumexp:
                    dk[K] += ds^T @ q[Q];  dq[Q] += ds @ k[K]       Matmuls
 With is_causal, a query block visits only the key blocks up to its diagonal (the key loop's
 trip count is min(qb + 1, blocks): a triangular nest), so causal attention does about half
-the products.  Every product runs on the packed GEMM kernel with the operands read in
-place (transposes are strides); the temporaries hold one tile, (..., BLOCK, BLOCK).  A
-length unknown until run time is one block.
+the products.  The products run on the packed GEMM kernel, each on its thread's slice of the
+workspace, with the operands read in place (transposes are strides); the temporaries hold
+one tile per batch item.  One parallel region per call: products parallelized one by one
+were a region per tile, and on a loaded machine every region waits for a descheduled
+thread.  A length unknown until run time is one block.
 """
 from __future__ import annotations
 
@@ -32,9 +35,8 @@ from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import X
 from .matmul import operand_view
-from .nests import fresh_name, loop_nest
-from .rows import mark_parallel
-from .tiles import uses_packed, workspace_elements
+from .nests import fresh_name
+from .tiles import max_threads, uses_packed, workspace_elements
 
 BLOCK = 64             # query rows and keys per tile: (..., 64, 64) temps instead of (..., L, S) scores
 NEG_INF = float("-inf")
@@ -60,50 +62,67 @@ class _Plan:
         self.key_block = self.keys if is_dynamic(self.keys) else min(self.keys, BLOCK)
         self.tile = self.batch + (self.row_block, self.key_block)
         self.workspace = None
-        self.index = tuple(f"b{d}" for d in range(len(self.batch))) + ("i", "j")
+        self.b: tuple = ()              # the batch item's index (loop vars), while building
+
     # ---------------------------------------------------------------- pieces
+    def items(self, build) -> list:
+        """build() for one batch item inside a loop nest over the batch, parallel over its
+        first dim that is not 1."""
+        index = tuple(L.Var(f"bt{d}", L.INDEX) for d in range(len(self.batch)))
+        self.b = index
+        body = build()
+        for d in reversed(range(len(self.batch))):
+            body = [L.Loop(index[d].name, I.dim(self.batch[d]), body)]
+        loop = body[0] if body and self.batch else None
+        while loop is not None and loop.extent == 1 and isinstance(loop.body[0], L.Loop):
+            loop = loop.body[0]
+        if loop is not None and loop.extent != 1:
+            loop.parallel = True
+        return body
+
     def temp(self, prefix: str, shape: tuple) -> str:
         name = fresh_name(self.sched.buffers, prefix)
         self.sched.buffers[name] = L.Buffer(name, self.dtype, tuple(I.dim(d) for d in shape), "temp")
         return name
 
+    def _at(self, offset, lead, row, col, start, transposed: bool) -> tuple:
+        for b, stride in zip(self.b, lead):
+            offset = I.add(offset, I.mul(b, stride))
+        if start is not None:
+            offset = I.add(offset, I.mul(start, row))
+        return offset, ((col, row) if transposed else (row, col))
+
     def view(self, value, start=None, transposed: bool = False) -> L.View:
-        """A (batch..., rows, cols) View of an operand, from row `start` on, or its transpose."""
+        """The batch item's (rows, cols) View of an operand, from row `start`, or its transpose."""
         v = operand_view(self.sched, value, self.batch, row=True, col=True)
         *lead, row, col = v.strides
-        offset = v.offset if start is None else I.add(v.offset, I.mul(start, row))
-        return L.View(v.buffer, offset, tuple(lead) + ((col, row) if transposed else (row, col)))
+        return L.View(v.buffer, *self._at(v.offset, lead, row, col, start, transposed))
 
     def dense(self, buffer: str, shape: tuple, start=None, transposed: bool = False) -> L.View:
-        """A View of a dense buffer of `shape` (batch..., rows, cols) from row `start`."""
+        """The batch item's View of a dense buffer of `shape` (batch..., rows, cols) from row `start`."""
         strides = [I.expr(math.prod(I.symbolic(d) for d in shape[c + 1:])) for c in range(len(shape))]
         *lead, row, col = strides
-        offset = I.ic(0) if start is None else I.mul(start, row)
-        return L.View(buffer, offset, tuple(lead) + ((col, row) if transposed else (row, col)))
+        return L.View(buffer, *self._at(I.ic(0), lead, row, col, start, transposed))
 
     def product(self, out: L.View, a: L.View, b: L.View, m, n, k, epilogue=None, accumulate=False) -> L.Matmul:
-        """A Matmul over the batch, sharing one workspace with the kernel's other products."""
+        """One matrix product on the batch item's thread, sharing the kernel's workspace."""
         workspace = None
-        if not any(is_dynamic(d) for d in self.batch) and uses_packed(self.dtype, hint(m), hint(n), hint(k)):
+        if uses_packed(self.dtype, hint(m), hint(n), hint(k)):
             workspace = self.workspace = self.workspace or fresh_name(self.sched.buffers, "w")
             known = [None if is_dynamic(d) else d for d in (m, n, k)]
-            size = workspace_elements(self.dtype, *known, math.prod(self.batch))
+            size = workspace_elements(self.dtype, *known, max_threads())      # a slice per thread
             old = self.sched.buffers.get(workspace)
             if old is None or old.shape[0] < size:
                 self.sched.buffers[workspace] = L.Buffer(workspace, self.dtype, (size,), "temp")
-        return L.Matmul(out, a, b, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in self.batch),
-                        accumulate=accumulate, epilogue=epilogue, index=self.index, workspace=workspace)
+        return L.Matmul(out, a, b, I.dim(m), I.dim(n), I.dim(k), accumulate=accumulate, epilogue=epilogue,
+                        index=("i", "j"), workspace=workspace)
 
-    def row_nest(self, inner, prefix: str, count=None, start=None) -> list:
-        """A loop nest over `count` query rows from `start` (all of them by default), parallel
-        when it pays; inner(local index, row index) gives its statements."""
-        count = self.rows if count is None else count
-
-        def at(ix):
-            return inner(ix, ix if start is None else ix[:-1] + (I.add(ix[-1], start),))
-        nest = loop_nest(self.batch + (count,), at, prefix)
-        nest[0].parallel = False
-        return mark_parallel(nest)
+    def row_loop(self, inner, var: str, count=None, start=None) -> list:
+        """A serial loop over `count` query rows from `start` (all of them by default);
+        inner(local row, row) gives its statements."""
+        i = L.Var(var, L.INDEX)
+        row = i if start is None else I.add(i, start)
+        return [L.Loop(var, I.dim(self.rows if count is None else count), inner(i, row))]
 
     def tiles(self, tile) -> list:
         """tile(q_start, q_count, k_start, k_count, tag) over every tile: full blocks in
@@ -128,23 +147,18 @@ class _Plan:
         return body
 
     def scores(self, acc: L.Expr, q_start, k_start) -> tuple[X, X | None]:
-        """(the scaled, additively masked score at the epilogue's index, whether it is kept
-        (None: always)) for the product q[q_start:] @ k[k_start:]^T accumulated in `acc`."""
+        """(the scaled, additively masked score at the epilogue's index (i, j), whether it is
+        kept (None: always)) for the product q[q_start:] @ k[k_start:]^T accumulated in `acc`."""
         value = X(acc) * self.scale
-        b, i, j = self.epilogue_index()
-        row, key = I.add(i, q_start), I.add(j, k_start)
+        row, key = I.add(L.Var("i", L.INDEX), q_start), I.add(L.Var("j", L.INDEX), k_start)
         if self.causal:
             return value, X(key) <= X(row)
         mask = self.args.get("attn_mask")
         if mask is None:
             return value, None
         full = self.batch + (self.rows, self.keys)
-        m = X(self.sched.inliner.value_at(mask, I.broadcast(b + (row, key), full, mask.type.shape)))
+        m = X(self.sched.inliner.value_at(mask, I.broadcast(self.b + (row, key), full, mask.type.shape)))
         return (value, m) if mask.type.dtype is dt.BOOL else (value + m, None)
-
-    def epilogue_index(self):
-        names = [L.Var(n, L.INDEX) for n in self.index]
-        return tuple(names[:-2]), names[-2], names[-1]
 
     # ---------------------------------------------------------------- forward
     def forward(self) -> list:
@@ -156,18 +170,18 @@ class _Plan:
         out_shape = self.batch + (self.rows, ev)
         zero, minus_inf = X(L.Const(0.0, t)), X(L.Const(NEG_INF, t))
 
-        def init(_, ix):
-            d = L.Var("d", L.INDEX)
-            return [L.Store(top, ix, minus_inf.e), L.Store(total, ix, zero.e),
-                    L.Loop("d", I.dim(ev), [L.Store(out, ix + (d,), zero.e)])]
+        def init(_, i):
+            d, at = L.Var("d", L.INDEX), self.b + (i,)
+            return [L.Store(top, at, minus_inf.e), L.Store(total, at, zero.e),
+                    L.Loop("d", I.dim(ev), [L.Store(out, at + (d,), zero.e)])]
 
         def tile(qs, qn, ks, kn, tag):
             value, keep = self.scores(L.Var("acc", t), qs, ks)
             scores = value if keep is None else _select(keep, value, minus_inf)
 
-            def online(local, ix):
+            def online(local, i):
                 j, d = L.Var("j" + tag, L.INDEX), L.Var("d" + tag, L.INDEX)
-                at = local + (j,)
+                ix, at = self.b + (i,), self.b + (local, j)
                 old, new, safe, alpha = (X(L.Var(n + tag, t)) for n in ("m_old", "m_new", "m_safe", "alpha"))
                 mx, acc = "mx" + tag, "sum" + tag
                 return [
@@ -186,18 +200,18 @@ class _Plan:
                 ]
             return ([self.product(self.dense(p, self.tile), self.view(self.args["query"], qs),
                                   self.view(self.args["key"], ks, True), qn, kn, self.features, epilogue=scores.e)]
-                    + self.row_nest(online, "r" + tag, qn, qs)
+                    + self.row_loop(online, "r" + tag, qn, qs)
                     + [self.product(self.dense(out, out_shape, qs), self.dense(p, self.tile),
                                     self.view(self.args["value"], ks), qn, ev, kn, accumulate=True)])
 
-        def finish(_, ix):
-            d = L.Var("d", L.INDEX)
+        def finish(_, i):
+            d, ix = L.Var("d", L.INDEX), self.b + (i,)
             sum_, empty = X(L.Var("l", t)), X(L.Var("empty", dt.BOOL))
             return [L.Let("l", L.Load(total, ix, t)), L.Let("empty", (sum_ == 0.0).e),
                     L.Store(lse, ix, _select(empty, minus_inf, X(L.Load(top, ix, t)) + X(L.Unary("log", sum_.e, t))).e),
                     L.Loop("d", I.dim(ev), [L.Store(out, ix + (d,), _select(
                         empty, zero, X(L.Load(out, ix + (d,), t)) / sum_).e)])]
-        return self.row_nest(init, "z") + self.tiles(tile) + self.row_nest(finish, "f")
+        return self.items(lambda: self.row_loop(init, "z") + self.tiles(tile) + self.row_loop(finish, "f"))
 
     # ---------------------------------------------------------------- backward
     def backward(self) -> list:
@@ -208,24 +222,26 @@ class _Plan:
         delta, p, ds = self.temp("ad", self.batch + (self.rows,)), self.temp("ap", self.tile), self.temp("as", self.tile)
         inliner = self.sched.inliner
 
-        def rowsum(_, ix):
-            d = L.Var("d", L.INDEX)
+        def rowsum(_, i):
+            d, ix = L.Var("d", L.INDEX), self.b + (i,)
             term = X(inliner.value_at(a["grad_out"], ix + (d,))) * X(inliner.value_at(a["out"], ix + (d,)))
             return [L.Reduce("d", I.dim(ev), [L.Accumulator("dot", t, L.Const(0.0, t))], [],
                              [(X(L.Var("dot", t)) + term).e]),
                     L.Store(delta, ix, L.Var("dot", t))]
 
-        def zeros(name, shape, prefix):
-            return loop_nest(shape, lambda ix: [L.Store(name, ix, L.Const(0.0, t))], prefix)
+        def zeros(name, shape, var):
+            i, d = L.Var(var, L.INDEX), L.Var(var + "d", L.INDEX)
+            return [L.Loop(var, I.dim(shape[-2]), [L.Loop(d.name, I.dim(shape[-1]),
+                                                          [L.Store(name, self.b + (i, d), L.Const(0.0, t))])])]
 
         def tile(qs, qn, ks, kn, tag):
-            b, i, j = self.epilogue_index()
+            row = I.add(L.Var("i", L.INDEX), qs)
             value, keep = self.scores(L.Var("acc", t), qs, ks)
-            lse = X(inliner.value_at(a["logsumexp"], b + (I.add(i, qs),)))
+            lse = X(inliner.value_at(a["logsumexp"], self.b + (row,)))
             dead = lse == NEG_INF if keep is None else (lse == NEG_INF) | ~keep
             prob = _select(dead, X(L.Const(0.0, t)), X(L.Unary("exp", (value - lse).e, t)))
-            grad_p = X(L.Load(p, b + (i, j), t)) * (X(L.Var("acc", t)) - X(L.Load(delta, b + (I.add(i, qs),), t))) \
-                * self.scale
+            at = self.b + (L.Var("i", L.INDEX), L.Var("j", L.INDEX))
+            grad_p = X(L.Load(p, at, t)) * (X(L.Var("acc", t)) - X(L.Load(delta, self.b + (row,), t))) * self.scale
             return [
                 self.product(self.dense(p, self.tile), self.view(a["query"], qs), self.view(a["key"], ks, True),
                              qn, kn, self.features, epilogue=prob.e),
@@ -238,8 +254,8 @@ class _Plan:
                 self.product(self.dense(dq, q_shape, qs), self.dense(ds, self.tile), self.view(a["key"], ks),
                              qn, self.features, kn, accumulate=True),
             ]
-        return (self.row_nest(rowsum, "r") + zeros(dq, q_shape, "zq") + zeros(dk, k_shape, "zk")
-                + zeros(dv, v_shape, "zv") + self.tiles(tile))
+        return self.items(lambda: self.row_loop(rowsum, "r") + zeros(dq, q_shape, "zq") + zeros(dk, k_shape, "zk")
+                          + zeros(dv, v_shape, "zv") + self.tiles(tile))
 
 
 def _spans(n, block, var: str) -> list:

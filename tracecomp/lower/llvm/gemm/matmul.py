@@ -108,8 +108,11 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
 
     def serial():
         b.call(part, args + [ir.Constant(S.I64, 0), batch, ir.Constant(S.I64, 1)])
+    if em.in_parallel:
+        _on_this_thread(em, s, env, plan, part, args)
+        return
     work = _flops(em, s, plan.batch_count)
-    if em.in_parallel or _below(b, work, PARALLEL_MIN_FLOPS) is True or plan.capacity < 2:
+    if _below(b, work, PARALLEL_MIN_FLOPS) is True or plan.capacity < 2:
         serial()
         return
     max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
@@ -128,6 +131,25 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
             serial()
         with many:
             _launch(em, s, plan, part, args, threads, prefix)
+
+
+def _on_this_thread(em: FunctionEmitter, s: Matmul, env: dict, plan: Plan, part: ir.Function, args: list) -> None:
+    """A Matmul inside a parallel Loop (the fused attention's products, per batch item) runs
+    on the thread that reaches it, packing into that thread's slice of the workspace; a
+    thread numbered past the slices the workspace holds (OMP_NUM_THREADS above the core
+    count) runs the plain loops instead."""
+    b = em.builder
+    thread_num = S.declare(em.module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
+    tid = b.sext(b.call(thread_num, []), S.I64)
+    element = S.register_type(em.kernel.buffer(s.workspace).dtype)
+    with b.if_else(b.icmp_signed("<", tid, ir.Constant(S.I64, plan.capacity))) as (fits, beyond):
+        with fits:
+            slice_ = b.gep(args[-1], [b.mul(tid, ir.Constant(S.I64, plan.blocks.thread_elements))],
+                           source_etype=element)
+            b.call(part, args[:-1] + [slice_, ir.Constant(S.I64, 0), ir.Constant(S.I64, plan.batch_count),
+                                      ir.Constant(S.I64, 1)])
+        with beyond:
+            em.matmul_loops(s, env)
 
 
 def _flops(em: FunctionEmitter, s: Matmul, batch: int):
