@@ -58,11 +58,14 @@ log = logging.getLogger("tracecomp.compile_worker")
 
 PROCESSES_ENV = "TRACECOMP_COMPILE_PROCESSES"
 # Weights: about 0.01 ms of code generation and LLVM work each, fitted to W4's kernels
-# compiled one per module (the fit: BENCHMARKS.md, "Figures that were in the code").
+# compiled one per module (the fit: BENCHMARKS.md, "Figures that were in the code").  Since
+# LLVM unrolls only where asked and parallel loops share a runner, a unit is ~0.008 ms and
+# the helpers weigh more: alone, 18500-26000 units of W4's and W8's kernels; in W8's split,
+# main and worker came out even between 20000 (main ~0.2 s later) and 30000 (~0.1 s earlier).
 MIN_SPLIT_WEIGHT = 4000          # ~60 ms
 KERNEL_WEIGHT = 230              # a function through the pass pipeline, however small
 MATMUL_WEIGHT = 700              # a product's dispatch, work-item and epilogue functions
-HELPERS_WEIGHT = 15000           # the loop nest, micro-kernel, packing and merge of one dtype (~125 ms)
+HELPERS_WEIGHT = 24000           # the loop nest, micro-kernel, packing and merge of one dtype (~190 ms)
 LAZY_CODEGEN_MODULES = ("tracecomp.lower.llvm.gemm.matmul", "tracecomp.lower.llvm.parallel", "tracecomp.lower.llvm.math.functions")
 FORK_MAX_RSS = 2 << 30           # a bigger process compiles alone
 WORKER_TIMEOUT_MIN_S = 30.0
