@@ -489,6 +489,25 @@ def test_parallel_kernel_calls_gomp_parallel_and_keeps_a_serial_path():
     assert re.search(r"^define void @ew\(.*\n(.*\n)*?.*call .*void @ew\.par0\.range\(", text, re.M)  # serial path
 
 
+def test_parallel_loops_of_a_module_share_one_runner_and_team():
+    """The serial-or-team choice and the team's code are defined once per module, not per
+    loop (they were a third of W8's LLVM time); each loop brings its .range and .chunk."""
+    text = str(codegen_kernels([_elementwise("a", F32, "n", parallel=True),
+                                _elementwise("b", F32, "n", parallel=True)], "m"))
+    assert len(re.findall(r'^define .*@"tracecomp\.parallel\.run"\(', text, re.M)) == 1
+    assert len(re.findall(r'^define .*@"tracecomp\.parallel\.team"\(', text, re.M)) == 1
+    assert text.count("call void @\"GOMP_parallel\"") == 1
+    for k in "ab":
+        assert re.search(rf'^define internal void @"{k}\.par0\.chunk"\(', text, re.M)
+        assert re.search(rf'call void @"tracecomp\.parallel\.run"\(.*@"{k}\.par0\.chunk"', text)
+
+
+def test_parallel_loop_known_to_be_small_calls_its_range_directly():
+    text = str(codegen_kernels([_elementwise("ew", F32, 64, parallel=True)], "m"))
+    assert "tracecomp.parallel.run" not in text and "GOMP_parallel" not in text
+    assert re.search(r'call void @"ew\.par0\.range"\(.*i64 0, i64 64\)', text)
+
+
 def test_kernel_signature_and_pointer_attributes():
     k = _count_writes("rows", 7)
     text = str(codegen_kernels([k], "m"))

@@ -12,7 +12,7 @@ helpers (micro-kernel, packing) are compiled once per group that has a product.
 
 When it runs: on Linux (os.fork), with at least two CPUs this process may use, a process
 of at most FORK_MAX_RSS resident bytes, and a module of at least MIN_SPLIT_WEIGHT
-(estimated ~60 ms of work; fork, pipe and wait cost a few ms).  `TRACECOMP_COMPILE_PROCESSES=1` turns it off; a larger number allows
+(estimated ~30 ms of work; fork, pipe and wait cost a few ms).  `TRACECOMP_COMPILE_PROCESSES=1` turns it off; a larger number allows
 that many processes (default: 2, or 1 with one CPU).
 
 Robustness:
@@ -49,8 +49,9 @@ from .. import timings
 from ..lower.llvm.codegen import codegen_kernels
 from ..lower.llvm.gemm.nest import define_helpers, helper_names
 from ..lower.llvm.gemm.microkernel import defined_elsewhere_dtypes, helpers_defined_elsewhere
-from ..lower.loops.ir import Kernel, Matmul
-from ..lower.loops.walk import fingerprint, statements
+from ..lower.llvm.math.functions import MATH_FUNCTIONS
+from ..lower.loops.ir import Binary, Kernel, Matmul, Unary
+from ..lower.loops.walk import fingerprint, statements, walk
 from ..lower.schedule.tiles import TILES
 from . import jit, target
 
@@ -58,11 +59,17 @@ log = logging.getLogger("tracecomp.compile_worker")
 
 PROCESSES_ENV = "TRACECOMP_COMPILE_PROCESSES"
 # Weights: about 0.01 ms of code generation and LLVM work each, fitted to W4's kernels
-# compiled one per module (the fit: BENCHMARKS.md, "Figures that were in the code").
-MIN_SPLIT_WEIGHT = 4000          # ~60 ms
-KERNEL_WEIGHT = 230              # a function through the pass pipeline, however small
-MATMUL_WEIGHT = 700              # a product's dispatch, work-item and epilogue functions
-HELPERS_WEIGHT = 15000           # the loop nest, micro-kernel, packing and merge of one dtype (~125 ms)
+# compiled one per module (the fit: BENCHMARKS.md, "Figures that were in the code"); since
+# LLVM unrolls only where asked and parallel loops share a runner, ~0.008 ms.  Refitted to
+# W8's step (its kernels compiled one per module): ~11 ms a kernel, 13 ms more a product,
+# 17 ms more a math function applied (inlined and vectorized where it is used: the GELU
+# derivative's product took 130-190 ms, estimated 50 ms without this term).  The helpers:
+# 18500-26000 units of W4's and W8's kernels alone, more in W8's split.
+MIN_SPLIT_WEIGHT = 4000          # ~30 ms
+KERNEL_WEIGHT = 600              # a function through the pass pipeline, however small
+MATMUL_WEIGHT = 1500             # a product's dispatch, work-item and epilogue functions
+MATH_WEIGHT = 2000               # a math function's polynomial, inlined where it is called
+HELPERS_WEIGHT = 24000           # the loop nest, micro-kernel, packing and merge of one dtype (~190 ms)
 LAZY_CODEGEN_MODULES = ("tracecomp.lower.llvm.gemm.matmul", "tracecomp.lower.llvm.parallel", "tracecomp.lower.llvm.math.functions")
 FORK_MAX_RSS = 2 << 30           # a bigger process compiles alone
 WORKER_TIMEOUT_MIN_S = 30.0
@@ -180,9 +187,12 @@ def _resident_bytes() -> int:
 
 def kernel_weight(kernel: Kernel) -> int:
     """Estimated compile work of a kernel: the size of its loop IR, plus MATMUL_WEIGHT per
-    Matmul statement (whose code is larger than its loop IR) and KERNEL_WEIGHT."""
+    Matmul statement (whose code is larger than its loop IR), MATH_WEIGHT per math function
+    applied, and KERNEL_WEIGHT."""
     text = fingerprint(kernel)          # a shared subexpression counts once, as it compiles once
-    return len(text) + MATMUL_WEIGHT * text.count("Matmul(") + KERNEL_WEIGHT
+    calls = sum(1 for node in walk(kernel.body)
+                if isinstance(node, (Unary, Binary)) and node.fn in MATH_FUNCTIONS)
+    return len(text) + MATMUL_WEIGHT * text.count("Matmul(") + MATH_WEIGHT * calls + KERNEL_WEIGHT
 
 
 def split(kernels: list[Kernel], processes: int, preload: int = 0) -> list[list[Kernel]]:

@@ -2,9 +2,10 @@
 optimization pipeline and assembly output.
 
 OPT_LEVEL (2) is the level tracecomp's CPU code is optimized and emitted at.  O2 keeps the
-loop and SLP vectorizers (and interleaving and unrolling) on, like O3, runs the benchmark
-workloads as fast with bit-identical results, and compiles in a little over half of O3's
-time (the comparison: BENCHMARKS.md, "Figures that were in the code").
+loop and SLP vectorizers (and interleaving) on, like O3, runs the benchmark workloads as
+fast with bit-identical results, and compiles in a little over half of O3's time (the
+comparison: BENCHMARKS.md, "Figures that were in the code").  Loops are unrolled only where
+the code generator asks for it (llvm/loop_ids.py), not by LLVM's own cost model.
 
 Invariants:
 - llvmlite's native target, asm printer and asm parser are initialized once, on first use
@@ -87,13 +88,17 @@ def prepare(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> llvm.ModuleRe
 def optimize(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine,
              opt: int = OPT_LEVEL) -> llvm.ModuleRef:
     """Run LLVM's default per-module pipeline at `opt` (from 2 on: loop and SLP
-    vectorization, interleaving and unrolling) for `tm` over `module_ref`, in place."""
+    vectorization and interleaving; unrolling where a loop asks) for `tm` over
+    `module_ref`, in place."""
     prepare(module_ref, tm)
     pto = llvm.create_pipeline_tuning_options(speed_level=opt)
     pto.loop_vectorization = opt >= 2
     pto.slp_vectorization = opt >= 2
     pto.loop_interleaving = opt >= 2
-    pto.loop_unrolling = opt >= 2
+    # No unrolling by LLVM's own cost model: it unrolled every short constant loop, the
+    # already vectorized and interleaved ones too, and that doubled the LLVM time of W8's
+    # step for no measurable speed.  Loops that gain ask for it (llvm/loop_ids.py).
+    pto.loop_unrolling = False
     pass_builder = llvm.create_pass_builder(tm, pto)
     with LLVM_LOCK:
         # A fresh PassBuilder per run: llvmlite registers each run's instrumentation

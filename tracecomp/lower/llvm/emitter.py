@@ -40,6 +40,7 @@ import llvmlite.ir as ir
 
 from ...dtypes import DType
 from ...errors import BackendError
+from . import loop_ids
 from . import scalar as S
 from ..loops.ir import (Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from ..loops.matmul import expand_matmul, flat_name
@@ -47,6 +48,7 @@ from ..loops.walk import var_names
 
 BUFFER_ALIGN = 64
 SUM_BLOCK = 4096        # terms per block of a blocked floating sum (see _blocked_sum)
+FULL_UNROLL_MAX = 8     # trips of an innermost constant loop asked to unroll fully (see _unroll_if_small)
 
 
 def kernel_function_type(buffers: Sequence[Buffer], sizes: Sequence[str],
@@ -186,6 +188,16 @@ class FunctionEmitter:
                     env: dict[str, ir.Value]) -> None:
         with counted_loop(self.builder, start, stop, var) as state:
             self.emit_body(body, {**env, var: state.index})
+        self._unroll_if_small(state, start, stop, body)
+
+    def _unroll_if_small(self, state: LoopState, start: ir.Value, stop: ir.Value, body: list) -> None:
+        """Ask LLVM to unroll an innermost loop of at most FULL_UNROLL_MAX constant trips
+        completely: the pipeline's own unrolling is off (runtime/target.py), and such a loop
+        (a pooling window, a short reduction) unrolled lets the loop around it vectorize."""
+        if (isinstance(start, ir.Constant) and isinstance(stop, ir.Constant)
+                and stop.constant - start.constant <= FULL_UNROLL_MAX
+                and not any(isinstance(s, (Loop, Reduce, Matmul)) for s in body)):
+            loop_ids.attach(state.index, self.module, loop_ids.unroll_full(self.module))
 
     def reduce(self, s: Reduce, env: dict[str, ir.Value]) -> None:
         if len(s.update) != len(s.accumulators):
@@ -208,6 +220,7 @@ class FunctionEmitter:
             self._cache.clear()
             state.next = [self._accumulate(a.name, a.dtype, u, inner)
                           for a, u in zip(s.accumulators, s.update)]
+        self._unroll_if_small(state, start, stop, s.body)
         return list(state.carried)
 
     def _blocked_sum(self, s: Reduce, inits: list[ir.Value], env: dict[str, ir.Value]) -> list[ir.Value]:

@@ -3,10 +3,15 @@
 For such a loop `for i in range(n): body` the kernel gets two internal functions:
 - `<kernel>.par<k>.range(buffers..., sizes..., captured..., lo, hi)` runs `body` for i in
   [lo, hi).  It takes the buffers as `noalias` arguments again, so the vectorizer sees the
-  same facts as in the kernel itself, and is `noinline` (the serial and the parallel path
-  share one compiled copy);
-- `<kernel>.par<k>.omp(ptr data)` is what every thread runs: it reads the arguments from
-  the struct at `data` and calls `.range` on chunks of the iterations it claims (below).
+  same facts as in the kernel itself, and is `noinline`;
+- `<kernel>.par<k>.chunk(ptr data, lo, hi)` calls `.range` with the arguments the kernel
+  stored in the struct at `data`;
+and calls the module's `tracecomp.parallel.run(chunk, data, n, work)`, which runs the
+chunk function on [0, n) itself or starts a team: every thread runs the module's
+`tracecomp.parallel.team`, which calls the chunk function on the chunks it claims.  The
+runner and the team are defined once per module (the choice and the team's timing inlined
+into every loop were a third of the LLVM time of W8's step); a loop whose work is known to
+be small calls `.range` directly.
 Work is split dynamically (`claimed_chunks`): the n iterations form CHUNKS_PER_THREAD
 chunks per thread, and every thread claims chunk `counter++` (an atomic add on a counter
 in the struct, zeroed by the caller) until none is left.  With a static split, a thread
@@ -61,37 +66,107 @@ MAX_BACKOFF_CYCLES = 1 << 32       # ...doubling after each late try up to ~1.6 
 BACKOFF_MAX_WORK = 1 << 22         # larger loops (~1 ms and up) never back off
 _SERIAL_UNTIL = "tracecomp.parallel.serial_until"
 _BACKOFF = "tracecomp.parallel.backoff"
+_RUN, _TEAM_FN = "tracecomp.parallel.run", "tracecomp.parallel.team"
 _PTR = ir.PointerType()
+_CHUNK_TYPE = ir.FunctionType(ir.VoidType(), [_PTR, S.I64, S.I64])
+_CHUNK_PTR = ir.PointerType(_CHUNK_TYPE)      # prints as `ptr`; llvmlite needs the type to call
+_TEAM = ir.LiteralStructType([_CHUNK_PTR, _PTR, S.I64, S.I64, S.I64])     # chunk, data, n, counter, done
 
 
 def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]) -> None:
-    """Emit `loop` into `em`'s function as a branch between a serial call of its outlined
-    body and a GOMP_parallel region over it."""
+    """Emit `loop` into `em`'s function: its body outlined (`.range`), and a call of the
+    module's runner (`run_function`) with the loop's `.chunk` function, which decides
+    between the serial path and a GOMP_parallel team.  A loop known to be small calls
+    `.range` directly."""
     b = em.builder
     captured = [(name, v) for name, v in env.items() if name not in em.sizes]
     prefix = f"{em.fn.name}.par{em.parallel_loops}"
     em.parallel_loops += 1
     range_fn = _range_function(em, loop, captured, f"{prefix}.range")
-    n = em.extent(loop.extent)
     leading = list(em.fn.args[:len(em.kernel.buffers) + len(em.kernel.sizes)])
     args = leading + [v for _, v in captured]
+    n = em.extent(loop.extent)
     work = _mul(b, n, _inner_work(em, loop.body))
+    if isinstance(work, ir.Constant) and work.constant < PARALLEL_MIN_WORK \
+            or isinstance(n, ir.Constant) and n.constant < 2:
+        b.call(range_fn, args + [ir.Constant(S.I64, 0), n])      # known to be small: serial
+        return
+    struct = ir.LiteralStructType([a.type for a in args])
+    data = entry_alloca(em, struct)
+    for k, value in enumerate(args):
+        b.store(value, struct_field(b, data, struct, k))
+    chunk = _chunk_function(em.module, range_fn, struct, f"{prefix}.chunk")
+    b.call(run_function(em.module), [chunk, data, n, work])
+
+
+def _chunk_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralStructType,
+                    name: str) -> ir.Function:
+    """`void name(ptr data, i64 lo, i64 hi)`: `.range` on [lo, hi) with the arguments in
+    the struct at `data` (what the runner calls, serially or on every thread)."""
+    fn = ir.Function(module, _CHUNK_TYPE, name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    data, lo, hi = fn.args
+    args = [b.load(struct_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements)]
+    b.call(range_fn, args + [lo, hi])
+    b.ret_void()
+    return fn
+
+
+def run_function(module: ir.Module) -> ir.Function:
+    """`void tracecomp.parallel.run(ptr chunk, ptr data, i64 n, i64 work)`, defined once
+    per module: chunk(data, 0, n) on this thread when the loop is small (`work` innermost
+    iterations below PARALLEL_MIN_WORK, or n < 2), OpenMP allows one thread, or the
+    module backs off (below); else a team (`team_function`) over [0, n).  One copy for all
+    the module's loops: inlined into each, this choice and the team's timing were a third
+    of a module's LLVM time (W8's step)."""
+    fn = module.globals.get(_RUN)
+    if fn is not None:
+        return fn
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_CHUNK_PTR, _PTR, S.I64, S.I64]), _RUN)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")
+    chunk, data, n, work = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
     small = b.or_(b.icmp_signed("<", work, ir.Constant(S.I64, PARALLEL_MIN_WORK)),
                   b.icmp_signed("<", n, ir.Constant(S.I64, 2)))
-    max_threads = S.declare(em.module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
+    max_threads = S.declare(module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
     one_thread = b.icmp_signed("<", b.call(max_threads, []), ir.Constant(S.I32, 2))
     backs_off = b.and_(recently_late(b), b.icmp_signed("<", work, ir.Constant(S.I64, BACKOFF_MAX_WORK)))
     with b.if_else(b.or_(b.or_(small, one_thread), backs_off)) as (serial, parallel):
         with serial:
-            b.call(range_fn, args + [ir.Constant(S.I64, 0), n])
+            b.call(chunk, [data, ir.Constant(S.I64, 0), n])
         with parallel:
-            struct = ir.LiteralStructType([a.type for a in args] + [S.I64, S.I64, S.I64])
-            data = entry_alloca(em, struct)
-            for k, value in enumerate(args + [n, ir.Constant(S.I64, 0), ir.Constant(S.I64, 0)]):
-                b.store(value, struct_field(b, data, struct, k))        # ..., n, counter = 0, done
-            omp_fn = _omp_function(em.module, range_fn, struct, f"{prefix}.omp")
+            team = b.alloca(_TEAM)
+            for k, value in enumerate([chunk, data, n, ir.Constant(S.I64, 0), ir.Constant(S.I64, 0)]):
+                b.store(value, struct_field(b, team, _TEAM, k))        # ..., counter = 0, done
             # 0 threads: libgomp's default (OMP_NUM_THREADS)
-            start_team(b, omp_fn, data, struct_field(b, data, struct, len(args) + 2), ir.Constant(S.I32, 0))
+            start_team(b, team_function(module), team, struct_field(b, team, _TEAM, 4), ir.Constant(S.I32, 0))
+    b.ret_void()
+    return fn
+
+
+def team_function(module: ir.Module) -> ir.Function:
+    """`void tracecomp.parallel.team(ptr team)`, what every thread of a runner's team runs
+    (defined once per module): the chunks of the iterations it claims, through the loop's
+    `.chunk` function in the team struct {chunk, data, n, counter, done}."""
+    fn = module.globals.get(_TEAM_FN)
+    if fn is not None:
+        return fn
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), _TEAM_FN)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    team = fn.args[0]
+    chunk, data, n = [b.load(struct_field(b, team, _TEAM, k), typ=t) for k, t in enumerate(_TEAM.elements[:3])]
+    counter, done = struct_field(b, team, _TEAM, 3), struct_field(b, team, _TEAM, 4)
+    with claimed_chunks(b, module, counter, n, chunk_size(b, module, n, CHUNKS_PER_THREAD)) as (tid, lo, hi):
+        b.call(chunk, [data, lo, hi])
+    mark_done(b, tid, done)
+    b.ret_void()
+    return fn
 
 
 def outlined_function(em: FunctionEmitter, captured: list[tuple[str, ir.Value]], name: str,
@@ -201,23 +276,6 @@ def chunk_size(b: ir.IRBuilder, module: ir.Module, n: ir.Value, per_thread: int)
     chunks = b.mul(b.sext(b.call(num_threads, []), S.I64), ir.Constant(S.I64, per_thread))
     size = b.udiv(b.add(n, b.sub(chunks, ir.Constant(S.I64, 1))), chunks)
     return S.intrinsic(b, "smax", [size, ir.Constant(S.I64, 1)])
-
-
-def _omp_function(module: ir.Module, range_fn: ir.Function, struct: ir.LiteralStructType,
-                  name: str) -> ir.Function:
-    """`void name(ptr data)`: the chunks of the iterations this thread claims, then return."""
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]), name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    data = fn.args[0]
-    *args, n = [b.load(struct_field(b, data, struct, k), typ=t) for k, t in enumerate(struct.elements[:-2])]
-    counter, done = (struct_field(b, data, struct, len(struct.elements) - k) for k in (2, 1))
-    with claimed_chunks(b, module, counter, n, chunk_size(b, module, n, CHUNKS_PER_THREAD)) as (tid, lo, hi):
-        b.call(range_fn, args + [lo, hi])
-    mark_done(b, tid, done)
-    b.ret_void()
-    return fn
 
 
 def struct_field(b: ir.IRBuilder, data: ir.Value, struct: ir.LiteralStructType, k: int) -> ir.Value:

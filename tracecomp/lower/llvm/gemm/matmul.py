@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from ....errors import BackendError
+from .. import loop_ids
 from .. import scalar as S
 from ..emitter import FunctionEmitter, counted_loop
 from ..loop_hints import plain_loop
@@ -347,7 +348,7 @@ class _Item:
         out[i, j] = epilogue(acc = out[i, j]) over the tile just stored, while it is in L1.
         Outlined (a call per tile) because inlined in the tile loops, its dozens of
         addresses made LLVM's loop strength reduction search at length for every product.
-        Whole tiles put the row loop inside (constant bounds): LLVM unrolls it and
+        Whole tiles put the row loop inside (constant bounds): LLVM unrolls it (asked to) and
         vectorizes the column loop, contiguous in C.  With the rows outside, it unrolled
         the 32 columns and vectorized the rows with gathers and scatters (4x slower).
         Edge tiles run their loops as written (rows outside).  The nest reaches it through
@@ -375,3 +376,5 @@ class _Item:
             with loop(b, self.c64(0), nr, "mm.c") as i:     # so a whole tile's inner loop vectorizes
                 r, c = o.index, i.index
                 inner.emit_body(body, {**env, names[-2]: b.add(i0, r), names[-1]: b.add(j0, c)})
+        if whole:
+            loop_ids.attach(o.index, b.module, loop_ids.unroll_full(b.module))
