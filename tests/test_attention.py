@@ -211,3 +211,16 @@ def test_exported_library_matches_trace(tmp_path):
     got, want = tc.load(path)(*inputs), tc.trace(fn)(*inputs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_threads_never_share_a_workspace_slice():
+    """Batch items run on several threads, each packing its products into its own slice of
+    the one workspace; the products differ in size (full and last tiles), so slices sized
+    per product overlapped.  Repeated calls must all give the single-threaded answer."""
+    inputs, mask = _case((2, 3), 70, 70, 4, 3, "causal", 6)
+    inputs = [x.astype(np.float32) for x in inputs]
+    want = _np_grads(*[x.astype(np.float64) for x in inputs[:3]], mask, None)
+    f = tc.trace(_loss_grads(_sdpa(True, None)))
+    for _ in range(20):
+        for g, w in zip(f(*inputs), want):
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-4)

@@ -54,7 +54,7 @@ from ..parallel import (claimed_chunks, entry_alloca, mark_done, outlined_functi
                         struct_field)
 from ...loops.ir import Const, Let, Load, Matmul, Store, Var, INDEX
 from ...loops.matmul import flat_index, flat_name, index_names
-from ...schedule.tiles import TILES, Blocks, blocks, flops
+from ...schedule.tiles import TILES, Blocks, blocks, flops, max_threads
 
 PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
 ITEMS_PER_THREAD = 2                # work items per thread, claimed dynamically
@@ -136,17 +136,24 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
 
 def _on_this_thread(em: FunctionEmitter, s: Matmul, env: dict, plan: Plan, part: ir.Function, args: list) -> None:
     """A Matmul inside a parallel Loop (the fused attention's products, per batch item) runs
-    on the thread that reaches it, packing into that thread's slice of the workspace; a
-    thread numbered past the slices the workspace holds (OMP_NUM_THREADS above the core
+    on the thread that reaches it, packing into that thread's slice of the workspace.  The
+    slices are the workspace split evenly over tiles.max_threads() threads, the same for
+    every product of the kernel: threads run different products at once, and slices sized
+    per product would overlap.  A thread numbered past them (OMP_NUM_THREADS above the core
     count) runs the plain loops instead."""
     b = em.builder
+    threads = max_threads()
+    slice_elements = em.kernel.buffer(s.workspace).shape[0] // threads
+    if slice_elements < plan.blocks.thread_elements:
+        raise BackendError(f"kernel '{em.kernel.name}': Matmul workspace '{s.workspace}' split over {threads} "
+                           f"threads gives {slice_elements} elements each; this product needs "
+                           f"{plan.blocks.thread_elements}")
     thread_num = S.declare(em.module, "omp_get_thread_num", S.I32, [], attrs=("nounwind",))
     tid = b.sext(b.call(thread_num, []), S.I64)
     element = S.register_type(em.kernel.buffer(s.workspace).dtype)
-    with b.if_else(b.icmp_signed("<", tid, ir.Constant(S.I64, plan.capacity))) as (fits, beyond):
+    with b.if_else(b.icmp_signed("<", tid, ir.Constant(S.I64, threads))) as (fits, beyond):
         with fits:
-            slice_ = b.gep(args[-1], [b.mul(tid, ir.Constant(S.I64, plan.blocks.thread_elements))],
-                           source_etype=element)
+            slice_ = b.gep(args[-1], [b.mul(tid, ir.Constant(S.I64, slice_elements))], source_etype=element)
             b.call(part, args[:-1] + [slice_, ir.Constant(S.I64, 0), ir.Constant(S.I64, plan.batch_count),
                                       ir.Constant(S.I64, 1)])
         with beyond:
