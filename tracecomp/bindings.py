@@ -263,6 +263,37 @@ def _inplace_operator(dunder: str, name: str) -> Callable:
     return method
 
 
+def _inplace_method(name: str, overloads: list[OpDef]) -> Callable:
+    """`x.add_(y)`: x.add(y) written into x (functionalized like item assignment)."""
+    def method(self, *args, **kwargs):
+        return _at_user_line(lambda: inplace(self, call_overloads(name, overloads, args, kwargs, self), f"{name}_"))
+    method.__name__ = method.__qualname__ = f"{name}_"
+    method.__doc__ = "In place: " + "\n".join(str(op.schema) for op in overloads)
+    return method
+
+
+def _zero_(self):
+    import tracecomp as tc
+    return _at_user_line(lambda: inplace(self, tc.zeros_like(self), "zero_"))
+
+
+def _fill_(self, value):
+    """Every element set to `value` (a number or a 0-d tensor), cast to self's dtype."""
+    import tracecomp as tc
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise ArgumentError(f"fill_: the value must be a number or a 0-d tensor, got shape {tuple(value.shape)}")
+        return _at_user_line(lambda: inplace(self, tc.broadcast_to(value.to(self.dtype), list(self.shape)), "fill_"))
+    return _at_user_line(lambda: inplace(self, tc.full(list(self.shape), value).to(self.dtype), "fill_"))
+
+
+def _copy_(self, src, non_blocking: bool = False):
+    """src broadcast to self's shape and cast to its dtype (any cast, as PyTorch's copy_)."""
+    import tracecomp as tc
+    src = src if isinstance(src, Tensor) else tc.tensor(src)
+    return _at_user_line(lambda: inplace(self, tc.broadcast_to(src.to(self.dtype), list(self.shape)), "copy_"))
+
+
 def _getitem(self, index):
     from .indexing import getitem
     return _at_user_line(getitem, self, index)
@@ -283,6 +314,9 @@ def install(table: dict[str, OpDef], namespace: dict[str, Any]) -> None:
         methods = [op for op in overloads if "method" in op.variants]
         if methods:
             setattr(Tensor, name, _method(name, methods))
+        in_place = [op for op in overloads if op.inplace]
+        if in_place:
+            setattr(Tensor, f"{name}_", _inplace_method(name, in_place))
         for op in overloads:
             for dunder in op.operators:
                 setattr(Tensor, dunder, _operator(name, overloads, reflected=False))
@@ -294,3 +328,4 @@ def install(table: dict[str, OpDef], namespace: dict[str, Any]) -> None:
     Tensor.__setitem__ = _setitem
     for dunder, name in _INPLACE.items():
         setattr(Tensor, dunder, _inplace_operator(dunder, name))
+    Tensor.zero_, Tensor.fill_, Tensor.copy_ = _zero_, _fill_, _copy_

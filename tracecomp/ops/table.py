@@ -25,7 +25,7 @@ ACCEPTED_DTYPES = ("any", "numeric", "float", "integral")
 KNOWN_KEYS = {"func", "variants", "operators", "reflected", "properties", "elementwise",
               "composite", "kind", "dtype", "promote", "accepts", "nondeterministic",
               "doc", "impl", "choices", "torch"}
-VARIANTS = ("function", "method")
+VARIANTS = ("function", "method", "inplace")    # inplace: a `name_` method too (elementwise methods get one anyway)
 OPERATORS = {"__add__", "__sub__", "__mul__", "__truediv__", "__pow__", "__matmul__", "__neg__",
              "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__",
              "__or__", "__invert__", "__floordiv__", "__mod__", "__xor__"}
@@ -67,6 +67,13 @@ class OpDef:
     @property
     def ir_name(self) -> str:
         return "tc." + self.schema.full_name
+
+    @property
+    def inplace(self) -> bool:
+        """Whether Tensor gets a `name_` method writing the result into self, as PyTorch's
+        in-place variants: declared, or any elementwise method whose first argument is self."""
+        return "inplace" in self.variants or (self.kind == "elementwise" and "method" in self.variants
+                                               and self.schema.arguments[0].name == "self")
 
     @property
     def where(self) -> str:
@@ -185,8 +192,8 @@ def _build(entry: dict, file: str) -> OpDef:
         if name not in {a.name for a in schema.arguments if a.type.base == "str"}:
             err(f"'choices' names '{name}', which is not a str argument")
     variants = _as_tuple(entry, "variants", set(VARIANTS), err) or ("function",)
-    if ("method" in variants or entry.get("properties")) and "self" not in {a.name for a in schema.arguments}:
-        err("a method or property variant needs an argument named 'self'")
+    if ({"method", "inplace"} & set(variants) or entry.get("properties")) and "self" not in {a.name for a in schema.arguments}:
+        err("a method, inplace or property variant needs an argument named 'self'")
     return OpDef(
         schema=schema, file=file, line=line, variants=variants,
         operators=_as_tuple(entry, "operators", OPERATORS | REFLECTED, err),
