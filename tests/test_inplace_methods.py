@@ -117,3 +117,27 @@ def test_a_leaf_that_requires_grad_refuses():
     x = tc.tensor([0.5, 1.0], requires_grad=True)
     with pytest.raises(tc.TracecompError, match="leaf"):
         x.mul_(2)
+
+
+# ---------------------------------------------------------------- negative slice steps, .cpu()
+
+@pytest.mark.parametrize("index", [np.s_[::-1], np.s_[8:2:-2], np.s_[::-3], np.s_[2:8:-1], np.s_[-1:-11:-1],
+                                   np.s_[5::-2], np.s_[100:-100:-4], np.s_[1, ::-2], np.s_[::-1, 1::-1]])
+def test_negative_steps_read_and_write_as_numpy(index):
+    """PyTorch refuses negative steps; NumPy and JAX read them backwards, and so does tracecomp."""
+    a = np.arange(20.0).reshape(2, 10) if isinstance(index, tuple) else np.arange(10.0)
+    x = tc.tensor(a)
+    np.testing.assert_array_equal(x[index].numpy(), a[index])
+    np.testing.assert_array_equal(tc.trace(lambda t: t[index])(a).numpy(), a[index])
+    b, y = a.copy(), tc.tensor(a)
+    b[index] = -1.0
+    y[index] = -1.0
+    np.testing.assert_array_equal(y.numpy(), b)
+    assert tc.gradcheck(lambda t: (t[index] ** 2).sum(), [a])
+
+
+def test_zero_step_and_cpu():
+    with pytest.raises(tc.ShapeError, match="slice step cannot be zero"):
+        tc.ones(3)[::0]
+    x = tc.ones(3)
+    assert x.cpu() is x and x.to("cpu") is not None and x.to(device="cpu").shape == (3,)

@@ -96,9 +96,7 @@ def getitem(t, index):
         elif isinstance(i, slice):
             if i != slice(None):
                 step = 1 if i.step is None else i.step
-                if step <= 0:
-                    raise ShapeError(f"slice step must be greater than zero, got {step}")
-                t = tc.slice(t, dim, i.start, i.stop, step)
+                t = tc.slice(t, dim, i.start, i.stop, step) if step > 0 else _backwards(t, dim, i)
             dim += 1
         elif isinstance(i, Tensor):
             advanced.append((dim, i))
@@ -120,6 +118,21 @@ def getitem(t, index):
     out = _advanced(t, advanced)
     out._is_view = False          # advanced indexing copies, in PyTorch too
     return out
+
+
+def _backwards(t, dim: int, i: slice):
+    """`t[a:b:-s]` along dim, as NumPy and JAX read it (PyTorch refuses negative steps): the
+    dim flipped, then a forward slice of the same elements."""
+    import tracecomp as tc
+    n = t.shape[dim]
+    if i.step == 0:
+        raise ShapeError("slice step cannot be zero")
+    if not isinstance(n, int):
+        raise ShapeError(f"a negative slice step needs a static size; dim {dim} has the dynamic size {n}")
+    start, stop, step = i.indices(n)
+    count = len(range(start, stop, step))
+    first = n - 1 - start
+    return tc.slice(tc.flip(t, [dim]), dim, first, first + (count - 1) * -step + 1 if count else first, -step)
 
 
 def _advanced(t, advanced: list):

@@ -149,6 +149,11 @@ class Tensor:
     def tolist(self):
         return self._concrete("Tensor.tolist()").tolist()
 
+    def cpu(self) -> "Tensor":
+        """The tensor itself: tracecomp's tensors live in host memory (PyTorch's .cpu() of a
+        CPU tensor is the same tensor)."""
+        return self
+
     def __array__(self, dtype=None, copy=None):
         data = self._concrete("np.asarray(tensor)")
         return data if dtype is None else data.astype(dtype)
