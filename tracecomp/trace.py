@@ -2,7 +2,8 @@
 
 The signature of a call is the pytree structure of its arguments, each tensor leaf's
 shape and dtype, and the value of every non-tensor leaf (Python scalars are static, as
-with torch.compile's specialization, so changing one retraces).  Each new signature is
+with torch.compile's specialization, so changing one retraces; NumPy scalars are 0-d
+tensors, as in JAX).  Each new signature is
 traced under the Tracer key, optimized by the pass pipeline and cached; retraces are
 logged with what changed and warn once past `max_retraces`.
 
@@ -38,9 +39,12 @@ DEVICES = ("cpu", "cuda")
 
 
 def _is_array_leaf(x: Any) -> bool:
-    if isinstance(x, (Tensor, np.ndarray)):
-        return True
-    if isinstance(x, (bool, int, float, str, type(None), np.generic)):
+    """Tensors, arrays and NumPy scalars (np.float32(0.1): data, as in JAX, so an Adam step
+    whose bias correction changes every call compiles once) are traced; Python numbers,
+    strings and None are static, as in torch.compile: a new value retraces."""
+    if isinstance(x, (Tensor, np.ndarray, np.generic)):
+        return not isinstance(x, (np.str_, np.bytes_, np.void))
+    if isinstance(x, (bool, int, float, str, type(None))):
         return False
     return hasattr(x, "__dlpack__") or hasattr(x, "__array__")
 
@@ -410,10 +414,12 @@ class TracedFunction:
             del self._history[:-1]
         if len(self._history) > self.max_retraces and not self._warned:
             self._warned = True
-            lines = "\n".join(f"  {i}: {_explain_key(k)}" for i, k in enumerate(self._history))
+            lines = "\n".join([f"  0: {_explain_key(self._history[0])}"] + [
+                f"  {i}: {_explain_change(self._history[i - 1], k)}" for i, k in enumerate(self._history) if i])
             warnings.warn(f"tc.trace: {self.__name__} was traced {len(self._history)} times "
                           f"(more than {self.max_retraces}); every new shape, dtype or Python "
-                          f"scalar value retraces. Signatures so far:\n{lines}", stacklevel=3)
+                          f"scalar value retraces (NumPy scalars are data and do not). The first "
+                          f"signature, then what changed at each retrace:\n{lines}", stacklevel=3)
 
 
 def _dynamic_leaves(fn: Callable, args: tuple, dynamic: dict) -> dict[int, dict[int, str]]:
