@@ -12,7 +12,7 @@ from .errors import (ArgumentError, DTypeError, IRError, OutOfMemoryError, Shape
 from .factories import tensor
 from .logs import configure as _configure_logging
 from .random import manual_seed
-from .tensor import Tensor
+from .tensor import Tensor, from_dlpack
 
 __version__ = "0.1.0"
 float = float32        # PyTorch's aliases
@@ -51,3 +51,14 @@ from . import nn  # noqa: E402
 from .exporting import export  # noqa: E402
 from .runtime.loader import load  # noqa: E402
 from .runtime.cache import settings as compile_cache  # noqa: E402
+
+
+def __getattr__(name: str):
+    """A name tracecomp lacks: say where the supported operators are listed, and whether
+    PyTorch has it (when PyTorch is already imported: importing it here would cost a second)."""
+    import sys
+    torch = sys.modules.get("torch")
+    known = "" if torch is None else (f"; PyTorch has torch.{name}, tracecomp does not (yet)"
+                                      if hasattr(torch, name) else "; PyTorch has no torch." + name + " either")
+    raise AttributeError(f"module 'tracecomp' has no attribute {name!r}{known}. The supported operators: "
+                         f"`tracecomp ops` (or README.md, 'Supported operators')")

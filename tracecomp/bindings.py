@@ -18,7 +18,7 @@ from .errors import ArgumentError, TracecompError, add_location
 from .ops.schema import Argument
 from .assignment import check_fresh, inplace, setitem
 from .ops.table import VIEW_KINDS, OpDef
-from .tensor import Tensor, as_tensor
+from .tensor import Tensor, as_tensor, foreign_name, is_foreign
 from .symbolic import Dim
 
 
@@ -67,12 +67,12 @@ def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
         raise _Mismatch(f"argument '{arg.name}' must be {t}, not None")
     base = t.base
     if base == "Tensor" and t.is_list:
-        if isinstance(v, (list, tuple)) and all(isinstance(x, (Tensor, np.ndarray))
+        if isinstance(v, (list, tuple)) and all(isinstance(x, (Tensor, np.ndarray)) or is_foreign(x)
                                                 or (x is None and t.elem_optional) for x in v):
             return [None if x is None else as_tensor(x) for x in v]
     elif base == "Tensor":
-        if isinstance(v, (Tensor, np.ndarray)):
-            return as_tensor(v)
+        if isinstance(v, (Tensor, np.ndarray)) or is_foreign(v):
+            return as_tensor(v)        # a torch.Tensor shares its memory (DLPack)
         if op.kind == "elementwise" and _scalar(v) is not None:
             return _scalar(v)      # a weak scalar operand
     elif base == "Scalar":
@@ -230,11 +230,22 @@ def _method(name: str, overloads: list[OpDef]) -> Callable:
 
 
 def _operator(name: str, overloads: list[OpDef], reflected: bool) -> Callable:
-    """`a + b` calls add(a, b); a reflected dunder (`2 - t`) calls sub(2, t)."""
+    """`a + b` calls add(a, b); a reflected dunder (`2 - t`) calls sub(2, t).  A torch.Tensor
+    on the other side raises: which library's tensor the result should be is not clear."""
     def dunder(self, *other):
+        if other and is_foreign(other[0]):
+            _mixed(name, other[0], reflected)
         args = (other[0], self) if reflected else (self, *other)
         return call_overloads(name, overloads, args, {})
     return dunder
+
+
+def _mixed(name: str, other, reflected: bool):
+    from .tracer import user_location
+    pair = f"{foreign_name(other)} and a tracecomp.Tensor" if reflected else f"tracecomp.Tensor and a {foreign_name(other)}"
+    raise add_location(ArgumentError(
+        f"{name}: the operands are a {pair}; convert one first: tc.from_dlpack(t) gives a tracecomp.Tensor "
+        f"sharing its memory, torch.from_dlpack(x) a torch.Tensor"), str(user_location()))
 
 
 def _at_user_line(fn: Callable, *args):

@@ -210,17 +210,45 @@ def format_array(data: np.ndarray, prefix: str) -> str:
     return np.array2string(data, separator=", ", prefix=prefix)
 
 
+def foreign_name(x: Any) -> str:
+    """`torch.Tensor` for a PyTorch tensor: the full name of an array type of another library."""
+    t = type(x)
+    return f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def is_foreign(x: Any) -> bool:
+    """An array of another library that shares its memory through DLPack (a torch.Tensor)."""
+    return hasattr(x, "__dlpack__") and not isinstance(x, (Tensor, np.ndarray, np.generic, int, float, bool))
+
+
+def from_dlpack(x: Any) -> Tensor:
+    """The tracecomp Tensor sharing `x`'s memory (zero copy), for any DLPack exporter on the
+    CPU: a torch.Tensor, a NumPy or JAX array.  A torch.Tensor that requires grad refuses:
+    its gradient would be lost, so detach it first, as PyTorch asks before .numpy()."""
+    if isinstance(x, Tensor):
+        return x
+    if getattr(x, "requires_grad", False):
+        from .errors import ArgumentError
+        from .tracer import user_location
+        raise add_location(ArgumentError(
+            f"a {foreign_name(x)} that requires grad cannot be shared with tracecomp (its gradient "
+            f"would be lost): pass x.detach(), or compute the gradient with tracecomp"), str(user_location()))
+    try:
+        return Tensor.from_numpy(np.from_dlpack(x))
+    except (TypeError, RuntimeError, BufferError) as e:
+        from .errors import ArgumentError
+        raise ArgumentError(f"from_dlpack: cannot share the memory of a {foreign_name(x)} ({e}); "
+                            "tracecomp takes CPU arrays") from None
+
+
 def as_tensor(x: Any) -> Tensor:
     """A Tensor from a Tensor, NumPy array, DLPack/array-protocol object or Python scalar."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, np.ndarray):
         return Tensor.from_numpy(x)
-    if hasattr(x, "__dlpack__") and not isinstance(x, (int, float, bool)):
-        try:
-            return Tensor.from_numpy(np.from_dlpack(x))
-        except (TypeError, RuntimeError, BufferError):
-            pass
+    if is_foreign(x):
+        return from_dlpack(x)
     if isinstance(x, np.generic):         # NumPy scalars keep their dtype, as in PyTorch
         return Tensor.from_numpy(np.asarray(x))
     if isinstance(x, (bool, int, float)):
