@@ -42,7 +42,7 @@ _configure_logging()
 
 # These need the generated API.
 from . import autograd  # noqa: E402
-from .autograd.functional import grad, jvp, value_and_grad, vjp  # noqa: E402
+from .autograd.functional import grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp  # noqa: E402
 from .autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .trace import trace  # noqa: E402

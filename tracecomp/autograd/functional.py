@@ -243,3 +243,104 @@ def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
     tangent_outs = [o._tangent if o._tangent is not None else _zeros_like(o) for o in outs]
     return (pytree.unflatten(out_structure, [primal(o) for o in outs]),
             pytree.unflatten(out_structure, tangent_outs))
+
+
+# ---------------------------------------------------------------- Jacobians and Hessians
+# JAX's jacrev/jacfwd/hessian over pytrees: a Jacobian leaf for output leaf o and input
+# leaf x has shape o.shape + x.shape; the output's structure is outside, the inputs'
+# inside (one pytree per argnum, or the argnum's own pytree for an int).  Without vmap
+# yet, the basis vectors run one after another: numel(output) VJPs for jacrev, numel(input)
+# JVPs for jacfwd; under tc.trace that unrolls into the graph, so keep them small.
+
+def _selecting(fn: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
+    """fn as a function of the arguments at `nums` only, the others fixed."""
+    def f(*chosen):
+        full = list(args)
+        for i, x in zip(nums, chosen):
+            full[i] = x
+        return fn(*full)
+    return f
+
+
+def _basis(t: Tensor, k: int) -> Tensor:
+    import tracecomp
+    flat = tracecomp.zeros([t.numel()], dtype=t.dtype)
+    flat[k] = 1.0
+    return flat.reshape(list(t.shape))
+
+
+def _stacked(pieces: list, lead: tuple, shape_of) -> Any:
+    """pieces (one pytree per basis vector, same structure) as one pytree whose leaves
+    stack them: leaf shape `lead + shape_of(leaf)` when lead is the basis' shape (jacrev:
+    output shape first), or the basis dims moved last (jacfwd)."""
+    import tracecomp
+    leaves = [pytree.flatten(p, _is_tracked) for p in pieces]
+    structure = leaves[0][1]
+    out = []
+    for j in range(len(leaves[0][0])):
+        column = [ls[j] for ls, _ in leaves]
+        out.append(shape_of(tracecomp.stack(column), column[0]))
+    return pytree.unflatten(structure, out)
+
+
+def jacrev(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian of fn w.r.t. the arguments at argnums, by reverse mode (one VJP per
+    element of the output)."""
+    def wrapped(*args):
+        nums = _argnums(argnums, len(args))
+        f = _selecting(fn, args, nums)
+        g = (lambda *a: f(*a)[0]) if has_aux else f
+        out, pull = vjp(g, *[args[i] for i in nums])
+        outs, out_structure = pytree.flatten(out, _is_tracked)
+        per_output = []
+        for o in outs:
+            rows = []
+            for k in range(o.numel()):
+                cts = [_basis(o, k) if p is o else _zeros_like(p) for p in outs]
+                grads = pull(pytree.unflatten(out_structure, cts))
+                rows.append(grads[0] if isinstance(argnums, int) else tuple(grads))
+            per_output.append(_stacked(rows, tuple(o.shape), lambda s, x, o=o: s.reshape(list(o.shape) + list(x.shape))))
+        jac = pytree.unflatten(out_structure, per_output)
+        return (jac, f(*[args[i] for i in nums])[1]) if has_aux else jac
+    wrapped.__name__ = f"jacrev_{getattr(fn, '__name__', 'fn')}"
+    return wrapped
+
+
+def jacfwd(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian of fn w.r.t. the arguments at argnums, by forward mode (one JVP per
+    element of the inputs)."""
+    def wrapped(*args):
+        import tracecomp
+        nums = _argnums(argnums, len(args))
+        f = _selecting(fn, args, nums)
+        g = (lambda *a: f(*a)[0]) if has_aux else f
+        primals = [args[i] for i in nums]
+        p_leaves, p_structure = pytree.flatten(tuple(primals), _is_array)
+        p_leaves = [as_tensor(x) for x in p_leaves]
+        columns = []            # per input leaf: the output pytree of o.shape + x.shape leaves
+        for j, x in enumerate(p_leaves):
+            tangents_out = []
+            for k in range(x.numel()):
+                tangents = [_basis(x, k) if i == j else _zeros_like(y) for i, y in enumerate(p_leaves)]
+                tangents_out.append(jvp(g, tuple(primals), pytree.unflatten(p_structure, tangents))[1])
+            columns.append(_stacked(tangents_out, (), lambda s, o, x=x: tracecomp.movedim(
+                s.reshape(list(x.shape) + list(o.shape)), list(range(x.ndim)),
+                list(range(o.ndim, o.ndim + x.ndim))) if x.ndim else s.reshape(list(o.shape))))
+        # regroup: output structure outside, input structure inside
+        out_leaves = [pytree.flatten(c, _is_tracked) for c in columns]
+        out_structure = out_leaves[0][1] if out_leaves else pytree.flatten(g(*primals), _is_tracked)[1]
+        per_output = []
+        for m in range(len(out_leaves[0][0]) if out_leaves else 0):
+            inner = pytree.unflatten(p_structure, [ls[m] for ls, _ in out_leaves])
+            per_output.append(inner[0] if isinstance(argnums, int) else inner)
+        jac = pytree.unflatten(out_structure, per_output)
+        return (jac, f(*primals)[1]) if has_aux else jac
+    wrapped.__name__ = f"jacfwd_{getattr(fn, '__name__', 'fn')}"
+    return wrapped
+
+
+def hessian(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """The Hessian of a scalar fn: jacfwd of jacrev, as JAX defines it."""
+    h = jacfwd(jacrev(fn, argnums), argnums)
+    h.__name__ = f"hessian_{getattr(fn, '__name__', 'fn')}"
+    return h
