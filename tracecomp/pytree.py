@@ -1,4 +1,5 @@
-"""Flattening nested tuples/lists/dicts into leaves and a hashable structure, and back."""
+"""Flattening nested tuples/lists/dicts (and registered classes) into leaves and a hashable
+structure, and back."""
 from __future__ import annotations
 
 import struct
@@ -7,6 +8,18 @@ from typing import Any, Callable
 import numpy as np
 
 LEAF = "*"
+REGISTERED = "registered"
+_NODES: dict[type, tuple[Callable, Callable]] = {}
+
+
+def register_pytree_node(cls: type, flatten_fn: Callable, unflatten_fn: Callable) -> None:
+    """Let instances of `cls` hold tensors in pytrees, as JAX's register_pytree_node:
+    flatten_fn(obj) -> (children, aux) with aux hashable (what is not a child: a name, a
+    config), unflatten_fn(aux, children) -> obj.  tc.grad, tc.trace and the other transforms
+    then take and return them (tc.nn.Module registers itself this way)."""
+    if not isinstance(cls, type):
+        raise TypeError(f"register_pytree_node takes a class, got {cls!r}")
+    _NODES[cls] = (flatten_fn, unflatten_fn)
 
 
 def flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
@@ -29,6 +42,10 @@ def _walk(x: Any, is_leaf: Callable[[Any], bool], leaves: list) -> Any:
         return (type(x).__name__, tuple(_walk(y, is_leaf, leaves) for y in x))
     if isinstance(x, dict):
         return ("dict", tuple((k, _walk(x[k], is_leaf, leaves)) for k in x))
+    node = _NODES.get(type(x))
+    if node is not None:
+        children, aux = node[0](x)
+        return ((REGISTERED, type(x), aux), tuple(_walk(y, is_leaf, leaves) for y in children))
     return ("static", x)          # Python scalars, None, strings: part of the structure
 
 
@@ -45,6 +62,8 @@ def _build(s: Any, it) -> Any:
     if kind == "dict":
         return {k: _build(v, it) for k, v in body}
     items = [_build(v, it) for v in body]
+    if isinstance(kind, tuple):                  # (REGISTERED, class, aux)
+        return _NODES[kind[1]][1](kind[2], items)
     if isinstance(kind, type):
         return kind(*items)
     return tuple(items) if kind == "tuple" else items
@@ -125,6 +144,8 @@ def structure_to_json(structure) -> Any:
             if not all(isinstance(k, str) for k, _ in body):
                 raise ValueError
             return {"dict": [[k, walk(v)] for k, v in body]}
+        if isinstance(kind, tuple):              # a registered class: no JSON form
+            raise ValueError
         return {"list" if kind == "list" else "tuple": [walk(v) for v in body]}
     try:
         return walk(structure)
