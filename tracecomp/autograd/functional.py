@@ -252,14 +252,16 @@ def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
 # yet, the basis vectors run one after another: numel(output) VJPs for jacrev, numel(input)
 # JVPs for jacfwd; under tc.trace that unrolls into the graph, so keep them small.
 
-def _selecting(fn: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
-    """fn as a function of the arguments at `nums` only, the others fixed."""
+def _selecting(fn: Callable, args: tuple, argnums, has_aux: bool) -> tuple[list, Callable, Callable]:
+    """(the arguments at argnums, fn of those only (the others fixed), that without its aux)."""
+    nums = _argnums(argnums, len(args))
+
     def f(*chosen):
         full = list(args)
         for i, x in zip(nums, chosen):
             full[i] = x
         return fn(*full)
-    return f
+    return [args[i] for i in nums], f, ((lambda *a: f(*a)[0]) if has_aux else f)
 
 
 def _basis(t: Tensor, k: int) -> Tensor:
@@ -269,10 +271,9 @@ def _basis(t: Tensor, k: int) -> Tensor:
     return flat.reshape(list(t.shape))
 
 
-def _stacked(pieces: list, lead: tuple, shape_of) -> Any:
+def _stacked(pieces: list, shape_of) -> Any:
     """pieces (one pytree per basis vector, same structure) as one pytree whose leaves
-    stack them: leaf shape `lead + shape_of(leaf)` when lead is the basis' shape (jacrev:
-    output shape first), or the basis dims moved last (jacfwd)."""
+    stack them, shaped by shape_of(stacked, one piece's leaf)."""
     import tracecomp
     leaves = [pytree.flatten(p, _is_tracked) for p in pieces]
     structure = leaves[0][1]
@@ -287,10 +288,8 @@ def jacrev(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
     """The Jacobian of fn w.r.t. the arguments at argnums, by reverse mode (one VJP per
     element of the output)."""
     def wrapped(*args):
-        nums = _argnums(argnums, len(args))
-        f = _selecting(fn, args, nums)
-        g = (lambda *a: f(*a)[0]) if has_aux else f
-        out, pull = vjp(g, *[args[i] for i in nums])
+        primals, f, g = _selecting(fn, args, argnums, has_aux)
+        out, pull = vjp(g, *primals)
         outs, out_structure = pytree.flatten(out, _is_tracked)
         per_output = []
         for o in outs:
@@ -299,9 +298,9 @@ def jacrev(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
                 cts = [_basis(o, k) if p is o else _zeros_like(p) for p in outs]
                 grads = pull(pytree.unflatten(out_structure, cts))
                 rows.append(grads[0] if isinstance(argnums, int) else tuple(grads))
-            per_output.append(_stacked(rows, tuple(o.shape), lambda s, x, o=o: s.reshape(list(o.shape) + list(x.shape))))
+            per_output.append(_stacked(rows, lambda s, x, o=o: s.reshape(list(o.shape) + list(x.shape))))
         jac = pytree.unflatten(out_structure, per_output)
-        return (jac, f(*[args[i] for i in nums])[1]) if has_aux else jac
+        return (jac, f(*primals)[1]) if has_aux else jac
     wrapped.__name__ = f"jacrev_{getattr(fn, '__name__', 'fn')}"
     return wrapped
 
@@ -311,10 +310,7 @@ def jacfwd(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
     element of the inputs)."""
     def wrapped(*args):
         import tracecomp
-        nums = _argnums(argnums, len(args))
-        f = _selecting(fn, args, nums)
-        g = (lambda *a: f(*a)[0]) if has_aux else f
-        primals = [args[i] for i in nums]
+        primals, f, g = _selecting(fn, args, argnums, has_aux)
         p_leaves, p_structure = pytree.flatten(tuple(primals), _is_array)
         p_leaves = [as_tensor(x) for x in p_leaves]
         columns = []            # per input leaf: the output pytree of o.shape + x.shape leaves
@@ -323,7 +319,7 @@ def jacfwd(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
             for k in range(x.numel()):
                 tangents = [_basis(x, k) if i == j else _zeros_like(y) for i, y in enumerate(p_leaves)]
                 tangents_out.append(jvp(g, tuple(primals), pytree.unflatten(p_structure, tangents))[1])
-            columns.append(_stacked(tangents_out, (), lambda s, o, x=x: tracecomp.movedim(
+            columns.append(_stacked(tangents_out, lambda s, o, x=x: tracecomp.movedim(
                 s.reshape(list(x.shape) + list(o.shape)), list(range(x.ndim)),
                 list(range(o.ndim, o.ndim + x.ndim))) if x.ndim else s.reshape(list(o.shape))))
         # regroup: output structure outside, input structure inside
