@@ -283,26 +283,27 @@ def _inplace_method(name: str, overloads: list[OpDef]) -> Callable:
     return method
 
 
-def _zero_(self):
+def _written(self, src, what: str):
+    """src (a tensor or a number) cast to self's dtype (any cast, as PyTorch's copy_ and
+    fill_) and broadcast to its shape, written into self."""
     import tracecomp as tc
-    return _at_user_line(lambda: inplace(self, tc.zeros_like(self), "zero_"))
+    src = src if isinstance(src, Tensor) else tc.tensor(src)
+    return _at_user_line(lambda: inplace(self, tc.broadcast_to(src.to(self.dtype), list(self.shape)), what))
+
+
+def _zero_(self):
+    return _written(self, 0, "zero_")
 
 
 def _fill_(self, value):
-    """Every element set to `value` (a number or a 0-d tensor), cast to self's dtype."""
-    import tracecomp as tc
-    if isinstance(value, Tensor):
-        if value.ndim != 0:
-            raise ArgumentError(f"fill_: the value must be a number or a 0-d tensor, got shape {tuple(value.shape)}")
-        return _at_user_line(lambda: inplace(self, tc.broadcast_to(value.to(self.dtype), list(self.shape)), "fill_"))
-    return _at_user_line(lambda: inplace(self, tc.full(list(self.shape), value).to(self.dtype), "fill_"))
+    """Every element set to `value`, a number or a 0-d tensor."""
+    if isinstance(value, Tensor) and value.ndim != 0:
+        raise ArgumentError(f"fill_: the value must be a number or a 0-d tensor, got shape {tuple(value.shape)}")
+    return _written(self, value, "fill_")
 
 
 def _copy_(self, src, non_blocking: bool = False):
-    """src broadcast to self's shape and cast to its dtype (any cast, as PyTorch's copy_)."""
-    import tracecomp as tc
-    src = src if isinstance(src, Tensor) else tc.tensor(src)
-    return _at_user_line(lambda: inplace(self, tc.broadcast_to(src.to(self.dtype), list(self.shape)), "copy_"))
+    return _written(self, src, "copy_")
 
 
 def _getitem(self, index):

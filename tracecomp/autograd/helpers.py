@@ -605,9 +605,13 @@ def index_add_source_backward(grad, dim: int, index, source, alpha):
 # and tc.jvp: forward mode, second derivatives, and the gradients of logsumexp and of a
 # float mask, which only a second derivative or a mask that requires grad asks for.
 
+def _attention_scale(query, scale) -> float:
+    return 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+
+
 def _attention_scores(query, key, is_causal: bool, attn_mask, scale):
     tc = _tc()
-    scores = tc.matmul(query, key.mT) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
+    scores = tc.matmul(query, key.mT) * _attention_scale(query, scale)
     if is_causal:
         attn_mask = tc.tril(tc.ones([query.shape[-2], key.shape[-2]], dtype=tc.bool))
     if attn_mask is None:
@@ -637,8 +641,7 @@ def attention_backward_math(grad_out, query, key, value, out, logsumexp, is_caus
     """The fused backward's (grad_query, grad_key, grad_value): probabilities from logsumexp."""
     tc = _tc()
     p = _probabilities(_attention_scores(query, key, is_causal, attn_mask, scale), logsumexp)
-    factor = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
-    ds = p * (tc.matmul(grad_out, value.mT) - (grad_out * out).sum(-1, keepdim=True)) * factor
+    ds = p * (tc.matmul(grad_out, value.mT) - (grad_out * out).sum(-1, keepdim=True)) * _attention_scale(query, scale)
     return tc.matmul(ds, key), tc.matmul(ds.mT, query), tc.matmul(p.mT, grad_out)
 
 

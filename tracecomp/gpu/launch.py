@@ -33,9 +33,9 @@ from typing import Optional, Union
 from ..dtypes import DType
 from ..lower.llvm import scalar as S
 from ..lower.llvm.emitter import monoid_updates
-from ..lower.loops.ir import (INDEX, Binary, Buffer, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Var)
 from ..errors import BackendError
-from ..lower.loops.ir import Const
+from ..lower.loops.ir import (INDEX, Binary, Buffer, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store,
+                              Var)
 from ..lower.loops.walk import buffers_read, buffers_written, statements, substitute, var_names, walk
 
 ELEMENTWISE_THREADS = 256

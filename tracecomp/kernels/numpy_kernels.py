@@ -204,7 +204,7 @@ def _sort(op: OpDef, args, out_types):
 
 def attention_scores(q, k, mask, is_causal: bool, scale) -> tuple[np.ndarray, np.ndarray]:
     """(the scaled scores q k^T with -inf where masked out (an additive mask added), the
-    scale) of the fused attention; also its oracle in the tests."""
+    scale) of the fused attention."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
     if is_causal:

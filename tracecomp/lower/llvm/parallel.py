@@ -47,7 +47,6 @@ kernels then take the serial path without touching libgomp's thread pool.
 """
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -303,9 +302,10 @@ def _inner_work(em: FunctionEmitter, body: Sequence) -> ir.Value:
         if isinstance(s, (Loop, Reduce)):
             total = _add(em.builder, total, _mul(em.builder, _bound(em, s.extent), _inner_work(em, s.body)))
         elif isinstance(s, Matmul):
-            product = _mul(em.builder, _bound(em, s.m), _mul(em.builder, _bound(em, s.n), _bound(em, s.k)))
-            total = _add(em.builder, total, _mul(em.builder, product, _bound(em, math.prod(s.batch) if all(
-                isinstance(d, int) for d in s.batch) else 1)))
+            product: ir.Value = ir.Constant(S.I64, 1)
+            for extent in s.extents():              # batch..., m, n, k
+                product = _mul(em.builder, product, _bound(em, extent))
+            total = _add(em.builder, total, product)
     if isinstance(total, ir.Constant):
         return ir.Constant(S.I64, max(total.constant, 1))
     return S.intrinsic(em.builder, "smax", [total, ir.Constant(S.I64, 1)])

@@ -33,13 +33,14 @@ from ...ir import Op
 from ...symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
-from ..loops.exprs import X
-from .matmul import operand_view
+from ..loops.exprs import PRIMITIVES, X
+from .matmul import dense_strides, operand_view
 from .nests import fresh_name
 from .tiles import max_threads, uses_packed, workspace_elements
 
 BLOCK = 64             # query rows and keys per tile: (..., 64, 64) temps instead of (..., L, S) scores
 NEG_INF = float("-inf")
+where = PRIMITIVES["where"]
 
 
 def attention(sched, op: Op, args: dict) -> list:
@@ -100,8 +101,7 @@ class _Plan:
 
     def dense(self, buffer: str, shape: tuple, start=None, transposed: bool = False) -> L.View:
         """The batch item's View of a dense buffer of `shape` (batch..., rows, cols) from row `start`."""
-        strides = [I.expr(math.prod(I.symbolic(d) for d in shape[c + 1:])) for c in range(len(shape))]
-        *lead, row, col = strides
+        *lead, row, col = (I.expr(st) for st in dense_strides(shape))
         return L.View(buffer, *self._at(I.ic(0), lead, row, col, start, transposed))
 
     def product(self, out: L.View, a: L.View, b: L.View, m, n, k, epilogue=None, accumulate=False) -> L.Matmul:
@@ -130,8 +130,8 @@ class _Plan:
         body = []
         for qi, (qs, qn, q_loop) in enumerate(_spans(self.rows, self.row_block, "qb")):
             inner = []
+            last_row = None if q_loop is not None or is_dynamic(qn) else qs.value + qn - 1
             for ki, (ks, kn, k_loop) in enumerate(_spans(self.keys, self.key_block, "kb")):
-                last_row = None if q_loop is not None or is_dynamic(qn) else qs.value + qn - 1
                 if k_loop is None:         # the last key block, or all the keys
                     if not (self.causal and last_row is not None and ks.value > last_row):
                         inner += tile(qs, qn, ks, kn, f"{qi}{ki}")
@@ -177,7 +177,7 @@ class _Plan:
 
         def tile(qs, qn, ks, kn, tag):
             value, keep = self.scores(L.Var("acc", t), qs, ks)
-            scores = value if keep is None else _select(keep, value, minus_inf)
+            scores = value if keep is None else where(keep, value, minus_inf)
 
             def online(local, i):
                 j, d = L.Var("j" + tag, L.INDEX), L.Var("d" + tag, L.INDEX)
@@ -189,7 +189,7 @@ class _Plan:
                              [L.Binary("maximum", L.Var(mx, t), L.Load(p, at, t), t)]),
                     L.Let(old.e.name, L.Load(top, ix, t)),
                     L.Let(new.e.name, L.Binary("maximum", old.e, L.Var(mx, t), t)),
-                    L.Let(safe.e.name, _select(new == NEG_INF, zero, new).e),
+                    L.Let(safe.e.name, where(new == NEG_INF, zero, new).e),
                     L.Let(alpha.e.name, L.Unary("exp", (old - safe).e, t)),
                     L.Loop(j.name, I.dim(kn), [L.Store(p, at, L.Unary("exp", (X(L.Load(p, at, t)) - safe).e, t))]),
                     L.Reduce(j.name, I.dim(kn), [L.Accumulator(acc, t, zero.e)], [],
@@ -208,8 +208,8 @@ class _Plan:
             d, ix = L.Var("d", L.INDEX), self.b + (i,)
             sum_, empty = X(L.Var("l", t)), X(L.Var("empty", dt.BOOL))
             return [L.Let("l", L.Load(total, ix, t)), L.Let("empty", (sum_ == 0.0).e),
-                    L.Store(lse, ix, _select(empty, minus_inf, X(L.Load(top, ix, t)) + X(L.Unary("log", sum_.e, t))).e),
-                    L.Loop("d", I.dim(ev), [L.Store(out, ix + (d,), _select(
+                    L.Store(lse, ix, where(empty, minus_inf, X(L.Load(top, ix, t)) + X(L.Unary("log", sum_.e, t))).e),
+                    L.Loop("d", I.dim(ev), [L.Store(out, ix + (d,), where(
                         empty, zero, X(L.Load(out, ix + (d,), t)) / sum_).e)])]
         return self.items(lambda: self.row_loop(init, "z") + self.tiles(tile) + self.row_loop(finish, "f"))
 
@@ -239,7 +239,7 @@ class _Plan:
             value, keep = self.scores(L.Var("acc", t), qs, ks)
             lse = X(inliner.value_at(a["logsumexp"], self.b + (row,)))
             dead = lse == NEG_INF if keep is None else (lse == NEG_INF) | ~keep
-            prob = _select(dead, X(L.Const(0.0, t)), X(L.Unary("exp", (value - lse).e, t)))
+            prob = where(dead, X(L.Const(0.0, t)), X(L.Unary("exp", (value - lse).e, t)))
             at = self.b + (L.Var("i", L.INDEX), L.Var("j", L.INDEX))
             grad_p = X(L.Load(p, at, t)) * (X(L.Var("acc", t)) - X(L.Load(delta, self.b + (row,), t))) * self.scale
             return [
@@ -266,7 +266,3 @@ def _spans(n, block, var: str) -> list:
     full, rest = divmod(n, block)
     spans = [(I.mul(L.Var(var, L.INDEX), block), block, full)] if full else []
     return spans + ([(I.ic(full * block), rest, None)] if rest else [])
-
-
-def _select(c: X, a: X, b: X) -> X:
-    return X(L.Select(c.e, a.e, b.e, a.dtype))

@@ -86,7 +86,7 @@ def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
         source = v.op.operands[0]
         inner = _strided(sched, source) if source in sched.names or source.op is not None else None
         if inner is not None and _dense(inner[2], source.type.shape):
-            return inner[0], inner[1], _dense_strides(v.type.shape)
+            return inner[0], inner[1], dense_strides(v.type.shape)
     syms = tuple(L.Var(f"s{d}", L.INDEX) for d in range(v.type.ndim))
     try:
         e = sched.inliner.value_at(v, syms)
@@ -109,13 +109,14 @@ def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
     return e.buffer, offset, tuple(strides)
 
 
-def _dense_strides(shape) -> tuple:
+def dense_strides(shape) -> tuple:
+    """Row-major strides of `shape`, in elements (symbolic for dynamic dims)."""
     return tuple(math.prod(I.symbolic(d) for d in shape[c + 1:]) for c in range(len(shape)))
 
 
 def _dense(strides, shape) -> bool:
     """Row-major with no gaps (a size-1 dim's stride does not matter)."""
-    return all(n == 1 or st == want for st, want, n in zip(strides, _dense_strides(shape), shape))
+    return all(n == 1 or st == want for st, want, n in zip(strides, dense_strides(shape), shape))
 
 
 def _affine(e: L.Expr) -> Optional[dict]:
