@@ -91,6 +91,9 @@ def test_copy_casts_like_pytorch():
     assert x.dtype == tc.int64 and x.tolist() == [1, -2, 3]
     x.fill_(2.9)
     assert x.tolist() == [2, 2, 2]
+    y = tc.zeros(2, dtype=tc.float64)
+    y.fill_(0.1)            # not rounded through float32 on the way
+    assert y.tolist() == [0.1, 0.1]
 
 
 def test_errors_name_the_method_and_the_line():

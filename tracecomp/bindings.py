@@ -287,7 +287,7 @@ def _written(self, src, what: str):
     """src (a tensor or a number) cast to self's dtype (any cast, as PyTorch's copy_ and
     fill_) and broadcast to its shape, written into self."""
     import tracecomp as tc
-    src = src if isinstance(src, Tensor) else tc.tensor(src)
+    src = src if isinstance(src, Tensor) else tc.tensor(np.asarray(src))    # a number at full precision
     return _at_user_line(lambda: inplace(self, tc.broadcast_to(src.to(self.dtype), list(self.shape)), what))
 
 
