@@ -25,6 +25,7 @@ int = int32
 def _install() -> None:
     from . import bindings
     from .autograd.kernels import autograd_kernel, forward_ad_kernel
+    from .batching import batched_kernel
     from .dispatch import DispatchKey, dispatcher
     from .kernels.eager import cpu_kernel
     from .ops.table import default_table
@@ -35,6 +36,7 @@ def _install() -> None:
         dispatcher.register(DispatchKey.Tracer, op, trace_kernel)
         dispatcher.register(DispatchKey.Autograd, op, autograd_kernel)
         dispatcher.register(DispatchKey.ForwardAD, op, forward_ad_kernel)
+        dispatcher.register(DispatchKey.Batched, op, batched_kernel)
     bindings.install(table, globals())
 
 
@@ -47,6 +49,8 @@ from .autograd.functional import grad, hessian, jacfwd, jacrev, jvp, value_and_g
 from .autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .trace import trace  # noqa: E402
+from .vmap import vmap  # noqa: E402
+from .batching import VmapError  # noqa: E402
 from . import linalg  # noqa: E402
 from . import nn  # noqa: E402
 from .exporting import export  # noqa: E402

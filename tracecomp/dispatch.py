@@ -1,9 +1,12 @@
 """The dispatcher: ordered dispatch keys, kernels registered per (key, op), redispatch.
 
 A call computes its key set from the arguments (a traced tensor adds Tracer, a tensor
-that requires grad adds Autograd while grad mode is on, a tensor with a tangent ForwardAD) and from thread-local state
-(an active trace adds Tracer), then runs the kernel of the highest-priority key that has
-one.  A kernel may handle the call entirely or `redispatch` it to the keys below its own,
+that requires grad adds Autograd while grad mode is on, a tensor with a tangent ForwardAD,
+a batched tensor of tc.vmap Batched) and from thread-local state (an active trace adds
+Tracer, an active vmap Batched), then runs the kernel of the highest-priority key that has
+one.  Under tc.vmap, only the tensors of the innermost vmap level among the arguments
+count for Autograd and ForwardAD: the others are constants at that level, and their own
+gradients and tangents are handled when Batched calls the op on the whole batches.  A kernel may handle the call entirely or `redispatch` it to the keys below its own,
 as seed 003 describes for PyTorch (Autograd records history, then redispatches to CPU).
 """
 from __future__ import annotations
@@ -21,12 +24,15 @@ class DispatchKey(enum.IntEnum):
 
     Autograd sits above Tracer (unlike PyTorch's tracer, ours computes no values: traced
     tensors are symbolic, so Tracer acts as their backend); recording autograd history on
-    traced tensors is what turns the eager engine into symbolic differentiation.
+    traced tensors is what turns the eager engine into symbolic differentiation.  Batched
+    (tc.vmap) sits below the autograd keys, so a gradient taken inside a vmap is one per
+    batch item, and above Tracer, so a vmap inside tc.trace records batched ops.
     """
     ForwardAD = 0
     Autograd = 1
-    Tracer = 2
-    CPU = 3
+    Batched = 2
+    Tracer = 3
+    CPU = 4
 
 
 Kernel = Callable[[OpDef, dict[str, Any]], Any]
@@ -59,15 +65,20 @@ class Dispatcher:
     def keys_for(self, args: dict[str, Any]) -> list[DispatchKey]:
         from .tensor import Tensor
         keys = set(state.included) | {DispatchKey.CPU}
-        for v in args.values():
-            for t in (v if isinstance(v, (list, tuple)) else (v,)):
-                if isinstance(t, Tensor):
-                    if t._value is not None:
-                        keys.add(DispatchKey.Tracer)
-                    if t.requires_grad and state.grad_enabled:
-                        keys.add(DispatchKey.Autograd)
-                    if t._tangent is not None:
-                        keys.add(DispatchKey.ForwardAD)
+        tensors = [t for v in args.values() for t in (v if isinstance(v, (list, tuple)) else (v,))
+                   if isinstance(t, Tensor)]
+        top = max((t._batch[1] for t in tensors if t._batch is not None), default=0)
+        for t in tensors:
+            if t._value is not None:
+                keys.add(DispatchKey.Tracer)
+            if t._batch is not None:
+                keys.add(DispatchKey.Batched)
+            if (t._batch[1] if t._batch is not None else 0) != top:
+                continue
+            if t.requires_grad and state.grad_enabled:
+                keys.add(DispatchKey.Autograd)
+            if t._tangent is not None:
+                keys.add(DispatchKey.ForwardAD)
         return sorted(keys)
 
     def call(self, op: OpDef, args: dict[str, Any]) -> Any:

@@ -18,7 +18,7 @@ from .ir.types import TensorType
 class Tensor:
     __slots__ = ("_data", "_type", "_value", "_trace", "requires_grad", "grad", "grad_fn",
                  "_output_nr", "_accumulator", "_retains_grad", "_tangent", "_version", "_is_view", "_view_of",
-                 "__weakref__")
+                 "_batch", "__weakref__")
     __array_priority__ = 1000     # NumPy defers `ndarray + Tensor` to Tensor.__radd__
     __array_ufunc__ = None
 
@@ -38,6 +38,7 @@ class Tensor:
         self._version = 0           # bumped by every in-place change (item assignment)
         self._is_view = False       # made by a view op: assigning into it raises (assignment.py)
         self._view_of = None        # (base, index, base's version) when made by basic indexing
+        self._batch = None          # (whole batch, level, batched) inside tc.vmap (batching.py)
 
     def _take_over(self, updated: "Tensor") -> None:
         """Become `updated` (an in-place change, functionalized): its value, trace value,
@@ -45,6 +46,9 @@ class Tensor:
         self._data, self._value, self._trace = updated._data, updated._value, updated._trace
         self.grad_fn, self._output_nr = updated.grad_fn, updated._output_nr
         self.requires_grad, self._tangent = updated.requires_grad, updated._tangent
+        if updated._batch is not None or self._batch is not None:
+            from .batching import take_over_batch
+            take_over_batch(self, updated)
         self._version += 1
 
     @classmethod
@@ -100,6 +104,9 @@ class Tensor:
 
     def detach(self) -> "Tensor":
         """The same values (shared, also while traced) with no autograd history."""
+        if self._batch is not None:           # inside tc.vmap: the whole batch loses it too
+            from .batching import wrap
+            return wrap(self._batch[0].detach(), *self._batch[1:])
         return Tensor(self._data, self._type, self._value, self._trace)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -128,6 +135,16 @@ class Tensor:
     def _concrete(self, why: str) -> np.ndarray:
         from .assignment import check_fresh
         check_fresh(self)
+        if self._batch is not None:
+            from .batching import VmapError
+            from .tracer import user_location
+            raise add_location(VmapError(
+                f"{why} needs the tensor's value, but inside tc.vmap a tensor stands for a whole "
+                f"batch of values (each of shape {self.shape}, {self.dtype.label}): Python control "
+                "flow and conversions cannot depend on one of them, and ops whose result shape "
+                "depends on the values (nonzero, masked_select, unique) cannot be mapped. Use "
+                "tc.where(...) for data-dependent selection, or move this code out of the mapped "
+                "function."), str(user_location()))
         if self._data is None:
             from .tracer import user_location
             raise add_location(TraceError(
@@ -191,6 +208,9 @@ class Tensor:
             extras.append(f"grad_fn=<{type(self.grad_fn).__name__}>")
         elif self.requires_grad:
             extras.append("requires_grad=True")
+        if self._batch is not None:
+            what = f"batched: {self._batch[0].shape[0]} items" if self._batch[2] else "unbatched, in tc.vmap"
+            return f"tensor(<{what}>, shape={self.shape}, dtype={self.dtype!r})"
         if self._data is None:
             return f"tensor(<traced>, shape={self.shape}, dtype={self.dtype!r})"
         tail = "".join(", " + e for e in extras)

@@ -302,6 +302,7 @@ class TracedFunction:
         self._cache: collections.OrderedDict[Any, Lowered] = collections.OrderedDict()   # LRU order
         self._history: list[Any] = []
         self._warned = False
+        self._mapped: dict[tuple, TracedFunction] = {}    # in tc.vmap: the mapped function, per axes
         functools.update_wrapper(self, fn)
 
     def _signature(self, args: tuple, kwargs: dict):
@@ -335,10 +336,61 @@ class TracedFunction:
         if lowered is not None:
             self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
             return lowered.run([a if type(a) is np.ndarray else a._data for a in args], args)
+        if self._is_transformed(args, kwargs):
+            return self._call_through(args, kwargs)
         lowered, tensors, leaves = self._lookup(args, kwargs)     # the signature is computed once per call
         if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
             self._fast[key] = lowered     # every argument reached the program as it was
         return lowered.run([t._data for t in tensors], leaves)
+
+    @staticmethod
+    def _is_transformed(args: tuple, kwargs: dict) -> bool:
+        """Whether a transform around this call sees its tensors: an outer tc.trace, tc.vmap,
+        or autograd (an input that requires grad or carries a tangent)."""
+        from .autograd.grad_mode import is_grad_enabled
+        for x in pytree.flatten((args, kwargs), _is_array_leaf)[0]:
+            if isinstance(x, Tensor) and (x._data is None or x._tangent is not None
+                                          or (x.requires_grad and is_grad_enabled())):
+                return True
+        return False
+
+    def _call_through(self, args: tuple, kwargs: dict):
+        """A call that a transform around it must see.  Inside tc.vmap, the mapped function is
+        compiled (one signature per batch size, as any other) and called on the whole batches;
+        otherwise, and where autograd must see the ops, fn runs inline: an outer trace records
+        its ops into its own graph (as JAX inlines a nested jit), tc.grad differentiates them."""
+        from .batching import level_of
+        from .vmap import _is_array
+        leaves, _ = pytree.flatten((args, kwargs), _is_array)
+        level = max((level_of(x) for x in leaves if isinstance(x, Tensor)), default=0)
+        top = [x._batch for x in leaves if isinstance(x, Tensor) and level and level_of(x) == level]
+        inner = [b[0] for b in top]
+        if not level or any(t.requires_grad or t._tangent is not None for t in leaves
+                            if isinstance(t, Tensor) and level_of(t) == level) \
+                or any(t._data is None and t._batch is None for t in inner):
+            return self.fn(*args, **kwargs)
+        axes = tuple(0 if isinstance(x, Tensor) and level_of(x) == level and x._batch[2] else None
+                     for x in leaves)
+        mapped = self._mapped.get(axes)
+        if mapped is None:
+            mapped = self._mapped[axes] = self._variant(axes)
+        unwrapped = [x._batch[0] if isinstance(x, Tensor) and level_of(x) == level else x for x in leaves]
+        inner_args, inner_kwargs = pytree.unflatten(pytree.flatten((args, kwargs), _is_array)[1], unwrapped)
+        out = mapped(*inner_args, **inner_kwargs)
+        from .batching import wrap
+        out_leaves, out_structure = pytree.flatten(out, lambda x: isinstance(x, Tensor))
+        return pytree.unflatten(out_structure, [wrap(t, level) for t in out_leaves])
+
+    def _variant(self, axes: tuple) -> "TracedFunction":
+        """This function mapped over `axes` (one per array leaf of the arguments), traced."""
+        from .vmap import call_mapped
+        fn = self.fn
+
+        def mapped(*args, **kwargs):
+            return call_mapped(fn, args, kwargs, list(axes), 0)
+        mapped.__name__ = f"vmap_{getattr(fn, '__name__', 'fn')}"
+        return TracedFunction(mapped, self.backend, self.max_retraces, self.device, (), self.fastmath,
+                              self.cache_size)
 
     def _lookup(self, args: tuple, kwargs: dict) -> tuple[Lowered, list[Tensor], list]:
         key, structure, tensors, leaves = self._signature(args, kwargs)

@@ -11,7 +11,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import pytree
+from .. import batching, pytree
+from ..batching import level_of
 from ..errors import ArgumentError
 from ..tensor import Tensor, as_tensor
 from .backward import recorded_at, run_backward
@@ -81,9 +82,12 @@ def _differentiable_input(x, where: str) -> Tensor:
     if not t.dtype.is_floating_point:
         raise ArgumentError(f"can only differentiate with respect to floating point inputs; "
                             f"{where} has dtype {t.dtype.label}")
-    if t.requires_grad and is_grad_enabled():
+    level = batching.current_level()
+    if level_of(t) < level:             # inside tc.vmap: the gradient is one per item
+        t = batching.lift(t, level)
+    elif t.requires_grad and is_grad_enabled():
         return t
-    leaf = t.detach()
+    leaf = batching.detach_level(t)
     leaf._tangent = t._tangent          # keep forward-mode tangents (jvp of grad)
     leaf.requires_grad = True
     return leaf
@@ -235,7 +239,7 @@ def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
                                 f"primal is {p.dtype.label}{list(p.shape)}; they must match")
         if not p.dtype.is_floating_point:
             raise ArgumentError(f"jvp: {where} has dtype {p.dtype.label}; only floating point inputs")
-        dual = primal(p)
+        dual = primal(batching.lift(p, max(batching.current_level(), level_of(t))))
         dual._tangent = t
         duals.append(dual)
     out = fn(*pytree.unflatten(structure, duals))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..batching import level_of, top_level
 from ..dispatch import DispatchKey, dispatcher
 from ..ops.table import OpDef
 from .derivatives import default_derivatives
@@ -46,7 +47,8 @@ def autograd_kernel(op: OpDef, args: dict[str, Any]):
     derivative = default_derivatives().get(op.full_name)
     slots = _slots(op, args)
     non_diff = set(derivative.non_differentiable) if derivative else set()
-    wants = [_slot_tensor(args, s).requires_grad and s[0] not in non_diff
+    top = top_level(args)         # under tc.vmap, tensors of outer levels are constants here
+    wants = [_slot_tensor(args, s).requires_grad and s[0] not in non_diff and level_of(_slot_tensor(args, s)) == top
              and _slot_tensor(args, s).dtype.is_floating_point for s in slots]
     result = dispatcher.redispatch(op, args, DispatchKey.Autograd)
     if not any(wants):
@@ -77,12 +79,15 @@ def primal(t):
         gradient_edge(t)          # create the leaf's accumulator on `t` itself, then share it
     p = Tensor(t._data, t._type, t._value, t._trace, t.requires_grad)
     p.grad_fn, p._output_nr, p._accumulator = t.grad_fn, t._output_nr, t._accumulator
+    p._batch = t._batch
     return p
 
 
-def _tangent(t):
+def _tangent(t, top: int):
+    """t's tangent at this level (a tensor of an outer tc.vmap level is a constant here:
+    its tangent is handled when the op runs on the whole batch)."""
     import tracecomp
-    return t._tangent if t._tangent is not None else tracecomp.zeros_like(t)
+    return t._tangent if t._tangent is not None and level_of(t) == top else tracecomp.zeros_like(t)
 
 
 def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
@@ -90,8 +95,12 @@ def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
     if op.kind == "composite":
         from ..composites import run_composite
         return run_composite(op, args)
-    stripped = {k: (primal(v) if isinstance(v, Tensor) else
-                    [primal(t) for t in v] if isinstance(v, list) and v and isinstance(v[0], Tensor) else v)
+    top = top_level(args)
+
+    def strip(t):
+        return primal(t) if level_of(t) == top else t
+    stripped = {k: (strip(v) if isinstance(v, Tensor) else
+                    [strip(t) for t in v] if isinstance(v, list) and v and isinstance(v[0], Tensor) else v)
                 for k, v in args.items()}
     result = dispatcher.call(op, stripped)
     outputs = _outputs(result)
@@ -101,7 +110,7 @@ def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
     derivative = default_derivatives().get(op.full_name)
     if derivative is None or derivative.forward is None:
         raise AutogradError(f"{op.full_name}: no forward-mode formula ('result:') in derivatives.yaml")
-    tangent = _forward_tangent(op, derivative, args, stripped, outputs)
+    tangent = _forward_tangent(op, derivative, args, stripped, outputs, top)
     if op.schema.returns[0].type.is_list or len(outputs) > 1 and isinstance(tangent, tuple):
         for out, t in zip(outputs, tangent):       # split's pieces, or a tangent per result
             out._tangent = t
@@ -120,16 +129,16 @@ def _save_duals(outputs, args, stripped) -> None:
         node.saved = dict(args)
 
 
-def _forward_tangent(op: OpDef, derivative, args, stripped, outputs):
+def _forward_tangent(op: OpDef, derivative, args, stripped, outputs, top: int):
     from ..tensor import Tensor
     env = dict(stripped)
     env.update(output_env(op, outputs))
     for k, v in args.items():
         env[f"{k}_p"] = stripped[k]
         if isinstance(v, Tensor):
-            env[f"{k}_t"] = _tangent(v)
+            env[f"{k}_t"] = _tangent(v, top)
         elif isinstance(v, list) and v and isinstance(v[0], Tensor):
-            env[f"{k}_t"] = [_tangent(t) for t in v]
+            env[f"{k}_t"] = [_tangent(t, top) for t in v]
     for a in op.schema.tensor_arguments:           # a Python number's tangent is 0; None stays None
         env.setdefault(f"{a.name}_t", None if args[a.name] is None else 0)
     if derivative.forward == "auto_linear":
