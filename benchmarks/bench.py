@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""tracecomp's benchmark: the workloads W1-W8 of DESIGN.md ("Performance method") and W9, W10,
+"""tracecomp's benchmark: the workloads W1-W8 of DESIGN.md ("Performance method") and W9-W11,
 measured side by side in one run against NumPy and, when installed, PyTorch eager,
 torch.compile and jax.jit, with the physical floor of each kernel.
 
@@ -67,7 +67,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -997,9 +997,74 @@ def w10_cases() -> list[Case]:
                  reference, 0.0, standard(assign, assign, assign, jax_fn), mem_floor(2 * n * 4 + writes))]
 
 
+# ----------------------------------------------------------------------------- W11
+# Issue 17's tc.vmap: per-example gradients of an MLP (vmap of grad, the parameters unmapped),
+# against torch.func's and jax's, and NumPy written batched by hand.
+
+W11_SIZES, W11_BATCH = (256, 256, 10), 64
+
+
+def w11_data(seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    d, h, c = W11_SIZES
+    return [(rng.standard_normal((d, h)) * d ** -0.5).astype(np.float32), np.zeros(h, np.float32),
+            (rng.standard_normal((h, c)) * h ** -0.5).astype(np.float32), np.zeros(c, np.float32),
+            rng.standard_normal((W11_BATCH, d)).astype(np.float32),
+            rng.integers(0, c, W11_BATCH).astype(np.int64)]
+
+
+def w11_loss(lib, F):
+    def loss(w1, b1, w2, b2, x, y):           # one example
+        logits = lib.tanh(x @ w1 + b1) @ w2 + b2
+        return F.cross_entropy(logits[None], y[None])
+    return loss
+
+
+def w11_numpy(w1, b1, w2, b2, x, y) -> list:
+    """The per-example gradients, batched by hand (outer products per example)."""
+    h = np.tanh(x @ w1 + b1)
+    logits = h @ w2 + b2
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1
+    dh = (p @ w2.T) * (1 - h * h)
+    return [x[:, :, None] * dh[:, None, :], dh, h[:, :, None] * p[:, None, :], p]
+
+
+def w11_cases() -> list[Case]:
+    mapped = (None, None, None, None, 0, 0)
+
+    def tc_fn(*args):
+        import tracecomp as tc
+        return tc.vmap(tc.grad(w11_loss(tc, tc.nn.functional), argnums=(0, 1, 2, 3)), in_axes=mapped)(*args)
+
+    def torch_fn(*args):
+        import torch
+        loss = w11_loss(torch, torch.nn.functional)
+        return torch.func.vmap(torch.func.grad(loss, argnums=(0, 1, 2, 3)), in_dims=mapped)(*args)
+
+    def jax_fn(*args):
+        import jax
+        import jax.numpy as jnp
+
+        def loss(w1, b1, w2, b2, x, y):
+            return -jax.nn.log_softmax(jnp.tanh(x @ w1 + b1) @ w2 + b2)[y]
+        return jax.vmap(jax.grad(loss, argnums=(0, 1, 2, 3)), in_axes=mapped)(*args)
+
+    def reference(inputs):
+        return w11_numpy(*[a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs])
+    d, h, c = W11_SIZES
+    out_bytes = W11_BATCH * (d * h + h + h * c + c) * 4
+    flops = 2 * W11_BATCH * (d * h + h * c) * 2 + W11_BATCH * (d * h + h * c)   # fwd, dh, outer products
+    return [Case("W11", "W11", f"per-example gradients, MLP {d}-{h}-{c}, batch {W11_BATCH} f32 (vmap of grad)",
+                 w11_data, reference, 1e-4, standard(tc_fn, w11_numpy, torch_fn, jax_fn),
+                 lambda bw, peak: max(out_bytes / bw, flops / peak),
+                 note=f"{out_bytes / 1e6:.1f} MB of gradients out")]
+
+
 def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
-        + w7_cases() + w8_cases() + w9_cases() + w10_cases()
+        + w7_cases() + w8_cases() + w9_cases() + w10_cases() + w11_cases()
     return {c.key: c for c in cases}
 
 
@@ -1674,7 +1739,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
-                    help="comma-separated subset of W1..W10 (default: all)")
+                    help="comma-separated subset of W1..W11 (default: all)")
     ap.add_argument("--repeat", type=int, default=7, help="timed repetitions per row (default 7)")
     ap.add_argument("--quick", action="store_true",
                     help="at most 3 repetitions, no 4096^3 matmul, W5 for tracecomp and NumPy only")

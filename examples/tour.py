@@ -44,3 +44,9 @@ step = tc.trace(tc.value_and_grad(loss))                      # forward + backwa
 value, grad = step(w.detach(), xb)
 print(np.allclose(np.asarray(grad), w.grad.numpy(), atol=1e-6))   # True
 print(step.lower(w.detach(), xb).as_text("backward"))         # the backward ops alone
+
+# Per-example gradients: tc.vmap maps over the rows of xb, the parameters stay whole.
+per_example = tc.trace(tc.vmap(tc.grad(lambda w, x: loss(w, x[None])), in_axes=(None, 0)))
+grads = per_example(w.detach(), xb)
+print(grads.shape)                                            # (2, 4, 3): one gradient per row
+print(np.allclose(np.asarray(grads).mean(0), w.grad.numpy(), atol=1e-6))   # True: their mean

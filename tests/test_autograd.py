@@ -114,7 +114,7 @@ def test_functional_grad_value_and_grad_argnums_and_aux():
 @pytest.mark.parametrize("call, match", [
     (lambda: tc.grad(lambda x: x * 2)(np.ones(3)), "scalar"),
     (lambda: tc.grad(lambda x: x.sum(), argnums=2)(np.ones(3)), "argnums 2 is out of range"),
-    (lambda: tc.grad(lambda x: x.sum())(np.ones(3, np.int64)), "floating point"),
+    (lambda: tc.grad(lambda x: x.sum())(np.ones(3, np.int64)), "only floating-point inputs can be differentiated"),
     (lambda: tc.jvp(lambda x: x, (np.ones(3),), (np.ones(2),)), "must match"),
 ])
 def test_functional_api_errors(call, match):

@@ -74,3 +74,18 @@ def test_has_aux_returns_the_aux_beside_the_jacobian():
     jac, aux = tc.jacfwd(lambda x: (x * 2, "label"), has_aux=True)(np.ones(3))
     np.testing.assert_array_equal(jac.numpy(), 2 * np.eye(3))
     assert aux == "label"
+
+
+@pytest.mark.parametrize("transform", ["jacrev", "jacfwd", "hessian"])
+def test_the_basis_is_one_vmap_not_a_loop(transform):
+    """The traced graph has as many ops for 3 inputs as for 12: the unit vectors are one
+    batched program, not unrolled."""
+    def f(x):
+        return (tc.tanh(x) * x.sum()).sum() if transform == "hessian" else tc.tanh(x) * x.sum()
+    sizes = [len(tc.trace(getattr(tc, transform)(f)).lower(np.linspace(0.1, 1, n)).graph.ops) for n in (3, 12)]
+    assert sizes[0] == sizes[1]
+    x = np.linspace(0.1, 1, 5)
+    got = tc.trace(getattr(tc, transform)(f))(x)
+    want = getattr(torch.func, transform)(lambda t: (torch.tanh(t) * t.sum()).sum() if transform == "hessian"
+                                          else torch.tanh(t) * t.sum())(torch.tensor(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-14)

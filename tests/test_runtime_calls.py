@@ -58,12 +58,14 @@ def test_index_inputs_are_still_bounds_checked_on_every_call():
         f(x, np.array([0, 5], np.int64))
 
 
-def test_traced_tensor_arguments_are_refused():
+def test_a_traced_function_called_inside_another_trace_is_inlined():
+    """As JAX inlines a nested jit: its ops join the outer graph (they were refused before)."""
     f = tc.trace(lambda x: x + 1)
     f(np.ones(3, np.float32))
-    g = tc.trace(lambda x: f(x))
-    with pytest.raises(tc.TraceError, match="concrete tensors"):
-        g(np.ones(3, np.float32))
+    g = tc.trace(lambda x: f(x) * 2)
+    np.testing.assert_array_equal(np.asarray(g(np.ones(3, np.float32))), np.full(3, 4, np.float32))
+    assert [op.name for op in g.lower(np.ones(3, np.float32)).graph.ops if op.name != "tc.constant"] == \
+        ["tc.add", "tc.mul"]
 
 
 def test_data_pointer_and_aligned_allocation():

@@ -3,6 +3,8 @@ nested dicts, lists, tuples and named tuples; checked against the same function 
 tensors, and against torch.func where PyTorch is installed."""
 from __future__ import annotations
 
+import re
+
 from collections import namedtuple
 
 import numpy as np
@@ -96,12 +98,12 @@ def test_vjp_and_jvp_over_pytrees():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"w": X, "name": "encoder"}, "argument 0['name'] is a str, not a tensor"),
-    ({"w": X, "steps": 3}, "argument 0['steps'] has dtype int64"),
-    ([X, np.arange(3)], "argument 0[1] has dtype int64"),
+    ({"w": X, "name": "encoder"}, "argument 0['name'] is a str ('encoder'), not a tensor"),
+    ({"w": X, "steps": 3}, "argument 0['steps'] is the Python int 3, but only floating-point inputs"),
+    ([X, np.arange(3)], "argument 0[1] is a numpy.ndarray of dtype int64, but only floating-point"),
 ])
 def test_errors_name_the_leafs_path(bad, message):
-    with pytest.raises(tc.ArgumentError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(tc.ArgumentError, match=re.escape(message)):
         tc.grad(lambda p: p["w"].sum() if isinstance(p, dict) else p[0].sum())(bad)
 
 

@@ -330,3 +330,24 @@ def test_errors_name_what_cannot_be_mapped():
         tc.vmap(lambda a: a @ tc.ones(3))(x)
     with pytest.raises(tc.VmapError, match=r"randomness must be one of"):
         tc.vmap(lambda a: a, randomness="sometimes")
+
+
+def test_in_place_changes_and_assignment_inside_vmap():
+    def f(r):
+        r = r.clone()
+        r.mul_(2)
+        r[0] = r[1] + 1
+        r[-1:] += 10
+        return r
+    x = np.arange(12.0).reshape(3, 4)
+    want = np.stack([f(tc.tensor(row)).numpy() for row in x])
+    np.testing.assert_allclose(tc.vmap(f)(x).numpy(), want)
+    np.testing.assert_allclose(tc.trace(tc.vmap(f))(x).numpy(), want)
+
+
+def test_an_op_without_a_batching_rule_is_named(monkeypatch):
+    from tracecomp import batching
+    monkeypatch.delitem(batching.BATCH_RULES, "flip")
+    with pytest.raises(tc.VmapError, match=r"flip: tc.vmap has no batching rule for ops of kind 'flip' "
+                                           r"\(ops.yaml:\d+\)"):
+        tc.vmap(lambda r: tc.flip(r, [0]))(tc.ones(2, 3))

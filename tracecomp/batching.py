@@ -17,6 +17,7 @@ the item types the shape rule gave, so a rule cannot silently return a wrong sha
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from typing import Any, Callable
 
@@ -373,6 +374,10 @@ def _same(op, args, size, want):
 def _matmul(op, args, size, want):
     a, b = args["self"], args["other"]
     tc = _tc()
+    if isinstance(a, _Batched) and not isinstance(b, _Batched) and b.ndim <= 2:
+        # the batch dim is more rows of one product (a GEMM), not one product per item
+        rows = tc.reshape(a.t, (size * math.prod(a.shape[:-1]), a.shape[-1]))
+        return _reshaped(dispatcher.call(op, {"self": rows, "other": b}), size, want)
     # A vector operand is the matrix matmul reads it as: (k,) @ B as (1, k), A @ (k,) as (k, 1).
     pa = tc.unsqueeze(_whole_or_self(a), -2) if a.ndim == 1 else _whole_or_self(a)
     pb = tc.unsqueeze(_whole_or_self(b), -1) if b.ndim == 1 else _whole_or_self(b)

@@ -359,26 +359,22 @@ class TracedFunction:
         compiled (one signature per batch size, as any other) and called on the whole batches;
         otherwise, and where autograd must see the ops, fn runs inline: an outer trace records
         its ops into its own graph (as JAX inlines a nested jit), tc.grad differentiates them."""
-        from .batching import level_of
-        from .vmap import _is_array
-        leaves, _ = pytree.flatten((args, kwargs), _is_array)
+        from .batching import level_of, wrap
+        from .vmap import is_array
+        leaves, structure = pytree.flatten((args, kwargs), is_array)
         level = max((level_of(x) for x in leaves if isinstance(x, Tensor)), default=0)
-        top = [x._batch for x in leaves if isinstance(x, Tensor) and level and level_of(x) == level]
-        inner = [b[0] for b in top]
-        if not level or any(t.requires_grad or t._tangent is not None for t in leaves
-                            if isinstance(t, Tensor) and level_of(t) == level) \
-                or any(t._data is None and t._batch is None for t in inner):
+        here = [x for x in leaves if isinstance(x, Tensor) and level and level_of(x) == level]
+        if not here or any(t.requires_grad or t._tangent is not None or t._batch[0]._value is not None
+                           for t in here):
             return self.fn(*args, **kwargs)
-        axes = tuple(0 if isinstance(x, Tensor) and level_of(x) == level and x._batch[2] else None
-                     for x in leaves)
+        axes = tuple(0 if any(x is t for t in here) and x._batch[2] else None for x in leaves)
         mapped = self._mapped.get(axes)
         if mapped is None:
             mapped = self._mapped[axes] = self._variant(axes)
-        unwrapped = [x._batch[0] if isinstance(x, Tensor) and level_of(x) == level else x for x in leaves]
-        inner_args, inner_kwargs = pytree.unflatten(pytree.flatten((args, kwargs), _is_array)[1], unwrapped)
-        out = mapped(*inner_args, **inner_kwargs)
-        from .batching import wrap
-        out_leaves, out_structure = pytree.flatten(out, lambda x: isinstance(x, Tensor))
+        inner_args, inner_kwargs = pytree.unflatten(
+            structure, [x._batch[0] if any(x is t for t in here) else x for x in leaves])
+        out_leaves, out_structure = pytree.flatten(mapped(*inner_args, **inner_kwargs),
+                                                   lambda x: isinstance(x, Tensor))
         return pytree.unflatten(out_structure, [wrap(t, level) for t in out_leaves])
 
     def _variant(self, axes: tuple) -> "TracedFunction":

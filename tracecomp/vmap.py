@@ -25,12 +25,14 @@ import numpy as np
 
 from . import batching, pytree
 from .batching import VmapError
+from .errors import add_location
+from .tracer import user_location
 from .tensor import Tensor, as_tensor
 
 RANDOMNESS = ("error", "different", "same")
 
 
-def _is_array(x: Any) -> bool:
+def is_array(x: Any) -> bool:
     return isinstance(x, (Tensor, np.ndarray, np.generic)) or hasattr(x, "__dlpack__")
 
 
@@ -62,7 +64,7 @@ def leaf_axes(spec: Any, structure: Any, path: str, what: str) -> list:
 
 def _axes(spec, s, path: str, what: str, out: list) -> None:
     if _is_axis(spec):
-        for p, v in pytree._entries(s, path):
+        for p, v in zip(pytree.leaf_paths(s, path), pytree.static_values(s)):
             if v is pytree.LEAF:
                 out.append(spec)
             elif spec is not None:
@@ -106,10 +108,16 @@ def vmap(fn: Callable, in_axes: Any = 0, out_axes: Any = 0, *, randomness: str =
                 raise VmapError(f"tc.vmap({_name(fn)}): in_axes has {len(in_axes)} entries, but the "
                                 f"function was called with {len(args)} positional argument(s)")
             spec = tuple(in_axes)
-        _, structure = pytree.flatten(args, _is_array)
-        axes = leaf_axes(spec, structure, "args", "in_axes")
-        axes += [None] * len(pytree.flatten(kwargs, _is_array)[0])     # keyword arguments are not mapped
-        return call_mapped(fn, args, kwargs, axes, out_axes, randomness)
+        _, structure = pytree.flatten(args, is_array)
+        try:
+            axes = leaf_axes(spec, structure, "args", "in_axes")
+        except VmapError as e:
+            raise add_location(e, str(user_location())) from None
+        axes += [None] * len(pytree.flatten(kwargs, is_array)[0])     # keyword arguments are not mapped
+        try:
+            return call_mapped(fn, args, kwargs, axes, out_axes, randomness)
+        except VmapError as e:           # the user's line, if the error came from no op
+            raise add_location(e, str(user_location())) from None
     wrapped.__name__ = f"vmap_{_name(fn)}"
     wrapped.__wrapped__ = fn
     return wrapped
@@ -123,8 +131,8 @@ def call_mapped(fn: Callable, args: tuple, kwargs: dict, axes: list, out_axes: A
                 randomness: str = "error"):
     """fn(*args, **kwargs) with the array leaves of (args, kwargs) mapped over `axes` (one
     int or None per leaf, in flattening order)."""
-    leaves, structure = pytree.flatten((args, kwargs), _is_array)
-    paths = [p for p, v in pytree._entries(structure, "") if v is pytree.LEAF]
+    leaves, structure = pytree.flatten((args, kwargs), is_array)
+    paths = _leaf_paths(structure, "")
     paths = [("args" + p[3:]) if p.startswith("[0]") else ("kwargs" + p[3:]) for p in paths]
     mapped = [(i, as_tensor(x), a) for i, (x, a) in enumerate(zip(leaves, axes)) if a is not None]
     if not mapped:
@@ -156,6 +164,12 @@ def call_mapped(fn: Callable, args: tuple, kwargs: dict, axes: list, out_axes: A
     return _unmapped(out, out_axes, frame, fn)
 
 
+def _leaf_paths(structure, prefix: str) -> list[str]:
+    """The path of each array leaf (static values left out)."""
+    return [p for p, v in zip(pytree.leaf_paths(structure, prefix), pytree.static_values(structure))
+            if v is pytree.LEAF]
+
+
 def _movedim(t, src: int, dst: int):
     import tracecomp
     return tracecomp.movedim(t, src, dst)
@@ -164,9 +178,9 @@ def _movedim(t, src: int, dst: int):
 def _unmapped(out: Any, out_axes: Any, frame, fn) -> Any:
     """fn's outputs with their batch dim at out_axes (outputs that do not vary broadcast)."""
     import tracecomp
-    leaves, structure = pytree.flatten(out, _is_array)
+    leaves, structure = pytree.flatten(out, is_array)
     axes = leaf_axes(out_axes, structure, "output", "out_axes")
-    paths = [p for p, v in pytree._entries(structure, "output") if v is pytree.LEAF]
+    paths = _leaf_paths(structure, "output")
     done = []
     for x, a, path in zip(leaves, axes, paths):
         t = as_tensor(x)

@@ -13,11 +13,23 @@ import numpy as np
 
 from .. import batching, pytree
 from ..batching import level_of
-from ..errors import ArgumentError
+from ..errors import ArgumentError, add_location
 from ..tensor import Tensor, as_tensor
 from .backward import recorded_at, run_backward
 from .grad_mode import enable_grad, is_grad_enabled
 from .kernels import primal
+
+
+def _error(message: str) -> ArgumentError:
+    """An ArgumentError about what the user passed, with the user's line."""
+    from ..tracer import user_location
+    return add_location(ArgumentError(message), str(user_location()))
+
+
+def _type_name(x) -> str:
+    """`numpy.ndarray`, `torch.Tensor`, `tracecomp.Tensor`, `float`: what the user passed."""
+    module = type(x).__module__.split(".")[0]
+    return type(x).__name__ if module == "builtins" else f"{module}.{type(x).__name__}"
 
 
 def _ones_like(t):
@@ -70,8 +82,8 @@ def _argnums(argnums, nargs: int) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     for n in nums:
         if not isinstance(n, int) or not -nargs <= n < nargs:
-            raise ArgumentError(f"argnums {n!r} is out of range for a function called with "
-                                f"{nargs} positional argument(s)")
+            raise _error(f"argnums {n!r} is out of range for a function called with "
+                         f"{nargs} positional argument(s)")
     return tuple(n % nargs for n in nums)
 
 
@@ -80,8 +92,11 @@ def _differentiable_input(x, where: str) -> Tensor:
     stays."""
     t = as_tensor(x)
     if not t.dtype.is_floating_point:
-        raise ArgumentError(f"can only differentiate with respect to floating point inputs; "
-                            f"{where} has dtype {t.dtype.label}")
+        what = (f"the Python {type(x).__name__} {x!r}" if isinstance(x, (bool, int, float))
+                else f"a {_type_name(x)} of dtype {t.dtype.label}")
+        raise _error(f"{where} is {what}, but only floating-point "
+                     "inputs can be differentiated: cast it (x.astype(np.float32), t.float()), or pass "
+                     "it in an argument that argnums does not select")
     level = batching.current_level()
     if level_of(t) < level:             # inside tc.vmap: the gradient is one per item
         t = batching.lift(t, level)
@@ -114,9 +129,9 @@ class Differentiated:
             paths = pytree.leaf_paths(structure, name)
             for path, s in zip(paths, pytree.static_values(structure)):
                 if s is not pytree.LEAF and s is not None:
-                    raise ArgumentError(f"{path} is a {type(s).__name__}, not a tensor: a differentiated "
-                                        "argument holds tensors only (pass other values as arguments "
-                                        "that argnums does not select)")
+                    raise _error(f"{path} is a {_type_name(s)} ({s!r}), not a tensor: a differentiated "
+                                 "argument holds tensors only (pass other values in arguments that "
+                                 "argnums does not select)")
             tensor_paths = [p for p, s in zip(paths, pytree.static_values(structure)) if s is pytree.LEAF]
             inputs = [_differentiable_input(x, p) for x, p in zip(leaves, tensor_paths)]
             self.structures.append((structure, len(inputs)))
@@ -148,12 +163,12 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool
         value, aux = _split_aux(out, has_aux)
         if not isinstance(value, Tensor) or value.numel() != 1 or value.ndim != 0:
             shape = getattr(value, "shape", type(value).__name__)
-            raise ArgumentError(f"grad needs fn to return a scalar (0-d) tensor, got {shape}"
-                                + ("; with has_aux=True return (scalar, aux)" if not has_aux else ""))
+            raise _error(f"grad needs fn to return a scalar (0-d) tensor, got {shape}"
+                         + ("; with has_aux=True return (scalar, aux)" if not has_aux else ""))
         if not value.dtype.is_floating_point:       # its gradient is not zero: it is undefined
-            raise ArgumentError(f"grad needs fn to return a floating-point scalar, got {value.dtype.label} "
-                                "(as PyTorch and JAX, tracecomp does not differentiate integer or bool "
-                                "results; return a float, e.g. with .float())")
+            raise _error(f"grad needs fn to return a floating-point scalar, got {value.dtype.label} "
+                         "(as PyTorch and JAX, tracecomp does not differentiate integer or bool "
+                         "results; return a float, e.g. with .float())")
         if not value.requires_grad:
             grads = [None] * len(inputs)
         else:
@@ -177,7 +192,7 @@ def _split_aux(out, has_aux: bool):
     if not has_aux:
         return out, None
     if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise ArgumentError("with has_aux=True, fn must return a pair (scalar, aux)")
+        raise _error("with has_aux=True, fn must return a pair (scalar, aux)")
     return out[0], out[1]
 
 
@@ -252,9 +267,9 @@ def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
 # ---------------------------------------------------------------- Jacobians and Hessians
 # JAX's jacrev/jacfwd/hessian over pytrees: a Jacobian leaf for output leaf o and input
 # leaf x has shape o.shape + x.shape; the output's structure is outside, the inputs'
-# inside (one pytree per argnum, or the argnum's own pytree for an int).  Without vmap
-# yet, the basis vectors run one after another: numel(output) VJPs for jacrev, numel(input)
-# JVPs for jacfwd; under tc.trace that unrolls into the graph, so keep them small.
+# inside (one pytree per argnum, or the argnum's own pytree for an int).  The basis
+# vectors are one tc.vmap: all VJPs (jacrev) or JVPs (jacfwd) run as one batched program,
+# and under tc.trace the graph does not grow with the number of elements.
 
 def _selecting(fn: Callable, args: tuple, argnums, has_aux: bool) -> tuple[list, Callable, Callable]:
     """(the arguments at argnums, fn of those only (the others fixed), that without its aux)."""
@@ -268,41 +283,43 @@ def _selecting(fn: Callable, args: tuple, argnums, has_aux: bool) -> tuple[list,
     return [args[i] for i in nums], f, ((lambda *a: f(*a)[0]) if has_aux else f)
 
 
-def _basis(t: Tensor, k: int) -> Tensor:
+def _basis(t: Tensor):
+    """The numel(t) unit vectors shaped like t, stacked: (numel, *t.shape)."""
     import tracecomp
-    flat = tracecomp.zeros([t.numel()], dtype=t.dtype)
-    flat[k] = 1.0
-    return flat.reshape(list(t.shape))
+    return tracecomp.eye(t.numel(), dtype=t.dtype).reshape([t.numel()] + list(t.shape))
 
 
-def _stacked(pieces: list, shape_of) -> Any:
-    """pieces (one pytree per basis vector, same structure) as one pytree whose leaves
-    stack them, shaped by shape_of(stacked, one piece's leaf)."""
+def _over_basis(t: Tensor, each: Callable, out_axis: int, shape_of: Callable):
+    """each(unit vector) for all unit vectors of t at once (tc.vmap over the basis, stacked
+    along out_axis), each result leaf reshaped to shape_of(its shape without that dim)."""
     import tracecomp
-    leaves = [pytree.flatten(p, _is_tracked) for p in pieces]
-    structure = leaves[0][1]
-    out = []
-    for j in range(len(leaves[0][0])):
-        column = [ls[j] for ls, _ in leaves]
-        out.append(shape_of(tracecomp.stack(column), column[0]))
-    return pytree.unflatten(structure, out)
+    from ..vmap import vmap
+    if t.numel() == 0:        # no unit vectors: an empty Jacobian block per result leaf
+        leaves, structure = pytree.flatten(each(tracecomp.zeros_like(t)), _is_tracked)
+        return pytree.unflatten(structure, [tracecomp.zeros(shape_of(tuple(x.shape)), dtype=x.dtype)
+                                            for x in leaves])
+    leaves, structure = pytree.flatten(vmap(each, out_axes=out_axis)(_basis(t)), _is_tracked)
+    return pytree.unflatten(structure, [x.reshape(shape_of(_without(tuple(x.shape), out_axis % x.ndim)))
+                                        for x in leaves])
+
+
+def _without(shape: tuple, axis: int) -> tuple:
+    return shape[:axis] + shape[axis + 1:]
 
 
 def jacrev(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian of fn w.r.t. the arguments at argnums, by reverse mode (one VJP per
-    element of the output)."""
+    """The Jacobian of fn w.r.t. the arguments at argnums, by reverse mode (the VJPs of all
+    of the output's unit vectors, vmapped)."""
     def wrapped(*args):
         primals, f, g = _selecting(fn, args, argnums, has_aux)
         out, pull = vjp(g, *primals)
         outs, out_structure = pytree.flatten(out, _is_tracked)
         per_output = []
         for o in outs:
-            rows = []
-            for k in range(o.numel()):
-                cts = [_basis(o, k) if p is o else _zeros_like(p) for p in outs]
-                grads = pull(pytree.unflatten(out_structure, cts))
-                rows.append(grads[0] if isinstance(argnums, int) else tuple(grads))
-            per_output.append(_stacked(rows, lambda s, x, o=o: s.reshape(list(o.shape) + list(x.shape))))
+            def row(ct, o=o):
+                grads = pull(pytree.unflatten(out_structure, [ct if p is o else _zeros_like(p) for p in outs]))
+                return grads[0] if isinstance(argnums, int) else tuple(grads)
+            per_output.append(_over_basis(o, row, 0, lambda item, o=o: list(o.shape) + list(item)))
         jac = pytree.unflatten(out_structure, per_output)
         return (jac, f(*primals)[1]) if has_aux else jac
     wrapped.__name__ = f"jacrev_{getattr(fn, '__name__', 'fn')}"
@@ -310,22 +327,18 @@ def jacrev(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
 
 
 def jacfwd(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian of fn w.r.t. the arguments at argnums, by forward mode (one JVP per
-    element of the inputs)."""
+    """The Jacobian of fn w.r.t. the arguments at argnums, by forward mode (the JVPs of all
+    of the inputs' unit vectors, vmapped)."""
     def wrapped(*args):
-        import tracecomp
         primals, f, g = _selecting(fn, args, argnums, has_aux)
         p_leaves, p_structure = pytree.flatten(tuple(primals), _is_array)
         p_leaves = [as_tensor(x) for x in p_leaves]
         columns = []            # per input leaf: the output pytree of o.shape + x.shape leaves
         for j, x in enumerate(p_leaves):
-            tangents_out = []
-            for k in range(x.numel()):
-                tangents = [_basis(x, k) if i == j else _zeros_like(y) for i, y in enumerate(p_leaves)]
-                tangents_out.append(jvp(g, tuple(primals), pytree.unflatten(p_structure, tangents))[1])
-            columns.append(_stacked(tangents_out, lambda s, o, x=x: tracecomp.movedim(
-                s.reshape(list(x.shape) + list(o.shape)), list(range(x.ndim)),
-                list(range(o.ndim, o.ndim + x.ndim))) if x.ndim else s.reshape(list(o.shape))))
+            def column(t, j=j):
+                tangents = [t if i == j else _zeros_like(y) for i, y in enumerate(p_leaves)]
+                return jvp(g, tuple(primals), pytree.unflatten(p_structure, tangents))[1]
+            columns.append(_over_basis(x, column, -1, lambda item, x=x: list(item) + list(x.shape)))
         # regroup: output structure outside, input structure inside
         out_leaves = [pytree.flatten(c, _is_tracked) for c in columns]
         out_structure = out_leaves[0][1] if out_leaves else pytree.flatten(g(*primals), _is_tracked)[1]
