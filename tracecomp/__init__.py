@@ -13,7 +13,7 @@ from .factories import tensor
 from .logs import configure as _configure_logging
 from .random import manual_seed
 from .tensor import Tensor, from_dlpack
-from .pytree import register_pytree_node
+from .pytree import register_pytree_node, tree_map
 
 __version__ = "0.1.0"
 float = float32        # PyTorch's aliases

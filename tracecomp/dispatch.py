@@ -42,6 +42,7 @@ class _State(threading.local):
     def __init__(self):
         self.included: set[DispatchKey] = set()
         self.grad_enabled = True
+        self.differentiating = 0      # depth of tc.grad/vjp calls running their function
 
 
 state = _State()

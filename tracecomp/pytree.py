@@ -12,14 +12,16 @@ REGISTERED = "registered"
 _NODES: dict[type, tuple[Callable, Callable]] = {}
 
 
-def register_pytree_node(cls: type, flatten_fn: Callable, unflatten_fn: Callable) -> None:
+def register_pytree_node(cls: type, flatten_fn: Callable, unflatten_fn: Callable,
+                         constants_fn: Callable | None = None) -> None:
     """Let instances of `cls` hold tensors in pytrees, as JAX's register_pytree_node:
     flatten_fn(obj) -> (children, aux) with aux hashable (what is not a child: a name, a
     config), unflatten_fn(aux, children) -> obj.  tc.grad, tc.trace and the other transforms
-    then take and return them (tc.nn.Module registers itself this way)."""
+    then take and return them (tc.nn.Module registers itself this way).  constants_fn(aux),
+    if given, says which children (by position) tc.grad leaves alone: a Module's buffers."""
     if not isinstance(cls, type):
         raise TypeError(f"register_pytree_node takes a class, got {cls!r}")
-    _NODES[cls] = (flatten_fn, unflatten_fn)
+    _NODES[cls] = (flatten_fn, unflatten_fn, constants_fn)
 
 
 def flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
@@ -47,6 +49,30 @@ def _walk(x: Any, is_leaf: Callable[[Any], bool], leaves: list) -> Any:
         children, aux = node[0](x)
         return ((REGISTERED, type(x), aux), tuple(_walk(y, is_leaf, leaves) for y in children))
     return ("static", x)          # Python scalars, None, strings: part of the structure
+
+
+def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
+    """fn applied leaf by leaf (tensors, arrays, numbers) to `tree` and the trees in `rest`,
+    which have its structure (JAX's tree_map): `tc.tree_map(lambda p, g: p - lr * g, model, grads)`.
+    Where a tree of `rest` has None (tc.grad's gradient of a buffer), the leaf stays as it is."""
+    def is_leaf(x):
+        return x is None or _is_value(x)
+    leaves, structure = flatten(tree, is_leaf)
+    others = [flatten(r, is_leaf) for r in rest]
+    for i, (ls, s) in enumerate(others):
+        if cache_key(s) != cache_key(structure) and len(ls) != len(leaves):
+            raise ValueError(f"tree_map: tree {i + 1} has {len(ls)} leaves, the first has {len(leaves)}")
+    out = []
+    for j, x in enumerate(leaves):
+        args = [ls[j] for ls, _ in others]
+        # None stays None, and a None in another tree (a buffer's gradient) keeps the leaf
+        out.append(x if x is None or any(a is None for a in args) else fn(x, *args))
+    return unflatten(structure, out)
+
+
+def _is_value(x: Any) -> bool:
+    from .tensor import Tensor
+    return isinstance(x, (Tensor, np.ndarray, np.generic, int, float, bool)) or hasattr(x, "__dlpack__")
 
 
 def unflatten(structure: Any, leaves: list) -> Any:
@@ -96,6 +122,32 @@ def _typed(x: Any) -> tuple:
 def leaf_paths(structure: Any, prefix: str = "") -> list[str]:
     """A readable path (`args[1]['w']`) for each leaf and static value, for retrace messages."""
     return [path for path, _ in _entries(structure, prefix)]
+
+
+def constant_leaves(structure: Any) -> list[bool]:
+    """Per leaf, in order: whether a registered node marks it (or a child above it) as a
+    constant for tc.grad (constants_fn of register_pytree_node)."""
+    out: list[bool] = []
+    _mark_constants(structure, False, out)
+    return out
+
+
+def _mark_constants(s: Any, constant: bool, out: list) -> None:
+    if s == LEAF:
+        out.append(constant)
+        return
+    kind, body = s
+    if kind == "static":
+        return
+    if kind == "dict":
+        for _, v in body:
+            _mark_constants(v, constant, out)
+        return
+    marked: set = set()
+    if isinstance(kind, tuple) and kind[0] == REGISTERED and _NODES[kind[1]][2] is not None:
+        marked = set(_NODES[kind[1]][2](kind[2]))
+    for i, v in enumerate(body):
+        _mark_constants(v, constant or i in marked, out)
 
 
 def static_values(structure: Any) -> list:

@@ -346,11 +346,13 @@ class TracedFunction:
     @staticmethod
     def _is_transformed(args: tuple, kwargs: dict) -> bool:
         """Whether a transform around this call sees its tensors: an outer tc.trace, tc.vmap,
-        or autograd (an input that requires grad or carries a tangent)."""
-        from .autograd.grad_mode import is_grad_enabled
+        or autograd (an input with a tangent, with autograd history, or that requires grad
+        while tc.grad/vjp runs).  A model's parameters, which require grad as leaves outside
+        any of those, are data like any other tensor."""
+        from .autograd.grad_mode import is_differentiating, is_grad_enabled
         for x in pytree.flatten((args, kwargs), _is_array_leaf)[0]:
-            if isinstance(x, Tensor) and (x._data is None or x._tangent is not None
-                                          or (x.requires_grad and is_grad_enabled())):
+            if isinstance(x, Tensor) and (x._data is None or x._tangent is not None or x.grad_fn is not None
+                                          or (x.requires_grad and is_grad_enabled() and is_differentiating())):
                 return True
         return False
 

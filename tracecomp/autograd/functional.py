@@ -16,7 +16,7 @@ from ..batching import level_of
 from ..errors import ArgumentError, add_location
 from ..tensor import Tensor, as_tensor
 from .backward import recorded_at, run_backward
-from .grad_mode import enable_grad, is_grad_enabled
+from .grad_mode import differentiating, is_grad_enabled
 from .kernels import primal
 
 
@@ -120,10 +120,11 @@ def _is_tracked(x) -> bool:
 class Differentiated:
     """The pytrees of the arguments being differentiated, as leaves that require grad and
     the structures to put gradients back into (JAX's convention: a gradient has the shape
-    of its argument's pytree)."""
+    of its argument's pytree).  The children a registered node marks as constants (a
+    tc.nn.Module's buffers) are left alone, their gradient None."""
 
     def __init__(self, trees: list, names: list[str]):
-        self.structures, self.leaves, self.trees = [], [], []
+        self.structures, self.leaves, self.trees, self.constant = [], [], [], []
         for tree, name in zip(trees, names):
             leaves, structure = pytree.flatten(tree, _is_array)
             paths = pytree.leaf_paths(structure, name)
@@ -133,17 +134,21 @@ class Differentiated:
                                  "argument holds tensors only (pass other values in arguments that "
                                  "argnums does not select)")
             tensor_paths = [p for p, s in zip(paths, pytree.static_values(structure)) if s is pytree.LEAF]
-            inputs = [_differentiable_input(x, p) for x, p in zip(leaves, tensor_paths)]
+            constant = pytree.constant_leaves(structure)
+            inputs = [as_tensor(x) if c else _differentiable_input(x, p)
+                      for x, p, c in zip(leaves, tensor_paths, constant)]
             self.structures.append((structure, len(inputs)))
-            self.leaves.extend(inputs)
+            self.leaves.extend(x for x, c in zip(inputs, constant) if not c)
+            self.constant.extend(constant)
             self.trees.append(pytree.unflatten(structure, inputs))
 
     def gradients(self, grads: list) -> list:
-        """`grads` (one per leaf, None where unused) as one pytree per argument."""
-        grads = [g if g is not None else _zeros_like(x) for g, x in zip(grads, self.leaves)]
-        out, it = [], iter(grads)
+        """`grads` (one per differentiated leaf, None where unused) as one pytree per argument."""
+        grads = iter([g if g is not None else _zeros_like(x) for g, x in zip(grads, self.leaves)])
+        every = iter([None if c else next(grads) for c in self.constant])
+        out = []
         for structure, n in self.structures:
-            out.append(pytree.unflatten(structure, [next(it) for _ in range(n)]))
+            out.append(pytree.unflatten(structure, [next(every) for _ in range(n)]))
         return out
 
 
@@ -158,7 +163,7 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool
             and is_grad_enabled()
         for i, tree in zip(nums, diff.trees):
             args[i] = tree
-        with enable_grad():
+        with differentiating():
             out = fn(*args, **kwargs)
         value, aux = _split_aux(out, has_aux)
         if not isinstance(value, Tensor) or value.numel() != 1 or value.ndim != 0:
@@ -213,7 +218,7 @@ def vjp(fn: Callable, *primals) -> tuple[Any, Callable]:
     pytree per primal.  Primals, outputs and cotangents may be pytrees."""
     nested = is_grad_enabled() and any(t.requires_grad for t in pytree.flatten(primals, _is_tracked)[0])
     diff = Differentiated(list(primals), [f"primal {i}" for i in range(len(primals))])
-    with enable_grad():
+    with differentiating():
         out = fn(*diff.trees)
     outs, out_structure = pytree.flatten(out, _is_tracked)
 

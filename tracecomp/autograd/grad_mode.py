@@ -27,3 +27,20 @@ def no_grad():
 
 def enable_grad():
     return set_grad_enabled(True)
+
+
+@contextlib.contextmanager
+def differentiating():
+    """While tc.grad, value_and_grad or vjp runs its function (with grad mode on): a tensor
+    that requires grad is then one they track, so a tc.trace'd function called on it must
+    let autograd see its ops."""
+    state.differentiating += 1
+    try:
+        with enable_grad():
+            yield
+    finally:
+        state.differentiating -= 1
+
+
+def is_differentiating() -> bool:
+    return state.differentiating > 0

@@ -1,0 +1,364 @@
+"""tc.nn.Module and tc.nn.Parameter, with PyTorch's behaviour.
+
+A Module registers what is assigned to its attributes: a Parameter as a parameter, a
+Module as a child, a tensor given to `register_buffer` as a buffer.  It is also a pytree
+(every subclass registers itself): its leaves are its parameters and buffers, in
+`state_dict` order, and everything else (the class, the names, `training`, the other
+attributes) is its structure.  So `tc.trace(step)(model, batch)` passes the tensors as
+inputs and rebuilds the model around the traced ones; `tc.grad(loss)(model, x)` returns
+a model-shaped gradient; `tc.vmap` maps over models.  The structure keys the signature
+cache by value for hyper-parameters (ints, floats, strings, tuples of them) and by
+identity for other attributes: changing `model.eval()` or a layer's `p` retraces.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .. import pytree
+from ..errors import ArgumentError, ShapeError
+from ..tensor import Tensor, as_tensor
+
+
+class Parameter(Tensor):
+    """A tensor that a Module registers as a parameter when assigned to an attribute; it
+    requires grad by default.  It shares its memory with `data`."""
+    __slots__ = ()
+
+    def __init__(self, data: Any = None, requires_grad: bool = True):
+        t = as_tensor(np.zeros(0, np.float32) if data is None else data)
+        super().__init__(t._data, t._type, t._value, t._trace)
+        self._batch = t._batch
+        if requires_grad:
+            self.requires_grad_(True)
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+_StateDictKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _hashable(v: Any) -> bool:
+    if isinstance(v, (bool, int, float, str, type(None), np.generic)):
+        return True
+    return isinstance(v, tuple) and all(_hashable(x) for x in v)
+
+
+class _Static:
+    """A module's attributes that are not tensors or children, as pytree structure: equal
+    (for the trace cache) when the hyper-parameters are equal by value and every other
+    attribute is the very same object."""
+    __slots__ = ("attrs", "_key")
+
+    def __init__(self, attrs: dict):
+        self.attrs = attrs
+        self._key = tuple((k, ("value", v) if _hashable(v) else ("id", id(v))) for k, v in attrs.items())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Static) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
+class Module:
+    """The base class of layers and models (PyTorch's nn.Module)."""
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+    # ------------------------------------------------------------ registration
+    def _check_initialized(self, name: str) -> None:
+        if "_parameters" not in self.__dict__:
+            raise ArgumentError(f"cannot assign '{name}' before Module.__init__() is called "
+                                f"(call super().__init__() first in {type(self).__name__}.__init__)")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, Parameter):
+            self._check_initialized(name)
+            self._forget(name)
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._check_initialized(name)
+            self._forget(name)
+            self._modules[name] = value
+        elif "_parameters" in self.__dict__ and name in self._parameters:
+            if value is not None and not isinstance(value, Tensor):
+                raise ArgumentError(f"cannot assign a {type(value).__name__} as parameter '{name}' of "
+                                    f"{type(self).__name__} (a tc.nn.Parameter, a tensor or None expected)")
+            self._parameters[name] = value
+        elif "_buffers" in self.__dict__ and name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise ArgumentError(f"cannot assign a {type(value).__name__} as buffer '{name}' of "
+                                    f"{type(self).__name__} (a tensor or None expected)")
+            self._buffers[name] = value
+        elif "_modules" in self.__dict__ and name in self._modules and value is None:
+            self._modules[name] = None
+        else:
+            object.__setattr__(self, name, value)
+
+    def _forget(self, name: str) -> None:
+        for d in (self._parameters, self._buffers, self._modules):
+            d.pop(name, None)
+        self.__dict__.pop(name, None)
+
+    def __getattr__(self, name: str) -> Any:
+        d = self.__dict__
+        for where in ("_parameters", "_buffers", "_modules"):
+            if where in d and name in d[where]:
+                return d[where][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        for d in (self._parameters, self._buffers, self._modules):
+            if name in d:
+                del d[name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        self._check_name(name)
+        if param is not None and not isinstance(param, Parameter):
+            raise ArgumentError(f"register_parameter('{name}'): a tc.nn.Parameter or None expected, "
+                                f"got {type(param).__name__}")
+        self._forget(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Any, persistent: bool = True) -> None:
+        self._check_name(name)
+        self._forget(name)
+        self._buffers[name] = None if tensor is None else as_tensor(tensor)
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def add_module(self, name: str, module: "Module | None") -> None:
+        self._check_name(name)
+        if module is not None and not isinstance(module, Module):
+            raise ArgumentError(f"add_module('{name}'): a tc.nn.Module expected, got {type(module).__name__}")
+        self._forget(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def _check_name(self, name: str) -> None:
+        self._check_initialized(name)
+        if not isinstance(name, str) or not name or "." in name:
+            raise ArgumentError(f"{type(self).__name__}: a parameter, buffer or module name must be a "
+                                f"non-empty str without '.', got {name!r}")
+
+    # ------------------------------------------------------------ traversal
+    def named_modules(self, prefix: str = "", memo: set | None = None) -> Iterator[tuple[str, "Module"]]:
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+
+    def modules(self) -> Iterator["Module"]:
+        return (m for _, m in self.named_modules())
+
+    def named_children(self) -> Iterator[tuple[str, "Module"]]:
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self) -> Iterator["Module"]:
+        return (m for _, m in self.named_children())
+
+    def _named(self, where: str, prefix: str, recurse: bool) -> Iterator[tuple[str, Tensor]]:
+        seen = set()
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mod_prefix, m in modules:
+            for name, t in getattr(m, where).items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                yield (f"{mod_prefix}.{name}" if mod_prefix else name), t
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        return self._named("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Tensor]:
+        return (p for _, p in self.named_parameters(recurse=recurse))
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        return self._named("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        return (b for _, b in self.named_buffers(recurse=recurse))
+
+    def apply(self, fn: Callable[["Module"], Any]) -> "Module":
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # ------------------------------------------------------------ modes and gradients
+    def train(self, mode: bool = True) -> "Module":
+        if not isinstance(mode, bool):
+            raise ArgumentError(f"train(mode): mode must be a bool, got {type(mode).__name__}")
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        import tracecomp
+        for p in self.parameters():
+            if p.grad is not None:
+                p.grad = None if set_to_none else tracecomp.zeros_like(p.grad)
+
+    # ------------------------------------------------------------ state dicts
+    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> "collections.OrderedDict[str, Tensor]":
+        """Parameters and persistent buffers by dotted name (detached unless keep_vars)."""
+        out = collections.OrderedDict()
+        for mod_prefix, m in self.named_modules(prefix.rstrip(".")):
+            dot = f"{mod_prefix}." if mod_prefix else ""
+            for name, p in m._parameters.items():
+                if p is not None:
+                    out[dot + name] = p if keep_vars else p.detach()
+            for name, b in m._buffers.items():
+                if b is not None and name not in m._non_persistent:
+                    out[dot + name] = b if keep_vars else b.detach()
+        return out
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True, where: str | None = None):
+        """Copy `state_dict`'s values into the parameters and buffers (PyTorch's rules:
+        shapes must match, values are cast to the tensor's dtype; with strict, missing and
+        unexpected keys are an error).  `where` names the source (a file) in errors."""
+        import tracecomp
+        from ..autograd.grad_mode import no_grad
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        source = f" from {where}" if where else ""
+        problems = []
+        if strict and missing:
+            problems.append("missing key(s) " + ", ".join(map(repr, missing)))
+        if strict and unexpected:
+            problems.append("unexpected key(s) " + ", ".join(map(repr, unexpected)))
+        values = {}
+        for k, t in own.items():
+            if k not in state_dict:
+                continue
+            v = state_dict[k]
+            v = tracecomp.from_dlpack(v) if not isinstance(v, (Tensor, np.ndarray)) and hasattr(v, "__dlpack__") \
+                else as_tensor(v)
+            if tuple(v.shape) != tuple(t.shape):
+                problems.append(f"'{k}' has shape {tuple(v.shape)}, the model's is {tuple(t.shape)}")
+            elif v.dtype.is_floating_point != t.dtype.is_floating_point:
+                problems.append(f"'{k}' has dtype {v.dtype.label}, the model's is {t.dtype.label}")
+            else:
+                values[k] = v
+        if problems:
+            raise ShapeError(f"{type(self).__name__}.load_state_dict{source}: " + "; ".join(problems))
+        with no_grad():
+            for k, v in values.items():
+                own[k].copy_(v)
+        return _StateDictKeys(missing, unexpected)
+
+    # ------------------------------------------------------------ conversions
+    def to(self, dtype) -> "Module":
+        """The floating-point parameters and buffers cast to `dtype` (in place, as PyTorch)."""
+        from ..autograd.grad_mode import no_grad
+        with no_grad():
+            for m in self.modules():
+                for d in (m._parameters, m._buffers):
+                    for name, t in d.items():
+                        if t is not None and t.dtype.is_floating_point and t.dtype != dtype:
+                            new = t.to(dtype)
+                            d[name] = Parameter(new, t.requires_grad) if isinstance(t, Parameter) else new
+        return self
+
+    def float(self) -> "Module":
+        import tracecomp
+        return self.to(tracecomp.float32)
+
+    def double(self) -> "Module":
+        import tracecomp
+        return self.to(tracecomp.float64)
+
+    # ------------------------------------------------------------ calling and printing
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        """PyTorch's layout: `Linear(in_features=2, ...)` on one line, children indented."""
+        own = [line for line in self.extra_repr().split("\n") if line]
+        children = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
+        if len(own) == 1 and not children:
+            return f"{type(self).__name__}({own[0]})"
+        body = own + children
+        return f"{type(self).__name__}(" + ("\n  " + "\n  ".join(body) + "\n" if body else "") + ")"
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
+
+
+# ---------------------------------------------------------------- the pytree of a module
+_SLOTS = ("_parameters", "_buffers", "_modules")
+
+
+def _flatten(m: Module):
+    """Children: every parameter, buffer and child module, None included (a None child is
+    static structure in a flattened tree); aux: their names and every other attribute."""
+    names, children = [], []
+    for where in _SLOTS:
+        for k, v in getattr(m, where).items():
+            names.append((where, k))
+            children.append(v)
+    rest = {k: v for k, v in m.__dict__.items() if k not in _SLOTS}
+    return children, (tuple(names), _Static(rest))
+
+
+def _buffers(aux) -> list[int]:
+    """The positions of the buffers among the children: constants for tc.grad."""
+    return [i for i, (where, _) in enumerate(aux[0]) if where == "_buffers"]
+
+
+def _rebuild(cls: type, aux, children) -> Module:
+    names, static = aux
+    m = object.__new__(cls)
+    m.__dict__.update(static.attrs)
+    for where in _SLOTS:
+        m.__dict__[where] = {}
+    for (where, k), v in zip(names, children):
+        m.__dict__[where][k] = v
+    return m
+
+
+def _register(cls: type) -> None:
+    pytree.register_pytree_node(cls, _flatten, lambda aux, children: _rebuild(cls, aux, children), _buffers)
+
+
+_register(Module)
