@@ -119,8 +119,8 @@ def load_metadata(path) -> dict[str, str]:
 
 
 def _read_header(path: str) -> tuple[dict, int]:
-    """The file's JSON header and where its tensor data starts, after the checks that say plainly what is wrong with a file
-    that is not one safetensors would read (safetensors' own words are terser)."""
+    """The file's JSON header and where its tensor data starts, after checks that say
+    plainly what is wrong with a file safetensors would refuse (its own words are terser)."""
     if not os.path.exists(path):
         raise CheckpointNotFoundError(f"checkpoint file not found: {path}")
     if os.path.isdir(path):
