@@ -167,9 +167,11 @@ def test_state_dict_round_trip_and_load_errors():
     del sd["body.0.weight"]
     sd["extra"] = tc.zeros(1)
     sd["heads.a.bias"] = tc.zeros(5)
-    with pytest.raises(tc.ShapeError, match=re.escape(
-            "Net.load_state_dict from ckpt.safetensors: missing key(s) 'body.0.weight'; unexpected key(s) "
-            "'extra'; 'heads.a.bias' has shape (5,), the model's is (2,)")):
+    with pytest.raises(tc.CheckpointError, match=re.escape(
+            "cannot load the state from ckpt.safetensors:\n"
+            "  missing keys (expected, not in the file): 'body.0.weight'\n"
+            "  unexpected keys (in the file, not expected): 'extra'\n"
+            "  'heads.a.bias': the file has shape (5,) float32, expected shape (2,) float32")):
         b.load_state_dict(sd, where="ckpt.safetensors")
     del sd["heads.a.bias"]
     keys = b.load_state_dict(sd, strict=False)
@@ -262,3 +264,28 @@ def test_transformer_layer_repr_matches_torch():
     ours = repr(nn.TransformerEncoderLayer(8, 2, 16))
     theirs = repr(torch.nn.TransformerEncoderLayer(8, 2, 16)).replace("NonDynamicallyQuantizableLinear", "Linear")
     assert ours == theirs
+
+
+def test_a_checkpoint_round_trips_and_bad_ones_name_the_key_and_file(tmp_path):
+    pytest.importorskip("safetensors")
+    from safetensors.torch import save_file
+    a, b = Net(), Net()
+    path = tmp_path / "net.safetensors"
+    tc.save(a.state_dict(), path)
+    b.load_state_dict(tc.load_state(path))
+    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        np.testing.assert_array_equal(x.numpy(), y.numpy(), err_msg=k)
+    # a file PyTorch wrote from the same model's state_dict loads when the names match
+    theirs = TorchNet()
+    save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, str(tmp_path / "torch.safetensors"))
+    b.load_state_dict(tc.load_state(tmp_path / "torch.safetensors"))
+    np.testing.assert_array_equal(b.body[0].weight.numpy(), theirs.body[0].weight.detach().numpy())
+    bad = dict(a.state_dict())
+    bad["heads.b.weight"] = tc.zeros((3, 8), dtype=tc.float64)
+    del bad["scale"]
+    tc.save(bad, tmp_path / "bad.safetensors")
+    with pytest.raises(tc.CheckpointError, match=re.escape(
+            f"cannot load the state from {tmp_path / 'bad.safetensors'}:\n"
+            "  missing keys (expected, not in the file): 'scale'\n"
+            "  'heads.b.weight': the file has shape (3, 8) float64, expected shape (3, 8) float32")):
+        b.load_state_dict(tc.load_state(tmp_path / "bad.safetensors"))

@@ -50,6 +50,8 @@ from .autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .trace import trace  # noqa: E402
 from .vmap import vmap  # noqa: E402
+from .checkpoint import CheckpointError, load_state, save  # noqa: E402
+from . import utils  # noqa: E402
 from .batching import VmapError  # noqa: E402
 from . import linalg  # noqa: E402
 from . import nn  # noqa: E402

@@ -91,6 +91,12 @@ def _checked_metadata(metadata, path: str) -> dict[str, str] | None:
 _HEADER_LIMIT = 100 * 1024 * 1024    # safetensors' own limit on the JSON header
 
 
+class LoadedState(dict):
+    """load_state's result: a dict that remembers its file, so that a model's
+    load_state_dict names the file in its errors."""
+    source: str = ""
+
+
 def load_state(path) -> dict[str, Tensor]:
     """Read a safetensors file into a dict name -> tc.Tensor, in the order the tensors'
     data lies in the file (safetensors does not keep the order they were saved in).
@@ -107,7 +113,9 @@ def load_state(path) -> dict[str, Tensor]:
 
     try:
         with safe_open(path, framework="np") as f:
-            return {key: _to_tensor(f, key, header[key], data_start, path) for key in _file_order(header)}
+            state = LoadedState((key, _to_tensor(f, key, header[key], data_start, path)) for key in _file_order(header))
+        state.source = path
+        return state
     except SafetensorError as e:         # header checks passed, but the rest did not
         raise CheckpointError(f"{path}: not a valid safetensors file ({e})") from None
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .. import pytree
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError
 from ..tensor import Tensor, as_tensor
 
 
@@ -36,9 +36,6 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
-
-
-_StateDictKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
 def _hashable(v: Any) -> bool:
@@ -247,39 +244,22 @@ class Module:
         return out
 
     def load_state_dict(self, state_dict: dict, strict: bool = True, where: str | None = None):
-        """Copy `state_dict`'s values into the parameters and buffers (PyTorch's rules:
-        shapes must match, values are cast to the tensor's dtype; with strict, missing and
-        unexpected keys are an error).  `where` names the source (a file) in errors."""
-        import tracecomp
+        """Copy `state_dict`'s values into the parameters and buffers.  Shapes and dtypes must
+        match (tracecomp does not cast a checkpoint silently); with strict, missing and
+        unexpected keys are an error too.  One CheckpointError lists every problem and names
+        `where` (by default the file tc.load_state read).  Returns PyTorch's
+        (missing_keys, unexpected_keys)."""
         from ..autograd.grad_mode import no_grad
+        from ..checkpoint import check_state
         own = self.state_dict(keep_vars=True)
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        source = f" from {where}" if where else ""
-        problems = []
-        if strict and missing:
-            problems.append("missing key(s) " + ", ".join(map(repr, missing)))
-        if strict and unexpected:
-            problems.append("unexpected key(s) " + ", ".join(map(repr, unexpected)))
-        values = {}
-        for k, t in own.items():
-            if k not in state_dict:
-                continue
-            v = state_dict[k]
-            v = tracecomp.from_dlpack(v) if not isinstance(v, (Tensor, np.ndarray)) and hasattr(v, "__dlpack__") \
-                else as_tensor(v)
-            if tuple(v.shape) != tuple(t.shape):
-                problems.append(f"'{k}' has shape {tuple(v.shape)}, the model's is {tuple(t.shape)}")
-            elif v.dtype.is_floating_point != t.dtype.is_floating_point:
-                problems.append(f"'{k}' has dtype {v.dtype.label}, the model's is {t.dtype.label}")
-            else:
-                values[k] = v
-        if problems:
-            raise ShapeError(f"{type(self).__name__}.load_state_dict{source}: " + "; ".join(problems))
+        values = {k: as_tensor(v) for k, v in state_dict.items()}
+        where = where or getattr(state_dict, "source", None)
+        keys = check_state({k: (t.shape, t.dtype) for k, t in own.items()}, values, where, strict)
         with no_grad():
-            for k, v in values.items():
-                own[k].copy_(v)
-        return _StateDictKeys(missing, unexpected)
+            for k, t in own.items():
+                if k in values:
+                    t.copy_(values[k])
+        return keys
 
     # ------------------------------------------------------------ conversions
     def to(self, dtype) -> "Module":
