@@ -189,6 +189,20 @@ def test_param_groups_have_their_own_hyper_parameters_and_lr_is_changeable():
         np.testing.assert_allclose(p[k].numpy(), tp[k].detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_step_with_a_closure_and_extra_group_keys():
+    w = tc.tensor(np.ones(3, np.float32), requires_grad=True)
+    opt = optim.Adam([{"params": [w], "name": "encoder"}], lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        return loss
+    assert float(opt.step(closure)) == 3.0
+    np.testing.assert_allclose(w.numpy(), np.full(3, 0.9), rtol=1e-6)
+    assert opt.param_groups[0]["name"] == "encoder" and "name" in opt.state_dict()["param_groups"][0]
+
+
 def test_zero_grad_set_to_none_or_zeros():
     w = tc.tensor(np.ones(3, np.float32), requires_grad=True)
     opt = optim.SGD([w], lr=0.1)
@@ -264,7 +278,7 @@ def _leaf(*shape):
     (lambda: optim.Adagrad([_leaf(2)], lr_decay=-1.0), ["Adagrad", "lr_decay"]),
     (lambda: optim.SGD([_leaf(2)], lr=0.1, nesterov=True), ["nesterov", "momentum"]),
     (lambda: optim.SGD([{"params": [_leaf(2)], "lr": -1.0}], lr=0.1), ["param_groups[0]", "lr"]),
-    (lambda: optim.SGD([{"params": [_leaf(2)], "betas": (0.9, 0.9)}]), ["param_groups[0]", "unknown", "betas"]),
+    (lambda: optim.SGD([{"params": [_leaf(2)], "betas": (0.9, 0.9)}]), ["param_groups[0]", "'betas'", "does not take"]),
     (lambda: optim.SGD((lambda w: [w, w])(_leaf(2))), ["params'][1]", "more than once"]),
     (lambda: optim.SGD([]), ["empty"]),
     (lambda: optim.SGD(_leaf(2)), ["iterable"]),
@@ -313,3 +327,53 @@ def test_functional_update_errors():
         opt.update(params, {"step": state["step"], "lr": state["lr"], "exp_avg": state["exp_avg"]}, params)
     with pytest.raises(ArgumentError, match="holds no tensors"):
         opt.init({})
+
+
+# ---------------------------------------------------------------------- gradient clipping
+
+import tracecomp.nn.utils as nn_utils  # noqa: E402
+
+
+def _grads_pair(scale):
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(s).astype(np.float32) * scale for s in ((3, 4), (5,), ())]
+    ours = [tc.tensor(a.copy(), requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a.copy(), requires_grad=True) for a in arrays]
+    for p, t in zip(ours, theirs):
+        p.grad = tc.tensor(p.numpy() * 1.5 - 0.25)
+        t.grad = torch.tensor(p.grad.numpy().copy())
+    return ours, theirs
+
+
+@pytest.mark.parametrize("max_norm, norm_type", [(1.0, 2.0), (100.0, 2.0), (0.5, 1.0), (0.3, float("inf")),
+                                                 (2.0, 3.0)])
+def test_clip_grad_norm_matches_torch(max_norm, norm_type):
+    ours, theirs = _grads_pair(1.0)
+    total = nn_utils.clip_grad_norm_(ours, max_norm, norm_type=norm_type)
+    torch_total = torch.nn.utils.clip_grad_norm_(theirs, max_norm, norm_type=norm_type)
+    np.testing.assert_allclose(float(total), float(torch_total), rtol=1e-6)
+    for p, t in zip(ours, theirs):
+        np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_functional_clip_grad_norm_in_a_compiled_step_matches_torch():
+    ours, theirs = _grads_pair(1.0)
+    grads = {"a": ours[0].grad.numpy(), "rest": [ours[1].grad.numpy(), ours[2].grad.numpy()]}
+    clip = tc.trace(lambda g: nn_utils.clip_grad_norm(g, 0.7))
+    clipped = clip(grads)
+    torch.nn.utils.clip_grad_norm_(theirs, 0.7)
+    got = [clipped["a"], *clipped["rest"]]
+    for g, t in zip(got, theirs):
+        np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_clip_grad_value_and_the_nonfinite_check():
+    ours, theirs = _grads_pair(1.0)
+    nn_utils.clip_grad_value_(ours, 0.4)
+    torch.nn.utils.clip_grad_value_(theirs, 0.4)
+    for p, t in zip(ours, theirs):
+        np.testing.assert_array_equal(p.grad.numpy(), t.grad.numpy())
+    ours[0].grad = tc.tensor(np.array([[np.inf, 1.0]], np.float32))
+    with pytest.raises(RuntimeError, match="error_if_nonfinite"):
+        nn_utils.clip_grad_norm_(ours, 1.0, error_if_nonfinite=True)
+    assert float(nn_utils.clip_grad_norm_([_leaf(2)], 1.0)) == 0.0     # no grads: norm 0

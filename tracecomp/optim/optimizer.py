@@ -19,8 +19,11 @@ from ..dtypes import FLOAT64 as float64
 from ..errors import ArgumentError
 from ..tensor import Tensor, as_tensor
 
-# Keys of a param group that are not hyper-parameters (schedulers add initial_lr & co.).
 _PARAMS = "params"
+# Every tc.optim hyper-parameter: a group naming one its optimizer does not take (betas for
+# SGD) is a mistake; other extra keys (a user's "name", a scheduler's "initial_lr") are kept.
+_HYPER_PARAMETERS = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "betas", "eps",
+                     "amsgrad", "alpha", "centered", "lr_decay", "initial_accumulator_value"}
 
 
 def _is_tensor_leaf(x: Any) -> bool:
@@ -109,10 +112,10 @@ class Optimizer:
             raise ArgumentError(f"{where} must be a dict with a 'params' entry, got {param_group!r:.80}")
         params = param_group[_PARAMS]
         params = [params] if isinstance(params, Tensor) else list(params)
-        unknown = set(param_group) - set(self.defaults) - {_PARAMS}
-        if unknown:
-            raise ArgumentError(f"{where} has unknown hyper-parameter(s) {sorted(unknown)}; "
-                                f"{name} takes {sorted(self.defaults)}")
+        foreign = (set(param_group) & _HYPER_PARAMETERS) - set(self.defaults)
+        if foreign:
+            raise ArgumentError(f"{where} has hyper-parameter(s) {sorted(foreign)} that {name} does not "
+                                f"take; {name} takes {sorted(self.defaults)}")
         seen = {id(p) for g in self.param_groups for p in g[_PARAMS]}
         for i, p in enumerate(params):
             _check_param(p, f"{where}['params'][{i}]")
