@@ -282,6 +282,7 @@ def _leaf(*shape):
     (lambda: optim.SGD((lambda w: [w, w])(_leaf(2))), ["params'][1]", "more than once"]),
     (lambda: optim.SGD([]), ["empty"]),
     (lambda: optim.SGD(_leaf(2)), ["iterable"]),
+    (lambda: optim.SGD({"w": _leaf(2)}), ["dict without a 'params' entry"]),
 ])
 def test_bad_params_and_hyper_parameters_raise_argument_errors(make, words):
     with pytest.raises(ArgumentError) as info:
@@ -377,3 +378,33 @@ def test_clip_grad_value_and_the_nonfinite_check():
     with pytest.raises(RuntimeError, match="error_if_nonfinite"):
         nn_utils.clip_grad_norm_(ours, 1.0, error_if_nonfinite=True)
     assert float(nn_utils.clip_grad_norm_([_leaf(2)], 1.0)) == 0.0     # no grads: norm 0
+
+
+def test_eager_step_inside_a_trace_points_to_update():
+    w = _leaf(2)
+    opt = optim.SGD([w], lr=0.1)
+
+    def step(x):
+        (w * x).sum().backward()
+        opt.step()
+    with pytest.raises(tc.TracecompError, match=r"opt.update\(grads, state, params\)"):
+        tc.trace(step)(np.ones(2, np.float32))
+    assert not w.is_traced and opt.state == {}
+
+
+def test_float64_params_keep_float64_precision():
+    """The scalar arithmetic is float64 and cast to the parameter's dtype: float64 params
+    follow torch's float64 run to ~1e-12."""
+    rng = np.random.default_rng(3)
+    w0, x = rng.standard_normal((4, 3)), rng.standard_normal((6, 4))
+    w, tw = tc.tensor(w0.copy(), requires_grad=True), torch.tensor(w0.copy(), requires_grad=True)
+    opt, topt = optim.AdamW([w], lr=0.05, amsgrad=True), torch.optim.AdamW([tw], lr=0.05, amsgrad=True)
+    for _ in range(10):
+        opt.zero_grad()
+        (tc.tanh(tc.tensor(x) @ w) ** 2).mean().backward()
+        opt.step()
+        topt.zero_grad()
+        (torch.tanh(torch.tensor(x) @ tw) ** 2).mean().backward()
+        topt.step()
+    assert w.dtype == tc.float64 and opt.state[w]["exp_avg"].dtype == tc.float64
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-12, atol=1e-14)

@@ -16,7 +16,7 @@ import numpy as np
 from .. import pytree
 from ..autograd.grad_mode import enable_grad, no_grad
 from ..dtypes import FLOAT64 as float64
-from ..errors import ArgumentError
+from ..errors import ArgumentError, TraceError
 from ..tensor import Tensor, as_tensor
 
 _PARAMS = "params"
@@ -34,6 +34,8 @@ def scalar(value: Any, dtype=float64) -> Tensor:
     """A hyper-parameter as a 0-d tensor: Python floats, NumPy scalars and 0-d tensors
     alike, traced or not.  The scalar arithmetic of a step (bias corrections, lr / ...)
     runs in float64, as PyTorch does it in Python floats."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = np.float64(value)          # not through float32 (as_tensor's width for a float)
     t = as_tensor(value)
     if t.ndim != 0:
         raise ArgumentError(f"a learning rate or step count must be a scalar, got a tensor of shape {t.shape}")
@@ -77,6 +79,9 @@ class Optimizer:
         if isinstance(params, (Tensor, np.ndarray)) or not isinstance(params, Iterable):
             raise ArgumentError(f"{name}: params must be an iterable of tensors or of param-group "
                                 f"dicts, got a {type(params).__name__}")
+        if isinstance(params, dict) and _PARAMS not in params:
+            raise ArgumentError(f"{name}: params is a dict without a 'params' entry; pass its tensors "
+                                "(list(d.values())), or a list of param-group dicts")
         params = list(params)
         if not params:
             raise ArgumentError(f"{name}: got an empty parameter list")
@@ -143,6 +148,12 @@ class Optimizer:
     # ------------------------------------------------------------------ eager step
     def step(self, closure=None):
         """One update of every parameter that has a `.grad`, in place (PyTorch's step)."""
+        from .. import tracer
+        if tracer.current() is not None:
+            # Its buffers would keep traced values past the end of the trace.
+            raise TraceError(f"{type(self).__name__}.step() updates tensors and optimizer state in place "
+                             "and cannot run inside tc.trace; in a traced train step use the pure form: "
+                             "params, state = opt.update(grads, state, params) with state = opt.init(params)")
         loss = None
         if closure is not None:
             with enable_grad():
