@@ -144,3 +144,14 @@ def test_zero_step_and_cpu():
         tc.ones(3)[::0]
     x = tc.ones(3)
     assert x.cpu() is x and x.to("cpu") is not None and x.to(device="cpu").shape == (3,)
+
+
+def test_an_in_place_change_under_no_grad_keeps_a_leaf_that_requires_grad():
+    """As in PyTorch (an optimizer's step): the flag and leafness stay."""
+    p = tc.tensor([1.0, 2.0], requires_grad=True)
+    with tc.no_grad():
+        p.sub_(0.5)
+        p.mul_(2.0)
+    assert p.requires_grad and p.is_leaf
+    (p * p).sum().backward()
+    np.testing.assert_allclose(p.grad.numpy(), [2.0, 6.0])

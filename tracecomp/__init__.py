@@ -52,6 +52,7 @@ from .trace import trace  # noqa: E402
 from .vmap import vmap  # noqa: E402
 from .checkpoint import CheckpointError, load_state, save  # noqa: E402
 from . import utils  # noqa: E402
+from . import optim  # noqa: E402
 from .batching import VmapError  # noqa: E402
 from . import linalg  # noqa: E402
 from . import nn  # noqa: E402

@@ -44,8 +44,10 @@ class Tensor:
         """Become `updated` (an in-place change, functionalized): its value, trace value,
         autograd history and tangent; this tensor's identity and view flag stay."""
         self._data, self._value, self._trace = updated._data, updated._value, updated._trace
+        # a leaf that requires grad, changed under no_grad (an optimizer's step), stays one
+        keep_leaf = self.requires_grad and self.grad_fn is None and updated.grad_fn is None
         self.grad_fn, self._output_nr = updated.grad_fn, updated._output_nr
-        self.requires_grad, self._tangent = updated.requires_grad, updated._tangent
+        self.requires_grad, self._tangent = updated.requires_grad or keep_leaf, updated._tangent
         if updated._batch is not None or self._batch is not None:
             from .batching import take_over_batch
             take_over_batch(self, updated)

@@ -1,7 +1,7 @@
 """tc.nn: PyTorch's `torch.nn` names.  `functional` holds the ops of the table; `Module`,
 `Parameter`, the containers and the layers build models from them (module.py, layers.py,
 containers.py, attention.py); `init` initializes parameters."""
-from . import functional, init  # noqa: F401
+from . import functional, init, utils  # noqa: F401
 from .module import Module, Parameter  # noqa: F401
 from .containers import ModuleDict, ModuleList, Sequential  # noqa: F401
 from .layers import (  # noqa: F401

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _non_negative, coef
+from .optimizer import Optimizer, non_negative, coef
 
 
 class Adagrad(Optimizer):
@@ -15,7 +15,7 @@ class Adagrad(Optimizer):
 
     def _check(self, hyper: dict, where: str) -> None:
         for key in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
-            _non_negative(hyper, key, where)
+            non_negative(hyper, key, where)
 
     def _buffer_names(self, group: dict) -> tuple[str, ...]:
         return ("sum",)

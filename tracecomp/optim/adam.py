@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _betas, _non_negative, coef, lerp
+from .optimizer import Optimizer, check_betas, non_negative, coef, lerp
 
 
 class Adam(Optimizer):
@@ -20,8 +20,8 @@ class Adam(Optimizer):
 
     def _check(self, hyper: dict, where: str) -> None:
         for key in ("lr", "eps", "weight_decay"):
-            _non_negative(hyper, key, where)
-        _betas(hyper, where)
+            non_negative(hyper, key, where)
+        check_betas(hyper, where)
 
     def _buffer_names(self, group: dict) -> tuple[str, ...]:
         return ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())

@@ -57,11 +57,9 @@ def lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
 
 
 def _write(param: Tensor, value: Tensor) -> None:
-    """Store an eager update into `param`, keeping it a leaf that requires grad."""
-    requires_grad = param.requires_grad
+    """Store an eager update into `param` (it stays a leaf that requires grad)."""
     with no_grad():
         param.copy_(value)
-    param.requires_grad = requires_grad     # an in-place op under no_grad drops the flag
 
 
 class Optimizer:
@@ -92,7 +90,7 @@ class Optimizer:
     # ------------------------------------------------------------------ subclass interface
     def _check(self, hyper: dict[str, Any], where: str) -> None:
         """Raise ArgumentError for a hyper-parameter out of its range (`where` names the call)."""
-        _non_negative(hyper, "lr", where)
+        non_negative(hyper, "lr", where)
 
     def _buffer_names(self, group: dict[str, Any]) -> tuple[str, ...]:
         """The per-parameter state tensors this group's settings need (PyTorch's names)."""
@@ -342,7 +340,7 @@ def _number(hyper: dict, key: str, where: str) -> float:
     return float(value)
 
 
-def _non_negative(hyper: dict, key: str, where: str) -> None:
+def non_negative(hyper: dict, key: str, where: str) -> None:
     if not _number(hyper, key, where) >= 0.0:
         raise ArgumentError(f"{where}: invalid {key} {hyper[key]!r}; it must be >= 0")
 
@@ -352,7 +350,7 @@ def _in_unit_interval(value: Any, what: str, where: str) -> None:
         raise ArgumentError(f"{where}: invalid {what} {value!r}; it must be in [0, 1)")
 
 
-def _betas(hyper: dict, where: str) -> None:
+def check_betas(hyper: dict, where: str) -> None:
     betas = hyper["betas"]
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ArgumentError(f"{where}: betas must be a pair (beta1, beta2), got {betas!r}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _non_negative, coef, lerp
+from .optimizer import Optimizer, non_negative, coef, lerp
 
 
 class RMSprop(Optimizer):
@@ -15,7 +15,7 @@ class RMSprop(Optimizer):
 
     def _check(self, hyper: dict, where: str) -> None:
         for key in ("lr", "alpha", "eps", "weight_decay", "momentum"):
-            _non_negative(hyper, key, where)
+            non_negative(hyper, key, where)
 
     def _buffer_names(self, group: dict) -> tuple[str, ...]:
         return (("square_avg",) + (("momentum_buffer",) if group["momentum"] > 0 else ())

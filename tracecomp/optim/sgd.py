@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _non_negative, coef
+from .optimizer import Optimizer, non_negative, coef
 
 
 class SGD(Optimizer):
@@ -14,7 +14,7 @@ class SGD(Optimizer):
 
     def _check(self, hyper: dict, where: str) -> None:
         for key in ("lr", "momentum", "weight_decay"):
-            _non_negative(hyper, key, where)
+            non_negative(hyper, key, where)
         if hyper["nesterov"] and (hyper["momentum"] <= 0 or hyper["dampening"] != 0):
             from ..errors import ArgumentError
             raise ArgumentError(f"{where}: nesterov momentum requires a momentum > 0 and zero dampening "
