@@ -289,3 +289,51 @@ def test_a_checkpoint_round_trips_and_bad_ones_name_the_key_and_file(tmp_path):
             "  missing keys (expected, not in the file): 'scale'\n"
             "  'heads.b.weight': the file has shape (3, 8) float64, expected shape (3, 8) float32")):
         b.load_state_dict(tc.load_state(tmp_path / "bad.safetensors"))
+
+
+# ---------------------------------------------------------------- models with optimizers, against torch
+
+def _mlp(lib):
+    return lib.nn.Sequential(lib.nn.Linear(4, 16, bias=False), lib.nn.BatchNorm1d(16), lib.nn.Tanh(),
+                             lib.nn.Linear(16, 3))
+
+
+@pytest.mark.parametrize("name, kwargs", [("SGD", {"lr": 0.1, "momentum": 0.9}), ("Adam", {"lr": 1e-2}),
+                                          ("AdamW", {"lr": 1e-2, "weight_decay": 0.1})])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_twenty_steps_of_a_model_match_torch(name, kwargs, compiled):
+    torch.manual_seed(0)
+    theirs = _mlp(torch)
+    ours = _mlp(tc)
+    _load_from_torch(ours, theirs)
+    x = rng.standard_normal((32, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 32)
+    t_opt = getattr(torch.optim, name)(theirs.parameters(), **kwargs)
+    if compiled:
+        opt = getattr(tc.optim, name)(**kwargs)
+        state = opt.init(ours)
+
+        def step(m, state, x, y):
+            loss, g = tc.value_and_grad(lambda m: tc.nn.functional.cross_entropy(m(x), y))(m)
+            m, state = opt.update(g, state, m)
+            return loss, m, state
+        run = tc.trace(step, donate_argnums=(0, 1))
+    else:
+        opt = getattr(tc.optim, name)(ours.parameters(), **kwargs)
+    for _ in range(20):
+        t_opt.zero_grad()
+        want = torch.nn.functional.cross_entropy(theirs(torch.tensor(x)), torch.tensor(y))
+        want.backward()
+        t_opt.step()
+        if compiled:
+            loss, ours, state = run(ours, state, x, y)
+        else:
+            opt.zero_grad()
+            loss = tc.nn.functional.cross_entropy(ours(tc.tensor(x)), tc.tensor(y))
+            loss.backward()
+            opt.step()
+        np.testing.assert_allclose(loss.item(), want.item(), rtol=2e-5)
+    if compiled:
+        assert len(run._cache) == 1
+    for (k, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
+        np.testing.assert_allclose(a.numpy(), _np(b), rtol=1e-4, atol=1e-5, err_msg=k)

@@ -30,6 +30,12 @@ def _is_tensor_leaf(x: Any) -> bool:
     return isinstance(x, (Tensor, np.ndarray, np.generic))
 
 
+def _tensor_or_none(x: Any) -> bool:
+    """Leaves of params, grads and state: None too, so that a module's absent bias, and
+    tc.grad's None for a buffer, keep their places (those leaves are not optimized)."""
+    return x is None or _is_tensor_leaf(x)
+
+
 def scalar(value: Any, dtype=float64) -> Tensor:
     """A hyper-parameter as a 0-d tensor: Python floats, NumPy scalars and 0-d tensors
     alike, traced or not.  The scalar arithmetic of a step (bias corrections, lr / ...)
@@ -185,11 +191,15 @@ class Optimizer:
         {"step": 0-d float32, "lr": 0-d float64, one pytree like `params` per buffer}.
         Every leaf is a tensor, so the state can be passed to (and donated to) a traced step."""
         leaves, structure = self._leaves(params, "params")
+        constant = pytree.constant_leaves(pytree.flatten(params, _is_tensor_leaf)[1])
+        optimized = iter([not c for c in constant])
+        wanted = [p is not None and next(optimized) for p in leaves]     # a module's buffers are not
         group = self.defaults
         state: dict[str, Any] = {"step": as_tensor(np.zeros((), np.float32)),
                                  "lr": scalar(group["lr"])}
         for n in self._buffer_names(group):
-            state[n] = pytree.unflatten(structure, [self._init_buffer(n, p, group) for p in leaves])
+            state[n] = pytree.unflatten(structure, [self._init_buffer(n, p, group) if w else None
+                                                    for p, w in zip(leaves, wanted)])
         return state
 
     def update(self, grads: Any, state: dict[str, Any], params: Any, lr: Any = None) -> tuple[Any, dict[str, Any]]:
@@ -216,6 +226,11 @@ class Optimizer:
         lr = scalar(state["lr"] if lr is None else lr)
         new_params, new_buffers = [], {n: [] for n in names}
         for i, (p, g) in enumerate(zip(p_leaves, g_leaves)):
+            if p is None or g is None:          # no parameter here, or a buffer (tc.grad gives None)
+                new_params.append(p)
+                for n in names:
+                    new_buffers[n].append(buffer_leaves[n][i])
+                continue
             value, buffers = self._rule(p, g, {n: buffer_leaves[n][i] for n in names}, step, lr, group)
             new_params.append(value)
             for n in names:
@@ -226,10 +241,10 @@ class Optimizer:
         return pytree.unflatten(structure, new_params), new_state
 
     def _leaves(self, tree: Any, what: str) -> tuple[list[Tensor], Any]:
-        leaves, structure = pytree.flatten(tree, _is_tensor_leaf)
-        if not leaves:
+        leaves, structure = pytree.flatten(tree, _tensor_or_none)
+        if not any(x is not None for x in leaves):
             raise ArgumentError(f"{type(self).__name__}: {what} holds no tensors (got {type(tree).__name__})")
-        return [as_tensor(x) for x in leaves], structure
+        return [None if x is None else as_tensor(x) for x in leaves], structure
 
     def _check_state(self, state: Any, names: tuple[str, ...]) -> None:
         missing = [k for k in ("step", "lr", *names) if not isinstance(state, dict) or k not in state]
