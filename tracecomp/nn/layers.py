@@ -31,6 +31,17 @@ def _fan_in_uniform_(t, fan_in: int) -> None:
     init.uniform_(t, -bound, bound)
 
 
+def _affine(m: Module, shape, weight: bool, bias: bool, dtype) -> None:
+    """A normalization's `weight` (ones) and `bias` (zeros) of `shape`, or None for each it
+    does not have (registered, so state dicts name them as PyTorch's do)."""
+    tc = _tc()
+    for name, wanted, fill in (("weight", weight, tc.ones), ("bias", bias, tc.zeros)):
+        if wanted:
+            setattr(m, name, Parameter(fill(shape, dtype=dtype or tc.float32)))
+        else:
+            m.register_parameter(name, None)
+
+
 def _positive(value, what: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ArgumentError(f"{what} must be a positive int, got {value!r}")
@@ -241,12 +252,7 @@ class _BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         tc = _tc()
-        if affine:
-            self.weight = Parameter(tc.ones(num_features, dtype=dtype or tc.float32))
-            self.bias = Parameter(tc.zeros(num_features, dtype=dtype or tc.float32))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, (num_features,), affine, affine, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", tc.zeros(num_features, dtype=dtype or tc.float32))
             self.register_buffer("running_var", tc.ones(num_features, dtype=dtype or tc.float32))
@@ -300,16 +306,9 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  dtype=None):
         super().__init__()
-        tc = _tc()
         self.normalized_shape, self.eps, self.elementwise_affine = _shape(normalized_shape), eps, elementwise_affine
         self.has_bias = bias
-        if elementwise_affine:
-            self.weight = Parameter(tc.ones(self.normalized_shape, dtype=dtype or tc.float32))
-            self.bias = Parameter(tc.zeros(self.normalized_shape, dtype=dtype or tc.float32)) if bias else None
-        if not elementwise_affine:
-            self.register_parameter("weight", None)
-        if not (elementwise_affine and bias):
-            self.register_parameter("bias", None)
+        _affine(self, self.normalized_shape, elementwise_affine, elementwise_affine and bias, dtype)
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -325,14 +324,8 @@ class GroupNorm(Module):
         _positive(num_groups, "GroupNorm: num_groups")
         if num_channels % num_groups:
             raise ArgumentError(f"GroupNorm: num_channels ({num_channels}) must divide by num_groups ({num_groups})")
-        tc = _tc()
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
-        if affine:
-            self.weight = Parameter(tc.ones(num_channels, dtype=dtype or tc.float32))
-            self.bias = Parameter(tc.zeros(num_channels, dtype=dtype or tc.float32))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, (num_channels,), affine, affine, dtype)
 
     def forward(self, x):
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
@@ -344,12 +337,8 @@ class GroupNorm(Module):
 class RMSNorm(Module):
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, dtype=None):
         super().__init__()
-        tc = _tc()
         self.normalized_shape, self.eps, self.elementwise_affine = _shape(normalized_shape), eps, elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(tc.ones(self.normalized_shape, dtype=dtype or tc.float32))
-        else:
-            self.register_parameter("weight", None)
+        _affine(self, self.normalized_shape, elementwise_affine, False, dtype)
 
     def forward(self, x):
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
