@@ -280,6 +280,10 @@ def test_grad_of_a_traced_function_differentiates_it():
     """It ran without autograd and gave zeros before: a silent wrong answer."""
     compiled = tc.trace(lambda a: (a * a).sum())
     np.testing.assert_allclose(tc.grad(compiled)(tc.tensor([1.0, 2.0])).numpy(), [2.0, 4.0])
+    compiled(tc.tensor([1.0, 2.0]))             # now the fast path knows this signature
+    np.testing.assert_allclose(tc.grad(compiled)(tc.tensor([1.0, 2.0])).numpy(), [2.0, 4.0])
+    _, tangent = tc.jvp(compiled, (tc.tensor([1.0, 2.0]),), (tc.tensor([1.0, 0.0]),))
+    assert tangent.item() == 2.0
 
 
 # ---------------------------------------------------------------- randomness

@@ -57,8 +57,8 @@ def _fast_key(args: tuple) -> tuple | None:
         t = type(a)
         if t is np.ndarray:
             key.append((a.shape, a.dtype))
-        elif t is Tensor and a._data is not None:
-            key.append(a._type)
+        elif t is Tensor and a._data is not None and not a.requires_grad and a._tangent is None:
+            key.append(a._type)         # (a tensor autograd tracks takes the full path: _is_transformed)
         else:
             return None
     return tuple(key)
