@@ -132,6 +132,13 @@ def test_outputs_that_do_not_vary_are_broadcast_and_pytrees_come_back():
     assert same[1].shape == (2,)
 
 
+def test_none_passes_through_and_a_huge_batch_is_an_out_of_memory_error():
+    out = tc.vmap(lambda r, nothing: (r * 2, None))(np.ones((2, 3)), None)
+    assert out[1] is None and out[0].shape == (2, 3)
+    with pytest.raises(tc.OutOfMemoryError, match=r"expand: cannot allocate .* GiB .*\[2, 1000000, 1000000\]"):
+        tc.vmap(lambda a: a.expand(10**6, 10**6))(np.ones((2, 1)))
+
+
 def test_nested_vmaps_map_two_axes():
     x, y = tc.tensor(X), tc.tensor(X[0])                              # (3, 4, 5), (4, 5)
     # outer over x's items (4, 5) with y whole, inner over rows of both

@@ -67,7 +67,7 @@ def _axes(spec, s, path: str, what: str, out: list) -> None:
         for p, v in zip(pytree.leaf_paths(s, path), pytree.static_values(s)):
             if v is pytree.LEAF:
                 out.append(spec)
-            elif spec is not None:
+            elif spec is not None and v is not None:        # None is an empty pytree, as in JAX
                 raise VmapError(f"tc.vmap: {p} is a {type(v).__name__} ({v!r}), not an array, so it "
                                 f"cannot be mapped over axis {spec}; give it None in {what}")
         return

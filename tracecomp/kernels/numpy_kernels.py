@@ -85,6 +85,8 @@ def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np
     try:
         with np.errstate(all="ignore"):
             outs = KERNELS[op.kind](op, args, out_types)
+            # conformed and writable (a broadcast view is copied) while a MemoryError is still ours
+            return [_writable(_conform(o, t)) for o, t in zip(outs, out_types)]
     except KeyError:
         if op.kind not in KERNELS:
             raise BackendError(f"{op.full_name}: no NumPy kernel for kind '{op.kind}'") from None
@@ -98,7 +100,10 @@ def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np
         shapes = ", ".join(f"{t.dtype.label}{list(t.shape)}" for t in out_types)
         raise OutOfMemoryError(f"{op.full_name}: cannot allocate {need / 2 ** 30:.1f} GiB for its "
                                f"result ({shapes})") from None
-    return [_conform(o, t) for o, t in zip(outs, out_types)]
+
+
+def _writable(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.writeable else a.copy()
 
 
 def _conform(value, t: TensorType) -> np.ndarray:
