@@ -337,3 +337,15 @@ def test_twenty_steps_of_a_model_match_torch(name, kwargs, compiled):
         assert len(run._cache) == 1
     for (k, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
         np.testing.assert_allclose(a.numpy(), _np(b), rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_to_casts_in_place_so_an_optimizer_keeps_its_parameters():
+    m = nn.Linear(2, 3)
+    w = m.weight
+    opt = tc.optim.SGD(m.parameters(), lr=0.1)
+    m.double()
+    assert m.weight is w and w.dtype == tc.float64 and w.requires_grad
+    m(tc.ones((4, 2), dtype=tc.float64)).sum().backward()
+    before = w.numpy().copy()
+    opt.step()
+    np.testing.assert_allclose(w.numpy(), before - 0.1 * 4)

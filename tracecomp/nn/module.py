@@ -263,15 +263,13 @@ class Module:
 
     # ------------------------------------------------------------ conversions
     def to(self, dtype) -> "Module":
-        """The floating-point parameters and buffers cast to `dtype` (in place, as PyTorch)."""
-        from ..autograd.grad_mode import no_grad
-        with no_grad():
-            for m in self.modules():
-                for d in (m._parameters, m._buffers):
-                    for name, t in d.items():
-                        if t is not None and t.dtype.is_floating_point and t.dtype != dtype:
-                            new = t.to(dtype)
-                            d[name] = Parameter(new, t.requires_grad) if isinstance(t, Parameter) else new
+        """The floating-point parameters and buffers cast to `dtype`, in place: the same
+        tensor objects (as PyTorch sets param.data), so an optimizer made before still
+        holds them."""
+        for t in list(self.parameters()) + list(self.buffers()):
+            if t.dtype.is_floating_point and t.dtype != dtype:
+                cast = t.detach().to(dtype)
+                t._data, t._type, t._value, t._trace = cast._data, cast._type, cast._value, cast._trace
         return self
 
     def float(self) -> "Module":
