@@ -115,3 +115,16 @@ def test_manual_seed_repeats_random_tensors():
     tc.manual_seed(3)
     assert a.tolist() == tc.randn(4).tolist()
     assert tc.rand(2, 3).dtype is tc.float32 and tc.rand(2, dtype=tc.float64).dtype is tc.float64
+
+
+def test_factories_take_requires_grad_as_in_pytorch():
+    x = tc.randn(3, 4, requires_grad=True)
+    assert x.requires_grad and x.is_leaf
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy(), rtol=1e-6)
+    assert tc.zeros((2,), dtype=tc.float64, requires_grad=True).requires_grad
+    assert not tc.ones(2).requires_grad
+    with pytest.raises(tc.DTypeError, match="only floating point tensors can require gradients, got int64"):
+        tc.arange(3, requires_grad=True)
+    with pytest.raises(tc.ArgumentError, match="add.. received an invalid combination"):
+        tc.add(tc.ones(2), 1, requires_grad=True)          # not a factory

@@ -185,8 +185,13 @@ def _describe_call(args: tuple, kwargs: dict) -> str:
 
 def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
                    self_arg: Any = _NO_SELF):
-    """Resolve the overload and dispatch; errors name the op and the user's source line."""
+    """Resolve the overload and dispatch; errors name the op and the user's source line.
+    Factories (the ops with a `device` argument) also take PyTorch's `requires_grad=`."""
     reasons = []
+    requires_grad = False
+    if "requires_grad" in kwargs and all(any(a.name == "device" for a in op.schema.arguments) for op in overloads):
+        kwargs = dict(kwargs)
+        requires_grad = kwargs.pop("requires_grad")
     for op in overloads:
         try:
             bound = bind(op, args, kwargs, self_arg)
@@ -205,6 +210,12 @@ def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
         if op.kind in VIEW_KINDS:
             for t in result if isinstance(result, (list, tuple)) else (result,):
                 t._is_view = True
+        if requires_grad:
+            try:
+                result.requires_grad_(bool(requires_grad))
+            except TracecompError as e:
+                from .tracer import user_location
+                raise add_location(e, str(user_location())) from None
         return result
     from .tracer import user_location
     lines = "\n".join(f"  * {s}\n      {why}" for s, why in reasons)
