@@ -362,3 +362,22 @@ def test_an_op_without_a_batching_rule_is_named(monkeypatch):
     with pytest.raises(tc.VmapError, match=r"flip: tc.vmap has no batching rule for ops of kind 'flip' "
                                            r"\(ops.yaml:\d+\)"):
         tc.vmap(lambda r: tc.flip(r, [0]))(tc.ones(2, 3))
+
+
+@pytest.mark.parametrize("order", ["vmap(trace(grad))", "trace(vmap(grad))", "vmap(grad(trace))",
+                                   "grad(vmap(trace))"])
+def test_vmap_grad_and_trace_compose_in_any_order(order):
+    def f(lib):
+        return lambda w, x: lib.sin(x @ w).sum()
+    w, xs = rng.standard_normal((3, 2)), rng.standard_normal((4, 3))
+    tw, txs = torch.tensor(w), torch.tensor(xs)
+    if order == "grad(vmap(trace))":
+        got = tc.grad(lambda w: tc.vmap(tc.trace(f(tc)), in_axes=(None, 0))(w, xs).sum())(w)
+        want = torch.func.grad(lambda w: torch.func.vmap(f(torch), in_dims=(None, 0))(w, txs).sum())(tw)
+    else:
+        inner = {"vmap(trace(grad))": lambda: tc.vmap(tc.trace(tc.grad(f(tc))), in_axes=(None, 0)),
+                 "trace(vmap(grad))": lambda: tc.trace(tc.vmap(tc.grad(f(tc)), in_axes=(None, 0))),
+                 "vmap(grad(trace))": lambda: tc.vmap(tc.grad(tc.trace(f(tc))), in_axes=(None, 0))}[order]()
+        got = inner(w, xs)
+        want = torch.func.vmap(torch.func.grad(f(torch)), in_dims=(None, 0))(tw, txs)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-14)
