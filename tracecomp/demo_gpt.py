@@ -243,7 +243,8 @@ def run(o: Options, say=print) -> Result:
     model, state, loss = step(model, opt.init(model), *random_windows(train_ids, o.context, o.batch_size, rng),
                               cosine_lr(o.lr, 0.0))
     compile_seconds = time.perf_counter() - t0
-    say(f"compiled train step (forward, backward, AdamW): first call {compile_seconds:.2f} s")
+    say(f"compiled train step (forward, backward, AdamW): first call {compile_seconds:.2f} s, "
+        f"loss {float(loss):.3f} (ln {len(vocab)} = {math.log(len(vocab)):.3f})")
 
     model, losses, val_losses, seconds = train(o, step, evaluate, model, state, train_ids, val, rng, float(loss))
     steps = len(losses)
