@@ -3,7 +3,11 @@ agrees with the same step run eagerly, short runs of both demos (as a user runs 
 subprocess) print their reports, learn and write loss.svg, and Hamlet ships in the package."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -11,8 +15,12 @@ import numpy as np
 import tracecomp as tc
 from tracecomp import demo_cnn, demo_gpt
 
-from test_demo import cli, SVG
-import subprocess
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def cli() -> list[str]:
+    script = shutil.which("tracecomp", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-m", "tracecomp.cli"]
 
 
 def run_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
