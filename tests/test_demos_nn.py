@@ -90,7 +90,7 @@ def test_gpt_demo_tiny_run_via_the_cli(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for expected in ["data: Hamlet, 177,488 characters", "vocabulary of 64 characters", "unigram baseline:",
-                     "1 pre-norm Transformer blocks", "compiled train step", "trained 60 steps", "validation loss:",
+                     "1 pre-norm Transformer block ", "compiled train step", "trained 60 steps", "validation loss:",
                      "sample (temperature 0.8", "  | HORATIO:", "wrote "]:
         assert expected in out, f"{expected!r} missing from the demo's output:\n{out}"
     first = number(r"first call .* s, loss ([\d.]+)", out)

@@ -227,7 +227,8 @@ def run(o: Options, say=print) -> Result:
     tc.manual_seed(o.seed)
     model = GPT(len(vocab), o.context, o.dim, o.heads, o.layers)
     n_params = sum(p.numel() for p in model.parameters())
-    say(f"model: GPT, {o.layers} pre-norm Transformer blocks (tc.nn.TransformerEncoderLayer, causal), "
+    say(f"model: GPT, {o.layers} pre-norm Transformer block{'s' * (o.layers != 1)} "
+        f"(tc.nn.TransformerEncoderLayer, causal), "
         f"width {o.dim}, {o.heads} heads, context {o.context}, {n_params:,} parameters")
     plan = f"{o.steps} steps" if o.steps else f"{o.seconds:g} s"
     say(f"training: AdamW lr {o.lr} (cosine to 0 over {plan}), weight decay {WEIGHT_DECAY}, "
@@ -239,11 +240,13 @@ def run(o: Options, say=print) -> Result:
     val = validation_batches(val_ids, o.context, o.batch_size, EVAL_BATCHES)
     rng = np.random.default_rng(o.seed)
 
+    hits = tc.compile_cache.stats.hits
     t0 = time.perf_counter()
     model, state, loss = step(model, opt.init(model), *random_windows(train_ids, o.context, o.batch_size, rng),
                               cosine_lr(o.lr, 0.0))
     compile_seconds = time.perf_counter() - t0
-    say(f"compiled train step (forward, backward, AdamW): first call {compile_seconds:.2f} s, "
+    cached = " (machine code from the compile cache)" if tc.compile_cache.stats.hits > hits else ""
+    say(f"compiled train step (forward, backward, AdamW): first call {compile_seconds:.2f} s{cached}, "
         f"loss {float(loss):.3f} (ln {len(vocab)} = {math.log(len(vocab)):.3f})")
 
     model, losses, val_losses, seconds = train(o, step, evaluate, model, state, train_ids, val, rng, float(loss))
@@ -282,15 +285,13 @@ def train(o: Options, step, evaluate, model, state, train_ids, val, rng, first_l
         if progress >= next_eval / EVALUATIONS or progress >= 1:
             val_losses.append((len(losses), validation_loss(evaluate, model, val)))
             next_eval += 1
+        done = len(losses) if o.steps else min(total, int(10 * elapsed))
+        bar.update(done if progress < 1 else total, f"step {len(losses)} loss {losses[-1]:.3f} val {val_losses[-1][1]:.3f}")
         if progress >= 1:
             break
         model, state, loss = step(model, state, *random_windows(train_ids, o.context, o.batch_size, rng),
                                   cosine_lr(o.lr, progress))
         losses.append(float(loss))
-        done = len(losses) if o.steps else min(total, int(10 * (time.perf_counter() - t0)))
-        bar.update(max(done, 1), f"step {len(losses)} loss {losses[-1]:.3f} val {val_losses[-1][1]:.3f}")
-    if not o.steps:
-        bar.update(total, f"step {len(losses)} loss {losses[-1]:.3f} val {val_losses[-1][1]:.3f}")
     return model, losses, val_losses, time.perf_counter() - t0
 
 
