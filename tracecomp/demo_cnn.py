@@ -4,8 +4,8 @@ The whole train step (forward, cross-entropy, backward, AdamW update of every pa
 is one compiled function: `tc.trace(train_step, donate_argnums=(0, 1))`, where
 `train_step(model, opt_state, x, y, lr)` calls `tc.value_and_grad` on the model (a
 module is a pytree: its gradient is module-shaped) and the optimizer's pure
-`opt.update`, and returns the new model and optimizer state.  Both are donated: their
-old buffers are reused for the new values.  The lr follows a cosine schedule; it is a
+`opt.update`, and returns the new model and optimizer state.  Both are donated: the new
+values may be written into their memory.  The lr follows a cosine schedule; it is a
 NumPy scalar, data to the compiled step, so the step compiles once.
 
 The demo checks the compiled step against the same step run eagerly, trains with a
@@ -121,7 +121,7 @@ def cosine_lr(peak: float, step: int, total: int) -> np.float64:
 
 
 def copy_tree(tree):
-    """Fresh tensors with the same values: donation recycles the originals."""
+    """Fresh tensors with the same values: a donated original may hold the step's output."""
     return tc.tree_map(lambda t: tc.tensor(np.array(t)), tree)
 
 
@@ -216,7 +216,7 @@ def compile_and_check(step, train_step, model, state, xb, yb, lr, say):
     The comparison runs in float64: Adam divides each gradient by its own magnitude, so
     where a gradient is near eps (1e-8) float32 rounding moves the update by a good part
     of the lr, and a float32 comparison would measure that, not the compiler."""
-    model64, state64 = as_float64(model), as_float64(state)      # before the call consumes them
+    model64, state64 = as_float64(model), as_float64(state)      # before the call may overwrite them
     hits = tc.compile_cache.stats.hits
     t0 = time.perf_counter()
     model, state, loss = step(model, state, xb, yb, lr)
