@@ -86,12 +86,12 @@ def test_hamlet_ships_inside_the_package_as_plain_text():
 def test_gpt_demo_tiny_run_via_the_cli(tmp_path):
     proc = run_cli(tmp_path, "gpt", "--steps", "60", "--layers", "1", "--dim", "32", "--heads", "2",
                    "--context", "16", "--batch-size", "16", "--lr", "0.01", "--sample-length", "40",
-                   "--prompt", "HORATIO:\n")
+                   "--prompt", "HORATIO:\\n")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for expected in ["data: Hamlet, 177,488 characters", "vocabulary of 64 characters", "unigram baseline:",
                      "1 pre-norm Transformer block ", "compiled train step", "trained 60 steps", "validation loss:",
-                     "sample (temperature 0.8", "  | HORATIO:", "wrote "]:
+                     "sample (temperature 0.8", "  | HORATIO:\n  | ", "wrote "]:
         assert expected in out, f"{expected!r} missing from the demo's output:\n{out}"
     first = number(r"first call .* s, loss ([\d.]+)", out)
     last = number(r"mean training loss of the last \d+ steps ([\d.]+)", out)

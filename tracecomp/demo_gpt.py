@@ -79,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"windows per step (default {d.batch_size})")
     p.add_argument("--lr", type=float, default=d.lr,
                    help=f"AdamW's peak learning rate, cosine-annealed to 0 (default {d.lr})")
-    p.add_argument("--prompt", default=d.prompt, help="the start of the generated sample (default 'HAMLET:\\n')")
+    p.add_argument("--prompt", default=d.prompt,
+                   help="the start of the generated sample, \\n for a new line (default 'HAMLET:\\n')")
     p.add_argument("--sample-length", type=int, default=d.sample_length,
                    help=f"characters to generate (default {d.sample_length})")
     p.add_argument("--temperature", type=float, default=d.temperature,
@@ -90,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace) -> Options:
     o = Options(args.seconds, args.steps, args.layers, args.dim, args.heads, args.context, args.batch_size,
-                args.lr, args.prompt, args.sample_length, args.temperature, args.out, args.seed)
+                args.lr, args.prompt.replace("\\n", "\n"), args.sample_length, args.temperature, args.out, args.seed)
     for name in ("layers", "dim", "heads", "context", "batch_size"):
         if getattr(o, name) < 1:
             raise tc.ArgumentError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(o, name)}")
