@@ -77,10 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "it); the header goes next to it with the .h suffix")
     export.add_argument("--name", help="the C entry point's name (default: from the file name)")
 
-    from tracecomp import demo
+    from tracecomp import demo, demo_cnn, demo_gpt
     demo_parser = sub.add_parser("demo", help="train an MLP on 8x8 handwritten digits with a compiled "
-                                              "train step; print timings, write pictures")
+                                              "train step; print timings, write pictures "
+                                              "(demo cnn, demo gpt: the other demos)")
     demo.add_arguments(demo_parser)
+    # An optional model name: `tracecomp demo` alone stays the MLP demo with its options.
+    models = demo_parser.add_subparsers(dest="demo_model", metavar="MODEL")
+    demo_cnn.add_arguments(models.add_parser(
+        "cnn", help="a small CNN (tc.nn) on the 8x8 digits, trained with one compiled step (AdamW)"))
+    demo_gpt.add_arguments(models.add_parser(
+        "gpt", help="a character-level GPT (tc.nn Transformer layers) trained on Hamlet for a minute"))
     return parser
 
 
@@ -331,8 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export":
             return _export(args)
         if args.command == "demo":
-            from tracecomp import demo
-            return demo.main(args)
+            from tracecomp import demo, demo_cnn, demo_gpt
+            chosen = {None: demo, "cnn": demo_cnn, "gpt": demo_gpt}[args.demo_model]
+            return chosen.main(args)
     except (CliError, TracecompError) as e:
         lines = str(e).split("\n")
         where = [ln.strip() for ln in lines[1:] if ln.strip().startswith("at ")]
