@@ -25,7 +25,7 @@ import numpy as np
 import tracecomp as tc
 from tracecomp import nn
 from .demo_model import load_digits, split
-from .plots import Series, line_chart_svg
+from .plots import Series, line_chart_svg, write_svg
 from .progress import ProgressBar
 
 TEST_FRACTION = 0.2          # as the MLP demo: the same 1438/359 split for a seed
@@ -267,10 +267,7 @@ def write_loss_chart(o: Options, losses, steps_per_epoch, accuracy) -> str:
          Series("mean loss per epoch", epoch_x, epoch_y, "#d62728", 2.0)],
         title=f"tracecomp demo cnn: 8x8 digits (test accuracy {100 * accuracy:.1f}%)",
         xlabel="training step", ylabel="cross-entropy loss")
-    path = os.path.join(o.out, "loss.svg")
-    with open(path, "w") as f:
-        f.write(svg)
-    return path
+    return write_svg(o.out, "loss.svg", svg)
 
 
 def main(args: argparse.Namespace) -> int:

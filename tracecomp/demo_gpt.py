@@ -28,7 +28,7 @@ import numpy as np
 
 import tracecomp as tc
 from tracecomp import nn
-from .plots import Series, line_chart_svg
+from .plots import Series, line_chart_svg, write_svg
 from .progress import ProgressBar
 
 VALIDATION_FRACTION = 0.1    # the end of the play is held out
@@ -308,10 +308,7 @@ def write_loss_chart(o: Options, losses, val_losses, baseline) -> str:
          Series("unigram baseline", [1, len(losses)], [baseline, baseline], "#7f7f7f", 1.5)],
         title=f"tracecomp demo gpt: character-level GPT on Hamlet ({o.layers} blocks, width {o.dim})",
         xlabel="training step", ylabel="cross-entropy, nats per character")
-    path = os.path.join(o.out, "loss.svg")
-    with open(path, "w") as f:
-        f.write(svg)
-    return path
+    return write_svg(o.out, "loss.svg", svg)
 
 
 def _indent(text: str) -> str:

@@ -83,3 +83,12 @@ def line_chart_svg(series: list[Series], title: str = "", xlabel: str = "", ylab
         out.append(f'<text x="{LEFT + pw - 138}" y="{ly}">{escape(s.label)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def write_svg(folder: str, name: str, svg: str) -> str:
+    """Write a picture the demos make into their output folder; its path."""
+    import os
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(svg)
+    return path
