@@ -181,3 +181,23 @@ def test_assembly_and_optimized_ir():
     lib.function("saxpy", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_int64)(
         x.ctypes.data, y.ctypes.data, 2.0, 100)
     assert (y == 2 * np.arange(100) + 1).all()
+
+
+def test_libgomp_idle_threads_spin_briefly_and_the_environment_is_left_alone():
+    """libgomp loads with GOMP_SPINCOUNT=10000 (runtime/jit.py: spinning workers starve a
+    shared machine), read back with omp_display_env; the variable is gone afterwards, and
+    a user's own setting wins."""
+    import subprocess
+    import sys
+    code = ("import ctypes, os, numpy as np, tracecomp as tc\n"
+            "from tracecomp.runtime import jit\n"
+            "tc.trace(lambda x: (x * 2).sum(1))(np.ones((4096, 1024), np.float32))\n"
+            "print('left in environ:', os.environ.get('GOMP_SPINCOUNT'), flush=True)\n"
+            "ctypes.CDLL(jit.load_system_library('gomp')).omp_display_env(1)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert "left in environ: None" in out.stdout, out.stderr
+    assert "GOMP_SPINCOUNT = '10000'" in out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "GOMP_SPINCOUNT": "123"},
+                         capture_output=True, text=True, timeout=120)
+    assert "left in environ: 123" in out.stdout and "GOMP_SPINCOUNT = '123'" in out.stderr

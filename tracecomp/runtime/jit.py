@@ -17,11 +17,12 @@ Invariants:
 - libraries resolve external symbols in the current process and in the system libraries
   loaded with `load_system_library` (libm always, libgomp for parallel loops); a process
   forked after libgomp was loaded runs parallel loops on one thread (libgomp is not
-  fork-safe);
+  fork-safe), and libgomp's idle threads spin briefly (GOMP_SPINCOUNT) before sleeping;
 - every failure (bad IR, a symbol no library defines) is a BackendError, never a crash.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -62,13 +63,37 @@ def load_system_library(name: str) -> str:
                 raise BackendError(f"the system library lib{name} is not installed, but compiled "
                                    f"code needs it (e.g. apt-get install lib{name}1)")
             try:
-                llvm.load_library_permanently(path)
+                with _gomp_settings() if name == "gomp" else contextlib.nullcontext():
+                    llvm.load_library_permanently(path)
             except RuntimeError as e:
                 raise BackendError(f"cannot load lib{name} ({path}): {e}") from None
             if name == "gomp":
                 _single_thread_in_forked_children(path)
             _loaded_libraries[name] = path
         return _loaded_libraries[name]
+
+
+# libgomp's idle worker threads spin this many times before they sleep (its default,
+# 300000 with no wait policy set, is hundreds of microseconds).  While other processes or
+# NumPy's BLAS threads share the cores, spinning workers take the CPU from the thread that
+# has the work: W4's step took 60 ms instead of 2 with two busy processes beside it on the
+# 2-core VM, 6 ms with 10000, at no cost on a quiet machine (BENCHMARKS.md, "Spinning").
+GOMP_SPINCOUNT = "10000"
+
+
+@contextlib.contextmanager
+def _gomp_settings():
+    """libgomp reads its settings from the environment once, as it loads: set the spin
+    count for that moment only (unless the user chose a wait policy or spin count), so
+    that no other library or child process sees it."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        yield
+        return
+    os.environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
+    try:
+        yield
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
 
 
 def _single_thread_in_forked_children(libgomp_path: str) -> None:
