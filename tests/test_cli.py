@@ -215,3 +215,26 @@ def test_ops_markdown_lists_pytorch_names():
                          capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[0] == "| tracecomp | PyTorch | implemented as |"
     assert "| `tc.softplus` | `torch.nn.functional.softplus` | elementwise |" in out
+
+
+def test_info_prints_the_host_and_the_choices(workdir, tmp_path, monkeypatch):
+    import json
+    from tracecomp.runtime import host
+    out = run(workdir, "info").stdout
+    for start in ("cpu: ", "vector features: ", "caches: ", "generated loops use ", "matmul blocking: float32",
+                  "threads: ", "compile cache: "):
+        assert any(line.startswith(start) for line in out.splitlines()), (start, out)
+    details = json.loads(run(workdir, "info", "--json").stdout)
+    assert details["vector_register"] in ("zmm", "ymm", "xmm", "none") and details["matmul_blocks"]["float32"]["mr"] > 0
+    # the caches as sysfs lists them (a made-up host), and none without sysfs
+    for index, (level, kind, size, shared) in enumerate([(1, "Data", "48K", "0"), (2, "Unified", "2048K", "0"),
+                                                         (3, "Unified", "32M", "0-7")]):
+        d = tmp_path / "sysfs" / f"index{index}"
+        d.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+            (d / name).write_text(f"{value}\n")
+    monkeypatch.setattr(host, "SYSFS_CACHES", tmp_path / "sysfs")
+    assert [c["bytes"] for c in host.caches()] == [48 << 10, 2 << 20, 32 << 20]
+    assert "caches: L1d 48 KiB, L2 2 MiB, L3 32 MiB (shared by CPUs 0-7)" in host.report({**details, "caches": host.caches()})
+    monkeypatch.setattr(host, "SYSFS_CACHES", tmp_path / "nothing")
+    assert host.caches() == [] and "caches: unknown (no sysfs)" in host.report({**details, "caches": []})

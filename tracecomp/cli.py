@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "it); the header goes next to it with the .h suffix")
     export.add_argument("--name", help="the C entry point's name (default: from the file name)")
 
+    info = sub.add_parser("info", help="the host CPU, its caches and what tracecomp chose for it")
+    info.add_argument("--json", action="store_true", help="print it as JSON")
+
     from tracecomp import demo, demo_cnn, demo_gpt
     demo_parser = sub.add_parser("demo", help="train an MLP on 8x8 handwritten digits with a compiled "
                                               "train step; print timings, write pictures "
@@ -337,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
             return _dump(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "info":
+            from tracecomp.runtime import host
+            details = host.describe()
+            print(json.dumps(details, indent=2) if args.json else host.report(details))
+            return 0
         if args.command == "demo":
             from tracecomp import demo, demo_cnn, demo_gpt
             chosen = {None: demo, "cnn": demo_cnn, "gpt": demo_gpt}[args.demo_model]

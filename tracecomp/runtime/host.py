@@ -1,0 +1,100 @@
+"""What tracecomp knows about the host and what it chose for it: `tracecomp info`.
+
+The CPU (its model name, LLVM's name for it and the vector features code is generated
+with), its caches (from sysfs), the vector registers the generated loops use (read back
+from a probe kernel: the tuning LLVM picks for a CPU may prefer narrower vectors than the
+ISA has), the matmul's blocking, the threads and the compile cache.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+SYSFS_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+VECTOR_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                   "avx512vnni", "avx512bf16", "avx512fp16", "amx-tile", "amx-bf16", "amx-int8")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def caches() -> list[dict]:
+    """Per cache of the first CPU: level, type, size in bytes, CPUs sharing it (sysfs)."""
+    out = []
+    for index in sorted(SYSFS_CACHES.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _bytes((index / "size").read_text().strip())
+            shared = (index / "shared_cpu_list").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        out.append({"level": level, "type": kind, "bytes": size, "shared_by_cpus": shared})
+    return out
+
+
+def _bytes(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMG]?)", text)
+    if not m:
+        raise ValueError(text)
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+def vector_register() -> str:
+    """The widest vector registers a plain elementwise loop is compiled with (zmm, ymm, xmm)."""
+    import numpy as np
+
+    import tracecomp as tc
+    asm = tc.trace(lambda x: x * 2.0 + 1.0).lower(np.ones(1 << 14, np.float32)).as_text("asm")
+    return next((r for r in ("zmm", "ymm", "xmm") if re.search(rf"%{r}\d", asm)), "none")
+
+
+def describe() -> dict:
+    """Everything `tracecomp info` prints, as data."""
+    from ..lower.schedule.tiles import TILES, max_threads
+    from . import cache, jit, target
+    t = target.host_target()
+    features = {f[1:] for f in t.features.split(",") if f.startswith("+")}
+    return {
+        "cpu": cpu_model(), "cores": os.cpu_count(), "llvm_cpu": t.cpu, "triple": t.triple,
+        "vector_features": [f for f in VECTOR_FEATURES if f in features],
+        "caches": caches(), "vector_register": vector_register(),
+        "matmul_blocks": {dt.label: {"mr": b.mr, "nr": b.nr, "mc": b.mc, "kc": b.kc, "nc": b.nc}
+                          for dt, b in TILES.items()},
+        "threads": max_threads(),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", jit.GOMP_SPINCOUNT),
+        "compile_cache": str(cache.settings.directory) if cache.settings.enabled else "off",
+    }
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10} KiB"
+
+
+def report(info: dict) -> str:
+    """`describe()` as the lines `tracecomp info` prints."""
+    widths = {"zmm": 512, "ymm": 256, "xmm": 128}
+    caches_text = ", ".join(f"L{c['level']}{'d' if c['type'] == 'Data' else 'i' if c['type'] == 'Instruction' else ''} "
+                            f"{_size(c['bytes'])}" + (f" (shared by CPUs {c['shared_by_cpus']})"
+                                                      if "-" in c["shared_by_cpus"] or "," in c["shared_by_cpus"] else "")
+                            for c in info["caches"]) or "unknown (no sysfs)"
+    blocks = "; ".join(f"{dt}: register tile {b['mr']}x{b['nr']}, MC {b['mc']}, KC {b['kc']}, NC {b['nc']}"
+                       for dt, b in info["matmul_blocks"].items())
+    reg = info["vector_register"]
+    return "\n".join([
+        f"cpu: {info['cpu']}, {info['cores']} cores; LLVM targets it as {info['llvm_cpu']} ({info['triple']})",
+        f"vector features: {' '.join(info['vector_features']) or 'none'}",
+        f"caches: {caches_text}",
+        f"generated loops use {reg} registers" + (f" ({widths[reg]}-bit)" if reg in widths else ""),
+        f"matmul blocking: {blocks}",
+        f"threads: {info['threads']}; idle OpenMP workers spin {info['gomp_spincount']} times, then sleep",
+        f"compile cache: {info['compile_cache']}",
+    ])
