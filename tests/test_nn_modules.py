@@ -54,6 +54,7 @@ LAYERS = [
     ("Hardtanh", (-0.5, 0.5), {}, [(2, 3)]), ("Softmax", (), {"dim": 1}, [(2, 3)]),
     ("LogSoftmax", (), {"dim": -1}, [(2, 3)]),
     ("MultiheadAttention", (8, 2), {"batch_first": True}, [(2, 5, 8)] * 3),
+    ("MultiheadAttention", (8, 2, 0.0, False), {"kdim": 3, "vdim": 6}, [(5, 2, 8), (4, 2, 3), (4, 2, 6)]),
     ("TransformerEncoderLayer", (8, 2, 16), {"dropout": 0.0, "batch_first": True}, [(2, 5, 8)]),
     ("TransformerEncoderLayer", (8, 2, 16), {"dropout": 0.0, "norm_first": True, "activation": "gelu"},
      [(5, 2, 8)]),

@@ -52,22 +52,46 @@ def _sdpa_mask(attn_mask, key_padding_mask, n: int, heads: int, L: int, S: int, 
 
 
 class MultiheadAttention(Module):
+    """PyTorch's arguments in PyTorch's order; keys and values of other sizes (kdim, vdim) get
+    their own projections (q/k/v_proj_weight, as PyTorch names them)."""
+
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 batch_first: bool = False, dtype=None):
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
+                 vdim: int | None = None, batch_first: bool = False, device=None, dtype=None):
         super().__init__()
         if embed_dim % num_heads:
             raise ArgumentError(f"MultiheadAttention: embed_dim ({embed_dim}) must divide by num_heads ({num_heads})")
+        if add_bias_kv or add_zero_attn:
+            raise ArgumentError("MultiheadAttention: add_bias_kv and add_zero_attn are not supported")
         self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.head_dim = embed_dim // num_heads
-        self.in_proj_weight = empty_parameter(3 * embed_dim, embed_dim, dtype=dtype)
+        self.same_dims = self.kdim == embed_dim and self.vdim == embed_dim
+        separate = ("q_proj_weight", "k_proj_weight", "v_proj_weight")
+        if self.same_dims:
+            self.in_proj_weight = empty_parameter(3 * embed_dim, embed_dim, dtype=dtype)
+            for name in separate:
+                self.register_parameter(name, None)
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            for name, width in zip(separate, (embed_dim, self.kdim, self.vdim)):
+                setattr(self, name, empty_parameter(embed_dim, width, dtype=dtype))
+                init.xavier_uniform_(getattr(self, name))
+            self.register_parameter("in_proj_weight", None)
         if bias:
             self.in_proj_bias = Parameter(_tc().zeros(3 * embed_dim, dtype=dtype or _tc().float32))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
-        init.xavier_uniform_(self.in_proj_weight)
         if bias:
             init.zeros_(self.out_proj.bias)
+
+    def _projection(self, i: int):
+        """The weight that projects the query (0), key (1) or value (2)."""
+        E = self.embed_dim
+        if self.same_dims:
+            return self.in_proj_weight[i * E:(i + 1) * E]
+        return (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[i]
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True, attn_mask=None,
                 average_attn_weights: bool = True, is_causal: bool = False):
@@ -83,9 +107,9 @@ class MultiheadAttention(Module):
         S = key.shape[1]
         if E != self.embed_dim:
             raise ShapeError(f"MultiheadAttention: the query's embedding size is {E}, expected {self.embed_dim}")
-        w, b = self.in_proj_weight, self.in_proj_bias
+        b = self.in_proj_bias
         bias = (lambda i: None) if b is None else (lambda i: b[i * E:(i + 1) * E])
-        heads = [F.linear(x, w[i * E:(i + 1) * E], bias(i)).reshape(n, -1, self.num_heads, self.head_dim)
+        heads = [F.linear(x, self._projection(i), bias(i)).reshape(n, -1, self.num_heads, self.head_dim)
                  .transpose(1, 2) for i, x in enumerate((query, key, value))]
         mask = _sdpa_mask(attn_mask, key_padding_mask, n, self.num_heads, L, S, query.dtype)
         causal = is_causal and mask is None
@@ -116,7 +140,7 @@ class TransformerEncoderLayer(Module):
                  activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, dtype=None):
         super().__init__()
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias, batch_first, dtype)
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias, batch_first=batch_first, dtype=dtype)
         self.linear1 = Linear(d_model, dim_feedforward, bias, dtype)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias, dtype)
