@@ -201,3 +201,35 @@ def test_libgomp_idle_threads_spin_briefly_and_the_environment_is_left_alone():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "GOMP_SPINCOUNT": "123"},
                          capture_output=True, text=True, timeout=120)
     assert "left in environ: 123" in out.stdout and "GOMP_SPINCOUNT = '123'" in out.stderr
+
+
+def test_an_avx2_target_on_a_wider_host_gives_the_same_results(tmp_path):
+    """TRACECOMP_TARGET=avx2 (runtime/target.py) turns AVX-512 and AMX off: the generated
+    code uses no zmm register and computes what the host's code computes."""
+    import subprocess
+    import sys
+    if "+avx2" not in target.host_target().features.split(","):
+        pytest.skip("the host has no AVX2")
+    code = ("import sys, numpy as np, tracecomp as tc\n"
+            "rng = np.random.default_rng(0)\n"
+            "x = rng.standard_normal((64, 200)).astype(np.float32)\n"
+            "w = rng.standard_normal((200, 48)).astype(np.float32)\n"
+            "img = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)\n"
+            "k = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)\n"
+            "f = tc.trace(lambda x, w, img, k: (tc.softmax(x @ w, 1), tc.sigmoid(x) * tc.exp(-x * x),\n"
+            "                                   tc.nn.functional.conv2d(img, k, padding=1).relu()))\n"
+            "np.savez(sys.argv[1], *[np.asarray(o) for o in f(x, w, img, k)])\n"
+            "print('zmm' in f.lower(x, w, img, k).as_text('asm'))\n")
+    results = {}
+    for name in ("host", "avx2"):
+        env = {**os.environ, "TRACECOMP_TARGET": name, "TRACECOMP_CACHE_DIR": str(tmp_path / "cache")}
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / f"{name}.npz")], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        results[name] = (out.stdout.strip(), np.load(tmp_path / f"{name}.npz"))
+    assert results["avx2"][0] == "False"                      # no 512-bit registers
+    for key in results["host"][1].files:
+        np.testing.assert_allclose(results["avx2"][1][key], results["host"][1][key], rtol=2e-6, atol=1e-6)
+    bad = subprocess.run([sys.executable, "-c", "import tracecomp.runtime.target as t; t.host_target()"],
+                         env={**os.environ, "TRACECOMP_TARGET": "sse"}, capture_output=True, text=True, timeout=60)
+    assert "TRACECOMP_TARGET='sse' is not a target tracecomp knows (one of host, avx2)" in bad.stderr

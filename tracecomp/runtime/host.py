@@ -65,6 +65,7 @@ def describe() -> dict:
     features = {f[1:] for f in t.features.split(",") if f.startswith("+")}
     return {
         "cpu": cpu_model(), "cores": os.cpu_count(), "llvm_cpu": t.cpu, "triple": t.triple,
+        "target": os.environ.get(target.TARGET_ENV, "host"),
         "vector_features": [f for f in VECTOR_FEATURES if f in features],
         "caches": caches(), "vector_register": vector_register(),
         "matmul_blocks": {dt.label: {"mr": b.mr, "nr": b.nr, "mc": b.mc, "kc": b.kc, "nc": b.nc}
@@ -73,6 +74,11 @@ def describe() -> dict:
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", jit.GOMP_SPINCOUNT),
         "compile_cache": str(cache.settings.directory) if cache.settings.enabled else "off",
     }
+
+
+def target_env() -> str:
+    from .target import TARGET_ENV
+    return TARGET_ENV
 
 
 def _size(n: int) -> str:
@@ -90,7 +96,8 @@ def report(info: dict) -> str:
                        for dt, b in info["matmul_blocks"].items())
     reg = info["vector_register"]
     return "\n".join([
-        f"cpu: {info['cpu']}, {info['cores']} cores; LLVM targets it as {info['llvm_cpu']} ({info['triple']})",
+        f"cpu: {info['cpu']}, {info['cores']} cores; LLVM targets it as {info['llvm_cpu']} ({info['triple']})"
+        + (f"; {target_env()}={info['target']}" if info.get("target", "host") != "host" else ""),
         f"vector features: {' '.join(info['vector_features']) or 'none'}",
         f"caches: {caches_text}",
         f"generated loops use {reg} registers" + (f" ({widths[reg]}-bit)" if reg in widths else ""),

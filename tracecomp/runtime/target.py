@@ -26,11 +26,14 @@ Invariants:
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 from llvmlite.binding import newpassmanagers
+
+from ..errors import BackendError
 
 LLVM_LOCK = threading.RLock()
 OPT_LEVEL = 2
@@ -56,12 +59,29 @@ class HostTarget:
     features: str     # "+avx2,+avx512f,-amx-tile,..." as LLVM's subtarget feature string
 
 
+TARGET_ENV = "TRACECOMP_TARGET"
+# What TRACECOMP_TARGET may turn off: only features the CPU has can be switched off (never
+# on, which would run instructions the CPU lacks), so every target runs on this host.
+NARROWER_TARGETS = {"host": (), "avx2": ("avx512", "amx", "avx10", "evex512")}
+
+
 @functools.lru_cache(maxsize=None)
 def host_target() -> HostTarget:
-    """The process's triple and the host CPU's name and features, as LLVM reports them."""
+    """The process's triple and the host CPU's name and features, as LLVM reports them;
+    `TRACECOMP_TARGET=avx2` generates code as for an AVX2 CPU (AVX-512 and AMX off) on a
+    host that has more, to test and measure that target (`tracecomp info` shows it)."""
     initialize()
-    return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                      llvm.get_host_cpu_features().flatten())
+    features = llvm.get_host_cpu_features()
+    choice = os.environ.get(TARGET_ENV, "host")
+    if choice not in NARROWER_TARGETS:
+        raise BackendError(f"{TARGET_ENV}={choice!r} is not a target tracecomp knows (one of "
+                           f"{', '.join(NARROWER_TARGETS)})")
+    if choice == "avx2" and not features.get("avx2"):
+        raise BackendError(f"{TARGET_ENV}=avx2, but this CPU has no AVX2")
+    for name in features:
+        if name.startswith(NARROWER_TARGETS[choice]):
+            features[name] = False
+    return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), features.flatten())
 
 
 @functools.lru_cache(maxsize=None)
