@@ -21,12 +21,12 @@ import math
 import threading
 from typing import Any, Callable
 
-from .dispatch import DispatchKey, dispatcher, state
+from .dispatch import DispatchKey, dispatcher, level_of, state, tensor_arguments
 from .errors import TracecompError
 from .ir.types import TensorType
 from .ops import rules
 from .ops.table import OpDef, default_table
-from .results import package, type_args
+from .results import outputs, package, type_args
 
 
 class VmapError(TracecompError, ValueError):
@@ -74,10 +74,6 @@ def _active(level: int) -> _Frame:
                     "mapped function through a global, a closure or an attribute?)")
 
 
-def level_of(t) -> int:
-    return t._batch[1] if t._batch is not None else 0
-
-
 def wrap(whole, level: int, batched: bool = True):
     """The tensor tc.vmap's function sees at `level`: one item of `whole` (batch dim first),
     or, with batched=False, `whole` itself lifted to that level (an unbatched value that a
@@ -117,14 +113,8 @@ def take_over_batch(t, updated) -> None:
     t._batch = updated._batch
 
 
-def tensors_of(args: dict) -> list:
-    from .tensor import Tensor
-    return [t for v in args.values() for t in (v if isinstance(v, (list, tuple)) else (v,))
-            if isinstance(t, Tensor)]
-
-
 def top_level(args: dict) -> int:
-    return max((level_of(t) for t in tensors_of(args)), default=0)
+    return max(map(level_of, tensor_arguments(args)), default=0)
 
 
 # ---------------------------------------------------------------- the kernel
@@ -172,7 +162,7 @@ def batched_kernel(op: OpDef, args: dict[str, Any]):
     inner = _unwrap(args, level)
     if not any(isinstance(v, _Batched) for v in _flat(inner)):    # only lifted tensors at this level
         result = dispatcher.call(op, inner)
-        return package(op, [wrap(o, level, batched=False) for o in _outputs(result)])
+        return package(op, [wrap(o, level, batched=False) for o in outputs(result)])
     if op.kind == "composite":
         from .composites import run_composite
         return run_composite(op, args)
@@ -182,17 +172,13 @@ def batched_kernel(op: OpDef, args: dict[str, Any]):
                         f"({op.where})")
     want = rules.infer(op, type_args(args))     # the item's types; errors at the item's shapes
     result = rule(op, inner, frame.size, want)
-    outs = _outputs(result)
+    outs = outputs(result)
     for out, w in zip(outs, want):
         if tuple(out.shape) != (frame.size,) + tuple(w.shape) or out.dtype != w.dtype:
             raise VmapError(f"{op.full_name}: the batching rule of kind '{op.kind}' returned "
                             f"{out.dtype.label} {tuple(out.shape)}, expected {w.dtype.label} "
                             f"{(frame.size,) + tuple(w.shape)} (a bug in tracecomp/batching.py)")
     return package(op, [wrap(o, level) for o in outs])
-
-
-def _outputs(result) -> list:
-    return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
 def _flat(args: dict) -> list:
@@ -237,6 +223,12 @@ def _whole(v, size: int):
     return _tc().unsqueeze(v, 0).expand((size,) + tuple(v.shape))
 
 
+def _whole_vector(v, size: int):
+    """The batch of `v`, a 0-d item as a one-element vector (for the index rules)."""
+    whole = _whole(v, size)
+    return whole if v.ndim else _tc().reshape(whole, (size, 1))
+
+
 def _lift(v: _Batched, rank: int):
     """The batch of `v` with 1s after the batch dim up to `rank` item dims, so that it
     broadcasts against unbatched tensors of that rank as the item would."""
@@ -246,8 +238,7 @@ def _lift(v: _Batched, rank: int):
 
 def _reshaped(result, size: int, want: list):
     """Results reshaped to the batch of the item types (the rules that flattened items)."""
-    outs = list(result) if isinstance(result, (tuple, list)) else [result]
-    shaped = [_tc().reshape(o, (size,) + tuple(w.shape)) for o, w in zip(outs, want)]
+    shaped = [_tc().reshape(o, (size,) + tuple(w.shape)) for o, w in zip(outputs(result), want)]
     return shaped if isinstance(result, (tuple, list)) else shaped[0]
 
 
@@ -407,7 +398,7 @@ def _index_select(op, args, size, want):
             return _reshaped(_call(op, args, self=_as_vector(x), dim=1), size, want)
         return _call(op, args, dim=d + 1)
     # Each item has its own index: gather along dim with the index spread over the other dims.
-    whole = _whole(x, size) if x.ndim else _tc().reshape(_whole(x, size), (size, 1))
+    whole = _whole_vector(x, size)
     shape = tuple(whole.shape[1:])
     idx = _tc().reshape(index.t, (size, -1))
     k = idx.shape[1]
@@ -421,7 +412,7 @@ def _gather(op, args, size, want):
     x, index = args["self"], args["index"]
     d = rules.normalize_dim(op, args["dim"], x.shape)
     if x.ndim == 0:
-        return _reshaped(dispatcher.call(op, {"self": _tc().reshape(_whole(x, size), (size, 1)), "dim": 1,
+        return _reshaped(dispatcher.call(op, {"self": _whole_vector(x, size), "dim": 1,
                                                "index": _tc().reshape(_whole(index, size), (size, -1))}),
                          size, want)
     return dispatcher.call(op, {"self": _whole(x, size), "dim": d + 1, "index": _whole(index, size)})
@@ -441,7 +432,7 @@ def _scatter(op, args, size, want):
 def _index_add(op, args, size, want):
     x, index, alpha = args["self"], args["index"], args["alpha"]
     d = rules.normalize_dim(op, args["dim"], x.shape)
-    whole = _whole(x, size) if x.ndim else _tc().reshape(_whole(x, size), (size, 1))
+    whole = _whole_vector(x, size)
     shape = list(whole.shape[1:])
     shape[d] = index.shape[0] if index.ndim else 1      # the source's item shape (a 0-d one as a vector)
     source = _tc().reshape(_whole(args["source"], size), (size, *shape))
@@ -467,12 +458,7 @@ def _search(op, args, size, want):
         vals = _tc().reshape(_whole(values, size), (size, -1))
     else:
         vals = _whole(values, size)
-    return _reshaped(dispatcher.call(op, {**_plain(args), "sorted_sequence": seqs, "self": vals,
-                                          "sorter": sorters}), size, want)
-
-
-def _plain(args: dict) -> dict:
-    return {k: _whole_or_self(v) for k, v in args.items()}
+    return _reshaped(_call(op, args, sorted_sequence=seqs, self=vals, sorter=sorters), size, want)
 
 
 @batch_rule("select_backward", "slice_backward")

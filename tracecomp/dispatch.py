@@ -48,6 +48,18 @@ class _State(threading.local):
 state = _State()
 
 
+def tensor_arguments(args: dict[str, Any]) -> list:
+    """The Tensors among an op's arguments (also inside a Tensor[])."""
+    from .tensor import Tensor
+    return [t for v in args.values() for t in (v if isinstance(v, (list, tuple)) else (v,))
+            if isinstance(t, Tensor)]
+
+
+def level_of(t) -> int:
+    """The tc.vmap level a tensor belongs to (batching.py): 0 for a plain tensor."""
+    return t._batch[1] if t._batch is not None else 0
+
+
 class Dispatcher:
     def __init__(self):
         self._kernels: dict[DispatchKey, dict[str, Kernel]] = {k: {} for k in DispatchKey}
@@ -64,17 +76,15 @@ class Dispatcher:
         return self._kernels[key].get(op.full_name) or self._fallbacks.get(key)
 
     def keys_for(self, args: dict[str, Any]) -> list[DispatchKey]:
-        from .tensor import Tensor
         keys = set(state.included) | {DispatchKey.CPU}
-        tensors = [t for v in args.values() for t in (v if isinstance(v, (list, tuple)) else (v,))
-                   if isinstance(t, Tensor)]
-        top = max((t._batch[1] for t in tensors if t._batch is not None), default=0)
+        tensors = tensor_arguments(args)
+        top = max(map(level_of, tensors), default=0)
         for t in tensors:
             if t._value is not None:
                 keys.add(DispatchKey.Tracer)
             if t._batch is not None:
                 keys.add(DispatchKey.Batched)
-            if (t._batch[1] if t._batch is not None else 0) != top:
+            if level_of(t) != top:
                 continue
             if t.requires_grad and state.grad_enabled:
                 keys.add(DispatchKey.Autograd)

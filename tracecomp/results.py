@@ -25,6 +25,11 @@ def package(op: OpDef, tensors: list):
     return _named_tuple(op.name, names)(*tensors)
 
 
+def outputs(result) -> list:
+    """An op's result as a list of its tensors (the inverse of `package`)."""
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
 def map_tensors(args: dict, fn) -> dict:
     """An op's arguments with every Tensor (also inside a Tensor[]) replaced by fn(tensor)."""
     from .tensor import Tensor

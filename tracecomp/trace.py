@@ -361,7 +361,8 @@ class TracedFunction:
         compiled (one signature per batch size, as any other) and called on the whole batches;
         otherwise, and where autograd must see the ops, fn runs inline: an outer trace records
         its ops into its own graph (as JAX inlines a nested jit), tc.grad differentiates them."""
-        from .batching import level_of, wrap
+        from .batching import wrap
+        from .dispatch import level_of
         from .vmap import is_array
         leaves, structure = pytree.flatten((args, kwargs), is_array)
         level = max((level_of(x) for x in leaves if isinstance(x, Tensor)), default=0)

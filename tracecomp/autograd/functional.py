@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import batching, pytree
-from ..batching import level_of
+from ..dispatch import level_of
 from ..errors import ArgumentError, add_location
 from ..tensor import Tensor, as_tensor
 from .backward import recorded_at, run_backward

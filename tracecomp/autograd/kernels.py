@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..batching import level_of, top_level
-from ..dispatch import DispatchKey, dispatcher
+from ..batching import top_level
+from ..dispatch import DispatchKey, dispatcher, level_of
+from ..results import map_tensors, outputs as result_tensors
 from ..ops.table import OpDef
 from .derivatives import default_derivatives
 from .formulas import evaluate, output_env
 from .node import AutogradError, node_class
-
-
-def _outputs(result) -> list:
-    return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
 def _slots(op: OpDef, args: dict[str, Any]) -> list[tuple[str, int | None]]:
@@ -59,7 +56,7 @@ def autograd_kernel(op: OpDef, args: dict[str, Any]):
     from .backward import gradient_edge
     from ..tracer import current, user_location
     edges = [gradient_edge(_slot_tensor(args, s)) if w else None for s, w in zip(slots, wants)]
-    outputs = _outputs(result)
+    outputs = result_tensors(result)
     ctx = current()       # inside a backward pass being traced, the location it overrides
     loc = ctx.location() if ctx is not None else user_location()
     node = node_class(derivative.node_name)(derivative, args, outputs, slots, edges, loc)
@@ -91,19 +88,13 @@ def _tangent(t, top: int):
 
 
 def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
-    from ..tensor import Tensor
     if op.kind == "composite":
         from ..composites import run_composite
         return run_composite(op, args)
     top = top_level(args)
-
-    def strip(t):
-        return primal(t) if level_of(t) == top else t
-    stripped = {k: (strip(v) if isinstance(v, Tensor) else
-                    [strip(t) for t in v] if isinstance(v, list) and v and isinstance(v[0], Tensor) else v)
-                for k, v in args.items()}
+    stripped = map_tensors(args, lambda t: primal(t) if level_of(t) == top else t)
     result = dispatcher.call(op, stripped)
-    outputs = _outputs(result)
+    outputs = result_tensors(result)
     if not outputs or not outputs[0].dtype.is_floating_point:
         return result
     _save_duals(outputs, args, stripped)
@@ -143,7 +134,7 @@ def _forward_tangent(op: OpDef, derivative, args, stripped, outputs, top: int):
         env.setdefault(f"{a.name}_t", None if args[a.name] is None else 0)
     if derivative.forward == "auto_linear":
         linear_args = {k: env.get(f"{k}_t", v) for k, v in stripped.items()}
-        tangents = _outputs(dispatcher.call(op, linear_args))
+        tangents = result_tensors(dispatcher.call(op, linear_args))
         return tangents if op.schema.returns[0].type.is_list else tangents[0]
     if derivative.forward == "auto_element_wise":
         env["grad"] = env["self_t"]
