@@ -56,11 +56,11 @@ def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
     which have its structure (JAX's tree_map): `tc.tree_map(lambda p, g: p - lr * g, model, grads)`.
     Where a tree of `rest` has None (tc.grad's gradient of a buffer), the leaf stays as it is."""
     def is_leaf(x):
-        return x is None or _is_value(x)
+        return x is None or is_array_or_number(x)
     leaves, structure = flatten(tree, is_leaf)
     others = [flatten(r, is_leaf) for r in rest]
-    for i, (ls, s) in enumerate(others):
-        if cache_key(s) != cache_key(structure) and len(ls) != len(leaves):
+    for i, (ls, _) in enumerate(others):
+        if len(ls) != len(leaves):
             raise ValueError(f"tree_map: tree {i + 1} has {len(ls)} leaves, the first has {len(leaves)}")
     out = []
     for j, x in enumerate(leaves):
@@ -70,9 +70,11 @@ def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
     return unflatten(structure, out)
 
 
-def _is_value(x: Any) -> bool:
+def is_array_or_number(x: Any) -> bool:
+    """A leaf of a pytree the transforms work on: a tensor, a NumPy array or scalar, any
+    DLPack array, a Python number."""
     from .tensor import Tensor
-    return isinstance(x, (Tensor, np.ndarray, np.generic, int, float, bool)) or hasattr(x, "__dlpack__")
+    return isinstance(x, (Tensor, np.ndarray, np.generic, int, float)) or hasattr(x, "__dlpack__")
 
 
 def unflatten(structure: Any, leaves: list) -> Any:
@@ -148,6 +150,11 @@ def _mark_constants(s: Any, constant: bool, out: list) -> None:
         marked = set(_NODES[kind[1]][2](kind[2]))
     for i, v in enumerate(body):
         _mark_constants(v, constant or i in marked, out)
+
+
+def array_paths(structure: Any, prefix: str = "") -> list[str]:
+    """The paths of the leaves alone (leaf_paths without the static values), in order."""
+    return [p for p, v in _entries(structure, prefix) if v is LEAF]
 
 
 def static_values(structure: Any) -> list:

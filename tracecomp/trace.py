@@ -305,8 +305,10 @@ class TracedFunction:
         self._mapped: dict[tuple, TracedFunction] = {}    # in tc.vmap: the mapped function, per axes
         functools.update_wrapper(self, fn)
 
-    def _signature(self, args: tuple, kwargs: dict):
-        leaves, structure = pytree.flatten((args, kwargs), _is_array_leaf)
+    def _signature(self, args: tuple, kwargs: dict, flat: tuple | None = None):
+        """(cache key, structure, tensors, leaves) of a call; `flat` is (args, kwargs) already
+        flattened by the caller."""
+        leaves, structure = flat or pytree.flatten((args, kwargs), _is_array_leaf)
         tensors = [as_tensor(x) for x in leaves]
         for t in tensors:
             if t._data is None:
@@ -336,21 +338,22 @@ class TracedFunction:
         if lowered is not None:
             self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
             return lowered.run([a if type(a) is np.ndarray else a._data for a in args], args)
-        if self._is_transformed(args, kwargs):
+        flat = pytree.flatten((args, kwargs), _is_array_leaf)
+        if self._is_transformed(flat[0]):
             return self._call_through(args, kwargs)
-        lowered, tensors, leaves = self._lookup(args, kwargs)     # the signature is computed once per call
+        lowered, tensors, leaves = self._lookup(args, kwargs, flat)     # the signature is computed once per call
         if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
             self._fast[key] = lowered     # every argument reached the program as it was
         return lowered.run([t._data for t in tensors], leaves)
 
     @staticmethod
-    def _is_transformed(args: tuple, kwargs: dict) -> bool:
+    def _is_transformed(leaves: list) -> bool:
         """Whether a transform around this call sees its tensors: an outer tc.trace, tc.vmap,
         or autograd (an input with a tangent, with autograd history, or that requires grad
         while tc.grad/vjp runs).  A model's parameters, which require grad as leaves outside
         any of those, are data like any other tensor."""
         from .autograd.grad_mode import is_differentiating, is_grad_enabled
-        for x in pytree.flatten((args, kwargs), _is_array_leaf)[0]:
+        for x in leaves:
             if isinstance(x, Tensor) and (x._data is None or x._tangent is not None or x.grad_fn is not None
                                           or (x.requires_grad and is_grad_enabled() and is_differentiating())):
                 return True
@@ -365,17 +368,18 @@ class TracedFunction:
         from .dispatch import level_of
         from .vmap import is_array
         leaves, structure = pytree.flatten((args, kwargs), is_array)
-        level = max((level_of(x) for x in leaves if isinstance(x, Tensor)), default=0)
-        here = [x for x in leaves if isinstance(x, Tensor) and level and level_of(x) == level]
-        if not here or any(t.requires_grad or t._tangent is not None or t._batch[0]._value is not None
-                           for t in here):
+        levels = [level_of(x) if isinstance(x, Tensor) else 0 for x in leaves]
+        level = max(levels, default=0)
+        here = [level and v == level for v in levels]      # the innermost vmap's tensors
+        if not level or any(t.requires_grad or t._tangent is not None or t._batch[0]._value is not None
+                            for t, h in zip(leaves, here) if h):
             return self.fn(*args, **kwargs)
-        axes = tuple(0 if any(x is t for t in here) and x._batch[2] else None for x in leaves)
+        axes = tuple(0 if h and x._batch[2] else None for x, h in zip(leaves, here))
         mapped = self._mapped.get(axes)
         if mapped is None:
             mapped = self._mapped[axes] = self._variant(axes)
         inner_args, inner_kwargs = pytree.unflatten(
-            structure, [x._batch[0] if any(x is t for t in here) else x for x in leaves])
+            structure, [x._batch[0] if h else x for x, h in zip(leaves, here)])
         out_leaves, out_structure = pytree.flatten(mapped(*inner_args, **inner_kwargs),
                                                    lambda x: isinstance(x, Tensor))
         return pytree.unflatten(out_structure, [wrap(t, level) for t in out_leaves])
@@ -391,8 +395,8 @@ class TracedFunction:
         return TracedFunction(mapped, self.backend, self.max_retraces, self.device, (), self.fastmath,
                               self.cache_size)
 
-    def _lookup(self, args: tuple, kwargs: dict) -> tuple[Lowered, list[Tensor], list]:
-        key, structure, tensors, leaves = self._signature(args, kwargs)
+    def _lookup(self, args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[Lowered, list[Tensor], list]:
+        key, structure, tensors, leaves = self._signature(args, kwargs, flat)
         lowered = self._cache.get(key)
         if lowered is not None:
             self._cache.move_to_end(key)

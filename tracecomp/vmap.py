@@ -131,8 +131,9 @@ def call_mapped(fn: Callable, args: tuple, kwargs: dict, axes: list, out_axes: A
                 randomness: str = "error"):
     """fn(*args, **kwargs) with the array leaves of (args, kwargs) mapped over `axes` (one
     int or None per leaf, in flattening order)."""
+    import tracecomp
     leaves, structure = pytree.flatten((args, kwargs), is_array)
-    paths = _leaf_paths(structure, "")
+    paths = pytree.array_paths(structure, "")
     paths = [("args" + p[3:]) if p.startswith("[0]") else ("kwargs" + p[3:]) for p in paths]
     mapped = [(i, as_tensor(x), a) for i, (x, a) in enumerate(zip(leaves, axes)) if a is not None]
     if not mapped:
@@ -155,7 +156,7 @@ def call_mapped(fn: Callable, args: tuple, kwargs: dict, axes: list, out_axes: A
     try:
         new = list(leaves)
         for i, t, a in mapped:
-            whole = t if a % t.ndim == 0 else _movedim(t, a % t.ndim, 0)
+            whole = t if a % t.ndim == 0 else tracecomp.movedim(t, a % t.ndim, 0)
             new[i] = batching.wrap(whole, frame.level)
         args, kwargs = pytree.unflatten(structure, new)
         out = fn(*args, **kwargs)
@@ -164,23 +165,12 @@ def call_mapped(fn: Callable, args: tuple, kwargs: dict, axes: list, out_axes: A
     return _unmapped(out, out_axes, frame, fn)
 
 
-def _leaf_paths(structure, prefix: str) -> list[str]:
-    """The path of each array leaf (static values left out)."""
-    return [p for p, v in zip(pytree.leaf_paths(structure, prefix), pytree.static_values(structure))
-            if v is pytree.LEAF]
-
-
-def _movedim(t, src: int, dst: int):
-    import tracecomp
-    return tracecomp.movedim(t, src, dst)
-
-
 def _unmapped(out: Any, out_axes: Any, frame, fn) -> Any:
     """fn's outputs with their batch dim at out_axes (outputs that do not vary broadcast)."""
     import tracecomp
     leaves, structure = pytree.flatten(out, is_array)
     axes = leaf_axes(out_axes, structure, "output", "out_axes")
-    paths = _leaf_paths(structure, "output")
+    paths = pytree.array_paths(structure, "output")
     done = []
     for x, a, path in zip(leaves, axes, paths):
         t = as_tensor(x)

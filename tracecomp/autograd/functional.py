@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from .. import batching, pytree
 from ..dispatch import level_of
 from ..errors import ArgumentError, add_location
@@ -108,11 +106,6 @@ def _differentiable_input(x, where: str) -> Tensor:
     return leaf
 
 
-def _is_array(x) -> bool:
-    """A leaf of a differentiated pytree: a tensor, a NumPy array or scalar, a Python float."""
-    return isinstance(x, (Tensor, np.ndarray, np.generic, float, int)) or hasattr(x, "__dlpack__")
-
-
 def _is_tracked(x) -> bool:
     return isinstance(x, Tensor)
 
@@ -126,14 +119,13 @@ class Differentiated:
     def __init__(self, trees: list, names: list[str]):
         self.structures, self.leaves, self.trees, self.constant = [], [], [], []
         for tree, name in zip(trees, names):
-            leaves, structure = pytree.flatten(tree, _is_array)
-            paths = pytree.leaf_paths(structure, name)
-            for path, s in zip(paths, pytree.static_values(structure)):
+            leaves, structure = pytree.flatten(tree, pytree.is_array_or_number)
+            for path, s in zip(pytree.leaf_paths(structure, name), pytree.static_values(structure)):
                 if s is not pytree.LEAF and s is not None:
                     raise _error(f"{path} is a {_type_name(s)} ({s!r}), not a tensor: a differentiated "
                                  "argument holds tensors only (pass other values in arguments that "
                                  "argnums does not select)")
-            tensor_paths = [p for p, s in zip(paths, pytree.static_values(structure)) if s is pytree.LEAF]
+            tensor_paths = pytree.array_paths(structure, name)
             constant = pytree.constant_leaves(structure)
             inputs = [as_tensor(x) if c else _differentiable_input(x, p)
                       for x, p, c in zip(leaves, tensor_paths, constant)]
@@ -224,7 +216,7 @@ def vjp(fn: Callable, *primals) -> tuple[Any, Callable]:
 
     def vjp_fn(*cotangents):
         tree = cotangents[0] if len(cotangents) == 1 else cotangents
-        cts = pytree.flatten(tree, _is_array)[0]
+        cts = pytree.flatten(tree, pytree.is_array_or_number)[0]
         if len(cts) != len(outs):
             raise ArgumentError(f"vjp_fn takes cotangents shaped like fn's output ({len(outs)} "
                                 f"tensor(s)), got {len(cts)}")
@@ -244,13 +236,12 @@ def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
     and tangents are sequences of pytrees of the same structure."""
     if len(primals) != len(tangents):
         raise ArgumentError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
-    p_leaves, structure = pytree.flatten(tuple(primals), _is_array)
-    t_leaves, t_structure = pytree.flatten(tuple(tangents), _is_array)
+    p_leaves, structure = pytree.flatten(tuple(primals), pytree.is_array_or_number)
+    t_leaves, t_structure = pytree.flatten(tuple(tangents), pytree.is_array_or_number)
     if len(p_leaves) != len(t_leaves):
         raise ArgumentError(f"jvp: the tangents hold {len(t_leaves)} tensor(s), the primals "
                             f"{len(p_leaves)}; they must have the same structure")
-    paths = [p for p, s in zip(pytree.leaf_paths(structure, "primals"), pytree.static_values(structure))
-             if s is pytree.LEAF]
+    paths = pytree.array_paths(structure, "primals")
     duals = []
     for where, p, t in zip(paths, p_leaves, t_leaves):
         p, t = as_tensor(p), as_tensor(t)
@@ -336,7 +327,7 @@ def jacfwd(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
     of the inputs' unit vectors, vmapped)."""
     def wrapped(*args):
         primals, f, g = _selecting(fn, args, argnums, has_aux)
-        p_leaves, p_structure = pytree.flatten(tuple(primals), _is_array)
+        p_leaves, p_structure = pytree.flatten(tuple(primals), pytree.is_array_or_number)
         p_leaves = [as_tensor(x) for x in p_leaves]
         columns = []            # per input leaf: the output pytree of o.shape + x.shape leaves
         for j, x in enumerate(p_leaves):

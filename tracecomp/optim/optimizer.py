@@ -191,9 +191,8 @@ class Optimizer:
         {"step": 0-d float32, "lr": 0-d float64, one pytree like `params` per buffer}.
         Every leaf is a tensor, so the state can be passed to (and donated to) a traced step."""
         leaves, structure = self._leaves(params, "params")
-        constant = pytree.constant_leaves(pytree.flatten(params, _is_tensor_leaf)[1])
-        optimized = iter([not c for c in constant])
-        wanted = [p is not None and next(optimized) for p in leaves]     # a module's buffers are not
+        wanted = [p is not None and not constant      # a module's buffers are not optimized
+                  for p, constant in zip(leaves, pytree.constant_leaves(structure))]
         group = self.defaults
         state: dict[str, Any] = {"step": as_tensor(np.zeros((), np.float32)),
                                  "lr": scalar(group["lr"])}
