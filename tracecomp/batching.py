@@ -25,7 +25,7 @@ from .dispatch import DispatchKey, dispatcher, level_of, state, tensor_arguments
 from .errors import TracecompError
 from .ir.types import TensorType
 from .ops import rules
-from .ops.table import OpDef, default_table
+from .ops.table import OpDef, default_table, per_kind
 from .results import outputs, package, type_args
 
 
@@ -144,12 +144,7 @@ Rule = Callable[[OpDef, dict, int, list], Any]
 BATCH_RULES: dict[str, Rule] = {}
 
 
-def batch_rule(*kinds: str):
-    def register(fn):
-        for k in kinds:
-            BATCH_RULES[k] = fn
-        return fn
-    return register
+batch_rule = per_kind(BATCH_RULES)
 
 
 def batched_kernel(op: OpDef, args: dict[str, Any]):

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import BackendError, OutOfMemoryError, ShapeError
 from ..ir.types import TensorType
 from ..ops import elementwise, rules
-from ..ops.table import OpDef
+from ..ops.table import OpDef, per_kind
 from .. import dtypes as dt
 from .. import random as tc_random
 
@@ -73,12 +73,7 @@ PRIMITIVES: dict[str, Callable] = {
 KERNELS: dict[str, Callable[[OpDef, dict, list[TensorType]], list[np.ndarray]]] = {}
 
 
-def kernel(*kinds: str):
-    def register(fn):
-        for k in kinds:
-            KERNELS[k] = fn
-        return fn
-    return register
+kernel = per_kind(KERNELS)
 
 
 def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np.ndarray]:

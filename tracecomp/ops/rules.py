@@ -16,17 +16,12 @@ from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir.types import TensorType
-from .table import OpDef
+from .table import OpDef, per_kind
 
 RULES: dict[str, Callable[[OpDef, dict[str, Any]], list[TensorType]]] = {}
 
 
-def rule(*kinds: str):
-    def register(fn):
-        for k in kinds:
-            RULES[k] = fn
-        return fn
-    return register
+rule = per_kind(RULES)
 
 
 def infer(op: OpDef, args: dict[str, Any]) -> list[TensorType]:

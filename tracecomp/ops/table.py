@@ -114,6 +114,18 @@ class OpDef:
         return out
 
 
+def per_kind(registry: dict):
+    """The decorator that registers a function for op kinds in `registry` (the shape rules,
+    the NumPy kernels, the vmap rules): `@rule("scan", "sort")`."""
+    def for_kinds(*kinds: str):
+        def register(fn):
+            for k in kinds:
+                registry[k] = fn
+            return fn
+        return register
+    return for_kinds
+
+
 class _LineLoader(yaml.SafeLoader):
     """SafeLoader that records each mapping's line as `__line__`."""
 
