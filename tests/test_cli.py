@@ -219,6 +219,7 @@ def test_ops_markdown_lists_pytorch_names():
 
 def test_info_prints_the_host_and_the_choices(workdir, tmp_path, monkeypatch):
     import json
+    from tracecomp import hostcpu
     from tracecomp.runtime import host
     out = run(workdir, "info").stdout
     for start in ("cpu: ", "vector features: ", "caches: ", "generated loops use ", "matmul blocking: float32",
@@ -233,8 +234,9 @@ def test_info_prints_the_host_and_the_choices(workdir, tmp_path, monkeypatch):
         d.mkdir(parents=True)
         for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
             (d / name).write_text(f"{value}\n")
-    monkeypatch.setattr(host, "SYSFS_CACHES", tmp_path / "sysfs")
-    assert [c["bytes"] for c in host.caches()] == [48 << 10, 2 << 20, 32 << 20]
-    assert "caches: L1d 48 KiB, L2 2 MiB, L3 32 MiB (shared by CPUs 0-7)" in host.report({**details, "caches": host.caches()})
-    monkeypatch.setattr(host, "SYSFS_CACHES", tmp_path / "nothing")
-    assert host.caches() == [] and "caches: unknown (no sysfs)" in host.report({**details, "caches": []})
+    monkeypatch.setattr(hostcpu, "SYSFS_CACHES", tmp_path / "sysfs")
+    assert [c["bytes"] for c in hostcpu.caches()] == [48 << 10, 2 << 20, 32 << 20]
+    assert hostcpu.cache_bytes(1) == 48 << 10 and hostcpu.cache_bytes(2) == 2 << 20
+    assert "caches: L1d 48 KiB, L2 2 MiB, L3 32 MiB (shared by CPUs 0-7)" in host.report({**details, "caches": hostcpu.caches()})
+    monkeypatch.setattr(hostcpu, "SYSFS_CACHES", tmp_path / "nothing")
+    assert hostcpu.caches() == [] and hostcpu.cache_bytes(2) is None and "caches: unknown (no sysfs)" in host.report({**details, "caches": []})

@@ -204,8 +204,9 @@ def test_libgomp_idle_threads_spin_briefly_and_the_environment_is_left_alone():
 
 
 def test_an_avx2_target_on_a_wider_host_gives_the_same_results(tmp_path):
-    """TRACECOMP_TARGET=avx2 (runtime/target.py) turns AVX-512 and AMX off: the generated
-    code uses no zmm register and computes what the host's code computes."""
+    """TRACECOMP_TARGET=avx2 (hostcpu.py) turns AVX-512 and AMX off: the matmul's tiles are
+    AVX2's, the generated code uses no zmm register and computes what the host's code
+    computes (a float64 product with partial tiles exactly as NumPy's, to 1e-12)."""
     import subprocess
     import sys
     if "+avx2" not in target.host_target().features.split(","):
@@ -216,10 +217,15 @@ def test_an_avx2_target_on_a_wider_host_gives_the_same_results(tmp_path):
             "w = rng.standard_normal((200, 48)).astype(np.float32)\n"
             "img = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)\n"
             "k = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)\n"
-            "f = tc.trace(lambda x, w, img, k: (tc.softmax(x @ w, 1), tc.sigmoid(x) * tc.exp(-x * x),\n"
-            "                                   tc.nn.functional.conv2d(img, k, padding=1).relu()))\n"
-            "np.savez(sys.argv[1], *[np.asarray(o) for o in f(x, w, img, k)])\n"
-            "print('zmm' in f.lower(x, w, img, k).as_text('asm'))\n")
+            "a, b = rng.standard_normal((67, 300)), rng.standard_normal((300, 53))\n"
+            "f = tc.trace(lambda x, w, img, k, a, b: (tc.softmax(x @ w, 1), tc.sigmoid(x) * tc.exp(-x * x),\n"
+            "                                   tc.nn.functional.conv2d(img, k, padding=1).relu(), a @ b))\n"
+            "outs = [np.asarray(o) for o in f(x, w, img, k, a, b)]\n"
+            "np.testing.assert_allclose(outs[-1], a @ b, rtol=1e-12, atol=1e-12)\n"
+            "np.savez(sys.argv[1], *outs)\n"
+            "from tracecomp.lower.schedule.tiles import host_tiles\n"
+            "print('zmm' in f.lower(x, w, img, k, a, b).as_text('asm'),\n"
+            "      [(t.lanes, t.mr, t.nr) for t in host_tiles().values()])\n")
     results = {}
     for name in ("host", "avx2"):
         env = {**os.environ, "TRACECOMP_TARGET": name, "TRACECOMP_CACHE_DIR": str(tmp_path / "cache")}
@@ -227,7 +233,8 @@ def test_an_avx2_target_on_a_wider_host_gives_the_same_results(tmp_path):
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         results[name] = (out.stdout.strip(), np.load(tmp_path / f"{name}.npz"))
-    assert results["avx2"][0] == "False"                      # no 512-bit registers
+    # no 512-bit registers, and the tiles of 256-bit vectors in 16 registers (f32, f64)
+    assert results["avx2"][0] == "False [(8, 6, 16), (4, 6, 8)]"
     for key in results["host"][1].files:
         np.testing.assert_allclose(results["avx2"][1][key], results["host"][1][key], rtol=2e-6, atol=1e-6)
     bad = subprocess.run([sys.executable, "-c", "import tracecomp.runtime.target as t; t.host_target()"],

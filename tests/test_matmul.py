@@ -211,11 +211,15 @@ def test_linear_reads_the_transposed_weight_in_place_and_fuses_the_bias():
 
 # ---------------------------------------------------------------- IR, interpreter, MLIR
 
-def test_llvm_ir_uses_avx512_vector_fmas():
+def test_llvm_ir_uses_vector_fmas_of_the_targets_width():
+    """The micro-kernel computes on vectors of the lanes the tiles chose for this target
+    (AVX-512: 16 f32 / 8 f64; AVX2: 8 / 4; tests/test_tiles.py forces each)."""
+    from tracecomp.lower.schedule.tiles import tiles_for
+    lanes32, lanes64 = tiles_for(DType.float32).lanes, tiles_for(DType.float64).lanes
     f32 = tc.trace(lambda x, y: x @ y).lower(*_inputs(0, np.float32, (64, 64), (64, 64))).as_text("llvm")
-    assert "<16 x float>" in f32 and "@llvm.fma.v16f32" in f32
+    assert f"<{lanes32} x float>" in f32 and f"@llvm.fma.v{lanes32}f32" in f32
     f64 = tc.trace(lambda x, y: x @ y).lower(*_inputs(0, np.float64, (64, 64), (64, 64))).as_text("llvm")
-    assert "@llvm.fma.v8f64" in f64
+    assert f"@llvm.fma.v{lanes64}f64" in f64
 
 
 FUSED = [(lambda x, w, b: tc.relu(x @ w + b), ((6, 5), (5, 4), (4,))),

@@ -15,7 +15,7 @@ Where and how to switch it:
 What is keyed.  The cache sits after the scheduler: the key holds the loop IR of the
 program's kernels (the repr of loops.py's dataclasses, which is every field the code
 generator reads), the module name and codegen options, the opt level, the target triple,
-CPU name and features, the tracecomp, llvmlite and LLVM versions, and a hash of
+CPU name and features, the matmul's tiles, the tracecomp, llvmlite and LLVM versions, and a hash of
 tracecomp's own source files and tables (computed once per process; the package version
 stays the same while the code changes).  A hit skips code generation (llvmlite.ir), LLVM's
 passes and machine-code emission; tracing, graph passes and scheduling still run, because
@@ -69,9 +69,11 @@ from typing import Optional, Sequence
 import llvmlite
 import llvmlite.binding as llvm
 
+from .. import hostcpu
 from ..errors import BackendError
 from ..lower.loops.ir import Kernel
 from ..lower.loops.walk import fingerprint
+from ..lower.schedule.tiles import host_tiles
 from . import cache_auth, compile_worker, elf_check, jit, target
 from .safe_files import UnsafeFile, check_private, read_regular
 
@@ -168,6 +170,7 @@ class KeyParts:
     triple: str
     cpu: str
     features: str
+    tiles: str               # the matmul's blocking (schedule/tiles.py: also from the caches)
     tracecomp_version: str
     llvmlite_version: str
     llvm_version: str
@@ -179,13 +182,14 @@ class KeyParts:
 
 
 def key_parts(kernels: Sequence[Kernel], module_name: str, *, align: Optional[int],
-              opt: int = target.OPT_LEVEL, host: Optional[target.HostTarget] = None,
+              opt: int = target.OPT_LEVEL, host: Optional[hostcpu.HostTarget] = None,
               fastmath: Sequence[str] = ()) -> KeyParts:
     from .. import __version__
     host = host or target.host_target()
     return KeyParts(kernels=fingerprint(list(kernels)), module=module_name,
                     options=f"align={align} reloc=default codemodel=jitdefault fastmath={','.join(fastmath)}",
                     opt=opt, triple=host.triple, cpu=host.cpu, features=host.features,
+                    tiles=repr(sorted((str(d), t) for d, t in host_tiles().items())),
                     tracecomp_version=__version__, llvmlite_version=llvmlite.__version__,
                     llvm_version=".".join(map(str, llvm.llvm_version_info)),
                     source_hash=source_hash())

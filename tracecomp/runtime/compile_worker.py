@@ -52,7 +52,7 @@ from ..lower.llvm.gemm.microkernel import defined_elsewhere_dtypes, helpers_defi
 from ..lower.llvm.math.functions import MATH_FUNCTIONS
 from ..lower.loops.ir import Binary, Kernel, Matmul, Unary
 from ..lower.loops.walk import fingerprint, statements, walk
-from ..lower.schedule.tiles import TILES
+from ..lower.schedule.tiles import PACKED_DTYPES
 from . import jit, target
 
 log = logging.getLogger("tracecomp.compile_worker")
@@ -154,7 +154,7 @@ def packed_matmul_dtypes(kernels: Sequence[Kernel]) -> list:
         for s in statements(kernel.body):
             if isinstance(s, Matmul) and s.workspace is not None:
                 dtype = kernel.buffer(s.out.buffer).dtype
-                if dtype in TILES:
+                if dtype in PACKED_DTYPES:
                     dtypes.add(dtype)
     return sorted(dtypes, key=str)
 

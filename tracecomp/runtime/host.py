@@ -9,43 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
-SYSFS_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+from ..hostcpu import TARGET_ENV, caches, cpu_model, target_name
+
 VECTOR_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                    "avx512vnni", "avx512bf16", "avx512fp16", "amx-tile", "amx-bf16", "amx-int8")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def caches() -> list[dict]:
-    """Per cache of the first CPU: level, type, size in bytes, CPUs sharing it (sysfs)."""
-    out = []
-    for index in sorted(SYSFS_CACHES.glob("index*")):
-        try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
-            size = _bytes((index / "size").read_text().strip())
-            shared = (index / "shared_cpu_list").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        out.append({"level": level, "type": kind, "bytes": size, "shared_by_cpus": shared})
-    return out
-
-
-def _bytes(text: str) -> int:
-    m = re.fullmatch(r"(\d+)([KMG]?)", text)
-    if not m:
-        raise ValueError(text)
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
 
 
 def vector_register() -> str:
@@ -59,26 +27,21 @@ def vector_register() -> str:
 
 def describe() -> dict:
     """Everything `tracecomp info` prints, as data."""
-    from ..lower.schedule.tiles import TILES, max_threads
+    from ..lower.schedule.tiles import host_tiles, max_threads
     from . import cache, jit, target
     t = target.host_target()
     features = {f[1:] for f in t.features.split(",") if f.startswith("+")}
     return {
         "cpu": cpu_model(), "cores": os.cpu_count(), "llvm_cpu": t.cpu, "triple": t.triple,
-        "target": os.environ.get(target.TARGET_ENV, "host"),
+        "target": target_name(),
         "vector_features": [f for f in VECTOR_FEATURES if f in features],
         "caches": caches(), "vector_register": vector_register(),
         "matmul_blocks": {dt.label: {"mr": b.mr, "nr": b.nr, "mc": b.mc, "kc": b.kc, "nc": b.nc}
-                          for dt, b in TILES.items()},
+                          for dt, b in host_tiles().items()},
         "threads": max_threads(),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", jit.GOMP_SPINCOUNT),
         "compile_cache": str(cache.settings.directory) if cache.settings.enabled else "off",
     }
-
-
-def target_env() -> str:
-    from .target import TARGET_ENV
-    return TARGET_ENV
 
 
 def _size(n: int) -> str:
@@ -97,7 +60,7 @@ def report(info: dict) -> str:
     reg = info["vector_register"]
     return "\n".join([
         f"cpu: {info['cpu']}, {info['cores']} cores; LLVM targets it as {info['llvm_cpu']} ({info['triple']})"
-        + (f"; {target_env()}={info['target']}" if info.get("target", "host") != "host" else ""),
+        + (f"; {TARGET_ENV}={info['target']}" if info.get("target", "host") != "host" else ""),
         f"vector features: {' '.join(info['vector_features']) or 'none'}",
         f"caches: {caches_text}",
         f"generated loops use {reg} registers" + (f" ({widths[reg]}-bit)" if reg in widths else ""),

@@ -1,5 +1,5 @@
-"""The host CPU as an LLVM target: triple, CPU name, features, target machines, the
-optimization pipeline and assembly output.
+"""The host CPU as an LLVM target: target machines (for hostcpu.py's triple, CPU name and
+features), the optimization pipeline and assembly output.
 
 OPT_LEVEL (2) is the level tracecomp's CPU code is optimized and emitted at.  O2 keeps the
 loop and SLP vectorizers (and interleaving) on, like O3, runs the benchmark workloads as
@@ -26,14 +26,12 @@ Invariants:
 from __future__ import annotations
 
 import functools
-import os
 import threading
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 from llvmlite.binding import newpassmanagers
 
-from ..errors import BackendError
+from ..hostcpu import host_target   # the target's facts (and TRACECOMP_TARGET) live in hostcpu
 
 LLVM_LOCK = threading.RLock()
 OPT_LEVEL = 2
@@ -52,38 +50,6 @@ def initialize() -> None:
             _initialized = True
 
 
-@dataclass(frozen=True)
-class HostTarget:
-    triple: str
-    cpu: str
-    features: str     # "+avx2,+avx512f,-amx-tile,..." as LLVM's subtarget feature string
-
-
-TARGET_ENV = "TRACECOMP_TARGET"
-# What TRACECOMP_TARGET may turn off: only features the CPU has can be switched off (never
-# on, which would run instructions the CPU lacks), so every target runs on this host.
-NARROWER_TARGETS = {"host": (), "avx2": ("avx512", "amx", "avx10", "evex512")}
-
-
-@functools.lru_cache(maxsize=None)
-def host_target() -> HostTarget:
-    """The process's triple and the host CPU's name and features, as LLVM reports them;
-    `TRACECOMP_TARGET=avx2` generates code as for an AVX2 CPU (AVX-512 and AMX off) on a
-    host that has more, to test and measure that target (`tracecomp info` shows it)."""
-    initialize()
-    features = llvm.get_host_cpu_features()
-    choice = os.environ.get(TARGET_ENV, "host")
-    if choice not in NARROWER_TARGETS:
-        raise BackendError(f"{TARGET_ENV}={choice!r} is not a target tracecomp knows (one of "
-                           f"{', '.join(NARROWER_TARGETS)})")
-    if choice == "avx2" and not features.get("avx2"):
-        raise BackendError(f"{TARGET_ENV}=avx2, but this CPU has no AVX2")
-    for name in features:
-        if name.startswith(NARROWER_TARGETS[choice]):
-            features[name] = False
-    return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), features.flatten())
-
-
 @functools.lru_cache(maxsize=None)
 def host_target_machine(opt: int = OPT_LEVEL, reloc: str = "default",
                         codemodel: str = "jitdefault") -> llvm.TargetMachine:
@@ -91,6 +57,7 @@ def host_target_machine(opt: int = OPT_LEVEL, reloc: str = "default",
 
     The defaults suit the JIT; an exporter of shared objects asks for reloc="pic" and
     codemodel="default"."""
+    initialize()
     host = host_target()
     target = llvm.Target.from_triple(host.triple)
     return target.create_target_machine(cpu=host.cpu, features=host.features, opt=opt,

@@ -1,36 +1,40 @@
-"""Block sizes of the CPU matmul (llvm/gemm/matmul.py) and the workspace they need.
+"""Block sizes of the CPU matmul (llvm/gemm/matmul.py) and the workspace they need, derived
+from the CPU code is generated for (hostcpu.py: its vector ISA and its caches).
 
 The packed kernel (GotoBLAS/BLIS structure) computes C in register tiles of MR x NR from
 panels it copies into the workspace: a KC x NC panel of B (in micro-panels of NR columns)
-and an MC x KC block of A (in micro-panels of MR rows).  The sizes follow the caches of
-the host this was tuned on, AMD Zen 5 (per core: 48 KB L1d, 1 MB L2; 32 AVX-512 registers,
-two 512-bit FMA pipes with 4 cycles of latency):
-- MR x NR: the accumulators are MR * NR / L vector registers (L = 16 f32 or 8 f64 lanes);
-  two FMA pipes times four cycles need >= 8 independent accumulators, and each step
-  loads NR / L vectors of B and broadcasts MR elements of A, so a taller tile loads less
-  per FMA.  In L1 every tile from 6 x 32 to 14 x 32 ran at the FMA peak; on whole products
-  8 x 32 was best by a few percent (the sweep: BENCHMARKS.md, "Figures that were in the
-  code"), and 8 x 16 for f64: 16 accumulators + 2 B vectors + broadcasts, no spills;
-- KC: the B micro-panel (KC x NR) stays in L1 while the A micro-panels stream past it:
-  256 * 32 * 4 bytes = 32 KB of the 48 KB (f64: 256 * 16 * 8 = 32 KB), leaving room for
-  the A micro-panel (8 KB / 16 KB) and the C tile.  Each K-block reads and writes C once
-  more, which the micro-kernel hides by prefetching its C tile; a KC of 384 or 512 gained
-  nothing;
-- MC: the A block (MC x KC) stays in L2 while B's micro-panels stream through L1: f32
-  MC = 192 -> 192 KB, f64 MC = 96 -> 192 KB; well under 1 MB, because each core's L2 also
+and an MC x KC block of A (in micro-panels of MR rows).  `choose_tiles` derives them:
+- L (lanes): one vector register of the target's widest ISA (AVX-512: 16 f32 or 8 f64;
+  AVX/AVX2: 8 or 4; else 4 or 2);
+- MR x NR, NR = 2 L: the MR * 2 accumulators, the two B vectors of a step and one
+  broadcast of A must fit the vector registers, and there must be >= 8 accumulators to
+  hide the FMA latency (two pipes x four cycles).  With AVX-512's 32 registers that is
+  8 x 2L (16 accumulators; on Zen 5 every tile from 6 x 32 to 14 x 32 ran at the FMA peak
+  in L1, and 8 x 32 was best on whole products by a few percent: BENCHMARKS.md, "Figures
+  that were in the code"); with AVX2's 16 it is 6 x 2L (12 + 2 + 1 = 15 registers, as
+  BLIS's Haswell kernel); an 8 x 2L tile there needs 19 and spills;
+- KC: the B micro-panel (KC x NR) stays in L1 while the A micro-panels stream past it: 2/3
+  of L1d, the rest for the A micro-panel and the C tile (Zen 5, 48 KB: 256 * 32 * 4 =
+  32 KB); a KC of 384 or 512 gained nothing there.  Each K-block reads and writes C once
+  more, which the micro-kernel hides by prefetching its C tile;
+- MC: the A block (MC x KC) stays in L2 while B's micro-panels stream through L1: 3/16 of
+  L2 (Zen 5, 1 MB: f32 192 x 256 -> 192 KB), well under it because each core's L2 also
   holds B micro-panels and C lines in flight;
-- NC: the B panel (KC x NC) is read from L3 (shared) once per A block: NC = 2048 columns
-  -> 2 MB (f32) per thread, a fraction of the 32 MB L3.
+- NC: the B panel (KC x NC) is read from L3 (shared) once per A block: 2048 columns ->
+  2 MB (f32, KC 256) per thread, a fraction of a server L3.
 For a small problem each block shrinks to the problem (rounded up to whole tiles), and so
 does the workspace: `workspace_elements` is what the scheduler allocates, per-thread
-panels (each 64-byte aligned) for up to `max_threads()` threads.
+panels (each 64-byte aligned) for up to `max_threads()` threads.  The tiles are part of the
+compile cache's key (runtime/cache.py), since the same CPU name can come with other caches.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Optional
 
+from ... import hostcpu
 from ...dtypes import DType
 
 MIN_PACKED_SIDE = 8             # thinner products run faster as vectorized plain loops...
@@ -46,14 +50,55 @@ class Tiles:
     mc: int           # A block rows (a multiple of mr)
     kc: int           # depth of a packed panel
     nc: int           # B panel columns (a multiple of nr)
+    itemsize: int     # bytes per element
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
 
 
-TILES = {DType.float32: Tiles(mr=8, nv=2, lanes=16, mc=192, kc=256, nc=2048),
-         DType.float64: Tiles(mr=8, nv=2, lanes=8, mc=96, kc=256, nc=2048)}
+PACKED_DTYPES = (DType.float32, DType.float64)
+# when sysfs does not say: Zen 5's per-core L1d and L2
+DEFAULT_L1D, DEFAULT_L2 = 48 << 10, 1 << 20
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+    """What the register tile depends on: the vector width and the register count."""
+    bytes: int
+    registers: int
+
+
+def vector_unit(target: hostcpu.HostTarget) -> VectorUnit:
+    if target.has("avx512f"):
+        return VectorUnit(64, 32)
+    if target.has("avx"):
+        return VectorUnit(32, 16)
+    return VectorUnit(16, 16)
+
+
+def choose_tiles(dtype: DType, unit: VectorUnit, l1d: int, l2: int) -> Tiles:
+    """The tiles for `dtype` on a CPU with `unit` and these per-core cache sizes (the
+    reasons: the module's docstring)."""
+    lanes, nv = unit.bytes // dtype.itemsize, 2
+    # the largest MR whose accumulators, B vectors and broadcast fit the registers
+    mr = min(8, (unit.registers - nv - 1) // nv)
+    nr = nv * lanes
+    kc = max(64, _round_down(l1d * 2 // 3 // (nr * dtype.itemsize), 32))
+    mc = max(4 * mr, _round_down(l2 * 3 // 16 // (kc * dtype.itemsize), mr))
+    return Tiles(mr=mr, nv=nv, lanes=lanes, mc=mc, kc=kc, nc=_round_down(2048, nr), itemsize=dtype.itemsize)
+
+
+@functools.lru_cache(maxsize=None)
+def host_tiles() -> dict:
+    """The tiles of each packed dtype for the CPU code is generated for."""
+    unit = vector_unit(hostcpu.host_target())
+    l1d, l2 = hostcpu.cache_bytes(1) or DEFAULT_L1D, hostcpu.cache_bytes(2) or DEFAULT_L2
+    return {dtype: choose_tiles(dtype, unit, l1d, l2) for dtype in PACKED_DTYPES}
+
+
+def tiles_for(dtype: DType) -> Tiles:
+    return host_tiles()[dtype]
 
 
 def max_threads() -> int:
@@ -66,7 +111,7 @@ def uses_packed(dtype: DType, m: int, n: int, k: int) -> bool:
     and both m and n at least MIN_PACKED_SIDE, where a register tile is mostly used (the
     vectorized loop expansion measured faster on thinner products, and always on vectors),
     or at least 2 in a product so big that streaming B once beats the padding."""
-    if dtype not in TILES or k == 0 or min(m, n) < 2:
+    if dtype not in PACKED_DTYPES or k == 0 or min(m, n) < 2:
         return False
     return min(m, n) >= MIN_PACKED_SIDE or 2 * m * n * k >= THIN_PACKED_FLOPS
 
@@ -99,14 +144,14 @@ class Blocks:
 
 
 def _aligned(elements: int, t: Tiles) -> int:
-    """Rounded up to whole vectors (64 bytes), so every panel starts 64-byte aligned."""
-    return _round_up(elements, t.lanes)
+    """Rounded up to whole cache lines, so every panel starts 64-byte aligned."""
+    return _round_up(elements, 64 // t.itemsize)
 
 
 def blocks(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int]) -> Blocks:
     """Block sizes for an m x k @ k x n product; None for a size known only at run time
     (a dynamic dim of an exported library), which the blocks then do not shrink to."""
-    t = TILES[dtype]
+    t = tiles_for(dtype)
     m_tiles = -(-m // t.mr) if m is not None else None
     n_tiles = -(-n // t.nr) if n is not None else None
     # Each part packs its own panels: split rows and every part packs all of B (k x n),
@@ -129,6 +174,10 @@ def blocks(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int]) -
 
 def _round_up(x: int, step: int) -> int:
     return -(-x // step) * step
+
+
+def _round_down(x: int, step: int) -> int:
+    return x // step * step
 
 
 def workspace_elements(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int], batch: int) -> int:

@@ -54,7 +54,7 @@ from ..parallel import (claimed_chunks, entry_alloca, mark_done, outlined_functi
                         struct_field)
 from ...loops.ir import Const, Let, Load, Matmul, Store, Var, INDEX
 from ...loops.matmul import flat_index, flat_name, index_names
-from ...schedule.tiles import TILES, Blocks, blocks, flops, max_threads
+from ...schedule.tiles import PACKED_DTYPES, Blocks, blocks, flops, max_threads
 
 PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
 ITEMS_PER_THREAD = 2                # work items per thread, claimed dynamically
@@ -80,7 +80,7 @@ def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> Non
 
 def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
     """The packed plan; m, n and k may be run-time sizes (dynamic dims), batch dims not."""
-    if s.workspace is None or dtype not in TILES:
+    if s.workspace is None or dtype not in PACKED_DTYPES:
         return None
     if not all(isinstance(d, int) for d in s.batch) or 0 in (s.m, s.n, s.k):
         return None

@@ -5,7 +5,8 @@
     void tracecomp.matmul.uk.<f32|f64>.<MR>x<NR>(i64 kc, ptr a, ptr b, ptr c, i64 ldc, i1 add)
 
 computing  c[r * ldc + j] (+)= sum_p a[p * MR + r] * b[p * NR + j]  for r < MR, j < NR, where
-NR = nv * L and L is the vector width (16 f32 / 8 f64 lanes: one AVX-512 register):
+NR = nv * L and L is the target's vector width (schedule/tiles.py: 16 f32 / 8 f64 lanes
+with AVX-512, half that with AVX2):
 - `a` is a packed A micro-panel, MR consecutive elements per step p (one column of A's tile);
 - `b` is a packed B micro-panel, NR consecutive elements per step p, 64-byte aligned;
 - the MR * nv accumulators are `<L x T>` vectors carried through the p loop in registers;
@@ -39,13 +40,12 @@ import llvmlite.ir as ir
 
 from ....dtypes import DType
 from .. import scalar as S
-from ...schedule.tiles import TILES
+from ...schedule.tiles import tiles_for
 from ..emitter import counted_loop
 from ..loop_hints import plain_loop
 
 UNROLL = 4
 PREFETCH_C = True
-LANES = {DType.float32: 16, DType.float64: 8}
 _PTR = ir.PointerType()
 # dtypes whose helpers the modules being generated only declare (another object of the
 # same library defines them), and whether helpers defined now are external (exported to it)
@@ -85,7 +85,7 @@ def defining_exported_helpers() -> Iterator[None]:
 
 def leaf_helper_names(dtype: DType) -> list[str]:
     """The micro-kernel, packing (and transposing) and merge functions of `dtype`'s tiles."""
-    t = TILES[dtype]
+    t = tiles_for(dtype)
     names = [microkernel_name(dtype, t.mr, t.nv), merge_name(dtype, t.nr)]
     for width in (t.mr, t.nr):
         names.append(pack_name(dtype, width))
@@ -95,7 +95,7 @@ def leaf_helper_names(dtype: DType) -> list[str]:
 
 
 def vector_type(dtype: DType) -> ir.VectorType:
-    return ir.VectorType(S.register_type(dtype), LANES[dtype])
+    return ir.VectorType(S.register_type(dtype), tiles_for(dtype).lanes)
 
 
 def fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
@@ -112,12 +112,12 @@ def splat(b: ir.IRBuilder, x: ir.Value, t: ir.VectorType) -> ir.Value:
 
 
 def microkernel_name(dtype: DType, mr: int, nv: int) -> str:
-    return f"tracecomp.matmul.uk.{_scalar_name(dtype)}.{mr}x{nv * LANES[dtype]}"
+    return f"tracecomp.matmul.uk.{_scalar_name(dtype)}.{mr}x{nv * tiles_for(dtype).lanes}"
 
 
 def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Function:
     """The MR x (nv * L) micro-kernel for `dtype` (f32 or f64), defined on first use."""
-    vt, lanes = vector_type(dtype), LANES[dtype]
+    vt, lanes = vector_type(dtype), tiles_for(dtype).lanes
     fn, b = helper_function(module, dtype, microkernel_name(dtype, mr, nv),
                              [("kc", S.I64), ("a", _PTR), ("b", _PTR), ("c", _PTR), ("ldc", S.I64), ("add", S.I1)])
     fn.args[2].attributes.align = 64
@@ -133,7 +133,8 @@ def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Functio
     def step(accs, p):
         a_row = b.gep(a, [b.mul(p, ir.Constant(S.I64, mr))], source_etype=t)
         b_row = b.gep(bp, [b.mul(p, ir.Constant(S.I64, nv * lanes))], source_etype=t)
-        bv = [b.load(b.gep(b_row, [ir.Constant(S.I64, v * lanes)], source_etype=t), typ=vt, align=64)
+        bv = [b.load(b.gep(b_row, [ir.Constant(S.I64, v * lanes)], source_etype=t), typ=vt,
+                     align=lanes * dtype.itemsize)
               for v in range(nv)]
         out = list(accs)
         for r in range(mr):
@@ -170,7 +171,7 @@ def _prefetch_tile(b: ir.IRBuilder, c: ir.Value, ldc: ir.Value, mr: int, row_byt
 def _store_tile(b: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, add: ir.Value,
                 mr: int, nv: int, dtype: DType) -> None:
     """Row r of the tile goes to c + r * ldc (unaligned: C is any strided view)."""
-    vt, t, lanes, align = accs[0].type, S.register_type(dtype), LANES[dtype], dtype.itemsize
+    vt, t, lanes, align = accs[0].type, S.register_type(dtype), tiles_for(dtype).lanes, dtype.itemsize
     ptrs = []
     for r in range(mr):
         row = b.gep(c, [b.mul(ldc, ir.Constant(S.I64, r))], source_etype=t)
@@ -342,7 +343,7 @@ def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
 def _transpose_block(width: int, dtype: DType) -> int:
     """The side of the square blocks a full panel is packed in: the largest power of two
     dividing `width`, at most one vector; 1 when that is too small to be worth it."""
-    v = min(width & -width, LANES[dtype])
+    v = min(width & -width, tiles_for(dtype).lanes)
     return v if v >= 4 else 1
 
 

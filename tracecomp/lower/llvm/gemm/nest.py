@@ -36,7 +36,7 @@ from ....dtypes import DType
 from .. import scalar as S
 from ..emitter import counted_loop
 from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function)
-from ...schedule.tiles import TILES
+from ...schedule.tiles import PACKED_DTYPES, tiles_for
 
 _PTR = ir.PointerType()
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [_PTR, S.I64, S.I64, S.I64, S.I64])
@@ -52,7 +52,7 @@ def define_helpers(module: ir.Module, dtypes: Iterable[DType]) -> list[str]:
     """Define the loop nest and every helper it calls for each of `dtypes` in `module`, with
     external linkage (also those it only declares), for the other objects of its library
     (compile_worker.py); returns their names."""
-    dtypes = [d for d in dtypes if d in TILES]
+    dtypes = [d for d in dtypes if d in PACKED_DTYPES]
     with defining_exported_helpers():
         for dtype in dtypes:
             nest_function(module, dtype)
@@ -61,11 +61,11 @@ def define_helpers(module: ir.Module, dtypes: Iterable[DType]) -> list[str]:
 
 def helper_names(dtypes: Iterable[DType]) -> list[str]:
     """The functions define_helpers defines for `dtypes`."""
-    return sorted({name for d in dtypes if d in TILES for name in [nest_name(d), *leaf_helper_names(d)]})
+    return sorted({name for d in dtypes if d in PACKED_DTYPES for name in [nest_name(d), *leaf_helper_names(d)]})
 
 
 def nest_name(dtype: DType) -> str:
-    t = TILES[dtype]
+    t = tiles_for(dtype)
     return f"tracecomp.matmul.nest.{dtype.label}.{t.mr}x{t.nr}"
 
 
@@ -79,7 +79,7 @@ def nest_function(module: ir.Module, dtype: DType) -> ir.Function:
 
 class _Nest:
     def __init__(self, fn: ir.Function, b: ir.IRBuilder, dtype: DType):
-        self.b, self.dtype, self.tiles = b, dtype, TILES[dtype]
+        self.b, self.dtype, self.tiles = b, dtype, tiles_for(dtype)
         self.t = S.register_type(dtype)
         self.arg = {name: arg for (name, _), arg in zip(NEST_ARGS, fn.args)}
         module, tiles = fn.module, self.tiles

@@ -1,0 +1,94 @@
+"""The CPU code is generated for, as facts: LLVM's triple, name and features for it, its
+model name and its caches.  Facts only, no code generation: the scheduler's tiles
+(lower/schedule/tiles.py) are derived from them, the runtime's target machines
+(runtime/target.py) are built from them, and `tracecomp info` prints them.
+
+`TRACECOMP_TARGET=avx2` generates code as for an AVX2 CPU (AVX-512 and AMX off) on a host
+that has more, to test and measure that target on any machine.  Features can only be
+turned off, never on (that would run instructions the CPU lacks), so every target runs
+on this host.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import llvmlite.binding as llvm
+
+from .errors import BackendError
+
+TARGET_ENV = "TRACECOMP_TARGET"
+# feature-name prefixes each target turns off
+NARROWER_TARGETS = {"host": (), "avx2": ("avx512", "amx", "avx10", "evex512")}
+SYSFS_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    triple: str
+    cpu: str
+    features: str     # "+avx2,+avx512f,-amx-tile,..." as LLVM's subtarget feature string
+
+    def has(self, feature: str) -> bool:
+        return f"+{feature}" in self.features.split(",")
+
+
+@functools.lru_cache(maxsize=None)
+def host_target() -> HostTarget:
+    """The process's triple and the host CPU's name and features as LLVM reports them,
+    narrowed by TRACECOMP_TARGET."""
+    features = llvm.get_host_cpu_features()
+    choice = os.environ.get(TARGET_ENV, "host")
+    if choice not in NARROWER_TARGETS:
+        raise BackendError(f"{TARGET_ENV}={choice!r} is not a target tracecomp knows (one of "
+                           f"{', '.join(NARROWER_TARGETS)})")
+    if choice == "avx2" and not features.get("avx2"):
+        raise BackendError(f"{TARGET_ENV}=avx2, but this CPU has no AVX2")
+    for name in features:
+        if name.startswith(NARROWER_TARGETS[choice]):
+            features[name] = False
+    return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), features.flatten())
+
+
+def target_name() -> str:
+    return os.environ.get(TARGET_ENV, "host")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def caches() -> list[dict]:
+    """Per cache of the first CPU: level, type, size in bytes, CPUs sharing it (sysfs)."""
+    out = []
+    for index in sorted(SYSFS_CACHES.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _bytes((index / "size").read_text().strip())
+            shared = (index / "shared_cpu_list").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        out.append({"level": level, "type": kind, "bytes": size, "shared_by_cpus": shared})
+    return out
+
+
+def cache_bytes(level: int) -> int | None:
+    """The size of the first CPU's data (or unified) cache at `level`; None if unknown."""
+    return next((c["bytes"] for c in caches() if c["level"] == level and c["type"] != "Instruction"), None)
+
+
+def _bytes(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMG]?)", text)
+    if not m:
+        raise ValueError(text)
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
