@@ -1,7 +1,9 @@
 """The CPU code is generated for, as facts: LLVM's triple, name and features for it, its
-model name and its caches.  Facts only, no code generation: the scheduler's tiles
-(lower/schedule/tiles.py) are derived from them, the runtime's target machines
-(runtime/target.py) are built from them, and `tracecomp info` prints them.
+model name, its caches, and the choices measured on it.  Facts only, no code generation:
+the scheduler's tiles (lower/schedule/tiles.py) are derived from them, the runtime's target
+machines (runtime/target.py) are built from them, and `tracecomp info` prints them.  The
+measured choices (`tuned()`) are what a model of the CPU cannot decide; runtime/tuning.py
+measures them once per CPU and installs them before any program is scheduled.
 
 `TRACECOMP_TARGET=avx2` generates code as for an AVX2 CPU (AVX-512 and AMX off) on a host
 that has more, to test and measure that target on any machine.  Features can only be
@@ -92,3 +94,17 @@ def _bytes(text: str) -> int:
     if not m:
         raise ValueError(text)
     return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+_tuned: dict = {}
+
+
+def tuned() -> dict:
+    """The choices measured on this CPU (runtime/tuning.py), e.g. {"matmul_vector_bytes": 64};
+    empty when nothing was measured (the models decide alone)."""
+    return dict(_tuned)
+
+
+def set_tuned(choices: dict) -> None:
+    _tuned.clear()
+    _tuned.update(choices)

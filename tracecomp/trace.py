@@ -120,6 +120,9 @@ class Lowered:
     def program(self):
         from .lower.schedule.donation import donate
         from .lower.schedule.scheduler import schedule
+        from .runtime.tuning import ensure_tuned
+        if self.backend == "cpu":
+            ensure_tuned()          # the tiles' measured choices, before anything is scheduled
         with timings.recording(self.compile_times), timings.stage("lowering"):
             program = schedule(self.optimized)
             if self.donated_inputs and self.backend == "cpu" and self.device == "cpu":

@@ -55,6 +55,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -64,7 +65,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -146,6 +147,15 @@ class CacheSettings:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ValueError(f"compile_cache.max_bytes must be a non-negative int or None, got {value!r}")
         self._max_bytes = value
+
+    @contextlib.contextmanager
+    def off(self) -> Iterator[None]:
+        """Inside: no lookups, no stores (the switch as it was afterwards)."""
+        was, self._enabled = self._enabled, False
+        try:
+            yield
+        finally:
+            self._enabled = was
 
     def clear(self) -> None:
         """Delete every entry of the current folder."""

@@ -27,8 +27,10 @@ def vector_register() -> str:
 
 def describe() -> dict:
     """Everything `tracecomp info` prints, as data."""
+    from ..hostcpu import tuned
     from ..lower.schedule.tiles import host_tiles, max_threads
-    from . import cache, jit, target
+    from . import cache, jit, target, tuning
+    tuning.ensure_tuned()
     t = target.host_target()
     features = {f[1:] for f in t.features.split(",") if f.startswith("+")}
     return {
@@ -38,10 +40,15 @@ def describe() -> dict:
         "caches": caches(), "vector_register": vector_register(),
         "matmul_blocks": {dt.label: {"mr": b.mr, "nr": b.nr, "mc": b.mc, "kc": b.kc, "nc": b.nc}
                           for dt, b in host_tiles().items()},
+        "matmul_vector_bits": next(iter(host_tiles().values())).lanes * next(iter(host_tiles().values())).itemsize * 8,
+        "matmul_vector_measured_ms": tuned().get("measured_ms"),
         "threads": max_threads(),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", jit.GOMP_SPINCOUNT),
         "compile_cache": str(cache.settings.directory) if cache.settings.enabled else "off",
     }
+
+
+TUNE_NOTE = "runtime/tuning.py"
 
 
 def _size(n: int) -> str:
@@ -65,6 +72,10 @@ def report(info: dict) -> str:
         f"caches: {caches_text}",
         f"generated loops use {reg} registers" + (f" ({widths[reg]}-bit)" if reg in widths else ""),
         f"matmul blocking: {blocks}",
+        f"matmul vectors: {info['matmul_vector_bits']}-bit, "
+        + ("measured best here (" + ", ".join(f"{bits}-bit {ms} ms" for bits, ms in
+                                            sorted(info["matmul_vector_measured_ms"].items(), key=lambda kv: -int(kv[0])))
+           + f"; {TUNE_NOTE})" if info.get("matmul_vector_measured_ms") else "the ISA's widest (nothing measured)"),
         f"threads: {info['threads']}; idle OpenMP workers spin {info['gomp_spincount']} times, then sleep",
         f"compile cache: {info['compile_cache']}",
     ])

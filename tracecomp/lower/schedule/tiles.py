@@ -69,7 +69,11 @@ class VectorUnit:
     registers: int
 
 
+VECTOR_BYTES = (16, 32, 64)          # SSE, AVX, AVX-512
+
+
 def vector_unit(target: hostcpu.HostTarget) -> VectorUnit:
+    """The widest vectors of the target's ISA and how many registers of them it has."""
     if target.has("avx512f"):
         return VectorUnit(64, 32)
     if target.has("avx"):
@@ -89,11 +93,25 @@ def choose_tiles(dtype: DType, unit: VectorUnit, l1d: int, l2: int) -> Tiles:
     return Tiles(mr=mr, nv=nv, lanes=lanes, mc=mc, kc=kc, nc=_round_down(2048, nr), itemsize=dtype.itemsize)
 
 
-@functools.lru_cache(maxsize=None)
 def host_tiles() -> dict:
-    """The tiles of each packed dtype for the CPU code is generated for."""
+    """The tiles of each packed dtype for the CPU code is generated for: its vector unit,
+    narrowed to the vector width measured best on it if one was (hostcpu.tuned(): on an
+    AVX-512 CPU, 256-bit vectors can beat 512-bit ones), and its caches."""
     unit = vector_unit(hostcpu.host_target())
-    l1d, l2 = hostcpu.cache_bytes(1) or DEFAULT_L1D, hostcpu.cache_bytes(2) or DEFAULT_L2
+    measured = hostcpu.tuned().get("matmul_vector_bytes")
+    if measured in VECTOR_BYTES and measured < unit.bytes:
+        unit = VectorUnit(measured, unit.registers)
+    return _tiles(unit, *_cache_sizes())
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_sizes() -> tuple[int, int]:
+    """L1d and L2 per core (read once: tiles are asked for all through code generation)."""
+    return hostcpu.cache_bytes(1) or DEFAULT_L1D, hostcpu.cache_bytes(2) or DEFAULT_L2
+
+
+@functools.lru_cache(maxsize=None)
+def _tiles(unit: VectorUnit, l1d: int, l2: int) -> dict:
     return {dtype: choose_tiles(dtype, unit, l1d, l2) for dtype in PACKED_DTYPES}
 
 

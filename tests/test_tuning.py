@@ -1,0 +1,87 @@
+"""The measured choice of runtime/tuning.py: on an AVX-512 CPU, whether the matmul's tiles
+use 512- or 256-bit vectors, measured once per CPU, stored in the compile cache's folder,
+read back by later processes, applied to every tile of the process, and skipped where there
+is nothing to choose (an AVX2 target) or nowhere to keep it (TRACECOMP_TUNE=0)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tracecomp.runtime import target, tuning
+
+PROBE = ("import json, numpy as np, tracecomp as tc\n"
+         "from tracecomp import hostcpu\n"
+         "from tracecomp.runtime import tuning\n"
+         "from tracecomp.lower.schedule.tiles import host_tiles\n"
+         "from tracecomp.dtypes import DType\n"
+         "a, b = np.arange(70 * 90, dtype=np.float32).reshape(70, 90) % 7, np.ones((90, 50), np.float32)\n"
+         "f = tc.trace(lambda a, b: a @ b)\n"
+         "np.testing.assert_array_equal(np.asarray(f(a, b)), a @ b)\n"
+         "llvm = f.lower(a, b).as_text('llvm')\n"
+         "lanes = host_tiles()[DType.float32].lanes\n"
+         "print(json.dumps({'lanes': lanes, 'fma': f'@llvm.fma.v{lanes}f32' in llvm, 'tuned': hostcpu.tuned(),\n"
+         "                  'record': str(tuning.record_path())}))\n")
+
+
+def probe(cache_dir, **env):
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRACECOMP_CACHE_DIR": str(cache_dir), **env})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def needs_avx512():
+    if not target.host_target().has("avx512f"):
+        pytest.skip("nothing to measure: the target has no AVX-512 (the tiles take its widest vectors)")
+
+
+def test_the_choice_is_measured_once_stored_and_read_back(tmp_path):
+    needs_avx512()
+    first = probe(tmp_path)
+    assert first["tuned"]["matmul_vector_bytes"] in (64, 32) and set(first["tuned"]["measured_ms"]) == {"512", "256"}
+    assert first["lanes"] == first["tuned"]["matmul_vector_bytes"] // 4 and first["fma"]
+    record = tmp_path / first["record"].split(str(tmp_path) + "/", 1)[1]
+    stamp = record.stat().st_mtime_ns
+    second = probe(tmp_path)
+    assert second["tuned"] == first["tuned"] and record.stat().st_mtime_ns == stamp      # read, not measured
+
+
+def test_a_stored_choice_applies_to_every_tile(tmp_path):
+    """A record saying 256-bit gives 8-lane float32 tiles on an AVX-512 CPU, and right results."""
+    needs_avx512()
+    record = probe(tmp_path, TRACECOMP_TUNE="0")["record"]
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    with open(record, "w") as f:
+        json.dump({"matmul_vector_bytes": 32}, f)
+    got = probe(tmp_path)
+    assert got["lanes"] == 8 and got["fma"] and got["tuned"] == {"matmul_vector_bytes": 32}
+
+
+def test_a_record_that_is_not_a_known_choice_is_measured_again(tmp_path):
+    needs_avx512()
+    record = probe(tmp_path, TRACECOMP_TUNE="0")["record"]
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    for bad in ('{"matmul_vector_bytes": 128}', "not json", "[64]"):
+        with open(record, "w") as f:
+            f.write(bad)
+        got = probe(tmp_path)
+        assert got["tuned"]["matmul_vector_bytes"] in (64, 32) and "measured_ms" in got["tuned"]
+
+
+def test_nothing_is_measured_without_a_choice_or_without_a_place_to_keep_it(tmp_path):
+    off = probe(tmp_path / "off", TRACECOMP_TUNE="0")
+    assert off["tuned"] == {} and not os.path.exists(off["record"])
+    assert off["lanes"] == (16 if target.host_target().has("avx512f") else 8 if target.host_target().has("avx") else 4)
+    if target.host_target().has("avx2"):
+        avx2 = probe(tmp_path / "avx2", TRACECOMP_TARGET="avx2")
+        assert avx2["tuned"] == {} and avx2["lanes"] == 8 and not os.path.exists(avx2["record"])
+    cache_off = probe(tmp_path / "cache-off", TRACECOMP_CACHE="0")
+    assert cache_off["tuned"] == {} and not os.path.exists(cache_off["record"])
+
+
+def test_the_narrower_width_must_win_by_the_margin():
+    assert tuning.decide({64: 1.0, 32: 0.5}) == 32
+    assert tuning.decide({64: 1.0, 32: 0.95}) == 64           # within the margin: keep the widest
+    assert tuning.decide({64: 0.5, 32: 1.0}) == 64

@@ -1,0 +1,138 @@
+"""Choices a model of the CPU cannot make, measured once per CPU and kept in the compile
+cache's folder.
+
+The matmul's tiles follow from the vector ISA and the caches (lower/schedule/tiles.py),
+except one choice: on a CPU with AVX-512, whether 512-bit vectors beat 256-bit ones.  Zen 5
+runs its matmul 1.9x faster with them; on some Intel CPUs a 512-bit FMA issues on fewer
+ports, or lowers the clock, and LLVM tunes rocketlake for 256-bit vectors.  So on an AVX-512
+target, the first program scheduled in a process (`ensure_tuned`, called from
+trace.Lowered.program) looks for `<cache folder>/tuning-v1/<cpu key>.json`; when absent it
+times a 384^3 float32 product with tiles of each width (interleaved, best of 7 rounds, about
+0.3 s once), keeps 512-bit unless 256-bit is more than MARGIN faster, and stores the choice.
+The key holds the CPU's model name, LLVM's name and features for it and its caches, so
+another CPU (or TRACECOMP_TARGET) gets a search of its own.  The choice is installed with
+hostcpu.set_tuned before anything is scheduled, so every tile of the process agrees, and
+the tiles are part of the compile cache's key.
+
+Nothing is measured with the compile cache off, or with TRACECOMP_TUNE=0 (the model's
+widest vectors then); a stored file that does not hold a known choice is measured again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from typing import Optional
+
+import numpy as np
+
+from .. import hostcpu
+from . import cache
+
+log = logging.getLogger("tracecomp.tuning")
+
+TUNE_ENV = "TRACECOMP_TUNE"
+VERSION = 1
+MARGIN = 0.10          # 256-bit vectors must be this much faster to be chosen over 512-bit
+PROBE_N = 384          # the probe product: PROBE_N^3 float32, ~0.1 GFLOP
+ROUNDS, CALLS = 7, 5
+_lock = threading.Lock()
+_done = False
+
+
+def enabled() -> bool:
+    return os.environ.get(TUNE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cpu_key() -> str:
+    """What the choice depends on: the CPU's model and caches, LLVM's name and features for it."""
+    t = hostcpu.host_target()
+    text = json.dumps([VERSION, hostcpu.cpu_model(), t.cpu, t.features, hostcpu.caches()], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def record_path():
+    return cache.settings.directory / f"tuning-v{VERSION}" / f"{cpu_key()}.json"
+
+
+def candidates() -> tuple[int, ...]:
+    """The matmul vector widths (bytes) to choose between: 512- and 256-bit on AVX-512."""
+    return (64, 32) if hostcpu.host_target().has("avx512f") else ()
+
+
+def ensure_tuned() -> None:
+    """Install this CPU's measured choices (measuring them if no record exists), once per
+    process; nothing to do when there is nothing to choose, the cache is off or
+    TRACECOMP_TUNE=0."""
+    global _done
+    if _done:
+        return
+    with _lock:
+        if _done:
+            return
+        _done = True        # first: the probe's own programs are scheduled with the candidates
+        if not candidates() or not enabled() or not cache.settings.enabled:
+            return
+        choices = load_record()
+        if choices is None:
+            choices = measure()
+            store_record(choices)
+        hostcpu.set_tuned(choices)
+
+
+def load_record() -> Optional[dict]:
+    try:
+        choices = json.loads(record_path().read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(choices, dict) or choices.get("matmul_vector_bytes") not in candidates():
+        return None
+    return choices
+
+
+def store_record(choices: dict) -> None:
+    path = record_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(choices, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("tuning: could not store %s (%s); measured again by the next process", path, e)
+
+
+def measure() -> dict:
+    """Time the probe product with each candidate width's tiles; the choice and the times."""
+    from ..trace import trace
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((PROBE_N, PROBE_N)).astype(np.float32) for _ in range(2))
+    calls = {}
+    with cache.settings.off():              # the probes are compiled once ever: not worth keeping
+        for width in candidates():
+            hostcpu.set_tuned({"matmul_vector_bytes": width})
+            f = trace(lambda x, y: x @ y)
+            f(a, b)                                        # compile (and fault the outputs in)
+            calls[width] = f
+    best = {width: float("inf") for width in calls}
+    for _ in range(ROUNDS):                                # interleaved: the same load for both
+        for width, f in calls.items():
+            t0 = time.perf_counter()
+            for _ in range(CALLS):
+                f(a, b)
+            best[width] = min(best[width], (time.perf_counter() - t0) / CALLS)
+    chosen = decide(best)
+    log.info("tuning: matmul vectors %d-bit (%s)", chosen * 8,
+             ", ".join(f"{w * 8}-bit {t * 1e3:.3f} ms" for w, t in best.items()))
+    return {"matmul_vector_bytes": chosen,
+            "measured_ms": {str(w * 8): round(t * 1e3, 4) for w, t in best.items()}}
+
+
+def decide(seconds: dict) -> int:
+    """The vector width (bytes) to use from the probe's best time per width: the widest,
+    unless a narrower one is more than MARGIN faster (then the fastest)."""
+    widest = max(seconds)
+    fastest = min(seconds, key=seconds.get)
+    return fastest if seconds[fastest] < seconds[widest] * (1 - MARGIN) else widest
