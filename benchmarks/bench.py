@@ -32,7 +32,10 @@ Method:
 - other processes on the machine are measured too (their share of the cores, from
   /proc/stat) and printed per workload: the medians are only as good as that allows.
 W5 (first call of W4) runs in fresh processes by definition, cold and, for the peers that
-have a persistent compile cache, warm.
+have a persistent compile cache, warm.  A cold tracecomp cache folder holds only the CPU's
+tuning record (runtime/tuning.py: measured once per CPU, its time printed once per run).
+W8a is attention's value_and_grad (issue 15); W1 and W3 at 1024^3 also run "after NumPy":
+a NumPy matmul, untimed, right before every timed call in the same process.
 W7 (a CNN train step, its forward alone, and its second conv alone) and W8 (a GPT-style
 block's AdamW train step and its forward alone; and the step's first call, cold, in fresh
 processes with empty compile caches) have no NumPy implementation but the conv, and their
@@ -46,6 +49,8 @@ are FLOPs / peak (the formulas: w7_flops, w8_flops).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import gc
 import importlib.metadata
 import importlib.util
@@ -53,6 +58,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,7 +73,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8a", "W9", "W10", "W11")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -125,10 +131,10 @@ class Row:
     extra: dict = field(default_factory=dict)
 
 
-def calibrate(fn: Callable[[], Any], repeat: int) -> tuple[int, int]:
+def calibrate(fn: Callable[[], Any], repeat: int, before: Optional[Callable[[], Any]] = None) -> tuple[int, int]:
     """(repetitions, calls per repetition) for `fn`, already warmed up: a repetition lasts
     >= MIN_REP_S, and a slow call gets fewer repetitions (at least 3) within ROW_BUDGET_S."""
-    one = time_rep(fn, 1)
+    one = time_rep(fn, 1, before)
     number = 1 if one >= MIN_REP_S else max(1, int(MIN_REP_S / max(one, 1e-9)))
     reps = repeat
     if one * repeat > ROW_BUDGET_S:
@@ -136,11 +142,21 @@ def calibrate(fn: Callable[[], Any], repeat: int) -> tuple[int, int]:
     return reps, number
 
 
-def time_rep(fn: Callable[[], Any], number: int) -> float:
-    t0 = time.perf_counter()
+def time_rep(fn: Callable[[], Any], number: int, before: Optional[Callable[[], Any]] = None) -> float:
+    """Seconds per call of `fn`, over `number` calls; `before`, if given, runs (untimed)
+    right before each call."""
+    if before is None:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        return (time.perf_counter() - t0) / number
+    total = 0.0
     for _ in range(number):
+        before()
+        t0 = time.perf_counter()
         fn()
-    return (time.perf_counter() - t0) / number
+        total += time.perf_counter() - t0
+    return total / number
 
 
 def rel_error(out, ref) -> float:
@@ -229,6 +245,9 @@ class Case:
     # builders of a deterministic variant checked in place of the timed one, which is then
     # only checked for the result's shapes and finite values (W7's dropout: p = 0)
     check_impls: Optional[dict[str, Callable]] = None
+    # run untimed right before every timed call, in the same process ("after NumPy")
+    before_each: Optional[Callable[[], Any]] = None
+    env: Optional[dict] = None             # environment of its child processes (not --in-process)
 
 
 # ----------------------------------------------------------------------------- W1, W2, W3
@@ -264,8 +283,35 @@ def w1_cases() -> list[Case]:
         import jax.numpy as jnp
         return x * jax.nn.sigmoid(1.702 * x) + 0.5 * jnp.sin(x) * jnp.exp(-x * x)
 
-    return [Case("W1", "W1", "x*sigmoid(1.702x) + 0.5 sin(x) exp(-x^2), 2^24 f32", inputs, reference, 1e-5,
-                 standard(tc_fn, np_fn, torch_fn, jax_fn), mem_floor(2 * 4 * n))]
+    w1 = Case("W1", "W1", "x*sigmoid(1.702x) + 0.5 sin(x) exp(-x^2), 2^24 f32", inputs, reference, 1e-5,
+              standard(tc_fn, np_fn, torch_fn, jax_fn), mem_floor(2 * 4 * n))
+    return [w1, *after_numpy(w1)]
+
+
+AFTER_NUMPY_N = 1024
+
+
+@functools.cache
+def _numpy_operand() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((AFTER_NUMPY_N, AFTER_NUMPY_N)).astype(np.float32)
+
+
+def numpy_matmul() -> None:
+    a = _numpy_operand()
+    a @ a
+
+
+def after_numpy(case: Case) -> list[Case]:
+    """`case` with a NumPy 1024^3 f32 matmul (OpenBLAS, all its threads) run untimed right
+    before every timed call, in the same process: how an implementation fares beside NumPy,
+    whose idle BLAS threads keep spinning for 2^28 cycles after it returns (issue 15); and
+    the same with that spin cut to 2^16 cycles, as tracecomp does when it is imported before
+    NumPy (tracecomp/numpy_blas.py; here NumPy is always loaded first)."""
+    return [dataclasses.replace(case, key=f"{case.key}-after-numpy", before_each=numpy_matmul,
+                                title=f"{case.title}, right after a NumPy matmul"),
+            dataclasses.replace(case, key=f"{case.key}-after-numpy-short-spin", before_each=numpy_matmul,
+                                title=f"{case.title}, right after a NumPy matmul, OPENBLAS_THREAD_TIMEOUT=16",
+                                env={"OPENBLAS_THREAD_TIMEOUT": "16"})]
 
 
 def w2_cases() -> list[Case]:
@@ -349,6 +395,8 @@ def w3_cases(sizes=(1024, 4096)) -> list[Case]:
         # error / max|ref|: fp32 sums over n terms stay far below 1e-5 of the largest entry
         cases.append(Case(f"W3-{n}", "W3", f"matmul {n}^3 f32", inputs, reference, 1e-5,
                           standard(mm, mm, mm, jax_mm), lambda bw, peak, n=n: 2 * n ** 3 / peak))
+        if n == 1024:
+            cases += after_numpy(cases[-1])
     return cases
 
 
@@ -1062,9 +1110,83 @@ def w11_cases() -> list[Case]:
                  note=f"{out_bytes / 1e6:.1f} MB of gradients out")]
 
 
+# ----------------------------------------------------------------------------- W8a
+
+W8A_SHAPE = (64, 256, 64)        # batch x heads, sequence, head dim
+
+
+def w8a_data():
+    rng = np.random.default_rng(8)
+    return [rng.standard_normal(W8A_SHAPE).astype(np.float32) for _ in range(4)]   # q, k, v, cotangent g
+
+
+def w8a_numpy(q, k, v, g):
+    """The loss sum(attention(q, k, v) * g) and its gradients in q, k, v, by hand."""
+    scale = q.dtype.type(1 / np.sqrt(q.shape[-1]))
+    s = (q @ np.swapaxes(k, -1, -2)) * scale
+    e = np.exp(s - s.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    out = p @ v
+    dp = g @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * scale
+    return [(out * g).sum(), ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ g]
+
+
+def w8a_loss(softmax):
+    def loss(q, k, v, g):
+        s = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]))
+        return ((softmax(s) @ v) * g).sum()
+    return loss
+
+
+def w8a_cases() -> list[Case]:
+    def tc_fn(q, k, v, g):
+        import tracecomp as tc
+        value, grads = tc.value_and_grad(w8a_loss(lambda s: tc.softmax(s, -1)), argnums=(0, 1, 2))(q, k, v, g)
+        return [value, *grads]
+
+    def jax_fn(q, k, v, g):
+        import jax
+        import jax.numpy as jnp
+
+        def loss(q, k, v):
+            s = (q @ jnp.swapaxes(k, -1, -2)) * (1 / math.sqrt(q.shape[-1]))
+            return ((jax.nn.softmax(s, -1) @ v) * g).sum()
+        value, grads = jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
+        return [value, *grads]
+
+    def reference(inputs):
+        return w8a_numpy(*[a.astype(np.float64) for a in inputs])
+    bh, t, d = W8A_SHAPE
+    flops = 2 * bh * t * t * d * 6              # forward: 2 products; backward: 4
+    impls = {"tracecomp": lambda inputs: build_tracecomp(tc_fn, inputs),
+             "numpy": lambda inputs: build_numpy(w8a_numpy, inputs),
+             "torch": lambda inputs: build_torch_grad(inputs, compiled=False),
+             "torch.compile": lambda inputs: build_torch_grad(inputs, compiled=True),
+             "jax.jit": lambda inputs: build_jax(jax_fn, inputs)}
+    return [Case("W8a", "W8a", f"attention value_and_grad, B*H={bh}, T={t}, d={d} f32", w8a_data, reference, 1e-4,
+                 impls, lambda bw, peak: flops / peak,
+                 note="loss sum(softmax(q k^T / 8) v * g); its gradients in q, k, v (by hand in NumPy)")]
+
+
+def build_torch_grad(inputs, compiled: bool):
+    """W8a's value and gradients by autograd; `compiled`: the loss through torch.compile
+    (AOTAutograd compiles its backward too)."""
+    import torch
+    q, k, v, g = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    loss = w8a_loss(lambda s: s.softmax(-1))
+    f = torch.compile(loss) if compiled else loss
+
+    def call():
+        value = f(q, k, v, g)
+        return [value.detach(), *torch.autograd.grad(value, (q, k, v))]
+    return call
+
+
 def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
-        + w7_cases() + w8_cases() + w9_cases() + w10_cases() + w11_cases()
+        + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases()
     return {c.key: c for c in cases}
 
 
@@ -1284,7 +1406,7 @@ def prepare(row: Row, case: Case, impl: str, inputs: list, ref):
         if not row.error <= case.tol:
             row.status, row.note = "WRONG", f"error {row.error:.3g} > tolerance {case.tol:g}; not timed"
             return None
-        row.reps, row.calls_per_rep = calibrate(call, row.reps)
+        row.reps, row.calls_per_rep = calibrate(call, row.reps, case.before_each)
         return call
     except Exception as e:       # an implementation that fails gets a row saying why
         row.status, row.note = "error", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
@@ -1299,8 +1421,9 @@ def finish(row: Row, times: list[float]) -> None:
     row.extra["times_s"] = times
 
 
-def time_interleaved(live: list[tuple[Row, Callable]]) -> None:
-    """Round k times repetition k of each implementation in turn."""
+def time_interleaved(live: list[tuple[Row, Callable]], before: Optional[Callable[[], Any]] = None) -> None:
+    """Round k times repetition k of each implementation in turn (`before` untimed before
+    each call: Case.before_each)."""
     times: list[list[float]] = [[] for _ in live]
     gc.collect()
     gc.disable()
@@ -1308,7 +1431,7 @@ def time_interleaved(live: list[tuple[Row, Callable]]) -> None:
         for k in range(max((r.reps for r, _ in live), default=0)):
             for (row, call), ts in zip(live, times):
                 if k < row.reps:
-                    ts.append(time_rep(call, row.calls_per_rep))
+                    ts.append(time_rep(call, row.calls_per_rep, before))
     finally:
         gc.enable()
     for (row, _), ts in zip(live, times):
@@ -1323,11 +1446,13 @@ def run_in_process(case: Case, impls: list[str], inputs: list, ref, repeat: int)
     rows, live = [], []
     for impl in impls:
         row = new_row(case, impl, repeat)
+        if case.env:
+            row.note = f"in-process: its environment {case.env} was not applied"
         rows.append(row)
         call = prepare(row, case, impl, inputs, ref)
         if call is not None:
             live.append((row, call))
-    time_interleaved(live)
+    time_interleaved(live, case.before_each)
     return rows
 
 
@@ -1383,7 +1508,7 @@ def child_main(key: str, impl: str, data: str, repeat: int, quick: bool, cold: b
         return 0
     call = prepare(row, case, impl, inputs, ref)
     if call is not None:
-        time_interleaved([(row, call)])
+        time_interleaved([(row, call)], case.before_each)
     print("BENCHROW " + json.dumps(asdict(row)), flush=True)
     return 0
 
@@ -1401,7 +1526,9 @@ def run_in_children(case: Case, impls: list[str], inputs: list, ref, args, cold:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", case.key, impl, "--data", data,
                    "--repeat", str(args.repeat)] + (["--quick"] if args.quick else []) + (["--cold"] if cold else [])
             cache = os.path.join(tmp, f"cache{k}")
-            env = dict(os.environ, **({"TRACECOMP_CACHE_DIR": os.path.join(cache, "tracecomp"),
+            if cold:
+                seed_tuning(os.path.join(cache, "tracecomp"))
+            env = dict(os.environ, **(case.env or {}), **({"TRACECOMP_CACHE_DIR": os.path.join(cache, "tracecomp"),
                                        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
                                        "TRITON_CACHE_DIR": os.path.join(cache, "triton")} if cold else {}))
             try:
@@ -1547,6 +1674,28 @@ def w5_child(impl: str, cache: Optional[str] = None, env_extra: dict | None = No
     raise RuntimeError(f"{impl} child failed (exit {p.returncode}): {tail[:200]}")
 
 
+@functools.cache
+def tuning_record() -> Optional[str]:
+    """The folder of this CPU's tuning record (tracecomp/runtime/tuning.py), measured once per
+    run in a child process (its time printed)."""
+    folder = tempfile.mkdtemp(prefix="bench-tuning-")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", "from tracecomp.runtime import tuning; tuning.ensure_tuned()"],
+                       env=dict(os.environ, TRACECOMP_CACHE_DIR=folder), capture_output=True, text=True)
+    records = [d for d in os.listdir(folder) if d.startswith("tuning-")] if p.returncode == 0 else []
+    print(f"  tracecomp's once-per-CPU tuning: {fmt_time(time.perf_counter() - t0)} in a fresh process"
+          + ("" if records else " (nothing to measure on this target)"), flush=True)
+    return os.path.join(folder, records[0]) if records else None
+
+
+def seed_tuning(cache_dir: str) -> None:
+    """Give an empty tracecomp cache folder this CPU's tuning record: a cold first call then
+    times compiling, as on any machine where tracecomp ran once, not the once-per-CPU search."""
+    record = tuning_record()
+    if record is not None:
+        shutil.copytree(record, os.path.join(cache_dir, os.path.basename(record)))
+
+
 W5_PAIRS = {"tracecomp": 3, "numpy": 3}     # cold+warm pairs per run (the others: 1, slow)
 
 
@@ -1556,6 +1705,7 @@ def w5_pair(impl: str) -> tuple[dict, Optional[dict]]:
     TRACECOMP_CACHE_DIR, torch.compile's inductor cache, jax's persistent compilation cache)."""
     with tempfile.TemporaryDirectory(prefix="bench-w5-") as cache:
         env, cache_arg = {"TRACECOMP_CACHE_DIR": os.path.join(cache, "tracecomp")}, None
+        seed_tuning(env["TRACECOMP_CACHE_DIR"])
         if impl == "torch.compile":
             env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
                         "TRITON_CACHE_DIR": os.path.join(cache, "triton")})
@@ -1766,7 +1916,8 @@ def main(argv=None) -> int:
         return 0
     if args.child:
         return child_main(args.child[0], args.child[1], args.data, args.repeat, args.quick, args.cold)
-    wanted = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
+    canonical = {w.upper(): w for w in ALL_WORKLOADS}
+    wanted = [canonical.get(w.strip().upper(), w.strip()) for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in wanted if w not in ALL_WORKLOADS]
     if unknown:
         ap.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(ALL_WORKLOADS)}")

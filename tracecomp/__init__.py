@@ -5,6 +5,11 @@ dtypes, `tc.trace` to record and compile functions.
 """
 from __future__ import annotations
 
+from .numpy_blas import short_spin_while_numpy_loads as _short_blas_spin
+
+with _short_blas_spin():        # before anything loads NumPy: see numpy_blas.py
+    import numpy as _numpy  # noqa: F401
+
 from .dtypes import DType
 from .dtypes import BOOL as bool, FLOAT32 as float32, FLOAT64 as float64, INT32 as int32, INT64 as int64
 from .errors import (ArgumentError, DTypeError, IRError, OutOfMemoryError, ShapeError, TableError,

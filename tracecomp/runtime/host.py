@@ -27,6 +27,7 @@ def vector_register() -> str:
 
 def describe() -> dict:
     """Everything `tracecomp info` prints, as data."""
+    from .. import numpy_blas
     from ..hostcpu import tuned
     from ..lower.schedule.tiles import host_tiles, max_threads
     from . import cache, jit, target, tuning
@@ -43,6 +44,7 @@ def describe() -> dict:
         "matmul_vector_bits": next(iter(host_tiles().values())).lanes * next(iter(host_tiles().values())).itemsize * 8,
         "matmul_vector_measured_ms": tuned().get("measured_ms"),
         "threads": max_threads(),
+        "numpy_blas": numpy_blas.describe(),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", jit.GOMP_SPINCOUNT),
         "compile_cache": str(cache.settings.directory) if cache.settings.enabled else "off",
     }
@@ -78,4 +80,5 @@ def report(info: dict) -> str:
            + f"; {TUNE_NOTE})" if info.get("matmul_vector_measured_ms") else "the ISA's widest (nothing measured)"),
         f"threads: {info['threads']}; idle OpenMP workers spin {info['gomp_spincount']} times, then sleep",
         f"compile cache: {info['compile_cache']}",
+        info.get("numpy_blas", ""),
     ])
