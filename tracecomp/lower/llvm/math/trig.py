@@ -87,7 +87,7 @@ def reduce_large_f32(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     # y = m * (a1:a0:a2) / 2^94 mod 4; keep bits 32..95 of the product (2 + 62 bits)
     top = e.iadd(e.iadd(e.shl(e.imul(m, a1), 32), e.imul(m, a0)), e.lshr(e.imul(m, a2), 32))
     n, frac = _split_quadrant(e, top)
-    r = d.mul(d.to_float(frac), round_to(PIO2, F64) * 2.0 ** -62)
+    r = d.mul(d.to_float_wide(frac), round_to(PIO2, F64) * 2.0 ** -62)
     return n, r
 
 
@@ -115,9 +115,9 @@ def reduce_large_f64(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value
     top = e.ior(e.shl(limbs[5], 32), limbs[4])             # binary point after bit 62 of top
     low = e.ior(e.shl(limbs[3], 32), limbs[2])
     n, frac = _split_quadrant(e, top)
-    t1 = e.to_float(frac)
-    t2 = e.to_float(e.isub(frac, e.to_int(t1, 64)))        # what t1 rounded off (exact)
-    t3 = e.mul(e.b.uitofp(e.lshr(low, 11), e.fmt.ftype), 2.0 ** -53)
+    t1 = e.to_float_wide(frac)
+    t2 = e.to_float_wide(e.isub(frac, e.to_int_wide(t1)))   # what t1 rounded off (exact)
+    t3 = e.mul(e.to_float_wide(e.lshr(low, 11)), 2.0 ** -53)
     hi, lo = e.two_sum(t1, e.add(t2, t3))
     p1, p2 = (v * 2.0 ** -62 for v in parts(PIO2, F64, 2))
     r_hi = e.mul(hi, p1)
