@@ -201,6 +201,21 @@ def test_a_transposed_product_is_the_product_of_the_transposes_read_in_place():
     np.testing.assert_allclose(tc.trace(fn)(x, w).numpy(), np.swapaxes(x @ w, -1, -2) + 1, rtol=1e-5, atol=1e-5)
 
 
+def test_attention_scores_gradient_keeps_no_permute_of_a_permute():
+    """The key's gradient of q @ k.mT is (g.mT @ q) after (q.mT @ g).mT is rewritten: the
+    transposes compose, so the optimized graph reads q itself, and one kernel per product."""
+    q, k = _inputs(11, np.float32, (2, 5, 3), (2, 5, 3))
+    g = tc.trace(tc.grad(lambda q, k: (q @ k.transpose(-2, -1)).exp().sum(), argnums=(0, 1)))
+    low = g.lower(q, k)
+    permutes = [op for op in low.optimized.ops if op.name == "tc.permute"]
+    assert all(p.operands[0].op is None or p.operands[0].op.name != "tc.permute" for p in permutes)
+    gq, gk = (np.asarray(t) for t in g(q, k))
+    e = np.exp(q @ np.swapaxes(k, -1, -2))
+    np.testing.assert_allclose(gq, e @ k, rtol=1e-5)
+    np.testing.assert_allclose(gk, np.swapaxes(e, -1, -2) @ q, rtol=1e-5)
+    assert all(len([s for s in kern.body if type(s).__name__ == "Matmul"]) <= 1 for kern in low.program.kernels)
+
+
 def test_linear_reads_the_transposed_weight_in_place_and_fuses_the_bias():
     x, w, bias = _inputs(8, np.float32, (16, 30), (12, 30), (12,))
     [k] = _program(tc.linear, x, w, bias).kernels

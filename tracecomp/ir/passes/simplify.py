@@ -161,10 +161,18 @@ def transposed_product(op: Op, args: Args, rw: Rewriter) -> Replacement:
         return None
 
     def mT(v: Value) -> Value:
+        """v.mT, composed with v's own permute if it has one (the rewrite visits each op
+        once, so a permute of a permute made here would stay)."""
         k = v.type.ndim
+        dims = tuple(range(k - 2)) + (k - 1, k - 2)
         shape = v.type.shape[:-2] + (v.type.shape[-1], v.type.shape[-2])
-        return rw.add("tc.permute", [v], {"dims": tuple(range(k - 2)) + (k - 1, k - 2)},
-                      [type(v.type)(shape, v.type.dtype)], op.loc).result
+        inner = _producer(v, "tc.permute")
+        if inner is not None:
+            v, first = inner.operands[0], _dims(inner.attrs["dims"], k)
+            dims = tuple(first[d] for d in dims)
+            if dims == tuple(range(k)):
+                return v
+        return rw.add("tc.permute", [v], {"dims": dims}, [type(v.type)(shape, v.type.dtype)], op.loc).result
     return rw.add(inner.name, [mT(b), mT(a)], inner.attrs, [op.results[0].type], op.loc).results
 
 
