@@ -63,3 +63,13 @@ def test_host_tiles_are_this_targets():
     l1d, l2 = hostcpu.cache_bytes(1) or T.DEFAULT_L1D, hostcpu.cache_bytes(2) or T.DEFAULT_L2
     assert T.host_tiles() == {d: T.choose_tiles(d, unit, l1d, l2) for d in T.PACKED_DTYPES}
     assert T.blocks(F32, 1000, 1000, 1000).tiles == T.tiles_for(F32)
+
+
+def test_the_parallel_grain_follows_the_vectors(monkeypatch):
+    """Half-width vectors make an iteration cost about twice as much; a team costs the same:
+    so AVX2 parallelizes loops of half as many iterations as AVX-512 does."""
+    grains = {}
+    for name, features in (("avx512", "+avx,+avx2,+avx512f"), ("avx2", "+avx,+avx2,-avx512f"), ("sse", "-avx")):
+        monkeypatch.setattr(hostcpu, "host_target", lambda f=features: hostcpu.HostTarget("x", "generic", f))
+        grains[name] = T.parallel_min_work()
+    assert grains == {"avx512": 1 << 15, "avx2": 1 << 14, "sse": 1 << 13}

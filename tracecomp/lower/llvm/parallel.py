@@ -56,8 +56,8 @@ from . import scalar as S
 from .emitter import FunctionEmitter, declare_kernel_function
 from ..loops.ir import Binary, Loop, Matmul, Reduce
 from ..loops.walk import var_names
+from ..schedule.tiles import parallel_min_work
 
-PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a loop stays serial
 CHUNKS_PER_THREAD = 4              # loop chunks per thread: enough to rebalance, few enough to stream
 LATE_MIN_CYCLES = 100_000          # ~40 us of time-stamp counter: a wait below this is never "late"
 BACKOFF_CYCLES = 100_000_000       # ~40 ms of serial regions after a late team...
@@ -86,7 +86,7 @@ def emit_parallel_loop(em: FunctionEmitter, loop: Loop, env: dict[str, ir.Value]
     args = leading + [v for _, v in captured]
     n = em.extent(loop.extent)
     work = _mul(b, n, _inner_work(em, loop.body))
-    if isinstance(work, ir.Constant) and work.constant < PARALLEL_MIN_WORK \
+    if isinstance(work, ir.Constant) and work.constant < parallel_min_work() \
             or isinstance(n, ir.Constant) and n.constant < 2:
         b.call(range_fn, args + [ir.Constant(S.I64, 0), n])      # known to be small: serial
         return
@@ -116,7 +116,7 @@ def _chunk_function(module: ir.Module, range_fn: ir.Function, struct: ir.Literal
 def run_function(module: ir.Module) -> ir.Function:
     """`void tracecomp.parallel.run(ptr chunk, ptr data, i64 n, i64 work)`, defined once
     per module: chunk(data, 0, n) on this thread when the loop is small (`work` innermost
-    iterations below PARALLEL_MIN_WORK, or n < 2), OpenMP allows one thread, or the
+    iterations below schedule.tiles.parallel_min_work(), or n < 2), OpenMP allows one thread, or the
     module backs off (below); else a team (`team_function`) over [0, n).  One copy for all
     the module's loops: inlined into each, this choice and the team's timing were a third
     of a module's LLVM time (W8's step)."""
@@ -129,7 +129,7 @@ def run_function(module: ir.Module) -> ir.Function:
     fn.attributes.add("noinline")
     chunk, data, n, work = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    small = b.or_(b.icmp_signed("<", work, ir.Constant(S.I64, PARALLEL_MIN_WORK)),
+    small = b.or_(b.icmp_signed("<", work, ir.Constant(S.I64, parallel_min_work())),
                   b.icmp_signed("<", n, ir.Constant(S.I64, 2)))
     max_threads = S.declare(module, "omp_get_max_threads", S.I32, [], attrs=("nounwind",))
     one_thread = b.icmp_signed("<", b.call(max_threads, []), ir.Constant(S.I32, 2))

@@ -2,7 +2,7 @@
 
 `kernel_name` names a kernel after where its last op was called and what it computes;
 `loop_nest` wraps statements in Loops over a shape, the outermost parallel when the nest
-does enough work to pay for threads (PARALLEL_MIN_WORK).
+does enough work to pay for threads (tiles.parallel_min_work: the grain follows the vectors).
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from ...symbolic import hint, shape_hint
 from ..loops import index as I
 from ..loops import ir as L
 from .pointwise import VIEW_KINDS
+from .tiles import parallel_min_work
 
-PARALLEL_MIN_WORK = 1 << 15        # innermost iterations below which a nest stays on one core
 
 
 def short_location(op: Op) -> str:
@@ -62,6 +62,6 @@ def loop_nest(shape: tuple[int, ...], inner, prefix: str = "i") -> list:
     body = inner(index)
     for d in reversed(range(len(shape))):
         body = [L.Loop(f"{prefix}{d}", I.dim(shape[d]), body)]
-    if shape and math.prod(shape_hint(shape)) >= PARALLEL_MIN_WORK and hint(shape[0]) > 1:
+    if shape and math.prod(shape_hint(shape)) >= parallel_min_work() and hint(shape[0]) > 1:
         body[0].parallel = True
     return body

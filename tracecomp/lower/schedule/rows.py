@@ -38,7 +38,7 @@ from typing import Optional
 from ...ir import Op, Value
 from ..loops import ir as L
 from ..loops.walk import buffers_read, count_exprs, loads, statements, substitute, walk
-from .nests import PARALLEL_MIN_WORK
+from .tiles import parallel_min_work
 from .reductions import output_index, row_rank, statements_at
 
 
@@ -242,13 +242,13 @@ def _nest(body: list) -> list[L.Loop]:
 
 def mark_parallel(body: list) -> list:
     """Make the outermost loop of a single nest parallel (past loops of extent 1: a batch of
-    one) when the whole nest does at least PARALLEL_MIN_WORK innermost iterations (Reduce
+    one) when the whole nest does at least parallel_min_work() innermost iterations (Reduce
     loops count)."""
     nest = _nest(body)
     while nest and nest[0].extent == 1:
         nest = nest[1:]
     if nest and not any(lp.parallel for lp in _nest(body)) and isinstance(nest[0].extent, int) \
-            and nest[0].extent * _work(nest[0].body) >= PARALLEL_MIN_WORK:
+            and nest[0].extent * _work(nest[0].body) >= parallel_min_work():
         nest[0].parallel = True
     return body
 

@@ -119,6 +119,16 @@ def tiles_for(dtype: DType) -> Tiles:
     return host_tiles()[dtype]
 
 
+def parallel_min_work() -> int:
+    """Innermost loop iterations below which a loop (or nest) stays on one core: 2^15 with
+    AVX-512, halved per halving of the vector.  A team's start and join cost the same
+    whatever the vectors, while an iteration of a vectorized loop costs about twice as much
+    with half-width vectors.  Measured on Zen 5 (2 cores), exp over float32: with AVX-512,
+    2^14 elements ran 6.0 us on one thread and 6.0 on two, 2^15 8.9 and 7.1; as AVX2, 2^14
+    ran 8.8 and 8.4, 2^15 14.1 and 9.4 (BENCHMARKS.md, "Tuned from the host")."""
+    return (1 << 15) * vector_unit(hostcpu.host_target()).bytes // 64
+
+
 def max_threads() -> int:
     """Threads a packed matmul may use: its workspace holds panels for this many."""
     return max(1, min(os.cpu_count() or 1, 64))
