@@ -272,3 +272,33 @@ def test_a_column_reduction_over_the_outer_dim_is_never_parallel_over_it():
     reading = [lp for lp in nests if lp.extent == 1 << 12]
     assert reading and not reading[0].parallel
     assert float(np.asarray(tc.trace(lambda x: x.sum(0))(x))[0]) == 4096.0
+
+
+def _innermost_loops(body):
+    for s in body:
+        if isinstance(s, L.Loop):
+            inner = [c for c in s.body if isinstance(c, L.Loop)]
+            if inner or any(isinstance(c, (L.Reduce, L.Matmul)) for c in s.body):
+                yield from _innermost_loops(s.body)
+            else:
+                yield s
+
+
+@pytest.mark.parametrize("size,kernel,split", [(26, 3, True), (28, 5, True), (10, 3, False)])
+def test_im2col_loops_split_by_window_row_and_divide_nothing_innermost(size, kernel, split):
+    """The window matrix's column loop (oh*ow positions) becomes oh and ow loops when ow is
+    at least a vector's worth (schedule/split.py), so the inner copy reads consecutive
+    input elements: no floordiv or mod by ow on the innermost loop variable; the result is
+    the same either way."""
+    x = np.random.default_rng(size).standard_normal((2, 3, size, size)).astype(np.float32)
+    fn = lambda x: tc.im2col(x, [kernel, kernel]) * 2.0      # noqa: E731
+    [k] = _kernels(fn, x)
+    ow = size - kernel + 1
+    loops = list(_innermost_loops(k.body))
+    assert loops and all((loop.extent == ow) == split for loop in loops)
+    for loop in loops:
+        var = L.Var(loop.var, L.INDEX)
+        divides = [n for n in walk(loop.body) if isinstance(n, L.Binary) and n.fn in ("floordiv", "mod") and n.a == var]
+        assert not divides if split else divides
+    _check_against_interp(fn, x)
+    np.testing.assert_array_equal(np.asarray(tc.trace(fn)(x)), np.asarray(tc.im2col(tc.tensor(x), [kernel, kernel])) * 2.0)

@@ -40,6 +40,7 @@ from .donation import update_in_place
 from .matmul import fuse_epilogues, matmul_body
 from .nests import kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
+from .split import split_divided_loops
 
 # Kinds with a loop nest of their own whose results always live in memory (never inlined)
 REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter", "index_add", "scan",
@@ -158,6 +159,8 @@ class Scheduler:
         self._promote_outputs()       # and those given a buffer while emitting (a splat constant a matmul reads)
         p.outputs = [self._output_buffer(v) for v in g.outputs]
         fuse_epilogues(p)
+        for k in p.kernels:
+            k.body = split_divided_loops(k.body)
         self._mark_index_inputs()
         if any(is_dynamic(d) for v in g.inputs for d in v.type.shape):
             for k in p.kernels:
