@@ -401,3 +401,14 @@ def test_a_convolution_with_bias_and_relu_is_its_window_matrix_and_one_fused_pro
     torch = pytest.importorskip("torch")
     want = torch.relu(torch.nn.functional.conv2d(*map(torch.from_numpy, (x, w, b)))).numpy()
     np.testing.assert_allclose(tc.trace(fn)(x, w, b).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_tile_rows_of_cheap_epilogues_unroll_and_of_math_epilogues_do_not():
+    """A whole tile's row loop is unrolled for a cheap epilogue (bias, ReLU), not for one
+    applying a math function, whose constants each unrolled row re-hoisted (llvm/gemm/matmul.py)."""
+    x, w, bias = _inputs(12, np.float32, (64, 48), (48, 64), (64,))
+    cheap = str(tc.trace(lambda x, w, b: tc.relu(x @ w + b)).lower(x, w, bias).cpu_module)    # before LLVM's passes
+    heavy = str(tc.trace(lambda x, w, b: tc.erf(x @ w) * b).lower(x, w, bias).cpu_module)
+    assert "llvm.loop.unroll.full" in cheap and "llvm.loop.unroll.full" not in heavy
+    np.testing.assert_allclose(np.asarray(tc.trace(lambda x, w, b: tc.erf(x @ w) * b)(x, w, bias)),
+                               np.asarray(tc.erf(tc.tensor(x @ w))) * bias, rtol=1e-4, atol=1e-5)   # f32 sums in another order

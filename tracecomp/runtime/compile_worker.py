@@ -49,9 +49,9 @@ from .. import timings
 from ..lower.llvm.codegen import codegen_kernels
 from ..lower.llvm.gemm.nest import define_helpers, helper_names
 from ..lower.llvm.gemm.microkernel import defined_elsewhere_dtypes, helpers_defined_elsewhere
-from ..lower.llvm.math.functions import MATH_FUNCTIONS
-from ..lower.loops.ir import Binary, Kernel, Matmul, Unary
-from ..lower.loops.walk import fingerprint, statements, walk
+from ..lower.llvm.math.functions import math_calls
+from ..lower.loops.ir import Kernel, Matmul
+from ..lower.loops.walk import fingerprint, statements
 from ..lower.schedule.tiles import PACKED_DTYPES
 from . import jit, target
 
@@ -190,9 +190,7 @@ def kernel_weight(kernel: Kernel) -> int:
     Matmul statement (whose code is larger than its loop IR), MATH_WEIGHT per math function
     applied, and KERNEL_WEIGHT."""
     text = fingerprint(kernel)          # a shared subexpression counts once, as it compiles once
-    calls = sum(1 for node in walk(kernel.body)
-                if isinstance(node, (Unary, Binary)) and node.fn in MATH_FUNCTIONS)
-    return len(text) + MATMUL_WEIGHT * text.count("Matmul(") + MATH_WEIGHT * calls + KERNEL_WEIGHT
+    return len(text) + MATMUL_WEIGHT * text.count("Matmul(") + MATH_WEIGHT * math_calls(kernel.body) + KERNEL_WEIGHT
 
 
 def split(kernels: list[Kernel], processes: int, preload: int = 0) -> list[list[Kernel]]:

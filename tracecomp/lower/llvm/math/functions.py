@@ -76,6 +76,14 @@ ACCURACY: dict[str, tuple[float, float]] = {
 """Max error in ulps (f32, f64) as measured by tests/test_llvm_math.py (see the docstring)."""
 
 
+def math_calls(root) -> int:
+    """The math-function applications in loop IR `root` (Unary or Binary nodes naming one):
+    each is a polynomial of a few dozen instructions and constants, inlined where it is used."""
+    from ...loops.ir import Binary, Unary
+    from ...loops.walk import walk
+    return sum(1 for node in walk(root) if isinstance(node, (Unary, Binary)) and node.fn in _EMITTERS)
+
+
 def math_function_name(name: str, dtype: str) -> str:
     return f"tc.{name}.{dtype}"
 
