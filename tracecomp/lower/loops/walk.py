@@ -38,6 +38,10 @@ CHILDREN: dict[type, tuple[str, ...]] = {
 STATEMENTS = (Let, Store, Loop, Reduce, Matmul)
 
 
+_LEAVES = (int, bool, type(None))     # what a node's fields hold besides nodes: sizes, absent parts
+_SEQUENCES = (list, tuple)
+
+
 def children(node: Any) -> list:
     """The nodes `node` holds directly, in field order."""
     try:
@@ -47,9 +51,9 @@ def children(node: Any) -> list:
     out = []
     for f in fields:
         v = getattr(node, f)
-        if isinstance(v, (list, tuple)):
-            out.extend(x for x in v if x is not None and not isinstance(x, int))
-        elif v is not None and not isinstance(v, int):
+        if type(v) in _SEQUENCES:
+            out += [x for x in v if type(x) not in _LEAVES]
+        elif type(v) not in _LEAVES:
             out.append(v)
     return out
 
@@ -57,16 +61,30 @@ def children(node: Any) -> list:
 def walk(root: Any) -> Iterator:
     """Every node under `root` (a node or a list of them; int sizes in the list are
     skipped), itself included, in pre-order; a node object shared by several parents (a
-    common subexpression) comes once."""
+    common subexpression) comes once.  (The compiler's hottest Python loop: W8's step
+    visits ~90,000 nodes per scheduling, so children() is inlined here.)"""
     seen: set[int] = set()
-    stack = list(reversed(root)) if isinstance(root, (list, tuple)) else [root]
+    stack = [x for x in reversed(root) if type(x) not in _LEAVES] if type(root) in _SEQUENCES else [root]
+    pop, push, table = stack.pop, stack.append, CHILDREN
     while stack:
-        node = stack.pop()
-        if isinstance(node, int) or id(node) in seen:
+        node = pop()
+        key = id(node)
+        if key in seen:
             continue
-        seen.add(id(node))
+        seen.add(key)
         yield node
-        stack.extend(reversed(children(node)))
+        try:
+            fields = table[type(node)]
+        except KeyError:
+            raise TypeError(f"not a loop-IR node: {node!r}") from None
+        for f in reversed(fields):
+            v = getattr(node, f)
+            if type(v) in _SEQUENCES:
+                for x in reversed(v):
+                    if type(x) not in _LEAVES:
+                        push(x)
+            elif type(v) not in _LEAVES:
+                push(v)
 
 
 def fingerprint(root: Any) -> str:
@@ -102,29 +120,32 @@ def loads(root: Any) -> list[Load]:
     return [n for n in walk(root) if isinstance(n, Load)]
 
 
-def buffers_read(root: Any) -> set[str]:
-    """Buffers whose elements are read: by Loads, by a Matmul's operands, and by its
-    output when it accumulates."""
-    out: set[str] = set()
+def buffers_accessed(root: Any) -> tuple[set[str], set[str]]:
+    """(buffers read, buffers written) under `root`, in one walk.  Read: by Loads, by a
+    Matmul's operands, and by its output when it accumulates.  Written: by Stores, a
+    Matmul's output and its packing workspace."""
+    read: set[str] = set()
+    written: set[str] = set()
     for n in walk(root):
-        if isinstance(n, Load):
-            out.add(n.buffer)
-        elif isinstance(n, Matmul):
-            out.update((n.a.buffer, n.b.buffer))
+        t = type(n)
+        if t is Load:
+            read.add(n.buffer)
+        elif t is Store:
+            written.add(n.buffer)
+        elif t is Matmul:
+            read.update((n.a.buffer, n.b.buffer))
             if n.accumulate:
-                out.add(n.out.buffer)
-    return out
+                read.add(n.out.buffer)
+            written.update(b for b in (n.out.buffer, n.workspace) if b is not None)
+    return read, written
+
+
+def buffers_read(root: Any) -> set[str]:
+    return buffers_accessed(root)[0]
 
 
 def buffers_written(root: Any) -> set[str]:
-    """Buffers written: by Stores, a Matmul's output and its packing workspace."""
-    out: set[str] = set()
-    for n in walk(root):
-        if isinstance(n, Store):
-            out.add(n.buffer)
-        elif isinstance(n, Matmul):
-            out.update(b for b in (n.out.buffer, n.workspace) if b is not None)
-    return out
+    return buffers_accessed(root)[1]
 
 
 def var_names(root: Any) -> set[str]:

@@ -33,7 +33,7 @@ from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X, cast, const
 from ..loops.check import check_kernel
-from ..loops.walk import buffers_read, buffers_written, size_params
+from ..loops.walk import buffers_accessed, size_params
 from . import attention, reductions, sort
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .donation import update_in_place
@@ -234,7 +234,7 @@ class Scheduler:
         return sorted(found, key=self._order.__getitem__)
 
     def _kernel_buffers(self, body: list) -> list[L.Buffer]:
-        loads, stores = buffers_read(body), buffers_written(body)
+        loads, stores = buffers_accessed(body)
         out = []
         for name, b in self.buffers.items():
             if name in stores:
