@@ -302,3 +302,20 @@ def test_im2col_loops_split_by_window_row_and_divide_nothing_innermost(size, ker
         assert not divides if split else divides
     _check_against_interp(fn, x)
     np.testing.assert_array_equal(np.asarray(tc.trace(fn)(x)), np.asarray(tc.im2col(tc.tensor(x), [kernel, kernel])) * 2.0)
+
+
+def test_recomputed_chains_go_in_one_round(monkeypatch):
+    """rows.recomputable follows a chain of elementwise temps (a layer norm's inputs in a
+    transformer's backward) to its end: schedule() then runs twice (the first schedule,
+    one trial), not once per link, and finds what the rounds found."""
+    from tracecomp.lower.schedule import scheduler as S
+    tc.manual_seed(0)
+    layer = tc.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True, norm_first=True)
+    x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    g = tc.trace(tc.grad(lambda x: layer(x).square().sum())).lower(x).optimized
+    runs = []
+    real_run = S.Scheduler.run
+    monkeypatch.setattr(S.Scheduler, "run", lambda self: runs.append(1) or real_run(self))
+    program = S.schedule(g)
+    assert len(runs) <= 2
+    assert run_program(program, [x])[0].shape == x.shape

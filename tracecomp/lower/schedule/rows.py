@@ -37,7 +37,7 @@ from typing import Optional
 
 from ...ir import Op, Value
 from ..loops import ir as L
-from ..loops.walk import buffers_read, count_exprs, loads, statements, substitute, walk
+from ..loops.walk import buffers_accessed, buffers_read, count_exprs, loads, statements, substitute, walk
 from .tiles import parallel_min_work
 from .reductions import output_index, row_rank, statements_at
 
@@ -275,24 +275,46 @@ def _without_stores(stmts: list, buffers: set[str]) -> list:
 def recomputable(sched, table) -> set[Value]:
     """Temps of elementwise ops (or casts) that one row kernel alone reads: recomputing
     them in its passes beats a round trip through memory.  Not those a matmul computes as
-    its epilogue: the product is written anyway, so recomputing would save nothing."""
+    its epilogue: the product is written anyway, so recomputing would save nothing.
+
+    Also those that become so once the others are recomputed: the row kernel then reads
+    what the dropped value's own kernel read (when that kernel computed nothing else), so
+    a chain of elementwise temps (W8's layer norms: add, then mul, then mul) goes in one
+    round of schedule() instead of one round per link."""
     readers: dict[str, set[str]] = {}
+    reads_of: dict[str, tuple[str, set[str]]] = {}    # buffer -> (the kernel writing only it, what it reads)
     products: set[str] = set()
     for k in sched.program.kernels:
+        reads, writes = buffers_accessed(k.body)
         writes = {b.name for b in k.buffers if b.role == "output"}
-        for buffer in buffers_read(k.body) - writes:
+        for buffer in reads - writes:
             readers.setdefault(buffer, set()).add(k.name)       # (a row kernel reads its own output)
+        if len(writes) == 1:
+            reads_of[next(iter(writes))] = (k.name, reads - writes)
         products |= {s.out.buffer for s in k.body if isinstance(s, L.Matmul)}
-    found = set()
+    candidates = {}
     for v, name in sched.names.items():
         b = sched.buffers.get(name)
         if b is None or b.role != "temp" or name in products or v.op is None or v.op.name not in table:
             continue
-        if table[v.op.name].kind not in ("elementwise", "cast"):
-            continue
+        if table[v.op.name].kind in ("elementwise", "cast"):
+            candidates[name] = v
+    found: set[Value] = set()
+    pending = list(candidates)
+    while pending:
+        name = pending.pop()
+        v = candidates[name]
         rs = readers.get(name, set())
-        if len(rs) == 1 and next(iter(rs)) in sched.rows.hosts:
-            found.add(v)
+        if v in found or len(rs) != 1 or next(iter(rs)) not in sched.rows.hosts:
+            continue
+        found.add(v)
+        host = next(iter(rs))
+        writer, inputs = reads_of.get(name, (None, ()))
+        for u in inputs:                    # the host now reads what v's kernel read
+            if writer in readers.get(u, ()):
+                readers[u] = (readers[u] - {writer}) | {host}
+                if u in candidates:
+                    pending.append(u)
     return found
 
 
