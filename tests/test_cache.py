@@ -53,7 +53,8 @@ def fresh_cache(tmp_path, monkeypatch):
 
 
 def entries(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file())
+    """The cache's files, not the CPU's tuning record beside them (runtime/tuning.py)."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.relative_to(folder).parts[0].startswith("tuning-"))
 
 
 def only_entry(folder: Path) -> tuple[Path, Path]:

@@ -85,3 +85,15 @@ def test_the_narrower_width_must_win_by_the_margin():
     assert tuning.decide({64: 1.0, 32: 0.5}) == 32
     assert tuning.decide({64: 1.0, 32: 0.95}) == 64           # within the margin: keep the widest
     assert tuning.decide({64: 0.5, 32: 1.0}) == 64
+
+
+def test_the_first_stored_record_wins(tmp_path, monkeypatch):
+    """Processes that measured at the same time all take the record stored first, so every
+    process sharing a cache folder schedules with the same tiles."""
+    from tracecomp.runtime import cache
+    needs_avx512()
+    monkeypatch.setattr(cache.settings, "_directory", tmp_path)
+    first = tuning.store_record({"matmul_vector_bytes": 64, "measured_ms": {"512": 1.0, "256": 2.0}})
+    second = tuning.store_record({"matmul_vector_bytes": 32, "measured_ms": {"512": 2.0, "256": 1.0}})
+    assert first == second == tuning.load_record() and first["matmul_vector_bytes"] == 64
+    assert not list(tmp_path.rglob("*.tmp"))

@@ -96,6 +96,21 @@ def _gomp_settings():
         del os.environ["GOMP_SPINCOUNT"]
 
 
+@contextlib.contextmanager
+def one_thread():
+    """Inside: parallel regions the calling thread starts run on it alone (OpenMP's
+    nthreads for this thread set to 1, then put back)."""
+    gomp = ctypes.CDLL(load_system_library("gomp"))
+    gomp.omp_get_max_threads.restype = ctypes.c_int
+    gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
+    before = gomp.omp_get_max_threads()
+    gomp.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        gomp.omp_set_num_threads(before)
+
+
 def _single_thread_in_forked_children(libgomp_path: str) -> None:
     """libgomp is not fork-safe: a child that starts a parallel region on the thread that
     forked (whose worker threads did not survive the fork) waits for them forever.  In the

@@ -7,8 +7,11 @@ runs its matmul 1.9x faster with them; on some Intel CPUs a 512-bit FMA issues o
 ports, or lowers the clock, and LLVM tunes rocketlake for 256-bit vectors.  So on an AVX-512
 target, the first program scheduled in a process (`ensure_tuned`, called from
 trace.Lowered.program) looks for `<cache folder>/tuning-v1/<cpu key>.json`; when absent it
-times a 384^3 float32 product with tiles of each width (interleaved, best of 7 rounds, about
-0.3 s once), keeps 512-bit unless 256-bit is more than MARGIN faster, and stores the choice.
+times a 384^3 float32 product with tiles of each width (on one thread, in the thread's CPU
+time, so that other processes on the machine do not tilt it; interleaved, best of 7 rounds,
+about 0.3 s once), keeps 512-bit unless 256-bit is more than MARGIN faster, and stores the
+choice.  The first process to store a record wins: one that measured at the same time
+takes the stored choice, so every process sharing the folder uses the same tiles.
 The key holds the CPU's model name, LLVM's name and features for it and its caches, so
 another CPU (or TRACECOMP_TARGET) gets a search of its own.  The choice is installed with
 hostcpu.set_tuned before anything is scheduled, so every tile of the process agrees, and
@@ -30,7 +33,7 @@ from typing import Optional
 import numpy as np
 
 from .. import hostcpu
-from . import cache
+from . import cache, jit
 
 log = logging.getLogger("tracecomp.tuning")
 
@@ -38,7 +41,7 @@ TUNE_ENV = "TRACECOMP_TUNE"
 VERSION = 1
 MARGIN = 0.10          # 256-bit vectors must be this much faster to be chosen over 512-bit
 PROBE_N = 384          # the probe product: PROBE_N^3 float32, ~0.1 GFLOP
-ROUNDS, CALLS = 7, 5
+ROUNDS, CALLS = 7, 3
 _lock = threading.Lock()
 _done = False
 
@@ -78,8 +81,7 @@ def ensure_tuned() -> None:
             return
         choices = load_record()
         if choices is None:
-            choices = measure()
-            store_record(choices)
+            choices = store_record(measure())
         hostcpu.set_tuned(choices)
 
 
@@ -93,15 +95,21 @@ def load_record() -> Optional[dict]:
     return choices
 
 
-def store_record(choices: dict) -> None:
+def store_record(choices: dict) -> dict:
+    """Store `choices` unless another process stored a record first; the choices to use."""
     path = record_path()
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(choices, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        os.link(tmp, path)                  # fails if the record exists: the first one stays
+    except FileExistsError:
+        return load_record() or choices
     except OSError as e:
         log.warning("tuning: could not store %s (%s); measured again by the next process", path, e)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return choices
 
 
 def measure() -> dict:
@@ -117,12 +125,13 @@ def measure() -> dict:
             f(a, b)                                        # compile (and fault the outputs in)
             calls[width] = f
     best = {width: float("inf") for width in calls}
-    for _ in range(ROUNDS):                                # interleaved: the same load for both
-        for width, f in calls.items():
-            t0 = time.perf_counter()
-            for _ in range(CALLS):
-                f(a, b)
-            best[width] = min(best[width], (time.perf_counter() - t0) / CALLS)
+    with jit.one_thread():
+        for _ in range(ROUNDS):                            # interleaved: the same conditions for both
+            for width, f in calls.items():
+                t0 = time.thread_time()
+                for _ in range(CALLS):
+                    f(a, b)
+                best[width] = min(best[width], (time.thread_time() - t0) / CALLS)
     chosen = decide(best)
     log.info("tuning: matmul vectors %d-bit (%s)", chosen * 8,
              ", ".join(f"{w * 8}-bit {t * 1e3:.3f} ms" for w, t in best.items()))
