@@ -31,7 +31,7 @@ import numpy as np
 
 from ...dtypes import DType
 from ...errors import IRError
-from .ir import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, Const, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
+from .ir import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, Const, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from .check_matmul import check_matmul
 
 ROLES = ("input", "output", "temp", "constant")
@@ -90,6 +90,8 @@ def _expr_text(e: object) -> str:
         return repr(e.value)
     if isinstance(e, Var):
         return e.name
+    if isinstance(e, GuardedLoad):
+        return f"{_access_text(e.buffer, e.index)} if {_expr_text(e.guard)}"
     if isinstance(e, Load):
         return _access_text(e.buffer, e.index)
     if isinstance(e, Unary):
@@ -365,6 +367,12 @@ class _Checker:
             self.fail(f"Var '{e.name}' has dtype {dtype_name(e.dtype)}, but {known.origin} defines "
                       f"it with dtype {dtype_name(known.dtype)}")
 
+    def guarded_load(self, e: GuardedLoad) -> None:
+        self.expr(e.guard)
+        if e.guard.dtype is not DType.bool:
+            self.fail(f"the guard of {describe_expr(e)} has dtype {dtype_name(e.guard.dtype)}, not bool")
+        self.load(e)
+
     def load(self, e: Load) -> None:
         b = self.access(e.buffer, e.index, "Load")
         if e.dtype != b.dtype:
@@ -419,5 +427,6 @@ _STMT_RULES: dict[type, Callable] = {Let: _Checker.let, Store: _Checker.store,
                                      Loop: _Checker.loop, Reduce: _Checker.reduce,
                                      Matmul: check_matmul}
 _EXPR_RULES: dict[type, Callable] = {Const: _Checker.const, Var: _Checker.var, Load: _Checker.load,
+                                     GuardedLoad: _Checker.guarded_load,
                                      Unary: _Checker.unary, Binary: _Checker.binary,
                                      Select: _Checker.select, Cast: _Checker.cast}

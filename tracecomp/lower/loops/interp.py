@@ -94,6 +94,8 @@ class LoopInterpreter:
             return _typed(e.value, e.dtype)
         if isinstance(e, L.Var):
             return env[e.name]
+        if isinstance(e, L.GuardedLoad) and not self.expr(e.guard, env):
+            return _typed(0, e.dtype)
         if isinstance(e, L.Load):
             return self.arrays[e.buffer][tuple(self.expr(i, env) for i in e.index)]
         if isinstance(e, L.Unary):

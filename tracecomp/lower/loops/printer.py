@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Union
 
 from ...dtypes import DType
 from ...errors import IRError
-from .ir import (COMPARISONS, INDEX, Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
+from .ir import (COMPARISONS, INDEX, Binary, Buffer, Cast, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from .check import check_kernel, dtype_kind
 from .matmul import expand_matmul, flat_name
 from .source_notes import annotate
@@ -406,6 +406,23 @@ class _Printer:
         buf, ty = self.buffers[e.buffer]
         return self.op(f"memref.load {buf}[{self.indices(e.index)}] : {ty}", name)
 
+    def e_guarded_load(self, e: GuardedLoad, name: str | None) -> str:
+        """`scf.if` on the guard, loading only where it holds (indices computed before it)."""
+        guard, indices = self.expr(e.guard), self.indices(e.index)
+        buf, ty = self.buffers[e.buffer]
+        t, zero = mlir_type(e.dtype), self.const(0, e.dtype)
+        result = self.fresh(name)
+        self.line(f"{result} = scf.if {guard} -> ({t}) {{")
+        self.depth += 1
+        loaded = self.fresh(None)
+        self.line(f"{loaded} = memref.load {buf}[{indices}] : {ty}")
+        self.line(f"scf.yield {loaded} : {t}")
+        self.depth -= 1
+        self.line("} else {")
+        self.line(f"  scf.yield {zero} : {t}")
+        self.line("}")
+        return result
+
     def e_unary(self, e: Unary, name: str | None) -> str:
         x = self.expr(e.x)
         return self.apply(UNARY_OPS[(e.fn, dtype_kind(e.x.dtype))], [x], e.x.dtype, name)
@@ -460,6 +477,7 @@ _STMT_RULES: dict[type, Callable] = {Let: _Printer.let, Store: _Printer.store,
                                      Loop: _Printer.loop, Reduce: _Printer.reduce,
                                      Matmul: _Printer.matmul}
 _EXPR_RULES: dict[type, Callable] = {Const: _Printer.e_const, Var: _Printer.e_var,
-                                     Load: _Printer.e_load, Unary: _Printer.e_unary,
+                                     Load: _Printer.e_load, GuardedLoad: _Printer.e_guarded_load,
+                                     Unary: _Printer.e_unary,
                                      Binary: _Printer.e_binary, Select: _Printer.e_select,
                                      Cast: _Printer.e_cast}

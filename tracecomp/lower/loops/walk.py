@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterator, Optional
 
-from .ir import (SIZE_PREFIX, Accumulator, Binary, Buffer, Cast, Const, Expr, Kernel, Let, Load, Loop,
+from .ir import (SIZE_PREFIX, Accumulator, Binary, Buffer, Cast, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop,
                  Matmul, Reduce, Select, Store, Unary, Var, View)
 
 # The fields of each node type that hold nodes (or lists/tuples of them; int sizes and
@@ -21,6 +21,7 @@ CHILDREN: dict[type, tuple[str, ...]] = {
     Const: (),
     Var: (),
     Load: ("index",),
+    GuardedLoad: ("index", "guard"),
     Unary: ("x",),
     Binary: ("a", "b"),
     Select: ("cond", "a", "b"),
@@ -128,7 +129,7 @@ def buffers_accessed(root: Any) -> tuple[set[str], set[str]]:
     written: set[str] = set()
     for n in walk(root):
         t = type(n)
-        if t is Load:
+        if t is Load or t is GuardedLoad:
             read.add(n.buffer)
         elif t is Store:
             written.add(n.buffer)

@@ -190,12 +190,24 @@ class Inliner:
                     if s > 1:
                         inside.append(L.Binary("eq", I.mod(shifted, s), I.ic(0), dt.BOOL))
                     window = I.floordiv(shifted, s) if s > 1 else shifted
-                    at.append(I.clamp(window, 0, m - 1) if inside else window)
+                    at.append(window)
                 row = I.add(I.mul(index[-3], kh * kw), ki * kw + kj)
-                column = I.add(I.mul(at[0], counts[1]), at[1])
-                term = _where_all(inside, cast(self.value_at(cols, index[:-3] + (row, column)), out.dtype), out.dtype)
+                term = self._guarded_at(cols, index[:-3] + (row,), at, counts, inside, out.dtype)
                 total = term if total is None else L.Binary("add", total, term, out.dtype)
         return total
+
+    def _guarded_at(self, cols: Value, lead: tuple, at: list, counts, inside: list, dtype) -> L.Expr:
+        """cols[lead..., at[0] * counts[1] + at[1]] where `inside` holds, else 0.  A window
+        matrix in memory is read by a GuardedLoad at the unclamped index (loaded only where
+        the tap lands inside; a clamped index made every tap a gather); one computed inline,
+        at the index clamped into range."""
+        column = I.add(I.mul(at[0], counts[1]), at[1])
+        value = self.value_at(cols, lead + (column,))
+        if inside and type(value) is L.Load:
+            return cast(L.GuardedLoad(value.buffer, value.index, value.dtype, _all(inside)), dtype)
+        clamped = tuple(I.clamp(a, 0, m - 1) for a, m in zip(at, counts)) if inside else tuple(at)
+        column = I.add(I.mul(clamped[0], counts[1]), clamped[1])
+        return _where_all(inside, cast(self.value_at(cols, lead + (column,)), dtype), dtype)
 
     def _constant_pad_nd(self, opdef, args, out, index):
         """The input at index - before in every padded dim, where that lies inside it; value elsewhere."""
@@ -226,14 +238,18 @@ class Inliner:
         return L.Cast(I.add(I.mul(index[0], int(step)), int(start)), out.dtype)
 
 
+def _all(conditions: list) -> L.Expr:
+    test = conditions[0]
+    for c in conditions[1:]:
+        test = L.Binary("and", test, c, dt.BOOL)
+    return test
+
+
 def _where_all(conditions: list, value: L.Expr, dtype, otherwise: L.Expr | None = None) -> L.Expr:
     """value where every condition holds, else `otherwise` (0)."""
     if not conditions:
         return value
-    test = conditions[0]
-    for c in conditions[1:]:
-        test = L.Binary("and", test, c, dt.BOOL)
-    return L.Select(test, value, const(0, dtype) if otherwise is None else otherwise, dtype)
+    return L.Select(_all(conditions), value, const(0, dtype) if otherwise is None else otherwise, dtype)
 
 
 def _scalar_constant(value: np.ndarray, dtype) -> L.Expr:
