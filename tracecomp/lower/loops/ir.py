@@ -13,6 +13,7 @@ in the Loads) through a body of statements:
   Matmul    a (batched) matrix product over strided views of buffers, with an optional
             accumulate and a per-element epilogue (below).
 Expressions are typed scalars: Const, Var (loop indices are int64 `index` values), Load,
+GuardedLoad (a Load that reads only where its bool `guard` holds and is zero elsewhere),
 Unary/Binary ops named after ops/scalar.py's primitives plus arithmetic and comparisons,
 Select and Cast.  A size (an extent, a buffer dim, a Matmul's m, n, k) is an int or an
 index expression of the kernel's size parameters: `Var("size_batch", INDEX)`, or
@@ -21,7 +22,9 @@ may also use the loop vars around it (add, sub, mul, minimum, maximum): a triang
 Invariants (checked by `check_kernel`): names are defined before use and only once; loads
 and stores index every dim of their buffer; a Store's value has the buffer's dtype.
 Select evaluates both arms (code generators emit branch-free selects), so every Load in
-either arm must be in bounds whatever the condition: the scheduler clamps such indices.
+either arm must be in bounds whatever the condition: the scheduler clamps such indices, or
+uses a GuardedLoad, whose index need be in bounds only where its guard holds (the code
+generators branch around the load).
 
 Matmul.  A View is a strided window on a buffer's elements in row-major (flat) order:
 element (d0, d1, ...) of the view is flat element `offset + sum(d * stride)` of the buffer,
