@@ -14,7 +14,22 @@ def _index(i: int, n: int, what: str) -> int:
     return i % n
 
 
-class Sequential(Module):
+class _Numbered(Module):
+    """Modules registered under their positions "0", "1", ...: Sequential's and ModuleList's
+    length, iteration and append."""
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module):
+        self.add_module(str(len(self)), module)
+        return self
+
+
+class Sequential(_Numbered):
     """Calls its modules in order, each on the previous one's output."""
 
     def __init__(self, *modules: Module):
@@ -32,23 +47,13 @@ class Sequential(Module):
             return Sequential(collections.OrderedDict(items[i]))
         return items[_index(i, len(items), "Sequential")][1]
 
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def append(self, module: Module) -> "Sequential":
-        self.add_module(str(len(self)), module)
-        return self
-
     def forward(self, x):
         for m in self._modules.values():
             x = m(x)
         return x
 
 
-class ModuleList(Module):
+class ModuleList(_Numbered):
     """A list of modules, registered (their parameters are the list's)."""
 
     def __init__(self, modules: Iterable[Module] | None = None):
@@ -63,16 +68,6 @@ class ModuleList(Module):
 
     def __setitem__(self, i: int, module: Module) -> None:
         self.add_module(str(_index(i, len(self), "ModuleList")), module)
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def append(self, module: Module) -> "ModuleList":
-        self.add_module(str(len(self)), module)
-        return self
 
     def extend(self, modules: Iterable[Module]) -> "ModuleList":
         for m in modules:
