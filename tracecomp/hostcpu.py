@@ -43,7 +43,7 @@ def host_target() -> HostTarget:
     """The process's triple and the host CPU's name and features as LLVM reports them,
     narrowed by TRACECOMP_TARGET."""
     features = llvm.get_host_cpu_features()
-    choice = os.environ.get(TARGET_ENV, "host")
+    choice = target_name()
     if choice not in NARROWER_TARGETS:
         raise BackendError(f"{TARGET_ENV}={choice!r} is not a target tracecomp knows (one of "
                            f"{', '.join(NARROWER_TARGETS)})")

@@ -77,8 +77,12 @@ def describe() -> str:
     spin = openblas_spin()
     if spin is None:
         return "NumPy's BLAS: not OpenBLAS (or not loaded)"
-    why = ("set by tracecomp, imported before NumPy" if set_by_tracecomp and spin == SHORT_SPIN
-           else f"{TIMEOUT_ENV} set by the user" if TIMEOUT_ENV in os.environ
-           else f"OpenBLAS's default: NumPy was loaded before tracecomp; {TIMEOUT_ENV}={SHORT_SPIN} "
-                "or importing tracecomp first shortens it" if spin == DEFAULT_SPIN else "")
-    return f"NumPy's BLAS: OpenBLAS, idle threads spin 2^{spin} cycles" + (f" ({why})" if why else "")
+    line = f"NumPy's BLAS: OpenBLAS, idle threads spin 2^{spin} cycles"
+    if set_by_tracecomp and spin == SHORT_SPIN:
+        return f"{line} (set by tracecomp, imported before NumPy)"
+    if TIMEOUT_ENV in os.environ:
+        return f"{line} ({TIMEOUT_ENV} set by the user)"
+    if spin == DEFAULT_SPIN:
+        return (f"{line} (OpenBLAS's default: NumPy was loaded before tracecomp; {TIMEOUT_ENV}={SHORT_SPIN} "
+                "or importing tracecomp first shortens it)")
+    return line

@@ -111,7 +111,7 @@ class CacheSettings:
     def enabled(self) -> bool:
         if self._enabled is not None:
             return self._enabled
-        return os.environ.get("TRACECOMP_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+        return switched_on("TRACECOMP_CACHE")
 
     @enabled.setter
     def enabled(self, value: Optional[bool]) -> None:
@@ -163,6 +163,11 @@ class CacheSettings:
 
     def __repr__(self) -> str:
         return f"<tracecomp compile cache {'on' if self.enabled else 'off'} at {self.directory}>"
+
+
+def switched_on(variable: str) -> bool:
+    """An on/off environment switch, on unless set to 0, false, no or off."""
+    return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 settings = CacheSettings()

@@ -29,7 +29,8 @@ def describe() -> dict:
     """Everything `tracecomp info` prints, as data."""
     from .. import numpy_blas
     from ..hostcpu import tuned
-    from ..lower.schedule.tiles import host_tiles, max_threads
+    from ..dtypes import DType
+    from ..lower.schedule.tiles import host_tiles, max_threads, tiles_for
     from . import cache, jit, target, tuning
     tuning.ensure_tuned()
     t = target.host_target()
@@ -41,16 +42,13 @@ def describe() -> dict:
         "caches": caches(), "vector_register": vector_register(),
         "matmul_blocks": {dt.label: {"mr": b.mr, "nr": b.nr, "mc": b.mc, "kc": b.kc, "nc": b.nc}
                           for dt, b in host_tiles().items()},
-        "matmul_vector_bits": next(iter(host_tiles().values())).lanes * next(iter(host_tiles().values())).itemsize * 8,
+        "matmul_vector_bits": tiles_for(DType.float32).vector_bytes * 8,
         "matmul_vector_measured_ms": tuned().get("measured_ms"),
         "threads": max_threads(),
         "numpy_blas": numpy_blas.describe(),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", jit.GOMP_SPINCOUNT),
         "compile_cache": str(cache.settings.directory) if cache.settings.enabled else "off",
     }
-
-
-TUNE_NOTE = "runtime/tuning.py"
 
 
 def _size(n: int) -> str:
@@ -77,7 +75,7 @@ def report(info: dict) -> str:
         f"matmul vectors: {info['matmul_vector_bits']}-bit, "
         + ("measured best here (" + ", ".join(f"{bits}-bit {ms} ms" for bits, ms in
                                             sorted(info["matmul_vector_measured_ms"].items(), key=lambda kv: -int(kv[0])))
-           + f"; {TUNE_NOTE})" if info.get("matmul_vector_measured_ms") else "the ISA's widest (nothing measured)"),
+           + "; runtime/tuning.py)" if info.get("matmul_vector_measured_ms") else "the ISA's widest (nothing measured)"),
         f"threads: {info['threads']}; idle OpenMP workers spin {info['gomp_spincount']} times, then sleep",
         f"compile cache: {info['compile_cache']}",
         info.get("numpy_blas", ""),

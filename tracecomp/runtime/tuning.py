@@ -46,10 +46,6 @@ _lock = threading.Lock()
 _done = False
 
 
-def enabled() -> bool:
-    return os.environ.get(TUNE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
 def cpu_key() -> str:
     """What the choice depends on: the CPU's model and caches, LLVM's name and features for it."""
     t = hostcpu.host_target()
@@ -77,7 +73,7 @@ def ensure_tuned() -> None:
         if _done:
             return
         _done = True        # first: the probe's own programs are scheduled with the candidates
-        if not candidates() or not enabled() or not cache.settings.enabled:
+        if not candidates() or not cache.switched_on(TUNE_ENV) or not cache.settings.enabled:
             return
         choices = load_record()
         if choices is None:

@@ -37,7 +37,7 @@ from typing import Optional
 
 from ...ir import Op, Value
 from ..loops import ir as L
-from ..loops.walk import buffers_accessed, buffers_read, count_exprs, loads, statements, substitute, walk
+from ..loops.walk import buffers_read, count_exprs, loads, statements, substitute, walk
 from .tiles import parallel_min_work
 from .reductions import output_index, row_rank, statements_at
 
@@ -285,7 +285,7 @@ def recomputable(sched, table) -> set[Value]:
     reads_of: dict[str, tuple[str, set[str]]] = {}    # buffer -> (the kernel writing only it, what it reads)
     products: set[str] = set()
     for k in sched.program.kernels:
-        reads, writes = buffers_accessed(k.body)
+        reads = buffers_read(k.body)
         writes = {b.name for b in k.buffers if b.role == "output"}
         for buffer in reads - writes:
             readers.setdefault(buffer, set()).add(k.name)       # (a row kernel reads its own output)

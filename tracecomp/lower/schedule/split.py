@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..loops import index as I
 from ..loops import ir as L
-from ..loops.walk import STATEMENTS, substitute, walk
+from ..loops.walk import substitute, walk
 
 MIN_INNER = 16
 
@@ -24,7 +24,7 @@ def split_divided_loops(body: list) -> list:
     out = []
     for s in body:
         if isinstance(s, L.Loop):
-            if any(isinstance(c, STATEMENTS) for c in s.body if not isinstance(c, (L.Let, L.Store))):
+            if any(isinstance(c, (L.Loop, L.Reduce, L.Matmul)) for c in s.body):
                 s.body = split_divided_loops(s.body)
             else:
                 s = _split(s)
@@ -32,8 +32,7 @@ def split_divided_loops(body: list) -> list:
     return out
 
 
-def _divisors(loop: L.Loop) -> set[int]:
-    var = L.Var(loop.var, L.INDEX)
+def _divisors(loop: L.Loop, var: L.Var) -> set[int]:
     return {n.b.value for n in walk(loop.body)
             if isinstance(n, L.Binary) and n.fn in ("floordiv", "mod") and n.a == var
             and isinstance(n.b, L.Const) and isinstance(n.b.value, int)}
@@ -42,13 +41,13 @@ def _divisors(loop: L.Loop) -> set[int]:
 def _split(loop: L.Loop) -> L.Loop:
     if not isinstance(loop.extent, int):
         return loop
-    divisors = _divisors(loop)
+    var = L.Var(loop.var, L.INDEX)
+    divisors = _divisors(loop, var)
     if len(divisors) != 1:
         return loop
     c = divisors.pop()
     if c < MIN_INNER or c >= loop.extent or loop.extent % c:
         return loop
-    var = L.Var(loop.var, L.INDEX)
     outer, inner = L.Var(f"{loop.var}o", L.INDEX), L.Var(f"{loop.var}i", L.INDEX)
     whole = I.add(I.mul(outer, c), inner)
 

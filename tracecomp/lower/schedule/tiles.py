@@ -56,6 +56,10 @@ class Tiles:
     def nr(self) -> int:
         return self.nv * self.lanes
 
+    @property
+    def vector_bytes(self) -> int:
+        return self.lanes * self.itemsize
+
 
 PACKED_DTYPES = (DType.float32, DType.float64)
 # when sysfs does not say: Zen 5's per-core L1d and L2

@@ -134,7 +134,7 @@ def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Functio
         a_row = b.gep(a, [b.mul(p, ir.Constant(S.I64, mr))], source_etype=t)
         b_row = b.gep(bp, [b.mul(p, ir.Constant(S.I64, nv * lanes))], source_etype=t)
         bv = [b.load(b.gep(b_row, [ir.Constant(S.I64, v * lanes)], source_etype=t), typ=vt,
-                     align=lanes * dtype.itemsize)
+                     align=tiles_for(dtype).vector_bytes)
               for v in range(nv)]
         out = list(accs)
         for r in range(mr):
