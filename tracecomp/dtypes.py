@@ -30,6 +30,12 @@ class DType(enum.Enum):
         self.itemsize = itemsize
 
     @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype, so NumPy takes a tracecomp dtype wherever it takes one:
+        `np.dtype(tc.float32)`, `np.zeros(3, tc.int64)` (and libraries built on it, Dask)."""
+        return self.np
+
+    @property
     def is_floating_point(self) -> bool:
         return self.category == 2
 

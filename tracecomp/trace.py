@@ -306,7 +306,30 @@ class TracedFunction:
         self._history: list[Any] = []
         self._warned = False
         self._mapped: dict[tuple, TracedFunction] = {}    # in tc.vmap: the mapped function, per axes
+        self._options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size)
         functools.update_wrapper(self, fn)
+
+    def __reduce__(self):
+        """Pickled (plain pickle, or cloudpickle as Dask uses) without native code: the
+        function, the options and the signatures traced so far.  The copy compiles on its
+        first call per signature, which is a compile-cache load wherever a cache folder holds
+        the code (a folder shared by a cluster's workers: one compile serves all)."""
+        return _rebuild, (self.fn, self._options, self.signatures)
+
+    @property
+    def signatures(self) -> list:
+        """The signatures traced so far, oldest first: (argument structure, input types)."""
+        return list(self._history)
+
+    def eval_shape(self, *args, **kwargs):
+        """The outputs' shapes and dtypes (a pytree of `ShapeDtype`) for arguments that need only
+        have `.shape` and `.dtype` (arrays, tensors, Dask arrays, ShapeDtype): a trace at that
+        signature, no compile and no data (JAX's eval_shape)."""
+        leaves, structure = pytree.flatten((args, kwargs), _is_shaped_leaf)
+        types = [_spec_type(x) for x in leaves]
+        lowered = self._trace(structure, [], types)
+        outputs = [ShapeDtype(tuple(t.shape), t.dtype.np) for t in lowered._output_types]
+        return pytree.unflatten(lowered.out_structure, outputs)
 
     def _signature(self, args: tuple, kwargs: dict, flat: tuple | None = None):
         """(cache key, structure, tensors, leaves) of a call; `flat` is (args, kwargs) already
@@ -563,6 +586,32 @@ def _explain_change(old, new) -> str:
         return f"argument structure changed from ({_explain_key(old)}) to ({_explain_key(new)})"
     changes = [f"{p} changed from {x} to {y}" for (p, x), (_, y) in zip(a, b) if x != y]
     return "; ".join(changes) or "signature changed"
+
+
+class ShapeDtype(collections.namedtuple("ShapeDtype", "shape dtype")):
+    """An array's shape and NumPy dtype without its data (TracedFunction.eval_shape)."""
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def _is_shaped_leaf(x: Any) -> bool:
+    return isinstance(x, ShapeDtype) or _is_array_leaf(x) or (hasattr(x, "shape") and hasattr(x, "dtype"))
+
+
+def _spec_type(x) -> TensorType:
+    from .dtypes import from_numpy
+    if isinstance(x, Tensor):
+        return x._type
+    return TensorType(tuple(int(d) for d in x.shape), from_numpy(np.dtype(x.dtype)))
+
+
+def _rebuild(fn: Callable, options: tuple, signatures: list) -> "TracedFunction":
+    """A TracedFunction arriving from a pickle: nothing compiled yet, the signatures known."""
+    traced = TracedFunction(fn, *options)
+    traced._history = list(signatures)
+    return traced
 
 
 def trace(fn: Callable | None = None, *, backend: str = "cpu",

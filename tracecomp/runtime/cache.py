@@ -411,6 +411,8 @@ def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
     disk = DiskCache.open(settings.directory)
     if disk is None:
         return engine.add_code(compiled())
+    from .tuning import leave_record      # tuning.py reads this module's settings
+    leave_record(disk.directory)
     library = _load(disk, key, engine, [k.name for k in kernels])
     if library is not None:
         return library

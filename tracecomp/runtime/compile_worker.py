@@ -84,9 +84,20 @@ class _Worker:
     module_name: str
 
 
+_compiled_modules = 0    # modules this process sent through LLVM (compiled_modules())
+
+
+def compiled_modules() -> int:
+    """How many modules this process has compiled with LLVM: a test's proof that code came
+    from the compile cache (a Dask worker loading what another compiled, say)."""
+    return _compiled_modules
+
+
 def compile_kernels_object(engine: jit.JitEngine, kernels: Sequence[Kernel], module_name: str, *,
                            align: Optional[int], fastmath: Sequence[str] = ()) -> jit.ObjectCode:
     """The object code of `kernels` (one module, or one object per group of them)."""
+    global _compiled_modules
+    _compiled_modules += 1
     shared = packed_matmul_dtypes(kernels)
     groups = split(list(kernels), allowed_processes(), preload=HELPERS_WEIGHT * len(shared))
     if len(groups) == 1:

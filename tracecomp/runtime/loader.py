@@ -18,6 +18,7 @@ so it is safe before the CPU check; no kernel runs until the check passed.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import threading
@@ -74,6 +75,8 @@ class ExportedFunction:
     def __init__(self, path: str, lib: ctypes.CDLL, name: str, metadata: dict):
         self.path, self._lib, self.name, self.metadata = path, lib, name, metadata
         self._lock = _lock_for(path)
+        with open(path, "rb") as f:
+            self.sha256 = hashlib.file_digest(f, "sha256").hexdigest()    # the file as loaded
         self._sizes = list(metadata.get("sizes", []))
         self._entry = getattr(lib, name)
         self._entry.restype = ctypes.c_int
@@ -86,6 +89,11 @@ class ExportedFunction:
         from ..pytree import structure_from_json
         js = metadata.get("output_structure")
         self._structure = structure_from_json(js) if js is not None else None
+
+    def __reduce__(self):
+        """Pickled as its path, name and the file's sha256: the copy opens the same file
+        (on a file system the receiving process shares) and refuses a file that changed."""
+        return _load_same, (self.path, self.name, self.sha256)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{dt}{list(s)}" for dt, s in self._in)
@@ -119,6 +127,16 @@ class ExportedFunction:
         if self._structure is not None:
             return pytree.unflatten(self._structure, result)
         return result[0] if len(result) == 1 else tuple(result)
+
+
+def _load_same(path: str, name: str, sha256: str) -> ExportedFunction:
+    """tc.load of a pickled ExportedFunction: the same library file, or a clear error."""
+    loaded = load(path, name)
+    if loaded.sha256 != sha256:
+        raise BackendError(f"tc.load: {path} changed since the function was pickled (sha256 "
+                           f"{loaded.sha256[:12]}..., was {sha256[:12]}...); export it again or "
+                           "send the new file")
+    return loaded
 
 
 def _text(shape) -> str:

@@ -44,6 +44,8 @@ PROBE_N = 384          # the probe product: PROBE_N^3 float32, ~0.1 GFLOP
 ROUNDS, CALLS = 7, 3
 _lock = threading.Lock()
 _done = False
+_installed: Optional[dict] = None     # the choices this process uses
+_recorded_in: set = set()             # cache folders known to hold a record
 
 
 def cpu_key() -> str:
@@ -53,8 +55,8 @@ def cpu_key() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def record_path():
-    return cache.settings.directory / f"tuning-v{VERSION}" / f"{cpu_key()}.json"
+def record_path(directory=None):
+    return (directory or cache.settings.directory) / f"tuning-v{VERSION}" / f"{cpu_key()}.json"
 
 
 def candidates() -> tuple[int, ...]:
@@ -66,7 +68,7 @@ def ensure_tuned() -> None:
     """Install this CPU's measured choices (measuring them if no record exists), once per
     process; nothing to do when there is nothing to choose, the cache is off or
     TRACECOMP_TUNE=0."""
-    global _done
+    global _done, _installed
     if _done:
         return
     with _lock:
@@ -79,11 +81,26 @@ def ensure_tuned() -> None:
         if choices is None:
             choices = store_record(measure())
         hostcpu.set_tuned(choices)
+        _installed = choices
+        _recorded_in.add(cache.settings.directory)
 
 
-def load_record() -> Optional[dict]:
+def leave_record(directory) -> None:
+    """Called by the compile cache for each folder it uses: a process that moved to another
+    folder (a cluster's shared one, say) keeps its choices, since all its tiles must agree,
+    and leaves them there when the folder has none, so that processes starting on that
+    folder need not measure again."""
+    if _installed is None or directory in _recorded_in:
+        return
+    with _lock:
+        _recorded_in.add(directory)
+        if load_record(directory) is None:
+            store_record(_installed, directory)
+
+
+def load_record(directory=None) -> Optional[dict]:
     try:
-        choices = json.loads(record_path().read_text())
+        choices = json.loads(record_path(directory).read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(choices, dict) or choices.get("matmul_vector_bytes") not in candidates():
@@ -91,20 +108,23 @@ def load_record() -> Optional[dict]:
     return choices
 
 
-def store_record(choices: dict) -> dict:
+def store_record(choices: dict, directory=None) -> dict:
     """Store `choices` unless another process stored a record first; the choices to use."""
-    path = record_path()
+    path = record_path(directory)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(choices, sort_keys=True) + "\n")
         os.link(tmp, path)                  # fails if the record exists: the first one stays
     except FileExistsError:
-        return load_record() or choices
+        return load_record(directory) or choices
     except OSError as e:
         log.warning("tuning: could not store %s (%s); measured again by the next process", path, e)
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink()
+        except OSError:                     # never written (the folder could not be made)
+            pass
     return choices
 
 
