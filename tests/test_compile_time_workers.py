@@ -146,7 +146,7 @@ def test_the_cache_stores_and_loads_an_entry_of_several_objects(split_everything
     monkeypatch.setattr(cache.settings, "_directory", tmp_path)
     monkeypatch.setattr(cache.settings, "stats", cache.CacheStats())
     first = run_mlp(seed=1)
-    (meta_path,) = tmp_path.rglob("*.json")
+    (meta_path,) = tmp_path.glob(f"v{cache.FORMAT}/*/*.json")   # the entry (a tuning record sits beside it)
     meta = json.loads(meta_path.read_text())
     assert len(meta["object_sizes"]) == 2 and sum(meta["object_sizes"]) == meta["object_size"]
     np.testing.assert_array_equal(run_mlp(seed=1), first)      # a new trace: linked from disk

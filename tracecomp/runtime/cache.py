@@ -56,6 +56,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -80,7 +81,7 @@ from .safe_files import UnsafeFile, check_private, read_regular
 
 log = logging.getLogger("tracecomp.cache")
 
-FORMAT = 2                   # bump when the entry layout or the key's meaning changes
+FORMAT = 3                   # bump when the entry layout or the key's meaning changes
 MAX_BYTES_ENV = "TRACECOMP_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30  # the folder's size cap
 MAX_JSON_BYTES = 1 << 20     # larger files are not entries anyone here wrote
@@ -201,7 +202,10 @@ def key_parts(kernels: Sequence[Kernel], module_name: str, *, align: Optional[in
               fastmath: Sequence[str] = ()) -> KeyParts:
     from .. import __version__
     host = host or target.host_target()
-    return KeyParts(kernels=fingerprint(list(kernels)), module=module_name,
+    # Kernels are keyed by position, not name: a name tells the source line it came from, and
+    # a function sent by value to a Dask worker arrives without its file name.
+    numbered = [dataclasses.replace(k, name=f"k{i}") for i, k in enumerate(kernels)]
+    return KeyParts(kernels=fingerprint(numbered), module=module_name,
                     options=f"align={align} reloc=default codemodel=jitdefault fastmath={','.join(fastmath)}",
                     opt=opt, triple=host.triple, cpu=host.cpu, features=host.features,
                     tiles=repr(sorted((str(d), t) for d, t in host_tiles().items())),
@@ -413,13 +417,16 @@ def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
         return engine.add_code(compiled())
     from .tuning import leave_record      # tuning.py reads this module's settings
     leave_record(disk.directory)
-    library = _load(disk, key, engine, [k.name for k in kernels])
+    names = [k.name for k in kernels]
+    library = _load(disk, key, engine, names)
     if library is not None:
         return library
     settings.stats.misses += 1
     code = compiled()
     try:
-        settings.stats.evicted += disk.store(key, code, parts, settings.max_bytes)
+        # exports in kernel order: a process whose kernels are named otherwise maps them by position
+        stored = dataclasses.replace(code, exports=tuple(names)) if sorted(code.exports) == sorted(names) else code
+        settings.stats.evicted += disk.store(key, stored, parts, settings.max_bytes)
         settings.stats.stores += 1
     except OSError as e:
         log.warning("compile cache: cannot store %s in %s: %s", module_name, disk.root, e)
@@ -432,9 +439,10 @@ def _load(disk: DiskCache, key: str, engine: jit.JitEngine,
         code = disk.load(key)
         if code is None:
             return None
-        if sorted(code.exports) != sorted(kernel_names):
+        if len(code.exports) != len(kernel_names) or len(set(code.exports)) != len(code.exports):
             raise CorruptEntry(f"exports {sorted(code.exports)}, expected the kernels {sorted(kernel_names)}")
-        library = engine.add_code(code)
+        library = engine.add_code(code, aliases={name: symbol for name, symbol in zip(kernel_names, code.exports)
+                                                 if name != symbol})
     except OSError as e:
         log.warning("compile cache: cannot read entry %s under %s: %s", key, disk.root, e)
         return None

@@ -158,13 +158,15 @@ class JitLibrary:
     """Machine code of one module, alive as long as this object (or a function from it)."""
 
     def __init__(self, name: str, tracker: llvm.ResourceTracker, lljit: llvm.LLJIT,
-                 symbols: Iterable[str]):
+                 symbols: Iterable[str], aliases: Optional[dict[str, str]] = None):
         self.name = name
         self.symbols = tuple(symbols)
+        self.aliases = dict(aliases or {})      # a name asked for -> the symbol that holds it
         self._tracker = tracker      # dropping it unloads the code
         self._lljit = lljit          # the LLJIT that owns the JITDylib outlives it
 
     def address(self, symbol: str) -> int:
+        symbol = self.aliases.get(symbol, symbol)
         if symbol not in self.symbols:
             raise BackendError(f"JIT library '{self.name}' exports no symbol '{symbol}' "
                                f"(exports: {', '.join(self.symbols) or 'none'})")
@@ -216,9 +218,12 @@ class JitEngine:
                 obj = target.emit_object(module_ref, self.tm)
         return ObjectCode(obj, tuple(exports), tuple(libraries))
 
-    def add_code(self, code: ObjectCode) -> JitLibrary:
-        """Link compiled code (all its objects) into a new library."""
-        return self.add_object(code.objects(), code.exports, code.system_libraries)
+    def add_code(self, code: ObjectCode, aliases: Optional[dict[str, str]] = None) -> JitLibrary:
+        """Link compiled code (all its objects) into a new library; `aliases` maps names to
+        ask for to the exported symbols that hold them (cached code compiled under other names)."""
+        library = self.add_object(code.objects(), code.exports, code.system_libraries)
+        library.aliases = dict(aliases or {})
+        return library
 
     def add_object(self, obj: Union[bytes, Sequence[bytes]], exports: Iterable[str],
                    system_libraries: Iterable[str] = ()) -> JitLibrary:
