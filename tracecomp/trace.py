@@ -18,6 +18,7 @@ import collections
 import functools
 import logging
 import time
+import uuid
 import warnings
 from typing import Any, Callable
 
@@ -307,6 +308,7 @@ class TracedFunction:
         self._warned = False
         self._mapped: dict[tuple, TracedFunction] = {}    # in tc.vmap: the mapped function, per axes
         self._options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size)
+        self._identity = uuid.uuid4().hex      # the same across pickles (see _rebuild)
         functools.update_wrapper(self, fn)
 
     def __reduce__(self):
@@ -314,7 +316,7 @@ class TracedFunction:
         function, the options and the signatures traced so far.  The copy compiles on its
         first call per signature, which is a compile-cache load wherever a cache folder holds
         the code (a folder shared by a cluster's workers: one compile serves all)."""
-        return _rebuild, (self.fn, self._options, self.signatures)
+        return _rebuild, (self.fn, self._options, self.signatures, self._identity)
 
     @property
     def signatures(self) -> list:
@@ -607,10 +609,23 @@ def _spec_type(x) -> TensorType:
     return TensorType(tuple(int(d) for d in x.shape), from_numpy(np.dtype(x.dtype)))
 
 
-def _rebuild(fn: Callable, options: tuple, signatures: list) -> "TracedFunction":
-    """A TracedFunction arriving from a pickle: nothing compiled yet, the signatures known."""
-    traced = TracedFunction(fn, *options)
-    traced._history = list(signatures)
+_ARRIVED: collections.OrderedDict[str, "TracedFunction"] = collections.OrderedDict()
+MAX_ARRIVED = 32
+
+
+def _rebuild(fn: Callable, options: tuple, signatures: list, identity: str) -> "TracedFunction":
+    """A TracedFunction arriving from a pickle: nothing compiled yet, the signatures known.
+    Copies of one function that arrive again (Dask sends the function with every task) are
+    the first copy to arrive, with its compiled signatures; the last MAX_ARRIVED are kept."""
+    traced = _ARRIVED.get(identity)
+    if traced is None:
+        traced = TracedFunction(fn, *options)
+        traced._history = list(signatures)
+        traced._identity = identity
+        _ARRIVED[identity] = traced
+        while len(_ARRIVED) > MAX_ARRIVED:
+            _ARRIVED.popitem(last=False)
+    _ARRIVED.move_to_end(identity)
     return traced
 
 
