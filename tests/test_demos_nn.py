@@ -120,3 +120,17 @@ def test_gpt_generation_reads_the_last_real_position():
 def test_bad_gpt_options_get_one_line_errors(tmp_path):
     proc = run_cli(tmp_path, "gpt", "--dim", "30", "--heads", "4")
     assert proc.returncode == 2 and proc.stderr.startswith("tracecomp: error:") and "--heads" in proc.stderr
+
+
+def test_gpt_demo_trains_data_parallel_on_a_local_dask_cluster_as_in_one_process(tmp_path):
+    """`tracecomp demo gpt --dask`: two workers of a LocalCluster, each on half of every batch,
+    end where one process does."""
+    import pytest
+    pytest.importorskip("distributed", reason="Dask is an optional extra: pip install 'tracecomp[dask]'")
+    tiny = dict(steps=12, layers=1, dim=16, heads=2, context=16, batch_size=8, sample_length=5)
+    alone = demo_gpt.run(demo_gpt.Options(**tiny, out=str(tmp_path / "alone")), say=lambda line: None)
+    lines = []
+    spread = demo_gpt.run(demo_gpt.Options(**tiny, out=str(tmp_path / "dask"), dask="local"), say=lines.append)
+    assert any(line.startswith("dask: data-parallel over 2 workers") for line in lines)
+    np.testing.assert_allclose(spread.losses, alone.losses, rtol=1e-4)
+    assert abs(spread.val_loss - alone.val_loss) < 1e-4

@@ -52,6 +52,7 @@ class Options:
     temperature: float = 0.8
     out: str = "tracecomp_demo_gpt"
     seed: int = 0
+    dask: str = ""                 # "": one process; "local": a LocalCluster of 2 workers; else an address
 
 
 @dataclass
@@ -87,11 +88,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"sampling temperature, 0 for greedy (default {d.temperature})")
     p.add_argument("--out", default=d.out, metavar="FOLDER", help=f"where loss.svg goes (default ./{d.out})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the init, batches and sample (default {d.seed})")
+    p.add_argument("--dask", nargs="?", const="local", default=d.dask, metavar="ADDRESS",
+                   help="train data-parallel on a Dask cluster (tracecomp.dask.DataParallel): the "
+                        "scheduler's address (tcp://host:8786), or none to start 2 local workers")
 
 
 def options_from(args: argparse.Namespace) -> Options:
     o = Options(args.seconds, args.steps, args.layers, args.dim, args.heads, args.context, args.batch_size,
-                args.lr, args.prompt.replace("\\n", "\n"), args.sample_length, args.temperature, args.out, args.seed)
+                args.lr, args.prompt.replace("\\n", "\n"), args.sample_length, args.temperature, args.out, args.seed,
+                args.dask)
     for name in ("layers", "dim", "heads", "context", "batch_size"):
         if getattr(o, name) < 1:
             raise tc.ArgumentError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(o, name)}")
@@ -236,21 +241,23 @@ def run(o: Options, say=print) -> Result:
         f"batch {o.batch_size} x {o.context} characters")
 
     opt = tc.optim.AdamW(lr=o.lr, weight_decay=WEIGHT_DECAY)
-    step = tc.trace(make_train_step(opt), donate_argnums=(0, 1))
+    trainer = DaskTrainer(opt, model, o.dask, say) if o.dask else LocalTrainer(opt, model)
     evaluate = tc.trace(loss_fn)
     val = validation_batches(val_ids, o.context, o.batch_size, EVAL_BATCHES)
     rng = np.random.default_rng(o.seed)
 
     hits = tc.compile_cache.stats.hits
     t0 = time.perf_counter()
-    model, state, loss = step(model, opt.init(model), *random_windows(train_ids, o.context, o.batch_size, rng),
-                              cosine_lr(o.lr, 0.0))
+    loss = trainer.step(*random_windows(train_ids, o.context, o.batch_size, rng), cosine_lr(o.lr, 0.0))
     compile_seconds = time.perf_counter() - t0
     cached = " (machine code from the compile cache)" if tc.compile_cache.stats.hits > hits else ""
     say(f"compiled train step (forward, backward, AdamW): first call {compile_seconds:.2f} s{cached}, "
-        f"loss {float(loss):.3f} (ln {len(vocab)} = {math.log(len(vocab)):.3f})")
+        f"loss {loss:.3f} (ln {len(vocab)} = {math.log(len(vocab)):.3f})")
 
-    model, losses, val_losses, seconds = train(o, step, evaluate, model, state, train_ids, val, rng, float(loss))
+    try:
+        model, losses, val_losses, seconds = train(o, trainer, evaluate, train_ids, val, rng, loss)
+    finally:
+        trainer.close()
     steps = len(losses)
     rate = (steps - 1) / seconds
     tail = max(1, steps // 10)
@@ -272,11 +279,11 @@ def run(o: Options, say=print) -> Result:
     return Result(baseline, val_loss, steps, seconds, compile_seconds, sample, losses, val_losses, files)
 
 
-def train(o: Options, step, evaluate, model, state, train_ids, val, rng, first_loss):
+def train(o: Options, trainer, evaluate, train_ids, val, rng, first_loss):
     """Steps until the time or step budget is spent; the validation loss EVALUATIONS times."""
     total = o.steps or max(1, round(o.seconds * 10))       # progress units: steps or tenths of a second
     losses = [first_loss]
-    val_losses = [(1, validation_loss(evaluate, model, val))]    # compiles the evaluation outside the clock
+    val_losses = [(1, validation_loss(evaluate, trainer.model(), val))]    # compiles the evaluation outside the clock
     bar = ProgressBar(total, label="training ")
     next_eval = 1
     t0 = time.perf_counter()
@@ -284,16 +291,68 @@ def train(o: Options, step, evaluate, model, state, train_ids, val, rng, first_l
         elapsed = time.perf_counter() - t0
         progress = len(losses) / o.steps if o.steps else elapsed / o.seconds
         if progress >= next_eval / EVALUATIONS or progress >= 1:
-            val_losses.append((len(losses), validation_loss(evaluate, model, val)))
+            val_losses.append((len(losses), validation_loss(evaluate, trainer.model(), val)))
             next_eval += 1
         done = len(losses) if o.steps else min(total, int(10 * elapsed))
         bar.update(done if progress < 1 else total, f"step {len(losses)} loss {losses[-1]:.3f} val {val_losses[-1][1]:.3f}")
         if progress >= 1:
             break
-        model, state, loss = step(model, state, *random_windows(train_ids, o.context, o.batch_size, rng),
-                                  cosine_lr(o.lr, progress))
-        losses.append(float(loss))
-    return model, losses, val_losses, time.perf_counter() - t0
+        losses.append(trainer.step(*random_windows(train_ids, o.context, o.batch_size, rng), cosine_lr(o.lr, progress)))
+    return trainer.model(), losses, val_losses, time.perf_counter() - t0
+
+
+class LocalTrainer:
+    """The train step compiled in this process, the model and optimizer state donated."""
+
+    def __init__(self, opt, model):
+        self._step = tc.trace(make_train_step(opt), donate_argnums=(0, 1))
+        self._model, self._state = model, opt.init(model)
+
+    def step(self, x, y, lr) -> float:
+        self._model, self._state, loss = self._step(self._model, self._state, x, y, lr)
+        return float(loss)
+
+    def model(self):
+        return self._model
+
+    def close(self) -> None:
+        pass
+
+
+class DaskTrainer:
+    """Data-parallel steps on a Dask cluster (tracecomp.dask.DataParallel): each worker
+    takes its share of the batch's windows; the gradients are summed across workers."""
+
+    def __init__(self, opt, model, address: str, say):
+        try:
+            import tracecomp.dask as tcd
+            from distributed import Client, LocalCluster
+        except ImportError as e:
+            raise tc.ArgumentError(f"--dask: {e}") from None
+        import logging
+        self._cluster = None
+        if address == "local":
+            self._cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                         dashboard_address=":0", silence_logs=logging.ERROR)
+        self.client = Client(self._cluster or address)
+        workers = self.client.scheduler_info()["workers"]
+        where = "a LocalCluster started here" if self._cluster else f"the cluster at {address}"
+        say(f"dask: data-parallel over {len(workers)} workers of {where} "
+            f"(each batch split between them, gradients summed across them)")
+        self.dp = tcd.DataParallel(loss_fn, model, opt, self.client)
+
+    def step(self, x, y, lr) -> float:
+        self.dp.step(x, y, lr=lr)
+        return self.dp.losses([self.dp.steps])[0]
+
+    def model(self):
+        return self.dp.state()[0]
+
+    def close(self) -> None:
+        self.dp.close()
+        self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
 
 
 def validation_loss(evaluate, model, batches) -> float:

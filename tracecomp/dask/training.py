@@ -62,8 +62,14 @@ class _Lost(Exception):
     """Internal: a replica's worker is gone; recover."""
 
 
+def _is_array(x) -> bool:
+    """A leaf of the state the replicas hold and checkpoints store (None stays in the structure)."""
+    return isinstance(x, (Tensor, np.ndarray, np.generic))
+
+
 def _is_leaf(x) -> bool:
-    return x is None or isinstance(x, (Tensor, np.ndarray, np.generic))
+    """A leaf when params line up with their gradients (None: a buffer's, or an absent bias)."""
+    return x is None or _is_array(x)
 
 
 # ------------------------------------------------------------------ on the workers
@@ -150,7 +156,7 @@ def _apply(name: str, total: tuple, lr) -> float:
 
 def _leaves(name: str, after) -> list[np.ndarray]:
     r = _replica(name)
-    return [np.array(x) for x in pytree.flatten((r.params, r.state), _is_leaf)[0]]
+    return [np.array(x) for x in pytree.flatten((r.params, r.state), _is_array)[0]]
 
 
 def _digest(name: str, after) -> str:
@@ -184,7 +190,7 @@ class DataParallel:
         self.size = len(self.workers)
         if opt_state is None:
             opt_state = optimizer.init(params)
-        leaves, structure = pytree.flatten((params, opt_state), _is_leaf)
+        leaves, structure = pytree.flatten((params, opt_state), _is_array)
         self._plan = Plan(loss_fn, optimizer, structure)
         self._names = pytree.array_paths(structure)
         self.checkpoint_path, self.checkpoint_every = checkpoint, checkpoint_every
