@@ -1,11 +1,21 @@
 """sin, cos, tan: argument reduction x = n pi/2 + r, |r| <= pi/4, then sin/cos kernels.
 
-f32 (computed in double, rounded once at the end):
-  |x| < 2^23: Cody-Waite in double, r = fma(-k, P1, |x|) (exact: both are multiples of
-  2^-52 and the difference is below 2) minus k P2; k < 2^23 leaves k P3 < 2^-83.
-  |x| >= 2^23: Payne-Hanek in 64-bit integers (below), exact for every float32.
+f32 (computed in double, rounded once at the end): one straight-line reduction for every
+lane, no integer multiplies. x 2/pi mod 4 is x G0 + x G1 + x G2 mod 4, where G = G0+G1+G2
+(three doubles, ~159 bits) is 2/pi for |x| < 2^52 and, in each of three buckets of larger
+|x| (from 2^52, 2^80, 2^108), (2^s 2/pi mod 4) 2^-s with 2^s the bucket's least float32
+ulp: there N = |x| 2^-s is an integer, so replacing 2^s 2/pi by its residue mod 4 leaves
+N 2^s 2/pi mod 4 unchanged. N < 2^51 in every bucket, so x G0 splits exactly into
+p0 + e0 (fma), a = p0 mod 4 is exact, |e0| and |x G1| stay below 1, n is the rounded
+a + e0 + x G1, and (a - n) + e0 is exact (for |x| >= 2^23, a multiple of G0's last bit
+below 2 G0's binade); the last two terms round relative to the small result. The bucket's
+G is picked by compares and selects. No integer multiplies or 64-bit conversions: the
+quadrant is a small integer in double, taken to i32 by cvttpd2dq, native on every x86
+target, so AVX2 and AVX-512 compute the same bits. The dependency chain is kept short
+(the loop is latency-bound, not throughput-bound): the bucket compares run on float32
+|x| beside its conversion, and p0/4 is rounded from x (G0/4) beside p0.
 f64:
-  |x| < 2^40: the same Cody-Waite with k P2 as an exact product (two_prod), r kept as a
+  |x| < 2^40: Cody-Waite in double with k P2 as an exact product (two_prod), r kept as a
   double-double (hi, lo); k P4 < 2^-121 is dropped.
   |x| >= 2^40: Payne-Hanek with a 192-bit window of 2/pi and 128 result bits, r as a
   double-double. Both paths are always computed (straight-line code) and selected.
@@ -19,9 +29,10 @@ list of constants, never by a memory gather.
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 from llvmlite import ir
 
-from .coeffs import F32 as C32
 from .consts import PIO2, TWO_OVER_PI, parts, round_to, two_over_pi_bits
 from .core import F64, Emit
 from .exp import coeffs
@@ -76,21 +87,6 @@ def _split_quadrant(e: Emit, top: ir.Value) -> tuple[ir.Value, ir.Value]:
     return n, e.isub(top, e.shl(n, 62))
 
 
-def reduce_large_f32(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """(n, r) with |x| = n pi/2 + r, for float32 |x| >= 2^23 (garbage below); r in double."""
-    d = e.other(F64)
-    m, ee = _unpack(e, x)
-    p0 = e.iadd(ee, 62)          # window starts at 2/pi bit ee - 1; the zero word pads 63 bits
-    p0 = e.iselect(e.icmp("<", p0, 0), 0, p0)
-    hi, lo = _window(e, p0, 2, 5)
-    a1, a0, a2 = e.lshr(hi, 32), e.iand(hi, 0xFFFFFFFF), e.lshr(lo, 32)
-    # y = m * (a1:a0:a2) / 2^94 mod 4; keep bits 32..95 of the product (2 + 62 bits)
-    top = e.iadd(e.iadd(e.shl(e.imul(m, a1), 32), e.imul(m, a0)), e.lshr(e.imul(m, a2), 32))
-    n, frac = _split_quadrant(e, top)
-    r = d.mul(d.to_float_wide(frac), round_to(PIO2, F64) * 2.0 ** -62)
-    return n, r
-
-
 def reduce_large_f64(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     """(n, r_hi, r_lo) for double |x| >= 2^40 (garbage below)."""
     m, ee = _unpack(e, x)
@@ -125,17 +121,48 @@ def reduce_large_f64(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value
     return n, r_hi, r_lo
 
 
-def _reduce_f32(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """(n i64, r double) for |x| (float32)."""
+# float32 reduction buckets: (least |x|, s); s = log2 of the least float32 ulp there
+F32_BUCKETS = ((0.0, 0), (2.0 ** 52, 29), (2.0 ** 80, 57), (2.0 ** 108, 85))
+
+
+def f32_factors(lo: float, s: int) -> list[float]:
+    """G0, G1, G2 of a bucket: 2/pi below 2^52, else (2^s 2/pi mod 4) 2^-s taken in
+    [1/2, 9/2) (G0's last bit then weighs >= 2^-53 2^-s, so x G0 is a multiple of 2^-53)."""
+    nbits = s + 240
+    g = Fraction(two_over_pi_bits(nbits), 1 << nbits)
+    if lo:
+        f = g * 2 ** s % 4
+        g = (f + 4 if f < Fraction(1, 2) else f) / 2 ** s
+    return parts(g, F64, 3)
+
+
+def _pick_bucket(e: Emit, ax32: ir.Value, consts: list[list[float]]) -> list[ir.Value]:
+    """Per lane, the bucket's constants (doubles): a tree of selects two deep, keyed by
+    compares of float32 |x| that run beside the conversion to double."""
     d = e.other(F64)
-    ax = d.abs(e.convert(x, F64))
-    small = d.cmp("<", ax, 2.0 ** 23)
-    axs = d.select(small, ax, 0.0)
-    k = d.rint(d.mul(axs, round_to(TWO_OVER_PI, F64)))
-    p1, p2 = parts(PIO2, F64, 2)
-    r = d.fma(d.neg(k), p2, d.fma(d.neg(k), p1, axs))
-    n_big, r_big = reduce_large_f32(e, x)
-    return e.b.select(small, d.to_int(k, 64), n_big), d.select(small, r, r_big)
+    up = [e.cmp(">=", ax32, lo) for lo, _ in F32_BUCKETS[1:]]       # 2^52, 2^80, 2^108
+    low = [d.select(up[0], c1, c0) for c0, c1 in zip(consts[0], consts[1])]
+    high = [d.select(up[2], c3, c2) for c2, c3 in zip(consts[2], consts[3])]
+    return [d.select(up[1], h, lo) for lo, h in zip(low, high)]
+
+
+def _reduce_f32(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(n i32, r double) with |x| = n pi/2 + r up to multiples of 2 pi (x float32)."""
+    d = e.other(F64)
+    ax32 = e.abs(x)
+    ax = e.convert(ax32, F64)      # inf, NaN: n is poison, but emit_trig selects them away
+    consts = []
+    for lo, s in F32_BUCKETS:
+        g0, g1, g2 = f32_factors(lo, s)
+        consts.append([g0, g0 * 0.25, g1, g2])
+    g0, g0q, g1, g2 = _pick_bucket(e, ax32, consts)
+    p0 = d.mul(ax, g0)
+    a = d.fma(d.rint(d.mul(ax, g0q)), -4.0, p0)           # p0 mod 4, exact, in [-2, 2]
+    e0 = d.fma(ax, g0, d.neg(p0))                          # p0 + e0 = |x| G0 exactly
+    n = d.rint(d.add(a, d.fma(ax, g1, e0)))                # may be off by one at a tie: harmless
+    c = d.add(d.sub(a, n), e0)                             # exact for |x| >= 2^23
+    f = d.fma(ax, g2, d.fma(ax, g1, c))                    # |x| 2/pi - n (mod 4), |f| <= 1/2
+    return e.b.fptosi(n, ir.IntType(32)), d.mul(f, round_to(PIO2, F64))
 
 
 def _reduce_f64(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
@@ -155,12 +182,12 @@ def _reduce_f64(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
 
 
 def _kernels(e: Emit, r: ir.Value, lo: ir.Value | None) -> tuple[ir.Value, ir.Value]:
-    """sin(r + lo), cos(r + lo) for |r| <= pi/4 (lo: the double-double tail, or None)."""
+    """sin(r + lo), cos(r + lo) for |r| <= pi/4 (lo: the double-double tail, or None), with
+    the double polynomials (f32 runs in double too; its result is rounded once)."""
     z = e.mul(r, r)
-    sp = e.poly(z, coeffs(e, "sin") if e.fmt.bits == 64 else _f32_trig("sin"))
-    cp = e.poly(z, coeffs(e, "cos") if e.fmt.bits == 64 else _f32_trig("cos"))
     hz = e.mul(z, 0.5)
     w = e.sub(1.0, hz)
+    sp, cp = e.poly(z, coeffs(e, "sin")), e.poly(z, coeffs(e, "cos"))
     if lo is None:
         s = e.fma(e.mul(r, z), sp, r)
         c = e.add(w, e.fma(e.mul(z, z), cp, e.sub(e.sub(1.0, w), hz)))
@@ -172,35 +199,30 @@ def _kernels(e: Emit, r: ir.Value, lo: ir.Value | None) -> tuple[ir.Value, ir.Va
     return s, c
 
 
-def _f32_trig(name: str) -> list[float]:
-    """The f32 kernels' (shorter) polynomials, stored rounded to double."""
-    return C32[name][0]
-
-
-def _assemble(e: Emit, n: ir.Value, s: ir.Value, c: ir.Value, fn: str) -> ir.Value:
-    """Pick by quadrant: sin(n pi/2 + r) cycles s, c, -s, -c; cos is one quadrant ahead."""
+def _assemble(e: Emit, n: ir.Value, s: ir.Value, c: ir.Value, fn: str) -> tuple[ir.Value, ir.Value]:
+    """Pick by quadrant: sin(n pi/2 + r) cycles s, c, -s, -c; cos is one quadrant ahead.
+    Returns the value before its sign and the sign bit to xor in (n & 2 moved to the top
+    bit of the result format), so the negation joins x's sign in one xor at the end."""
     if fn == "cos":
         n = e.iadd(n, 1)
     odd = e.icmp("!=", e.iand(n, 1), 0)
     if fn == "tan":
-        return e.select(odd, e.neg(e.div(c, s)), e.div(s, c))
-    v = e.select(odd, c, s)
-    return e.select(e.icmp("!=", e.iand(n, 2), 0), e.neg(v), v)
+        return e.select(odd, e.neg(e.div(c, s)), e.div(s, c)), e.ci(0, n.type.width)
+    return e.select(odd, c, s), e.shl(e.iand(n, 2), n.type.width - 2)
 
 
 def emit_trig(e: Emit, x: ir.Value, fn: str) -> ir.Value:
     if e.fmt.bits == 32:
         d = e.other(F64)
         n, r = _reduce_f32(e, x)
-        s, c = _kernels(d, r, None)
-        res = d.convert(_assemble(d, n, s, c, fn), e.fmt)
+        v, flip = _assemble(d, n, *_kernels(d, r, None), fn)
+        v = d.convert(v, e.fmt)
     else:
         n, hi, lo = _reduce_f64(e, x)
-        s, c = _kernels(e, hi, lo)
-        res = _assemble(e, n, s, c, fn)
+        v, flip = _assemble(e, n, *_kernels(e, hi, lo), fn)
     if fn != "cos":   # odd functions: we reduced |x|, so give back x's sign (keeps -0)
-        sign = e.iand(e.bits(x), e.fmt.sign_bit)
-        res = e.from_bits(e.ixor(e.bits(res), sign))
+        flip = e.ixor(flip, e.iand(e.bits(x), e.fmt.sign_bit))
+    res = e.from_bits(e.ixor(e.bits(v), flip))
     # inf and NaN give NaN
     return e.select(e.cmp("<", e.abs(x), float("inf")), res, e.sub(x, x))
 
