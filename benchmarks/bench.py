@@ -684,7 +684,7 @@ def w8_loss(F, params, x, y):
     MLP (4x) blocks with residuals, a final layer norm, an untied head to the vocabulary,
     cross-entropy on the next tokens: tracecomp and PyTorch (F is their nn.functional)."""
     wte, wpe, l1w, l1b, wqkv, bqkv, wo, bo, l2w, l2b, wfc, bfc, wpr, bpr, lfw, lfb, whead = params
-    b, t, d, nh = W8_BATCH, W8_SEQ, W8_D, W8_HEADS
+    (b, t), d, nh = x.shape, W8_D, W8_HEADS       # any batch: a data-parallel shard too
     h = F.embedding(x, wte) + wpe
     qkv = F.linear(F.layer_norm(h, [d], l1w, l1b), wqkv, bqkv).reshape(b, t, 3, nh, d // nh).permute(2, 0, 3, 1, 4)
     q, k, v = qkv.unbind(0)
@@ -699,7 +699,7 @@ def w8_jax_loss(params, x, y):
     import jax
     import jax.numpy as jnp
     wte, wpe, l1w, l1b, wqkv, bqkv, wo, bo, l2w, l2b, wfc, bfc, wpr, bpr, lfw, lfb, whead = params
-    b, t, d, nh = W8_BATCH, W8_SEQ, W8_D, W8_HEADS
+    (b, t), d, nh = x.shape, W8_D, W8_HEADS       # any batch: a data-parallel shard too
 
     def ln(h, w, bias):
         mu = h.mean(-1, keepdims=True)

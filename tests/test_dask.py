@@ -31,11 +31,17 @@ def start_cluster(workers: int):
 
 
 @pytest.fixture(scope="module")
-def client():
+def cluster_client():
     cluster, client = start_cluster(2)
     yield client
     client.close()
     cluster.close()
+
+
+@pytest.fixture
+def client(cluster_client):
+    cluster_client.wait_for_workers(2, timeout=60)      # a worker killed by a test is back
+    return cluster_client
 
 
 def on_workers(client, fn):

@@ -39,6 +39,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -52,6 +53,7 @@ from ..tensor import Tensor
 
 log = logging.getLogger("tracecomp.dask")
 MAX_RECOVERIES = 3
+INLINE_BYTES = 2 << 20       # NumPy shards up to this size travel inside their task
 
 
 class WorkerLostError(TracecompError, RuntimeError):
@@ -148,7 +150,9 @@ def _sum(a: tuple, b: tuple) -> tuple:
     return a[0] + b[0], a[1] + b[1]
 
 
-def _apply(name: str, total: tuple, lr) -> float:
+def _apply(name: str, parts: list, lr) -> float:
+    """The update with the sum of the tree's top (one or two partial sums)."""
+    total = parts[0] if len(parts) == 1 else _sum(*parts)
     r = _replica(name)
     r.params, r.state = r.update(r.params, r.state, total[1], lr)
     return float(total[0])
@@ -296,8 +300,7 @@ class DataParallel:
         for k, w in enumerate(self.workers):
             lo, hi = int(bounds[k]), int(bounds[k + 1])
             try:
-                shard = tuple(client.compute(x[lo:hi], workers=[w]) if isinstance(x, da.Array)
-                              else client.scatter(x[lo:hi], workers=[w], hash=False) for x in batch)
+                shard = tuple(self._send(x[lo:hi], w) for x in batch)
             except (KeyError, ValueError, OSError, TimeoutError):    # no worker at w any more
                 missing = self._missing()
                 if missing:
@@ -305,13 +308,23 @@ class DataParallel:
                 raise
             grads.append(client.submit(_gradients, self._name, shard, np.float32((hi - lo) / rows),
                                        self._last[k], workers=[w], allow_other_workers=False, pure=False))
-        while len(grads) > 1:                  # a tree: log2(workers) rounds of pairwise sums
+        while len(grads) > 2:                  # a tree of pairwise sums, log2(workers) - 1 rounds ...
             grads = [client.submit(_sum, *grads[i:i + 2], pure=False) if i + 1 < len(grads) else grads[i]
                      for i in range(0, len(grads), 2)]
-        self._last = [client.submit(_apply, self._name, grads[0], lr, workers=[w], allow_other_workers=False,
+        # ... and its root on every worker, inside the update: one hop and one transfer fewer
+        self._last = [client.submit(_apply, self._name, grads, lr, workers=[w], allow_other_workers=False,
                                     pure=False) for w in self.workers]
         self._losses[number] = self._last[0]
         self._pending.append(self._last[0])
+
+    def _send(self, rows, worker: str):
+        """A shard of the batch for `worker`: a Dask array's rows computed there; NumPy rows
+        up to INLINE_BYTES inside the task (no round trip), bigger ones scattered to it."""
+        if isinstance(rows, da.Array):
+            return self.client.compute(rows, workers=[worker])
+        if rows.nbytes <= INLINE_BYTES:
+            return rows
+        return self.client.scatter(rows, workers=[worker], hash=False)
 
     def _throttle(self) -> None:
         """Wait until at most max_in_flight steps are queued."""
@@ -355,11 +368,15 @@ class DataParallel:
             try:
                 wait(futures, timeout=0.5)
                 break
+            except CancelledError:               # a result it needed was lost with its worker
+                raise _Lost(self._missing() or ["(a worker holding its inputs)"]) from None
             except TimeoutError:
                 missing = self._missing()
                 if missing:
                     raise _Lost(missing) from None
         for f in futures:
+            if f.status == "cancelled":          # a result it needed was lost with its worker
+                raise _Lost(self._missing() or ["(a worker holding its inputs)"])
             if f.status != "finished":
                 error = f.exception()
                 if isinstance(error, LookupError) or self._missing() or type(error).__name__ == "KilledWorker":
