@@ -278,19 +278,6 @@ class Emit:
             acc = self.fma(acc, x, c)
         return acc
 
-    def poly_estrin(self, x: ir.Value, coeffs: Sequence[float], x2: ir.Value | None = None) -> ir.Value:
-        """sum c_i x^i by Estrin's scheme: pairs c_2j + c_2j+1 x, then pairs of those joined
-        by x^2, x^4, ...: the same fma count as Horner plus the powers, but a dependency
-        chain of log2(n) fma instead of n - 1 (what bounds a loop whose lanes are many)."""
-        terms = [self.fma(coeffs[i + 1], x, coeffs[i]) if i + 1 < len(coeffs) else self.c(coeffs[i])
-                 for i in range(0, len(coeffs), 2)]
-        p = x2 if x2 is not None else self.mul(x, x)
-        while len(terms) > 1:
-            terms = [self.fma(terms[i + 1], p, terms[i]) if i + 1 < len(terms) else terms[i]
-                     for i in range(0, len(terms), 2)]
-            p = self.mul(p, p) if len(terms) > 1 else p
-        return terms[0]
-
     def pow2i(self, k: ir.Value) -> ir.Value:
         """2**k for an integer k (format's int type) in the normal exponent range."""
         return self.from_bits(self.shl(self.iadd(k, self.fmt.bias), self.fmt.mant))

@@ -187,13 +187,11 @@ def _kernels(e: Emit, r: ir.Value, lo: ir.Value | None) -> tuple[ir.Value, ir.Va
     z = e.mul(r, r)
     hz = e.mul(z, 0.5)
     w = e.sub(1.0, hz)
-    if lo is None:     # f32: Estrin's shorter dependency chain (its loop is latency-bound)
-        z2 = e.mul(z, z)
-        sp, cp = (e.poly_estrin(z, coeffs(e, name), z2) for name in ("sin", "cos"))
-        s = e.fma(e.mul(r, z), sp, r)
-        c = e.add(w, e.fma(z2, cp, e.sub(e.sub(1.0, w), hz)))
-        return s, c
     sp, cp = e.poly(z, coeffs(e, "sin")), e.poly(z, coeffs(e, "cos"))
+    if lo is None:
+        s = e.fma(e.mul(r, z), sp, r)
+        c = e.add(w, e.fma(e.mul(z, z), cp, e.sub(e.sub(1.0, w), hz)))
+        return s, c
     # sin(r+lo) ~ sin r + lo (1 - r^2/2); cos(r+lo) ~ cos r - lo r
     s = e.add(r, e.fma(e.mul(r, z), sp, e.fma(e.neg(hz), lo, lo)))
     tail = e.fma(e.mul(z, z), cp, e.neg(e.mul(r, lo)))
