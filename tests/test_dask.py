@@ -276,6 +276,10 @@ def test_modules_numpy_batches_lr_schedules_and_resuming_from_a_checkpoint_file(
     for k in range(6):
         dp.step(*batches[k], lr=lrs[k])
     assert path.exists() and tc.checkpoint.load_metadata(path)["step"] == "6"
+    saved = tc.load_state(path)            # state-dict names: the params load into a model
+    assert "params.body.0.weight" in saved and "optimizer.exp_avg.body.0.weight" in saved
+    fresh = Classifier()
+    fresh.load_state_dict({k[len("params."):]: v for k, v in saved.items() if k.startswith("params.")})
     dp.close()
     resumed = tcd.DataParallel(classifier_loss, model, opt, client, resume=str(path))
     assert resumed.steps == 6

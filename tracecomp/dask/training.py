@@ -176,6 +176,35 @@ def _stop(name: str) -> None:
 
 
 # ------------------------------------------------------------------ on the client
+def state_names(structure) -> list[str]:
+    """A checkpoint name per leaf of (params, opt_state): "params." or "optimizer." and a
+    module's state-dict names (`params.0.weight`, `optimizer.exp_avg.0.weight`), a dict's
+    keys and a list's positions, so the params load into a tc.nn model by their names."""
+    import tracecomp as tc
+    from ..nn import Module
+    paths = pytree.array_paths(structure)
+    # each leaf replaced by its position, so the names need no assumption on leaf order
+    params, state = pytree.unflatten(structure, [tc.tensor(np.int64(i)) for i in range(len(paths))])
+    names: list = [None] * len(paths)
+
+    def walk(x, prefix: str) -> None:
+        if isinstance(x, Module):
+            for key, leaf in x.state_dict().items():
+                names[int(leaf)] = prefix + key
+        elif isinstance(x, dict):
+            for key, v in x.items():
+                walk(v, f"{prefix}{key}.")
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, f"{prefix}{i}.")
+        elif isinstance(x, Tensor):
+            names[int(x)] = prefix[:-1]
+    walk(params, "params.")
+    walk(state, "optimizer.")
+    named = [name or f"leaf{path}" for name, path in zip(names, paths)]
+    return named if len(set(named)) == len(named) else [f"leaf{path}" for path in paths]
+
+
 class DataParallel:
     """Synchronous data-parallel training of `loss_fn(params, *batch)` (a scalar: the mean
     loss over the batch's rows) with `optimizer` (tc.optim, functional interface) on the
@@ -196,7 +225,7 @@ class DataParallel:
             opt_state = optimizer.init(params)
         leaves, structure = pytree.flatten((params, opt_state), _is_array)
         self._plan = Plan(loss_fn, optimizer, structure)
-        self._names = pytree.array_paths(structure)
+        self._names = state_names(structure)
         self.checkpoint_path, self.checkpoint_every = checkpoint, checkpoint_every
         self.recover_timeout, self.max_in_flight = recover_timeout, max_in_flight
         self.steps = 0
