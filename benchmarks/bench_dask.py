@@ -4,6 +4,7 @@ on the workers of a LocalCluster, and the time of one gradient all-reduce per MB
 
     python benchmarks/bench_dask.py                  # W4 and W8, 2 workers (~2 minutes)
     python benchmarks/bench_dask.py --workers 2 --steps 30 --json out.json
+    python benchmarks/bench_dask.py --workloads W4 --big 10    # and a 10 GiB .npy file, reduced
 
 Method:
 - "one process": the train step (value_and_grad of the loss, then the tc.optim update),
@@ -144,12 +145,49 @@ def all_reduce(client, sizes_mb=(1, 4, 16, 64), repeat: int = 15) -> list[dict]:
     return rows
 
 
+def _peak_rss_mb() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def big_file(client, gigabytes: float, folder: str) -> dict:
+    """A reduction over an .npy file of `gigabytes` on disk, read in 64 MiB chunks on the
+    workers: the time, the rate and the workers' peak memory (which must stay far below
+    the file's size)."""
+    import tracecomp as tc
+    import tracecomp.dask as tcd
+    cols = 256
+    rows = int(gigabytes * 2 ** 30) // (4 * cols)
+    path = os.path.join(folder, "tracecomp-bench-big.npy")
+    mapped = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, cols))
+    step = 1 << 18
+    for start in range(0, rows, step):
+        mapped[start:start + step] = np.random.default_rng(start).standard_normal((min(step, rows - start), cols))
+    mapped.flush()
+    del mapped
+    try:
+        before = max(client.run(_peak_rss_mb).values())
+        t0 = time.perf_counter()
+        x = tcd.from_npy(path, rows=1 << 16)                   # 64 MiB chunks
+        tcd.reduce_rows(lambda b: tc.tanh(b) * b, x, how="mean").compute()
+        seconds = time.perf_counter() - t0
+        peak = max(client.run(_peak_rss_mb).values())
+    finally:
+        os.unlink(path)
+    size = rows * cols * 4
+    return {"gb": size / 2 ** 30, "seconds": seconds, "gb_per_s": size / 2 ** 30 / seconds,
+            "worker_peak_rss_mb": peak, "worker_peak_rss_mb_before": before}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--workloads", default="W4,W8")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--big", type=float, default=0, metavar="GB",
+                   help="also reduce an .npy file of GB gibibytes written to --big-folder (default: skip)")
+    p.add_argument("--big-folder", default="/tmp")
     p.add_argument("--one-process", help=argparse.SUPPRESS)      # the child's job
     args = p.parse_args(argv)
     if args.one_process:
@@ -171,6 +209,8 @@ def main(argv=None) -> int:
         for name in names:
             result["workloads"][name]["data_parallel"] = data_parallel(client, name, args.steps)
         result["all_reduce"] = all_reduce(client)
+        if args.big:
+            result["big_file"] = big_file(client, args.big, args.big_folder)
     finally:
         client.close()
         cluster.close()
@@ -183,6 +223,10 @@ def main(argv=None) -> int:
     print("all-reduce (tree sum + delivery to every worker):")
     for r in result["all_reduce"]:
         print(f"  {r['mb']:3d} MB: {r['ms']:8.2f} ms  ({r['ms_per_mb']:.2f} ms/MB; {r['min_ms']:.2f}-{r['max_ms']:.2f})")
+    if "big_file" in result:
+        r = result["big_file"]
+        print(f"reduce_rows over a {r['gb']:.1f} GiB .npy file: {r['seconds']:.1f} s ({r['gb_per_s']:.2f} GiB/s); "
+              f"workers' peak memory {r['worker_peak_rss_mb']:.0f} MB (before: {r['worker_peak_rss_mb_before']:.0f} MB)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
