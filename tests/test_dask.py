@@ -58,10 +58,12 @@ def features(rows=1000, cols=16, seed=0):
     return np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
 
 
-def test_map_blocks_of_a_traced_function_works_as_written(client):
-    x = features()
-    y = da.map_blocks(tc.trace(lambda b: tc.sin(b) * 2 + 1), da.from_array(x, chunks=(300, 16)))
-    np.testing.assert_allclose(y.compute(), np.sin(x) * 2 + 1, rtol=1e-6, atol=1e-6)
+def test_map_blocks_of_a_traced_function_works_as_written_on_every_worker(client):
+    x = features(rows=4000)
+    y = da.map_blocks(tc.trace(lambda b: tc.sin(b) * 2 + 1), da.from_array(x, chunks=(250, 16)))
+    with distributed.get_task_stream(client) as stream:
+        np.testing.assert_allclose(y.compute(), np.sin(x) * 2 + 1, rtol=1e-6, atol=1e-6)
+    assert len({task["worker"] for task in stream.data}) == 2
 
 
 def test_map_blocks_takes_chunks_and_dtype_from_the_shape_rules(client):
