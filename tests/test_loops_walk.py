@@ -49,6 +49,10 @@ class Markers:
             return self.var()
         if a == "View":
             return L.View(f"buf{next(self.count)}", self.var(), (self.var(), self.var()))
+        if a == "Windows":
+            return L.Windows(f"buf{next(self.count)}", self.var(), (1,), (1,), (1,), (1,), (1,))
+        if a == "int":                                    # Windows' static shapes and strides
+            return 1
         if a == "Accumulator":
             return L.Accumulator(f"acc{next(self.count)}", F32, self.var())
         if a == "Buffer":

@@ -15,7 +15,7 @@ import llvmlite.ir as ir
 from ...errors import ArgumentError, BackendError
 from ..loops.ir import Kernel, Loop, Matmul
 from .emitter import BUFFER_ALIGN, FunctionEmitter, declare_kernel_function
-from .gemm.matmul import emit_matmul
+from .gemm.matmul import cpu_body, emit_matmul
 from .parallel import emit_parallel_loop
 
 
@@ -64,7 +64,7 @@ def codegen_kernels(kernels: Sequence[Kernel], module_name: str, *,
         seen.add(k.name)
         fn = declare_kernel_function(module, k.name, k.buffers, k.sizes, align, "external")
         emitter = KernelEmitter(module, k, fn, align)
-        emitter.emit_body(k.body, emitter.entry_env())
+        emitter.emit_body(cpu_body(k), emitter.entry_env())
         emitter.builder.ret_void()
     if fastmath:
         for fn in module.functions:

@@ -13,13 +13,17 @@ Checked, each failure an IRError through the checker's `fail` (kernel and statem
   neither out nor the workspace (other tiles of out are being written meanwhile);
 A Matmul inside a parallel Loop is allowed: it runs on the thread that reaches it, in
 that thread's slice of the workspace (it parallelizes itself only outside one).
+- `b_windows`: a known buffer of the same dtype, one batch stride per batch dim, k_shape
+  and n_shape multiplying to k and n, every element it names inside its buffer (static
+  offset and shape), b's buffer distinct from the windows', and not inside a parallel
+  Loop (the CPU skips b's fill, which the per-thread fallback there would read).
 """
 from __future__ import annotations
 
 import math
 
 from ...dtypes import DType
-from .ir import INDEX, Matmul, View
+from .ir import INDEX, Const, Matmul, View, Windows
 from .matmul import const_view, index_names, view_extents
 from .walk import buffers_read
 
@@ -49,6 +53,34 @@ def check_matmul(c, s: Matmul) -> None:
     _out_one_to_one(c, s, extents["out"])
     _workspace(c, s, dtype)
     _epilogue(c, s, dtype, rank)
+    if s.b_windows is not None:
+        _windows(c, s, dtype)
+
+
+def _windows(c, s: Matmul, dtype: DType) -> None:
+    w = s.b_windows
+    src = c.buffers.get(w.buffer)
+    if not isinstance(w, Windows) or src is None:
+        c.fail(f"Matmul b_windows {w!r} must be Windows of a buffer of the kernel")
+    if src.dtype != dtype or w.buffer == s.b.buffer:
+        c.fail(f"Matmul b_windows reads '{w.buffer}' ({src.dtype.label}); it must hold {dtype.label} and "
+               f"differ from b's buffer '{s.b.buffer}'")
+    if len(w.batch_strides) != len(s.batch) or len(w.k_shape) != len(w.k_strides) \
+            or len(w.n_shape) != len(w.n_strides):
+        c.fail(f"Matmul b_windows {w!r}: one batch stride per batch dim, one stride per k and n dim")
+    c.expr(w.offset)
+    if w.offset.dtype != INDEX:
+        c.fail(f"Matmul b_windows offset {w.offset!r} has dtype {_name(w.offset.dtype)}, expected index")
+    if (isinstance(s.k, int) and math.prod(w.k_shape) != s.k) or (isinstance(s.n, int) and math.prod(w.n_shape) != s.n):
+        c.fail(f"Matmul b_windows splits k into {w.k_shape} and n into {w.n_shape}; k is {s.k}, n is {s.n}")
+    if c.in_parallel is not None:
+        c.fail(f"Matmul with b_windows inside parallel {c.in_parallel}; it must be a statement of the kernel")
+    if isinstance(w.offset, Const) and all(isinstance(d, int) for d in (*s.batch, *src.shape)):
+        lo, hi = _span(w.offset.value, tuple(w.batch_strides) + tuple(w.k_strides) + tuple(w.n_strides),
+                       tuple(s.batch) + tuple(w.k_shape) + tuple(w.n_shape))
+        if lo <= hi and (lo < 0 or hi >= math.prod(src.shape)):
+            c.fail(f"Matmul b_windows of '{w.buffer}' reach flat elements {lo}..{hi}, outside its "
+                   f"{math.prod(src.shape)} elements (shape {tuple(src.shape)})")
 
 
 def _view(c, s: Matmul, role: str, view: View, rank: int, extents: tuple):

@@ -46,6 +46,13 @@ Checked: ranks, dtypes, names, views inside their buffers and `out` one-to-one (
 static views), out/a/b/workspace distinct, the epilogue reads neither out nor workspace.
 A Matmul parallelizes itself, except inside a parallel Loop: there it runs on the thread
 that reaches it, packing into that thread's slice of the workspace.
+
+`b_windows` (optional, a convolution's window matrix): the same elements of `b`, given
+also as Windows of another buffer (below).  It adds nothing to the statement's meaning:
+code generators that ignore it read `b`, which the statements before the Matmul in its
+kernel fill (im2col).  The CPU code generator packs B's panels straight from the windows
+(implicit GEMM) and skips those statements, so `b`'s buffer must be a temp that only this
+Matmul reads (the scheduler makes it one; the checker checks it within the kernel).
 """
 from __future__ import annotations
 
@@ -170,6 +177,36 @@ class View:
     strides: tuple[Expr, ...]
 
 
+@dataclass(frozen=True)
+class Windows:
+    """Element (bt, p, j) of a Matmul's b as `buffer`'s flat element
+        offset + sum(bt[d] * batch_strides[d]) + sum(pd * k_strides) + sum(jd * n_strides)
+    where (pd...) is p split row-major over k_shape and (jd...) is j over n_shape: for a
+    convolution p = (c, ki, kj) and j = (oh, ow), so each element is the offset of its row
+    plus the offset of its column.  All static ints but the offset."""
+    buffer: str
+    offset: Expr
+    batch_strides: tuple[int, ...]
+    k_shape: tuple[int, ...]
+    k_strides: tuple[int, ...]
+    n_shape: tuple[int, ...]
+    n_strides: tuple[int, ...]
+
+    def row_offsets(self) -> list[int]:
+        return _split_offsets(self.k_shape, self.k_strides)
+
+    def column_offsets(self) -> list[int]:
+        return _split_offsets(self.n_shape, self.n_strides)
+
+
+def _split_offsets(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int]:
+    """sum(digit * stride) for every index of `shape`, in row-major order."""
+    out = [0]
+    for n, st in zip(shape, strides):
+        out = [o + d * st for o in out for d in range(n)]
+    return out
+
+
 @dataclass
 class Matmul:
     out: View                              # (batch..., m, n)
@@ -184,6 +221,7 @@ class Matmul:
     acc: str = "acc"
     index: tuple[str, ...] = ()            # names of (batch..., i, j) in the epilogue
     workspace: Optional[str] = None        # temp buffer for packed panels (CPU codegen)
+    b_windows: Optional[Windows] = None    # b's elements read in place (CPU codegen: implicit GEMM)
 
     def views(self) -> tuple[View, View, View]:
         return self.out, self.a, self.b

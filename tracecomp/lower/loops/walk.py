@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any, Callable, Iterator, Optional
 
 from .ir import (SIZE_PREFIX, Accumulator, Binary, Buffer, Cast, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop,
-                 Matmul, Reduce, Select, Store, Unary, Var, View)
+                 Matmul, Reduce, Select, Store, Unary, Var, View, Windows)
 
 # The fields of each node type that hold nodes (or lists/tuples of them; int sizes and
 # None are skipped), in evaluation order.  The other fields hold names, dtypes and flags.
@@ -32,7 +32,8 @@ CHILDREN: dict[type, tuple[str, ...]] = {
     Accumulator: ("init",),
     Reduce: ("extent", "accumulators", "body", "update"),
     View: ("offset", "strides"),
-    Matmul: ("out", "a", "b", "m", "n", "k", "batch", "epilogue"),
+    Windows: ("offset",),
+    Matmul: ("out", "a", "b", "m", "n", "k", "batch", "epilogue", "b_windows"),
     Buffer: ("shape",),
     Kernel: ("buffers", "body"),
 }
@@ -123,7 +124,7 @@ def loads(root: Any) -> list[Load]:
 
 def buffers_accessed(root: Any) -> tuple[set[str], set[str]]:
     """(buffers read, buffers written) under `root`, in one walk.  Read: by Loads, by a
-    Matmul's operands, and by its output when it accumulates.  Written: by Stores, a
+    Matmul's operands (b's windows too), and by its output when it accumulates.  Written: by Stores, a
     Matmul's output and its packing workspace."""
     read: set[str] = set()
     written: set[str] = set()
@@ -135,6 +136,8 @@ def buffers_accessed(root: Any) -> tuple[set[str], set[str]]:
             written.add(n.buffer)
         elif t is Matmul:
             read.update((n.a.buffer, n.b.buffer))
+            if n.b_windows is not None:
+                read.add(n.b_windows.buffer)
             if n.accumulate:
                 read.add(n.out.buffer)
             written.update(b for b in (n.out.buffer, n.workspace) if b is not None)

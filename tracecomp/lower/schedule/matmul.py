@@ -35,6 +35,7 @@ from ...symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.walk import substitute
+from .implicit_gemm import window_operand
 from .nests import fresh_name, kernel_name, loop_nest
 from .tiles import uses_packed, workspace_elements
 
@@ -47,19 +48,25 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     k = ash[-1]
     batch = out.type.shape[:out.type.ndim - (len(ash) > 1) - (len(bsh) > 1)]
     dtype = out.type.dtype
+    static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm/gemm/matmul.py)
+    packed = static_batch and uses_packed(dtype, hint(m), hint(n), hint(k))
     a_view = operand_view(sched, a, batch, row=len(ash) > 1, col=True)
-    b_view = operand_view(sched, b, batch, row=True, col=len(bsh) > 1)
+    fills, windows = [], None
+    found = window_operand(sched, b, batch) if packed else None     # conv2d: implicit GEMM
+    if found is not None:
+        fills, b_view, windows = found
+    else:
+        b_view = operand_view(sched, b, batch, row=True, col=len(bsh) > 1)
     out_view = operand_view(sched, out, batch, row=len(ash) > 1, col=len(bsh) > 1)
     workspace = None
-    static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm/gemm/matmul.py)
-    if static_batch and uses_packed(dtype, hint(m), hint(n), hint(k)):
+    if packed:
         workspace = fresh_name(sched.buffers, "w")
         known = [None if is_dynamic(d) else d for d in (m, n, k)]       # run-time sizes: unbounded
         size = workspace_elements(dtype, *known, math.prod(batch))
         sched.buffers[workspace] = L.Buffer(workspace, dtype, (size,), "temp")
     index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
-    return [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),
-                     index=index, workspace=workspace)]
+    return fills + [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),
+                             index=index, workspace=workspace, b_windows=windows)]
 
 
 def operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool) -> L.View:
@@ -167,7 +174,9 @@ def fuse_epilogues(program) -> None:
 
 
 def _fuse_one(program, km: L.Kernel) -> bool:
-    s = km.body[0] if len(km.body) == 1 and isinstance(km.body[0], L.Matmul) else None
+    s = km.body[-1] if km.body and isinstance(km.body[-1], L.Matmul) else None
+    if s is not None and len(km.body) > 1 and s.b_windows is None:      # only b's fill may precede it
+        s = None
     if s is None or program.buffers[s.out.buffer].role != "temp":
         return False
     readers = [k for k in program.kernels if k is not km and any(b.name == s.out.buffer for b in k.buffers)]
@@ -226,7 +235,7 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
     for b in km.buffers + kp.buffers:
         if b.name != t.name and (b.name not in roles or b.role == "output"):
             roles[b.name] = b
-    return L.Kernel(kp.name, list(roles.values()), [fused], list(kp.sizes))     # renamed by the caller
+    return L.Kernel(kp.name, list(roles.values()), km.body[:-1] + [fused], list(kp.sizes))   # renamed by the caller
 
 
 def _same_static_size(a, b) -> bool:

@@ -39,10 +39,12 @@ claims items and passes the thread's workspace slice.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
+import numpy as np
 
 from ....errors import BackendError
 from .. import loop_ids
@@ -53,7 +55,8 @@ from ..math.functions import math_calls
 from .nest import EPILOGUE_PTR, EPILOGUE_TYPE, nest_function
 from ..parallel import (claimed_chunks, entry_alloca, mark_done, outlined_function, recently_late, start_team,
                         struct_field)
-from ...loops.ir import Const, Let, Load, Matmul, Store, Var, INDEX
+from ...loops.ir import Const, Kernel, Let, Load, Matmul, Store, Var, View, INDEX
+from ...loops.walk import buffers_written
 from ...loops.matmul import flat_index, flat_name, index_names
 from ...schedule.tiles import PACKED_DTYPES, Blocks, blocks, flops, max_threads
 
@@ -68,6 +71,30 @@ class Plan:
     blocks: Blocks
     capacity: int          # threads the workspace holds panels for
     batch_count: int
+
+
+def reads_windows(kernel: Kernel, s: Matmul) -> bool:
+    """Whether the packed kernel reads `s.b_windows` (implicit GEMM) rather than `b`: then
+    the statements that fill b's buffer need not run (cpu_body).  The same conditions as
+    _plan, and offsets that fit the i32 tables."""
+    w = s.b_windows
+    if w is None or s.workspace is None or kernel.buffer(s.out.buffer).dtype not in PACKED_DTYPES:
+        return False
+    if not all(isinstance(d, int) for d in (*s.batch, s.m, s.n, s.k)) or 0 in (s.m, s.n, s.k):
+        return False
+    if not isinstance(kernel.buffer(s.workspace).shape[0], int):
+        return False
+    return max(w.row_offsets()) + max(w.column_offsets()) < 2 ** 31 and min(w.row_offsets() + w.column_offsets()) >= 0
+
+
+def cpu_body(kernel: Kernel) -> list:
+    """The kernel's statements as the CPU runs them: without the fill of a window matrix
+    that its Matmul reads in place (loops.ir: Matmul.b_windows)."""
+    body = kernel.body
+    if not body or not isinstance(body[-1], Matmul) or not reads_windows(kernel, body[-1]):
+        return body
+    filled = body[-1].b.buffer
+    return [st for st in body[:-1] if buffers_written(st) != {filled}] + [body[-1]]
 
 
 def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> None:
@@ -268,6 +295,20 @@ def _item_range(em: FunctionEmitter, part: ir.Value, parts: ir.Value, s: Matmul,
     return zero, em.extent(s.m), lo, hi
 
 
+def _offset_table(module: ir.Module, offsets: list[int]) -> ir.GlobalVariable:
+    """A constant i32 array of the module (one per distinct table)."""
+    digest = hashlib.sha1(np.asarray(offsets, dtype=np.int32).tobytes()).hexdigest()[:16]
+    name = f"tracecomp.matmul.offsets.{len(offsets)}.{digest}"
+    found = module.globals.get(name)
+    if found is not None:
+        return found
+    t = ir.ArrayType(S.I32, len(offsets))
+    g = ir.GlobalVariable(module, t, name)
+    g.global_constant, g.linkage, g.align = True, "internal", 64
+    g.initializer = ir.Constant(t, offsets)
+    return g
+
+
 class _Item:
     """One work item (rows [m_lo, m_hi), columns [n_lo, n_hi) of one batch matrix): a call
     of the module's loop nest (llvm/gemm/nest.py) with this product's operands, block
@@ -281,11 +322,19 @@ class _Item:
         names = index_names(s)
         batch = tuple(Var(n, INDEX) for n in names[:-2])
         self.ptr, self.rs, self.cs = {}, {}, {}
-        for role, view in zip(("out", "a", "b"), s.views()):
+        views = dict(zip(("out", "a", "b"), s.views()))
+        windows = s.b_windows if reads_windows(em.kernel, s) else None
+        if windows is not None:         # b's batch offset in the input; rows and columns from tables
+            strides = tuple(Const(st, INDEX) for st in windows.batch_strides) + zeros
+            views["b"] = View(windows.buffer, windows.offset, strides)
+        for role, view in views.items():
             base = em.buffers[view.buffer][1]
             self.ptr[role] = self.gep(base, em.expr(flat_index(view, batch + zeros), env))
             self.rs[role] = em.expr(view.strides[-2], env)
             self.cs[role] = em.expr(view.strides[-1], env)
+        null = ir.Constant(_PTR, None)
+        self.tables = (null, null) if windows is None else \
+            (_offset_table(em.module, windows.row_offsets()), _offset_table(em.module, windows.column_offsets()))
         self.visible = [(n, v) for n, v in env.items() if n not in em.sizes]   # passed to the epilogues
 
     def c64(self, v: int) -> ir.Constant:
@@ -301,7 +350,7 @@ class _Item:
         operands = [value for role in ("a", "b", "out") for value in (self.ptr[role], self.rs[role], self.cs[role])]
         self.b.call(nest, operands + [m_lo, m_hi, n_lo, n_hi, self.em.extent(s.k), self.c64(bl.kc), self.c64(bl.mc),
                                       self.c64(bl.nc), self.ws, self.c64(bl.a_elements),
-                                      ir.Constant(S.I1, int(s.accumulate)), whole, edge, context])
+                                      ir.Constant(S.I1, int(s.accumulate)), whole, edge, context, *self.tables])
 
     def epilogues(self) -> tuple[ir.Value, ir.Value, ir.Value]:
         """(whole-tile epilogue, edge-tile epilogue, their context): null pointers without an

@@ -86,7 +86,7 @@ def defining_exported_helpers() -> Iterator[None]:
 def leaf_helper_names(dtype: DType) -> list[str]:
     """The micro-kernel, packing (and transposing) and merge functions of `dtype`'s tiles."""
     t = tiles_for(dtype)
-    names = [microkernel_name(dtype, t.mr, t.nv), merge_name(dtype, t.nr)]
+    names = [microkernel_name(dtype, t.mr, t.nv), merge_name(dtype, t.nr), pack_windows_name(dtype, t.nr)]
     for width in (t.mr, t.nr):
         names.append(pack_name(dtype, width))
         if _transpose_block(width, dtype) > 1:
@@ -246,6 +246,64 @@ def pack_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
                         _pack_rows_masked(b, dtype, width, pdst, psrc, kc, sp, valid)
                     with strided:
                         _pack_elements(b, dtype, width, pdst, psrc, kc, sx, sp, valid)
+    b.ret_void()
+    return fn
+
+
+def pack_windows_name(dtype: DType, width: int) -> str:
+    return f"tracecomp.matmul.pack_windows.{dtype.label}.{width}"
+
+
+def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Function:
+    """`pack_windows(dst, src, rows, cols, count, kc)`: pack_function's B panel when element
+    (p, x) is src[rows[p] + cols[x]] (i32 offset tables; a convolution's window matrix read
+    in the input: loops.ir.Windows), for x < count and p < kc.  Per vector of a micro-panel,
+    its column offsets are loaded once: when they are consecutive (the columns of one output
+    row, stride 1) each p is one vector load, otherwise a gather; past `count` the lanes
+    are zero."""
+    t, lanes = S.register_type(dtype), tiles_for(dtype).lanes
+    vt, it = ir.VectorType(t, lanes), ir.VectorType(S.I32, lanes)
+    fn, b = helper_function(module, dtype, pack_windows_name(dtype, width),
+                             [("dst", _PTR), ("src", _PTR), ("rows", _PTR), ("cols", _PTR), ("count", S.I64),
+                              ("kc", S.I64)])
+    if b is None:
+        return fn
+    dst, src, rows, cols, count, kc = fn.args
+    c64 = functools.partial(ir.Constant, S.I64)
+    ramp = ir.Constant(it, list(range(lanes)))
+    masked_load = S.declare(module, f"llvm.masked.load.v{lanes}i32.p0", it, [_PTR, S.I32, ir.VectorType(S.I1, lanes), it])
+    gather = S.declare(module, f"llvm.masked.gather.v{lanes}{_scalar_name(dtype)}.v{lanes}p0", vt,
+                       [ir.VectorType(_PTR, lanes), S.I32, ir.VectorType(S.I1, lanes), vt])
+    zeros = ir.Constant(vt, [0.0] * lanes)
+    panels = b.udiv(b.add(count, c64(width - 1)), c64(width))
+    with plain_loop(b, c64(0), panels, "q") as q:
+        x0 = b.mul(q.index, c64(width))
+        pdst = b.gep(dst, [b.mul(x0, kc)], source_etype=t)
+        with plain_loop(b, c64(0), c64(width // lanes), "v") as v:
+            lane0 = b.add(x0, b.mul(v.index, c64(lanes)))
+            valid = b.trunc(S.intrinsic(b, "smax", [S.intrinsic(b, "smin", [b.sub(count, lane0), c64(lanes)]),
+                                                   c64(0)]), S.I32)
+            mask = b.icmp_signed("<", ramp, splat(b, valid, it))
+            offsets = b.call(masked_load, [b.gep(cols, [lane0], source_etype=S.I32), ir.Constant(S.I32, 4), mask,
+                                           ir.Constant(it, [0] * lanes)])
+            first = b.extract_element(offsets, ir.Constant(S.I32, 0))
+            steps = b.icmp_signed("==", offsets, b.add(splat(b, first, it), ramp))
+            consecutive = b.icmp_unsigned("==", b.bitcast(steps, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), -1))
+            vdst = b.gep(pdst, [b.mul(v.index, c64(lanes))], source_etype=t)
+            with b.if_else(consecutive) as (run, scattered):
+                with run:
+                    start = b.gep(src, [b.sext(first, S.I64)], source_etype=t)
+                    with plain_loop(b, c64(0), kc, "p") as p:
+                        row = b.sext(b.load(b.gep(rows, [p.index], source_etype=S.I32), typ=S.I32), S.I64)
+                        value = b.load(b.gep(start, [row], source_etype=t), typ=vt, align=dtype.itemsize)
+                        b.store(value, b.gep(vdst, [b.mul(p.index, c64(width))], source_etype=t), align=dtype.itemsize)
+                with scattered:
+                    with plain_loop(b, c64(0), kc, "p") as p:
+                        row = b.sext(b.load(b.gep(rows, [p.index], source_etype=S.I32), typ=S.I32), S.I64)
+                        at = b.gep(b.gep(src, [row], source_etype=t), [offsets], source_etype=t)
+                        at.type = ir.VectorType(_PTR, lanes)       # llvmlite types a vector GEP as one pointer
+                        value = b.call(gather, [at, ir.Constant(S.I32, dtype.itemsize), mask, zeros])
+                        b.store(value, b.gep(vdst, [b.mul(p.index, c64(width))], source_etype=t), align=dtype.itemsize)
     b.ret_void()
     return fn
 

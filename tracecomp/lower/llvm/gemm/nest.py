@@ -6,7 +6,8 @@ packing functions of llvm/gemm/microkernel.py) the internal function
     void tracecomp.matmul.nest.<dtype>.<MR>x<NR>(
         ptr a, i64 rs_a, i64 cs_a, ptr b, i64 rs_b, i64 cs_b, ptr c, i64 rs_c, i64 cs_c,
         i64 m_lo, i64 m_hi, i64 n_lo, i64 n_hi, i64 k, i64 kc, i64 mc, i64 nc,
-        ptr ws, i64 a_elements, i1 accumulate, ptr epilogue_whole, ptr epilogue_edge, ptr context)
+        ptr ws, i64 a_elements, i1 accumulate, ptr epilogue_whole, ptr epilogue_edge, ptr context,
+        ptr b_rows, ptr b_cols)
 
 running the GotoBLAS/BLIS loops over rows [m_lo, m_hi) and columns [n_lo, n_hi) of one
 (batch) matrix, element (i, j) of a / b / c at i * rs + j * cs:
@@ -19,7 +20,9 @@ tile that `merge` copies out.  After the last K-block the tile's epilogue runs w
 tile is in L1: `epilogue_whole(context, i0, j0, MR, NR)` for full tiles,
 `epilogue_edge(context, i0, j0, mr, nr)` for the others, skipped when null.  The caller
 (llvm/gemm/matmul.py) supplies the epilogues and their context (the kernel's buffers, sizes and
-visible names).
+visible names).  With b_rows non-null, B is a convolution's window matrix read in place
+(implicit GEMM): element (p, j) is b[b_rows[p] + b_cols[j]] (i32 offset tables), packed
+by pack_windows instead of from rs_b and cs_b.
 
 Why one function with run-time sizes rather than a copy per product with constant ones:
 every copy costs its own LLVM time (5 nested loops through the whole pass pipeline, for
@@ -35,7 +38,8 @@ import llvmlite.ir as ir
 from ....dtypes import DType
 from .. import scalar as S
 from ..emitter import counted_loop
-from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function)
+from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function,
+                          pack_windows_function)
 from ...schedule.tiles import PACKED_DTYPES, tiles_for
 
 _PTR = ir.PointerType()
@@ -45,7 +49,7 @@ NEST_ARGS = [("a", _PTR), ("rs_a", S.I64), ("cs_a", S.I64), ("b", _PTR), ("rs_b"
              ("c", _PTR), ("rs_c", S.I64), ("cs_c", S.I64), ("m_lo", S.I64), ("m_hi", S.I64),
              ("n_lo", S.I64), ("n_hi", S.I64), ("k", S.I64), ("kc", S.I64), ("mc", S.I64), ("nc", S.I64),
              ("ws", _PTR), ("a_elements", S.I64), ("accumulate", S.I1), ("epilogue_whole", EPILOGUE_PTR),
-             ("epilogue_edge", EPILOGUE_PTR), ("context", _PTR)]
+             ("epilogue_edge", EPILOGUE_PTR), ("context", _PTR), ("b_rows", _PTR), ("b_cols", _PTR)]
 
 
 def define_helpers(module: ir.Module, dtypes: Iterable[DType]) -> list[str]:
@@ -86,6 +90,7 @@ class _Nest:
         self.kernel = microkernel(module, dtype, tiles.mr, tiles.nv)
         self.pack_a = pack_function(module, dtype, tiles.mr)
         self.pack_b = pack_function(module, dtype, tiles.nr)
+        self.pack_windows = pack_windows_function(module, dtype, tiles.nr)
         self.merge = merge_function(module, dtype, tiles.nr)
         self.tile = b.alloca(ir.ArrayType(self.t, tiles.mr * tiles.nr), name="tile")
         self.tile.align = 64
@@ -124,7 +129,13 @@ class _Nest:
             with counted_loop(b, self.c64(0), k_blocks, "mm.pc") as pstate:
                 p0 = b.mul(pstate.index, kc)
                 kcur = S.intrinsic(b, "smin", [kc, b.sub(k, p0)])
-                b.call(self.pack_b, [self.b_pack, self.at("b", p0, jc), nc, kcur, arg["cs_b"], arg["rs_b"]])
+                windows = b.icmp_unsigned("!=", arg["b_rows"], ir.Constant(_PTR, None))
+                with b.if_else(windows) as (implicit, strided):
+                    with implicit:
+                        b.call(self.pack_windows, [self.b_pack, arg["b"], b.gep(arg["b_rows"], [p0], source_etype=S.I32),
+                                                   b.gep(arg["b_cols"], [jc], source_etype=S.I32), nc, kcur])
+                    with strided:
+                        b.call(self.pack_b, [self.b_pack, self.at("b", p0, jc), nc, kcur, arg["cs_b"], arg["rs_b"]])
                 add = b.or_(b.icmp_signed(">", pstate.index, self.c64(0)), arg["accumulate"])
                 last = b.icmp_signed("==", pstate.index, b.sub(k_blocks, self.c64(1)))
                 iloop, iblock = self.blocks_of(arg["m_lo"], arg["m_hi"], arg["mc"], "mm.ic")

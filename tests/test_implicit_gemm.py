@@ -1,0 +1,115 @@
+"""conv2d as implicit GEMM: the packed matmul reads the window matrix in the input
+(loops.ir.Windows, llvm/gemm/microkernel.py's pack_windows) instead of im2col's copy.
+Checked against NumPy in float64, over shapes where B's micro-panels straddle output rows,
+padding, stride, dilation, groups and odd sizes."""
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.lower.llvm.gemm.matmul import cpu_body, reads_windows
+from tracecomp.lower.loops import ir as L
+from tracecomp.lower.loops.check import check_kernel
+from tracecomp.lower.loops.interp import run_program
+
+
+def conv_ref(x, w, b, stride, padding, dilation, groups):
+    """float64 cross-correlation, one group at a time."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    n, c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (wd - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, oc, oh, ow))
+    og = oc // groups
+    for g in range(groups):
+        xs = x[:, g * cg:(g + 1) * cg]
+        for ki in range(kh):
+            for kj in range(kw):
+                tap = xs[:, :, ki * dh: ki * dh + sh * (oh - 1) + 1: sh, kj * dw: kj * dw + sw * (ow - 1) + 1: sw]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", tap, w[g * og:(g + 1) * og, :, ki, kj])
+    return out + (0 if b is None else b.astype(np.float64)[:, None, None])
+
+
+CASES = [
+    # (N, C, H, W), (O, kh, kw), stride, padding, dilation, groups
+    ((4, 32, 26, 26), (64, 3, 3), (1, 1), (0, 0), (1, 1), 1),      # W7's conv, smaller batch
+    ((2, 8, 9, 37), (40, 3, 3), (1, 1), (0, 0), (1, 1), 1),        # rows longer than a micro-panel
+    ((3, 5, 11, 7), (17, 3, 2), (1, 1), (1, 1), (1, 1), 1),        # odd sizes, padding
+    ((2, 6, 15, 16), (24, 3, 3), (2, 2), (1, 1), (1, 1), 1),       # stride 2: gathers only
+    ((2, 7, 14, 13), (12, 3, 3), (1, 1), (2, 2), (2, 2), 1),       # dilation 2
+    ((2, 8, 12, 12), (16, 3, 3), (1, 2), (0, 1), (1, 1), 2),       # groups, uneven stride/padding
+    ((1, 16, 20, 20), (32, 5, 5), (1, 1), (2, 2), (1, 1), 4),
+    ((3, 33, 10, 10), (8, 1, 1), (1, 1), (0, 0), (1, 1), 1),       # 1x1
+]
+
+
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CASES)
+def test_conv2d_matches_float64(xs, ws, stride, padding, dilation, groups):
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = (rng.standard_normal((ws[0], xs[1] // groups, ws[1], ws[2])) / 4).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    fn = tc.trace(lambda x, w, b: tc.relu(tc.conv2d(x, w, b, stride, padding, dilation, groups)))
+    got = np.asarray(fn(x, w, b))
+    want = np.maximum(conv_ref(x, w, b, stride, padding, dilation, groups), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(xs[1] * ws[1] * ws[2]))
+
+
+def _windowed(kernels):
+    return [s for k in kernels for s in k.body if isinstance(s, L.Matmul) and s.b_windows is not None]
+
+
+def test_product_reads_the_input_in_place():
+    """The Matmul carries the windows, the CPU skips im2col's fill, and the
+    portable program (the fill, then the product of the filled matrix) still interprets
+    to the same values."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    w = (rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    low = tc.trace(lambda x, w, b: tc.conv2d(x, w, b)).lower(x, w, b)
+    program = low.program
+    (s,) = _windowed(program.kernels)
+    kernel = next(k for k in program.kernels if s in k.body)
+    check_kernel(kernel)
+    assert reads_windows(kernel, s)
+    assert cpu_body(kernel) == [s]                      # no im2col fill on the CPU
+    assert len(kernel.body) > 1                         # ...which other code generators run
+    assert s.b_windows.buffer == program.inputs[0]
+    assert "pack_windows" in low.as_text("llvm")
+    want = conv_ref(x, w, b, (1, 1), (0, 0), (1, 1), 1)
+    (got,) = run_program(program, [x, w, b])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_train_step_gradients():
+    """The train step's weight gradient reads the window matrix as well (transposed, so from
+    a buffer of its own); the forward product still reads the input in place."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+
+    def loss(w, x):
+        return tc.sum(tc.conv2d(x, w, None, 1, 1) ** 2)
+    value, grad = tc.trace(tc.value_and_grad(loss))(w, x)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    want = (torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), tw, None, 1, 1) ** 2).sum()
+    want.backward()
+    np.testing.assert_allclose(float(np.asarray(value)), want.item(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grad), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_gpu_emulator_reads_the_filled_matrix():
+    """The PTX path ignores the windows: it fills the window matrix and multiplies it."""
+    from tracecomp.gpu.emulator import EmulatedContext
+    from tracecomp.gpu.runner import CudaProgram
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 3, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((9, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(9).astype(np.float32)
+    low = tc.trace(lambda x, w, b: tc.conv2d(x, w, b, 1, 1)).lower(x, w, b)
+    assert _windowed(low.program.kernels)
+    (got,) = CudaProgram(low.program, EmulatedContext())([x, w, b])
+    np.testing.assert_allclose(got, conv_ref(x, w, b, (1, 1), (1, 1), (1, 1), 1), rtol=1e-4, atol=1e-4)
