@@ -317,6 +317,19 @@ def test_a_killed_worker_is_replaced_and_training_resumes_from_the_checkpoint(cl
     dp.close()
 
 
+def mismatched_loss(params, x, y):
+    return ((x @ params["w"] - y) ** 2).mean()
+
+
+def test_an_error_in_the_loss_on_a_worker_names_the_users_line(client):
+    dp = tcd.DataParallel(mismatched_loss, {"w": np.ones((5, 2), np.float32)}, tc.optim.SGD(lr=0.1), client)
+    with pytest.raises(tc.ShapeError, match=r"inner dims do not match.*\n  at .*test_dask\.py:\d+"):
+        dp.step(np.ones((8, 4), np.float32), np.ones((8, 2), np.float32))
+        dp.losses([1])
+    with pytest.raises(tc.ShapeError, match="a batch of 1 rows cannot be split across 2 workers"):
+        dp.step(np.ones((1, 4), np.float32), np.ones((1, 2), np.float32))
+
+
 def test_no_replacement_worker_raises_instead_of_hanging(client):
     x, y, params = regression_problem(rows=64)
     dp = tcd.DataParallel(regression_loss, params, tc.optim.SGD(lr=0.1), client, recover_timeout=1.0)

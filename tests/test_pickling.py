@@ -127,3 +127,13 @@ def test_eval_shape_traces_without_data_or_compiling():
 def test_numpy_takes_tracecomp_dtypes():
     assert np.dtype(tc.float32) == np.float32
     assert np.zeros(2, tc.int64).dtype == np.int64
+
+
+def test_code_sent_by_value_still_names_its_file_and_line():
+    """cloudpickle sends a lambda's code as "<dynamic-code>"; the copy names this file again,
+    so an error on a Dask worker points at the user's line."""
+    traced = tc.trace(lambda x, w: tc.relu(x @ w))
+    copy = cloudpickle.loads(cloudpickle.dumps(traced))
+    assert copy.fn.__code__.co_filename == traced.fn.__code__.co_filename
+    with pytest.raises(tc.ShapeError, match=r"test_pickling\.py:\d+"):
+        copy(np.ones((2, 3), np.float32), np.ones((4, 2), np.float32))

@@ -18,6 +18,7 @@ import collections
 import functools
 import logging
 import time
+import types
 import uuid
 import warnings
 from typing import Any, Callable
@@ -316,7 +317,7 @@ class TracedFunction:
         function, the options and the signatures traced so far.  The copy compiles on its
         first call per signature, which is a compile-cache load wherever a cache folder holds
         the code (a folder shared by a cluster's workers: one compile serves all)."""
-        return _rebuild, (self.fn, self._options, self.signatures, self._identity)
+        return _rebuild, (self.fn, self._options, self.signatures, self._identity, source_file(self.fn))
 
     @property
     def signatures(self) -> list:
@@ -609,16 +610,57 @@ def _spec_type(x) -> TensorType:
     return TensorType(tuple(int(d) for d in x.shape), from_numpy(np.dtype(x.dtype)))
 
 
+DYNAMIC_CODE = "<dynamic-code>"      # cloudpickle's file name for code it sends by value
+
+
+def source_file(fn) -> str | None:
+    """The file `fn` was defined in (None for callables without code of their own)."""
+    code = getattr(fn, "__code__", None)
+    return code.co_filename if code is not None else None
+
+
+def restore_source_file(fn, filename: str | None) -> None:
+    """Name `filename` again as the file of `fn`, and of the functions that came with it by
+    value (its globals and closure), where cloudpickle replaced it with DYNAMIC_CODE: errors
+    and graph locations on a Dask worker then point at the user's file and line."""
+    if not filename or filename == DYNAMIC_CODE:
+        return
+    seen: set[int] = set()
+
+    def fix(f) -> None:
+        code = getattr(f, "__code__", None)
+        if not isinstance(f, types.FunctionType) or id(f) in seen or code.co_filename != DYNAMIC_CODE:
+            return
+        seen.add(id(f))
+        f.__code__ = _renamed(code, filename)
+        cells = []
+        for cell in f.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:                # a cell not filled yet
+                pass
+        for other in [*f.__globals__.values(), *cells]:
+            fix(other)
+    fix(fn)
+
+
+def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
+    consts = tuple(_renamed(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
 _ARRIVED: collections.OrderedDict[str, "TracedFunction"] = collections.OrderedDict()
 MAX_ARRIVED = 32
 
 
-def _rebuild(fn: Callable, options: tuple, signatures: list, identity: str) -> "TracedFunction":
+def _rebuild(fn: Callable, options: tuple, signatures: list, identity: str,
+             filename: str | None = None) -> "TracedFunction":
     """A TracedFunction arriving from a pickle: nothing compiled yet, the signatures known.
     Copies of one function that arrive again (Dask sends the function with every task) are
     the first copy to arrive, with its compiled signatures; the last MAX_ARRIVED are kept."""
     traced = _ARRIVED.get(identity)
     if traced is None:
+        restore_source_file(fn, filename)
         traced = TracedFunction(fn, *options)
         traced._history = list(signatures)
         traced._identity = identity
