@@ -317,7 +317,7 @@ class TracedFunction:
         function, the options and the signatures traced so far.  The copy compiles on its
         first call per signature, which is a compile-cache load wherever a cache folder holds
         the code (a folder shared by a cluster's workers: one compile serves all)."""
-        return _rebuild, (self.fn, self._options, self.signatures, self._identity, source_file(self.fn))
+        return _rebuild, (self.fn, self._options, self.signatures, self._identity, source_files(self.fn))
 
     @property
     def signatures(self) -> list:
@@ -613,35 +613,43 @@ def _spec_type(x) -> TensorType:
 DYNAMIC_CODE = "<dynamic-code>"      # cloudpickle's file name for code it sends by value
 
 
-def source_file(fn) -> str | None:
-    """The file `fn` was defined in (None for callables without code of their own)."""
-    code = getattr(fn, "__code__", None)
-    return code.co_filename if code is not None else None
+def _functions(fn) -> list:
+    """`fn` and the functions it brings along: those in its closure, and those of its own
+    module that it (or they) can reach through globals."""
+    out, seen = [], set()
 
-
-def restore_source_file(fn, filename: str | None) -> None:
-    """Name `filename` again as the file of `fn`, and of the functions that came with it by
-    value (its globals and closure), where cloudpickle replaced it with DYNAMIC_CODE: errors
-    and graph locations on a Dask worker then point at the user's file and line."""
-    if not filename or filename == DYNAMIC_CODE:
-        return
-    seen: set[int] = set()
-
-    def fix(f) -> None:
-        code = getattr(f, "__code__", None)
-        if not isinstance(f, types.FunctionType) or id(f) in seen or code.co_filename != DYNAMIC_CODE:
+    def visit(f) -> None:
+        if not isinstance(f, types.FunctionType) or id(f) in seen:
             return
         seen.add(id(f))
-        f.__code__ = _renamed(code, filename)
-        cells = []
+        out.append(f)
         for cell in f.__closure__ or ():
             try:
-                cells.append(cell.cell_contents)
+                visit(cell.cell_contents)
             except ValueError:                # a cell not filled yet
                 pass
-        for other in [*f.__globals__.values(), *cells]:
-            fix(other)
-    fix(fn)
+        for name in f.__code__.co_names:
+            g = f.__globals__.get(name)
+            if isinstance(g, types.FunctionType) and g.__module__ == f.__module__:
+                visit(g)
+    visit(fn)
+    return out
+
+
+def source_files(fn) -> dict:
+    """Where each function `fn` brings along was written: (name, first line) -> file."""
+    return {(f.__code__.co_name, f.__code__.co_firstlineno): f.__code__.co_filename for f in _functions(fn)}
+
+
+def restore_source_files(fn, files: dict | None) -> None:
+    """Name again the files of the functions cloudpickle sent by value with `fn` (it replaces
+    them with DYNAMIC_CODE): errors and graph locations on a Dask worker then point at the
+    user's file and line."""
+    for f in _functions(fn) if files else ():
+        code = f.__code__
+        filename = files.get((code.co_name, code.co_firstlineno))
+        if code.co_filename == DYNAMIC_CODE and filename:
+            f.__code__ = _renamed(code, filename)
 
 
 def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
@@ -654,13 +662,13 @@ MAX_ARRIVED = 32
 
 
 def _rebuild(fn: Callable, options: tuple, signatures: list, identity: str,
-             filename: str | None = None) -> "TracedFunction":
+             files: dict | None = None) -> "TracedFunction":
     """A TracedFunction arriving from a pickle: nothing compiled yet, the signatures known.
     Copies of one function that arrive again (Dask sends the function with every task) are
     the first copy to arrive, with its compiled signatures; the last MAX_ARRIVED are kept."""
     traced = _ARRIVED.get(identity)
     if traced is None:
-        restore_source_file(fn, filename)
+        restore_source_files(fn, files)
         traced = TracedFunction(fn, *options)
         traced._history = list(signatures)
         traced._identity = identity

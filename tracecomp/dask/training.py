@@ -50,7 +50,7 @@ from distributed import Client, Future, wait
 from .. import pytree
 from ..errors import ArgumentError, ShapeError, TracecompError
 from ..tensor import Tensor
-from ..trace import source_file
+from ..trace import source_files
 
 log = logging.getLogger("tracecomp.dask")
 MAX_RECOVERIES = 3
@@ -82,7 +82,7 @@ class Plan:
     loss_fn: Callable
     optimizer: Any
     structure: Any            # of (params, opt_state)
-    loss_file: Optional[str] = None    # where loss_fn was written (errors name it on the workers)
+    loss_files: Optional[dict] = None  # where loss_fn and its helpers were written (trace.source_files)
 
 
 class Replica:
@@ -90,8 +90,8 @@ class Replica:
 
     def __init__(self, plan: Plan, leaves: Sequence[np.ndarray]):
         import tracecomp as tc
-        from ..trace import restore_source_file
-        restore_source_file(plan.loss_fn, plan.loss_file)
+        from ..trace import restore_source_files
+        restore_source_files(plan.loss_fn, plan.loss_files)
         self.params, self.state = pytree.unflatten(plan.structure, [tc.tensor(np.array(a)) for a in leaves])
         self.has_gradient: list[bool] = []        # per params leaf, found when gradients is traced
         self.gradients = tc.trace(self._gradients_fn(plan.loss_fn))
@@ -228,7 +228,7 @@ class DataParallel:
         if opt_state is None:
             opt_state = optimizer.init(params)
         leaves, structure = pytree.flatten((params, opt_state), _is_array)
-        self._plan = Plan(loss_fn, optimizer, structure, source_file(loss_fn))
+        self._plan = Plan(loss_fn, optimizer, structure, source_files(loss_fn))
         self._names = state_names(structure)
         self.checkpoint_path, self.checkpoint_every = checkpoint, checkpoint_every
         self.recover_timeout, self.max_in_flight = recover_timeout, max_in_flight
