@@ -56,6 +56,16 @@ def test_conv2d_matches_float64(xs, ws, stride, padding, dilation, groups):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(xs[1] * ws[1] * ws[2]))
 
 
+def test_float64():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 8, 9, 37))
+    w = rng.standard_normal((40, 8, 3, 3))
+    b = rng.standard_normal(40)
+    fn = tc.trace(lambda x, w, b: tc.conv2d(x, w, b, 1, 1))
+    assert _windowed(fn.lower(x, w, b).program.kernels)
+    np.testing.assert_allclose(np.asarray(fn(x, w, b)), conv_ref(x, w, b, (1, 1), (1, 1), (1, 1), 1), rtol=1e-10, atol=1e-10)
+
+
 def _windowed(kernels):
     return [s for k in kernels for s in k.body if isinstance(s, L.Matmul) and s.b_windows is not None]
 

@@ -259,7 +259,9 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
     (p, x) is src[rows[p] + cols[x]] (i32 offset tables; a convolution's window matrix read
     in the input: loops.ir.Windows), for x < count and p < kc.  Per vector of a micro-panel,
     its column offsets are loaded once: when they are consecutive (the columns of one output
-    row, stride 1) each p is one vector load, otherwise a gather; past `count` the lanes
+    row, stride 1) each p is one vector load; when they are two such runs (a vector across
+    the end of an output row) two loads and a blend; otherwise a gather (which cost W7's
+    conv a sixth of its time when it also took the two-run vectors); past `count` the lanes
     are zero."""
     t, lanes = S.register_type(dtype), tiles_for(dtype).lanes
     vt, it = ir.VectorType(t, lanes), ir.VectorType(S.I32, lanes)
@@ -289,21 +291,50 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
             first = b.extract_element(offsets, ir.Constant(S.I32, 0))
             steps = b.icmp_signed("==", offsets, b.add(splat(b, first, it), ramp))
             consecutive = b.icmp_unsigned("==", b.bitcast(steps, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), -1))
+            # two runs (the end of one output row, the start of the next): the first lane
+            # that breaks the run starts the second, read shifted back by its lane number.
+            # Two whole vector loads and a blend: with the second run after the first, every
+            # address they touch lies between two elements of the panel, so inside the buffer
+            # (masked loads instead cost W7's conv 0.35 ms more on one Zen 5 core)
+            bits = b.bitcast(steps, ir.IntType(lanes))
+            split = b.zext(S.intrinsic(b, "cttz", [b.not_(bits)], (ir.Constant(S.I1, 0),)), S.I32)
+            second = b.sub(b.extract_element(offsets, S.intrinsic(b, "smin", [split, ir.Constant(S.I32, lanes - 1)])),
+                           split)
+            in_first = b.icmp_signed("<", ramp, splat(b, split, it))
+            expected = b.add(b.select(in_first, splat(b, first, it), splat(b, second, it)), ramp)
+            two = b.icmp_unsigned("==", b.bitcast(b.icmp_signed("==", offsets, expected), ir.IntType(lanes)),
+                                  ir.Constant(ir.IntType(lanes), -1))
+            two = b.and_(two, b.icmp_signed("==", valid, ir.Constant(S.I32, lanes)))
+            two = b.and_(two, b.icmp_signed(">=", second, first))
             vdst = b.gep(pdst, [b.mul(v.index, c64(lanes))], source_etype=t)
-            with b.if_else(consecutive) as (run, scattered):
-                with run:
-                    start = b.gep(src, [b.sext(first, S.I64)], source_etype=t)
-                    with plain_loop(b, c64(0), kc, "p") as p:
-                        row = b.sext(b.load(b.gep(rows, [p.index], source_etype=S.I32), typ=S.I32), S.I64)
-                        value = b.load(b.gep(start, [row], source_etype=t), typ=vt, align=dtype.itemsize)
-                        b.store(value, b.gep(vdst, [b.mul(p.index, c64(width))], source_etype=t), align=dtype.itemsize)
-                with scattered:
-                    with plain_loop(b, c64(0), kc, "p") as p:
-                        row = b.sext(b.load(b.gep(rows, [p.index], source_etype=S.I32), typ=S.I32), S.I64)
-                        at = b.gep(b.gep(src, [row], source_etype=t), [offsets], source_etype=t)
-                        at.type = ir.VectorType(_PTR, lanes)       # llvmlite types a vector GEP as one pointer
-                        value = b.call(gather, [at, ir.Constant(S.I32, dtype.itemsize), mask, zeros])
-                        b.store(value, b.gep(vdst, [b.mul(p.index, c64(width))], source_etype=t), align=dtype.itemsize)
+
+            def each_p(value_at):
+                with plain_loop(b, c64(0), kc, "p") as p:
+                    row = b.sext(b.load(b.gep(rows, [p.index], source_etype=S.I32), typ=S.I32), S.I64)
+                    b.store(value_at(b.gep(src, [row], source_etype=t)),
+                            b.gep(vdst, [b.mul(p.index, c64(width))], source_etype=t), align=dtype.itemsize)
+
+            def run(base):
+                return b.load(b.gep(base, [b.sext(first, S.I64)], source_etype=t), typ=vt, align=dtype.itemsize)
+
+            def runs(base):
+                head = b.load(b.gep(base, [b.sext(first, S.I64)], source_etype=t), typ=vt, align=dtype.itemsize)
+                tail = b.load(b.gep(base, [b.sext(second, S.I64)], source_etype=t), typ=vt, align=dtype.itemsize)
+                return b.select(in_first, head, tail)
+
+            def gathered(base):
+                at = b.gep(base, [offsets], source_etype=t)
+                at.type = ir.VectorType(_PTR, lanes)       # llvmlite types a vector GEP as one pointer
+                return b.call(gather, [at, ir.Constant(S.I32, dtype.itemsize), mask, zeros])
+            with b.if_else(consecutive) as (one, other):
+                with one:
+                    each_p(run)
+                with other:
+                    with b.if_else(two) as (pair, scattered):
+                        with pair:
+                            each_p(runs)
+                        with scattered:
+                            each_p(gathered)
     b.ret_void()
     return fn
 
