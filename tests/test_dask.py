@@ -317,6 +317,25 @@ def test_a_killed_worker_is_replaced_and_training_resumes_from_the_checkpoint(cl
     dp.close()
 
 
+def test_four_workers_sum_in_a_tree_and_relay_the_total_down_one(monkeypatch):
+    """Past FANOUT_MAX workers the total goes down a relay tree; forced here with 4."""
+    monkeypatch.setattr(tcd.training, "FANOUT_MAX", 2)
+    x, y, params = regression_problem(rows=240)
+    opt = tc.optim.Adam(lr=1e-2)
+    cluster, client = start_cluster(4)
+    try:
+        dp = tcd.DataParallel(regression_loss, params, opt, client)
+        assert dp.size == 4
+        batches = [(x[k * 40:(k + 1) * 40], y[k * 40:(k + 1) * 40]) for k in range(6)]
+        for batch in batches:
+            dp.step(*batch)
+        assert len(set(dp.replica_digests())) == 1
+        assert_params_close(dp.state()[0], one_process(regression_loss, params, opt, batches))
+    finally:
+        client.close()
+        cluster.close()
+
+
 def mismatched_loss(params, x, y):
     return ((x @ params["w"] - y) ** 2).mean()
 

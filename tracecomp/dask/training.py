@@ -20,7 +20,9 @@ Each worker keeps a replica (params and optimizer state, in the worker's memory)
 submits, without waiting: each worker's gradients on its shard, a tree of pairwise sums of
 the gradient vectors (Dask moves each vector between workers, never through this
 process), and the update on every worker with the same total, so the replicas stay
-identical; a worker's next step depends on its last update.  The client waits only to
+identical; a worker's next step depends on its last update.  The tree's top reaches the
+workers directly up to FANOUT_MAX of them, beyond that down a binary relay tree
+(`_delivered`): log2(workers) levels up and down.  The client waits only to
 keep `max_in_flight` steps queued, to take a checkpoint, and for results.
 
 Checkpoints.  Every `checkpoint_every` steps the state of one replica comes to the client
@@ -55,6 +57,7 @@ from ..trace import source_files
 log = logging.getLogger("tracecomp.dask")
 MAX_RECOVERIES = 3
 INLINE_BYTES = 2 << 20       # NumPy shards up to this size travel inside their task
+FANOUT_MAX = 8               # up to this many workers each fetch the tree's top themselves
 
 
 class WorkerLostError(TracecompError, RuntimeError):
@@ -154,9 +157,17 @@ def _sum(a: tuple, b: tuple) -> tuple:
     return a[0] + b[0], a[1] + b[1]
 
 
+def _add_up(parts: list) -> tuple:
+    return parts[0] if len(parts) == 1 else _sum(*parts)
+
+
+def _relay(total: tuple) -> tuple:
+    return total                 # a copy on this worker, for the workers below it to fetch
+
+
 def _apply(name: str, parts: list, lr) -> float:
     """The update with the sum of the tree's top (one or two partial sums)."""
-    total = parts[0] if len(parts) == 1 else _sum(*parts)
+    total = _add_up(parts)
     r = _replica(name)
     r.params, r.state = r.update(r.params, r.state, total[1], lr)
     return float(total[0])
@@ -344,11 +355,23 @@ class DataParallel:
         while len(grads) > 2:                  # a tree of pairwise sums, log2(workers) - 1 rounds ...
             grads = [client.submit(_sum, *grads[i:i + 2], pure=False) if i + 1 < len(grads) else grads[i]
                      for i in range(0, len(grads), 2)]
-        # ... and its root on every worker, inside the update: one hop and one transfer fewer
-        self._last = [client.submit(_apply, self._name, grads, lr, workers=[w], allow_other_workers=False,
-                                    pure=False) for w in self.workers]
+        self._last = [client.submit(_apply, self._name, top, lr, workers=[w], allow_other_workers=False,
+                                    pure=False) for w, top in zip(self.workers, self._delivered(grads))]
         self._losses[number] = self._last[0]
         self._pending.append(self._last[0])
+
+    def _delivered(self, top: list[Future]) -> list[list[Future]]:
+        """Per worker, what its update sums: up to FANOUT_MAX workers, the tree's one or two
+        top partial sums themselves (each worker fetches them: one hop and one transfer
+        fewer than a separate sum); beyond, the total summed once and relayed down a binary
+        tree of workers, so no worker sends it more than twice."""
+        if self.size <= FANOUT_MAX:
+            return [top] * self.size
+        on = lambda k: dict(workers=[self.workers[k]], allow_other_workers=False, pure=False)   # noqa: E731
+        copies = [self.client.submit(_add_up, top, **on(0))]
+        for k in range(1, self.size):
+            copies.append(self.client.submit(_relay, copies[(k - 1) // 2], **on(k)))
+        return [[c] for c in copies]
 
     def _send(self, rows, worker: str):
         """A shard of the batch for `worker`: a Dask array's rows computed there; NumPy rows
