@@ -125,3 +125,23 @@ def test_gpu_emulator_reads_the_filled_matrix():
     assert _windowed(low.program.kernels)
     (got,) = CudaProgram(low.program, EmulatedContext())([x, w, b])
     np.testing.assert_allclose(got, conv_ref(x, w, b, (1, 1), (1, 1), (1, 1), 1), rtol=1e-4, atol=1e-4)
+
+
+def test_computed_inputs():
+    """The input is computed (a row softmax, deferred by the row fusion; a softmax over
+    channels, padded): it is materialized, or copied with its padding, before the product."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 6, 10, 10)).astype(np.float32)
+    w = rng.standard_normal((16, 6, 3, 3)).astype(np.float32)
+
+    def f(x, w):
+        return tc.conv2d(tc.softmax(x, -1), w), tc.conv2d(tc.softmax(x, 1), w, None, 1, 1)
+    fn = tc.trace(f)
+    assert len(_windowed(fn.lower(x, w).program.kernels)) == 2
+    got = fn(x, w)
+    tx, tw = torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64)
+    want = (torch.nn.functional.conv2d(torch.softmax(tx, -1), tw),
+            torch.nn.functional.conv2d(torch.softmax(tx, 1), tw, None, 1, 1))
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), r.numpy(), rtol=1e-4, atol=1e-5)

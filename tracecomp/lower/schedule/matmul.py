@@ -7,7 +7,8 @@ view drops those dims again.  An operand is read in place when its expression at
 symbolic index is a Load whose indices are affine in that index: a buffer, or views of
 one (permute/mT, expand, slice, select, unsqueeze/squeeze), so a transposed operand costs
 nothing.  Anything else (an elementwise producer, a reshape that merges dims) is first
-computed into a temp buffer by a copy kernel of its own.  Float products big enough for
+computed into a temp buffer by a copy kernel of its own; conv2d's window matrix as `b`
+is computed in the product's kernel and also described in place (schedule/implicit_gemm.py).  Float products big enough for
 the packed kernel get a workspace buffer sized by schedule/tiles.py (a temp, so the runtime's
 workspace planning places it).
 

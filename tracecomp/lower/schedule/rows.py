@@ -228,7 +228,8 @@ def reuse_output_row(row: list, outer: tuple) -> list:
 
 
 def _matmul_operands(stmts: list) -> set[str]:
-    return {b for s in statements(stmts) if isinstance(s, L.Matmul) for b in (s.a.buffer, s.b.buffer)}
+    return {b for s in statements(stmts) if isinstance(s, L.Matmul)
+            for b in (s.a.buffer, s.b.buffer) + ((s.b_windows.buffer,) if s.b_windows is not None else ())}
 
 
 def _nest(body: list) -> list[L.Loop]:

@@ -12,6 +12,10 @@
         for pc in 0..k step KC:            pack B[pc:pc+kc, jc:jc+nc]
           for ic in m-range step MC:       A block  MC x KC  -> workspace (L2)
             for jr step NR, ir step MR:    micro-kernel on the L1-resident micro-panels
+  A Matmul with `b_windows` (conv2d's window matrix: reads_windows) packs B straight
+  from the input through two i32 offset tables, one per row and one per column of B
+  (constants of the module), and the kernel skips the statements that fill b (cpu_body):
+  implicit GEMM.  W7's conv: 5.0 -> 3.6 ms, with no 42 MB im2col pass.
   The nest is one function per dtype and module (llvm/gemm/nest.py, sizes and strides
   as arguments), shared by all products: a copy per product would cost its own LLVM time.
   The micro-kernel (llvm/gemm/microkernel.py) writes full tiles straight into C; partial tiles
