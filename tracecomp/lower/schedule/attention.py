@@ -34,7 +34,7 @@ from ...symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X
-from .matmul import dense_strides, operand_view
+from .operands import dense_strides, operand_view
 from .nests import fresh_name
 from .tiles import max_threads, uses_packed, workspace_elements
 

@@ -29,10 +29,10 @@ from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import const
 from .nests import fresh_name, loop_nest
+from .operands import dense_strides, in_memory
 
 
 def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View, L.Windows]]:
-    from .matmul import _materialize, _strided, dense_strides
     if v in sched.names or v.op is None or getattr(sched.table.get(v.op.name), "kind", None) != "reshape":
         return None
     cols = v.op.operands[0]
@@ -48,7 +48,7 @@ def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View
     c = x.type.shape[1]
     if groups * k != c * kh * kw or c % groups:
         return None
-    source = _padded(sched, x, padding) if any(padding) else _buffer_of(sched, x, _materialize, _strided)
+    source = _padded(sched, x, padding) if any(padding) else _buffer_of(sched, x)
     if source is None:
         return None
     buffer, offset, (sn, sc, sh, sw) = source
@@ -82,12 +82,10 @@ def _out_width(size: int, k: int, d: int, p: int, s: int) -> int:
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def _buffer_of(sched, x: Value, materialize, strided) -> Optional[tuple[str, int, tuple]]:
-    """(buffer, offset, strides) of x, materializing it when it is computed."""
-    found = strided(sched, x) if x in sched.names or x.op is not None else None
-    if found is None:
-        materialize(sched, x)
-        found = strided(sched, x)
+def _buffer_of(sched, x: Value) -> Optional[tuple[str, int, tuple]]:
+    """(buffer, offset, strides) of x, materializing it when it is computed; None when they
+    are not all static."""
+    found = in_memory(sched, x)
     if found is None or not all(isinstance(e, int) for e in (found[1], *found[2])):
         return None
     return found

@@ -30,14 +30,14 @@ import dataclasses
 import math
 from typing import Optional
 
-from ...errors import BackendError
-from ...ir import Op, Value
+from ...ir import Op
 from ...symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.walk import substitute
 from .implicit_gemm import window_operand
-from .nests import fresh_name, kernel_name, loop_nest
+from .nests import fresh_name, kernel_name
+from .operands import operand_view
 from .tiles import uses_packed, workspace_elements
 
 
@@ -68,101 +68,6 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
     return fills + [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),
                              index=index, workspace=workspace, b_windows=windows)]
-
-
-def operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool) -> L.View:
-    """The View of `v` over (batch..., rows, cols); `row`/`col` say whether v has that dim."""
-    strided = _strided(sched, v) if v in sched.names or v.op is not None else None
-    if strided is None:
-        _materialize(sched, v)
-        strided = _strided(sched, v)
-    buffer, offset, strides = strided
-    shape = v.type.shape
-    own = list(strides)
-    mat = [own.pop() if col else 0]
-    mat.insert(0, own.pop() if row else 0)
-    lead = len(batch) - len(own)
-    batch_strides = [0 if d < lead or shape[d - lead] == 1 else own[d - lead] for d in range(len(batch))]
-    return L.View(buffer, I.expr(offset), tuple(I.expr(st) for st in batch_strides + mat))
-
-
-def _strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
-    """(buffer, offset, strides) when `v` reads a buffer at an affine index, else None.
-    A reshape of a dense value is dense too (its index arithmetic is not affine, its
-    addresses are: conv2d's weight (O, C, kh, kw) read as (O, C*kh*kw))."""
-    if v.op is not None and v not in sched.names and getattr(sched.table.get(v.op.name), "kind", None) in ("reshape", "squeeze", "unsqueeze"):
-        source = v.op.operands[0]
-        inner = _strided(sched, source) if source in sched.names or source.op is not None else None
-        if inner is not None and _dense(inner[2], source.type.shape):
-            return inner[0], inner[1], dense_strides(v.type.shape)
-    syms = tuple(L.Var(f"s{d}", L.INDEX) for d in range(v.type.ndim))
-    try:
-        e = sched.inliner.value_at(v, syms)
-    except BackendError:       # no inline form: the caller materializes it
-        return None
-    if not isinstance(e, L.Load) or e.dtype != v.type.dtype:
-        return None
-    shape = [I.symbolic(d) for d in sched.buffers[e.buffer].shape]
-    dense = [math.prod(shape[c + 1:]) for c in range(len(shape))]
-    offset, strides = 0, [0] * len(syms)
-    for c, index in enumerate(e.index):
-        terms = _affine(index)
-        if terms is None:
-            return None
-        for name, coef in terms.items():
-            if name is None:
-                offset += coef * dense[c]
-            else:
-                strides[int(name[1:])] += coef * dense[c]
-    return e.buffer, offset, tuple(strides)
-
-
-def dense_strides(shape) -> tuple:
-    """Row-major strides of `shape`, in elements (symbolic for dynamic dims)."""
-    return tuple(math.prod(I.symbolic(d) for d in shape[c + 1:]) for c in range(len(shape)))
-
-
-def _dense(strides, shape) -> bool:
-    """Row-major with no gaps (a size-1 dim's stride does not matter)."""
-    return all(n == 1 or st == want for st, want, n in zip(strides, dense_strides(shape), shape))
-
-
-def _affine(e: L.Expr) -> Optional[dict]:
-    """{var name: coefficient, None: constant} for an affine index expression, else None.
-    Sizes of dynamic dims are constants here: coefficients may be symbolic.Dim values."""
-    if isinstance(e, L.Const):
-        return {None: e.value}
-    if isinstance(e, L.Var) and e.name.startswith(L.SIZE_PREFIX):
-        return {None: I.symbolic(e)}
-    if isinstance(e, L.Var):
-        return {e.name: 1}
-    if isinstance(e, L.Binary) and e.fn in ("add", "sub", "mul"):
-        a, b = _affine(e.a), _affine(e.b)
-        if a is None or b is None:
-            return None
-        if e.fn == "mul":
-            if set(b) == {None}:
-                return {name: c * b[None] for name, c in a.items()}
-            if set(a) == {None}:
-                return {name: c * a[None] for name, c in b.items()}
-            return None
-        sign = 1 if e.fn == "add" else -1
-        out = dict(a)
-        for name, c in b.items():
-            out[name] = out.get(name, 0) + sign * c
-        return out
-    return None
-
-
-def _materialize(sched, v: Value) -> None:
-    """Compute `v` into a new temp buffer with a copy kernel emitted now."""
-    index = tuple(L.Var(f"m{d}", L.INDEX) for d in range(v.type.ndim))
-    value = sched.inliner.value_at(v, index)
-    name = fresh_name(sched.buffers, "t")
-    sched.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), "temp")
-    sched.names[v] = name
-    body = loop_nest(v.type.shape, lambda ix: [L.Store(name, ix, value)], prefix="m")
-    sched.add_kernel(sched.inlined_ops([v.op]) if v.op is not None else [], body)
 
 
 # ---------------------------------------------------------------- epilogue fusion

@@ -1,0 +1,115 @@
+"""How a product's operand reaches memory: in place when its expression at a symbolic
+index is a Load at an affine index (a buffer, or views of one), else computed into a temp
+by a copy kernel of its own.  Shared by the matmul (schedule/matmul.py) and the implicit
+GEMM's input (schedule/implicit_gemm.py)."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ...errors import BackendError
+from ...ir import Value
+from ..loops import index as I
+from ..loops import ir as L
+from .nests import fresh_name, loop_nest
+
+
+def operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool) -> L.View:
+    """The View of `v` over (batch..., rows, cols); `row`/`col` say whether v has that dim."""
+    buffer, offset, strides = in_memory(sched, v)
+    shape = v.type.shape
+    own = list(strides)
+    mat = [own.pop() if col else 0]
+    mat.insert(0, own.pop() if row else 0)
+    lead = len(batch) - len(own)
+    batch_strides = [0 if d < lead or shape[d - lead] == 1 else own[d - lead] for d in range(len(batch))]
+    return L.View(buffer, I.expr(offset), tuple(I.expr(st) for st in batch_strides + mat))
+
+
+def strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
+    """(buffer, offset, strides) when `v` reads a buffer at an affine index, else None.
+    A reshape of a dense value is dense too (its index arithmetic is not affine, its
+    addresses are: conv2d's weight (O, C, kh, kw) read as (O, C*kh*kw))."""
+    if v.op is not None and v not in sched.names and getattr(sched.table.get(v.op.name), "kind", None) in ("reshape", "squeeze", "unsqueeze"):
+        source = v.op.operands[0]
+        inner = strided(sched, source) if source in sched.names or source.op is not None else None
+        if inner is not None and _dense(inner[2], source.type.shape):
+            return inner[0], inner[1], dense_strides(v.type.shape)
+    syms = tuple(L.Var(f"s{d}", L.INDEX) for d in range(v.type.ndim))
+    try:
+        e = sched.inliner.value_at(v, syms)
+    except BackendError:       # no inline form: the caller materializes it
+        return None
+    if not isinstance(e, L.Load) or e.dtype != v.type.dtype:
+        return None
+    shape = [I.symbolic(d) for d in sched.buffers[e.buffer].shape]
+    dense = [math.prod(shape[c + 1:]) for c in range(len(shape))]
+    offset, strides = 0, [0] * len(syms)
+    for c, index in enumerate(e.index):
+        terms = _affine(index)
+        if terms is None:
+            return None
+        for name, coef in terms.items():
+            if name is None:
+                offset += coef * dense[c]
+            else:
+                strides[int(name[1:])] += coef * dense[c]
+    return e.buffer, offset, tuple(strides)
+
+
+def dense_strides(shape) -> tuple:
+    """Row-major strides of `shape`, in elements (symbolic for dynamic dims)."""
+    return tuple(math.prod(I.symbolic(d) for d in shape[c + 1:]) for c in range(len(shape)))
+
+
+def _dense(strides, shape) -> bool:
+    """Row-major with no gaps (a size-1 dim's stride does not matter)."""
+    return all(n == 1 or st == want for st, want, n in zip(strides, dense_strides(shape), shape))
+
+
+def _affine(e: L.Expr) -> Optional[dict]:
+    """{var name: coefficient, None: constant} for an affine index expression, else None.
+    Sizes of dynamic dims are constants here: coefficients may be symbolic.Dim values."""
+    if isinstance(e, L.Const):
+        return {None: e.value}
+    if isinstance(e, L.Var) and e.name.startswith(L.SIZE_PREFIX):
+        return {None: I.symbolic(e)}
+    if isinstance(e, L.Var):
+        return {e.name: 1}
+    if isinstance(e, L.Binary) and e.fn in ("add", "sub", "mul"):
+        a, b = _affine(e.a), _affine(e.b)
+        if a is None or b is None:
+            return None
+        if e.fn == "mul":
+            if set(b) == {None}:
+                return {name: c * b[None] for name, c in a.items()}
+            if set(a) == {None}:
+                return {name: c * a[None] for name, c in b.items()}
+            return None
+        sign = 1 if e.fn == "add" else -1
+        out = dict(a)
+        for name, c in b.items():
+            out[name] = out.get(name, 0) + sign * c
+        return out
+    return None
+
+
+def materialize(sched, v: Value) -> None:
+    """Compute `v` into a new temp buffer with a copy kernel emitted now."""
+    index = tuple(L.Var(f"m{d}", L.INDEX) for d in range(v.type.ndim))
+    value = sched.inliner.value_at(v, index)
+    name = fresh_name(sched.buffers, "t")
+    sched.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), "temp")
+    sched.names[v] = name
+    body = loop_nest(v.type.shape, lambda ix: [L.Store(name, ix, value)], prefix="m")
+    sched.add_kernel(sched.inlined_ops([v.op]) if v.op is not None else [], body)
+
+
+def in_memory(sched, v: Value) -> tuple:
+    """(buffer, offset, strides) of `v`, computed into a temp first when it is not a view of
+    a buffer."""
+    found = strided(sched, v) if v in sched.names or v.op is not None else None
+    if found is None:
+        materialize(sched, v)
+        found = strided(sched, v)
+    return found
