@@ -126,8 +126,9 @@ def per_kind(registry: dict):
     return for_kinds
 
 
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that records each mapping's line as `__line__`."""
+class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """SafeLoader that records each mapping's line as `__line__`.  On libyaml's parser when
+    PyYAML has it: ops.yaml parses in 11 ms instead of 88 (every process, at import)."""
 
     file_name = "<yaml>"
 
@@ -242,12 +243,14 @@ def _check_references(ops: dict[str, OpDef]) -> None:
 def read_entries(path: Path) -> list:
     """A YAML table's entries, each mapping with its `__line__`; errors name file and line."""
     loader = type("Loader", (_LineLoader,), {"file_name": path.name})
+    text = path.read_text()
     try:
-        entries = yaml.load(path.read_text(), Loader=loader)
+        entries = yaml.load(text, Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise TableError(f"not valid YAML: {getattr(e, 'problem', e)}", path.name,
-                         mark.line + 1 if mark else None) from None
+        # libyaml puts the end of a file without a final newline on a line past the last
+        line = min(mark.line + 1, text.count("\n") + 1) if mark else None
+        raise TableError(f"not valid YAML: {getattr(e, 'problem', e)}", path.name, line) from None
     return [] if entries is None else entries
 
 
