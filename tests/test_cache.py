@@ -379,3 +379,34 @@ def test_no_pickle_in_the_cache_code():
         text = Path(module.__file__).read_text()
         for word in ("pickle", "marshal", "shelve", "eval(", "exec("):
             assert word not in text, (module.__name__, word)
+
+
+# ----------------------------------------------------------------------------- one function per distinct kernel
+
+def test_kernels_that_compute_the_same_on_other_buffers_compile_once():
+    """Each parameter's update of one shape is the same kernel on other buffers: one function
+    in the library, the other kernels' names its aliases, the results those of each kernel."""
+    def updates(w1, w2, w3, g1, g2, g3):
+        return [w - 0.1 * tc.tanh(g) for w, g in ((w1, g1), (w2, g2), (w3, g3))]
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((33, 7)).astype(np.float32) for _ in range(6)]
+    traced = tc.trace(updates)
+    got = traced(*args)
+    lowered = traced.lower(*args)
+    kernels = lowered.program.kernels
+    library = lowered.compiled.library
+    assert len(kernels) == 3 and len(library.symbols) == 1
+    assert {k.name for k in kernels} - set(library.symbols) == set(library.aliases)
+    for out, w, g in zip(got, args[:3], args[3:]):
+        np.testing.assert_allclose(out.numpy(), w - np.float32(0.1) * np.tanh(g), rtol=1e-6, atol=1e-6)
+
+
+def test_the_shape_text_ignores_names_but_not_shapes_or_dtypes():
+    from tracecomp.lower.loops.walk import kernel_shape_text
+    def program(shape, dtype):
+        x = np.ones(shape, dtype)
+        return tc.trace(lambda a, b: (a * 2, b * 2)).lower(x, x).program.kernels
+    a, b = program((4, 5), np.float32)
+    assert kernel_shape_text(a) == kernel_shape_text(b) and a.name != b.name
+    assert kernel_shape_text(program((4, 6), np.float32)[0]) != kernel_shape_text(a)
+    assert kernel_shape_text(program((4, 5), np.float64)[0]) != kernel_shape_text(a)

@@ -13,8 +13,9 @@ Where and how to switch it:
   `tc.compile_cache.max_bytes`): past it, the least recently used entries are deleted.
 
 What is keyed.  The cache sits after the scheduler: the key holds the loop IR of the
-program's kernels (the repr of loops.py's dataclasses, which is every field the code
-generator reads), the module name and codegen options, the opt level, the target triple,
+program's distinct kernels (walk.kernel_shape_text: every field the code generator reads,
+buffers named by position, kernel names left out; kernels that compute the same thing on
+other buffers compile once, see compile_kernels), the module name and codegen options, the opt level, the target triple,
 CPU name and features, the matmul's tiles, the tracecomp, llvmlite and LLVM versions, and a hash of
 tracecomp's own source files and tables (computed once per process; the package version
 stays the same while the code changes).  A hit skips code generation (llvmlite.ir), LLVM's
@@ -74,14 +75,14 @@ import llvmlite.binding as llvm
 from .. import hostcpu
 from ..errors import BackendError
 from ..lower.loops.ir import Kernel
-from ..lower.loops.walk import fingerprint
+from ..lower.loops.walk import kernel_shape_text
 from ..lower.schedule.tiles import host_tiles
 from . import cache_auth, compile_worker, elf_check, jit, target
 from .safe_files import UnsafeFile, check_private, read_regular
 
 log = logging.getLogger("tracecomp.cache")
 
-FORMAT = 3                   # bump when the entry layout or the key's meaning changes
+FORMAT = 4                   # bump when the entry layout or the key's meaning changes
 MAX_BYTES_ENV = "TRACECOMP_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30  # the folder's size cap
 MAX_JSON_BYTES = 1 << 20     # larger files are not entries anyone here wrote
@@ -199,13 +200,14 @@ class KeyParts:
 
 def key_parts(kernels: Sequence[Kernel], module_name: str, *, align: Optional[int],
               opt: int = target.OPT_LEVEL, host: Optional[hostcpu.HostTarget] = None,
-              fastmath: Sequence[str] = ()) -> KeyParts:
+              fastmath: Sequence[str] = (), texts: Optional[Sequence[str]] = None) -> KeyParts:
     from .. import __version__
     host = host or target.host_target()
-    # Kernels are keyed by position, not name: a name tells the source line it came from, and
-    # a function sent by value to a Dask worker arrives without its file name.
-    numbered = [dataclasses.replace(k, name=f"k{i}") for i, k in enumerate(kernels)]
-    return KeyParts(kernels=fingerprint(numbered), module=module_name,
+    # Kernels are keyed by what they compute, in order, not by name (kernel_shape_text): a
+    # name tells the source line it came from, and a function sent by value to a Dask
+    # worker arrives without its file name.  `texts`: those, computed already.
+    texts = [kernel_shape_text(k) for k in kernels] if texts is None else texts
+    return KeyParts(kernels="\n\n".join(texts), module=module_name,
                     options=f"align={align} reloc=default codemodel=jitdefault fastmath={','.join(fastmath)}",
                     opt=opt, triple=host.triple, cpu=host.cpu, features=host.features,
                     tiles=repr(sorted((str(d), t) for d, t in host_tiles().items())),
@@ -397,7 +399,23 @@ def _write_atomically(path: Path, data: bytes) -> None:
 def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
                     align: Optional[int] = None, fastmath: Sequence[str] = ()) -> jit.JitLibrary:
     """The kernels as one JIT library: from the cache when an entry matches, else generated,
-    compiled and stored."""
+    compiled and stored.  Kernels that compute the same thing on other buffers (the
+    kernel_shape_text is the same: a transformer's layers, each parameter's update) are
+    compiled once; the others' names are aliases of the first's function."""
+    distinct: dict[str, Kernel] = {}
+    same_as: dict[str, str] = {}
+    for k in kernels:
+        first = distinct.setdefault(kernel_shape_text(k), k)
+        if first is not k:
+            same_as[k.name] = first.name
+    library = _compile_distinct(list(distinct.values()), list(distinct), module_name, align, fastmath)
+    library.aliases.update({name: library.aliases.get(first, first) for name, first in same_as.items()})
+    return library
+
+
+def _compile_distinct(kernels: list[Kernel], texts: list[str], module_name: str, align: Optional[int],
+                      fastmath: Sequence[str]) -> jit.JitLibrary:
+    """`kernels` (each one's kernel_shape_text in `texts`: the key's loop IR) as a library."""
     engine = jit.default_engine()
 
     def compiled() -> jit.ObjectCode:
@@ -405,7 +423,7 @@ def compile_kernels(kernels: Sequence[Kernel], module_name: str, *,
                                                      fastmath=fastmath)
     if not settings.enabled:
         return engine.add_code(compiled())
-    parts = key_parts(kernels, module_name, align=align, fastmath=fastmath)
+    parts = key_parts(kernels, module_name, align=align, fastmath=fastmath, texts=texts)
     if " at 0x" in parts.kernels:
         # an object without a repr of its own in the loop IR: its address would make every
         # process's key new, so the cache would only grow; compile without it

@@ -89,25 +89,43 @@ def walk(root: Any) -> Iterator:
                 push(v)
 
 
-def fingerprint(root: Any) -> str:
+def fingerprint(root: Any, buffers: Optional[dict[str, str]] = None) -> str:
     """Text that determines `root` (nodes, lists and plain values) and names every node
     object once: `repr` would spell a shared subexpression out at each of its uses, which
-    for a deep DAG (a special function's expansion) runs to millions of characters."""
+    for a deep DAG (a special function's expansion) runs to millions of characters.
+    `buffers` renames buffers in the text (see `kernel_shape_text`)."""
     lines: list[str] = []
     names: dict[int, str] = {}
+    rename = buffers or {}
 
-    def text(x) -> str:
+    def text(x, field: str = "") -> str:
         if isinstance(x, (list, tuple)):
-            inner = ", ".join(map(text, x))
+            inner = ", ".join(text(v) for v in x)
             return f"[{inner}]" if isinstance(x, list) else f"({inner})"
         if not dataclasses.is_dataclass(x) or isinstance(x, type):
-            return repr(x)
+            return repr(rename.get(x, x) if field in _BUFFER_FIELDS else x)
         if id(x) not in names:
-            fields = ", ".join(f"{f.name}={text(getattr(x, f.name))}" for f in dataclasses.fields(x))
+            fields = ", ".join(f"{f.name}={text(getattr(x, f.name), _field(x, f.name))}" for f in dataclasses.fields(x))
             lines.append(f"{type(x).__name__}({fields})")
             names[id(x)] = f"#{len(lines) - 1}"
         return names[id(x)]
     return "\n".join(lines + [text(root)])
+
+
+_BUFFER_FIELDS = ("buffer", "workspace", "buffer name")
+
+
+def _field(node: Any, name: str) -> str:
+    """The field's role for renaming: a Buffer's `name` is a buffer name, a Kernel's is not."""
+    return "buffer name" if name == "name" and isinstance(node, Buffer) else name
+
+
+def kernel_shape_text(kernel: Kernel) -> str:
+    """What a kernel computes up to names: its fingerprint without its name and with its
+    buffers named by position.  Two kernels with the same text are one function called on
+    different buffers (the AdamW update of every parameter of one shape)."""
+    positions = {b.name: f"#{i}" for i, b in enumerate(kernel.buffers)}
+    return fingerprint(dataclasses.replace(kernel, name=""), positions)
 
 
 def statements(body: list) -> Iterator:
