@@ -72,11 +72,10 @@ def _enabled(features: str) -> set[str]:
 
 
 class ExportedFunction:
-    def __init__(self, path: str, lib: ctypes.CDLL, name: str, metadata: dict):
+    def __init__(self, path: str, lib: ctypes.CDLL, name: str, metadata: dict, sha256: str):
         self.path, self._lib, self.name, self.metadata = path, lib, name, metadata
+        self.sha256 = sha256            # of the file as checked and loaded
         self._lock = _lock_for(path)
-        with open(path, "rb") as f:
-            self.sha256 = hashlib.file_digest(f, "sha256").hexdigest()    # the file as loaded
         self._sizes = list(metadata.get("sizes", []))
         self._entry = getattr(lib, name)
         self._entry.restype = ctypes.c_int
@@ -187,9 +186,9 @@ def _terms(text: str):
 MAX_LIBRARY_BYTES = 1 << 31
 
 
-def _check_file(path: str, name: str) -> None:
-    """The checks before dlopen (module docstring); BackendError says what is wrong."""
-    import hashlib
+def _check_file(path: str, name: str) -> str:
+    """The checks before dlopen (module docstring); BackendError says what is wrong.  The
+    sha256 of the bytes checked."""
     from . import elf_check
     from .export import checksum_path
     from .safe_files import UnsafeFile, read_regular
@@ -202,15 +201,17 @@ def _check_file(path: str, name: str) -> None:
     except elf_check.ElfError as e:
         raise BackendError(f"tc.load: {e}; is it a library written by tc.export (and its name "
                            f"{name!r})?") from None
+    digest = hashlib.sha256(data).hexdigest()
     try:
         recorded = read_regular(os.path.realpath(checksum_path(path)), 4096).split()[0].decode()
     except (FileNotFoundError, IndexError, UnicodeDecodeError):
-        return                        # no checksum file beside it: the structure was checked
+        return digest                 # no checksum file beside it: the structure was checked
     except OSError as e:
         raise BackendError(f"tc.load: cannot read {checksum_path(path)}: {e}") from None
-    if hashlib.sha256(data).hexdigest() != recorded:
+    if digest != recorded:
         raise BackendError(f"tc.load: {path} does not match its checksum file {checksum_path(path)} "
                            "(changed or damaged since tc.export wrote it)")
+    return digest
 
 
 def load(path: str, name: Optional[str] = None) -> ExportedFunction:
@@ -220,7 +221,7 @@ def load(path: str, name: Optional[str] = None) -> ExportedFunction:
     if not os.path.exists(path):
         raise ArgumentError(f"tc.load: no such file: {path}")
     name = name or default_name(path)
-    _check_file(path, name)
+    sha256 = _check_file(path, name)
     try:
         # libgomp through the JIT's loader first: it makes forked children run one thread
         # (libgomp is not fork-safe), which protects the exported library's parallel loops too
@@ -252,4 +253,4 @@ def load(path: str, name: Optional[str] = None) -> ExportedFunction:
         raise BackendError(f"tc.load: {path} was compiled for CPU '{target['cpu']}' and uses features "
                            f"this host's CPU lacks: {', '.join(missing)}; export it again on (or for) "
                            "this machine")
-    return ExportedFunction(path, lib, name, metadata)
+    return ExportedFunction(path, lib, name, metadata, sha256)
