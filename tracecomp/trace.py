@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import pytree, timings
+from .dtypes import from_numpy
 from .errors import ArgumentError, TraceError
 from .ir import Graph, TensorType
 from .symbolic import Dim
@@ -600,11 +601,10 @@ class ShapeDtype(collections.namedtuple("ShapeDtype", "shape dtype")):
 
 
 def _is_shaped_leaf(x: Any) -> bool:
-    return isinstance(x, ShapeDtype) or _is_array_leaf(x) or (hasattr(x, "shape") and hasattr(x, "dtype"))
+    return _is_array_leaf(x) or (hasattr(x, "shape") and hasattr(x, "dtype"))   # ShapeDtype, Dask arrays...
 
 
 def _spec_type(x) -> TensorType:
-    from .dtypes import from_numpy
     if isinstance(x, Tensor):
         return x._type
     return TensorType(tuple(int(d) for d in x.shape), from_numpy(np.dtype(x.dtype)))

@@ -221,12 +221,10 @@ class JitEngine:
     def add_code(self, code: ObjectCode, aliases: Optional[dict[str, str]] = None) -> JitLibrary:
         """Link compiled code (all its objects) into a new library; `aliases` maps names to
         ask for to the exported symbols that hold them (cached code compiled under other names)."""
-        library = self.add_object(code.objects(), code.exports, code.system_libraries)
-        library.aliases = dict(aliases or {})
-        return library
+        return self.add_object(code.objects(), code.exports, code.system_libraries, aliases)
 
     def add_object(self, obj: Union[bytes, Sequence[bytes]], exports: Iterable[str],
-                   system_libraries: Iterable[str] = ()) -> JitLibrary:
+                   system_libraries: Iterable[str] = (), aliases: Optional[dict[str, str]] = None) -> JitLibrary:
         """Link host object code (from `target.emit_object`; or a list of objects, linked
         together) into a new library, after loading the system libraries (names in
         SYSTEM_LIBRARY_NAMES) it calls into."""
@@ -251,7 +249,7 @@ class JitEngine:
                     tracker = builder.link(lljit, name)
             except RuntimeError as e:
                 raise BackendError(f"JIT linking of library '{name}' failed: {_clean(e)}") from None
-        return JitLibrary(name, tracker, lljit, exports)
+        return JitLibrary(name, tracker, lljit, exports, aliases)
 
     def _current_lljit(self) -> llvm.LLJIT:
         if self._lljit is None or self._linked >= self.libraries_per_jit:
