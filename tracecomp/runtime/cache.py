@@ -420,7 +420,7 @@ def _compile_distinct(kernels: list[Kernel], texts: list[str], module_name: str,
 
     def compiled() -> jit.ObjectCode:
         return compile_worker.compile_kernels_object(engine, kernels, module_name, align=align,
-                                                     fastmath=fastmath)
+                                                     fastmath=fastmath, texts=texts)
     if not settings.enabled:
         return engine.add_code(compiled())
     parts = key_parts(kernels, module_name, align=align, fastmath=fastmath, texts=texts)

@@ -94,12 +94,14 @@ def compiled_modules() -> int:
 
 
 def compile_kernels_object(engine: jit.JitEngine, kernels: Sequence[Kernel], module_name: str, *,
-                           align: Optional[int], fastmath: Sequence[str] = ()) -> jit.ObjectCode:
-    """The object code of `kernels` (one module, or one object per group of them)."""
+                           align: Optional[int], fastmath: Sequence[str] = (),
+                           texts: Optional[Sequence[str]] = None) -> jit.ObjectCode:
+    """The object code of `kernels` (one module, or one object per group of them); `texts`:
+    their fingerprints when the caller has them (the cache's kernel_shape_text), for the split."""
     global _compiled_modules
     _compiled_modules += 1
     shared = packed_matmul_dtypes(kernels)
-    groups = split(list(kernels), allowed_processes(), preload=HELPERS_WEIGHT * len(shared))
+    groups = split(list(kernels), allowed_processes(), preload=HELPERS_WEIGHT * len(shared), texts=texts)
     if len(groups) == 1:
         return _compile(engine, kernels, module_name, align, fastmath)
     names = [module_name] + [f"{module_name}.part{i}" for i in range(1, len(groups))]
@@ -196,19 +198,21 @@ def _resident_bytes() -> int:
         return 0
 
 
-def kernel_weight(kernel: Kernel) -> int:
-    """Estimated compile work of a kernel: the size of its loop IR, plus MATMUL_WEIGHT per
-    Matmul statement (whose code is larger than its loop IR), MATH_WEIGHT per math function
-    applied, and KERNEL_WEIGHT."""
-    text = fingerprint(kernel)          # a shared subexpression counts once, as it compiles once
+def kernel_weight(kernel: Kernel, text: Optional[str] = None) -> int:
+    """Estimated compile work of a kernel: the size of its loop IR (`text`, its fingerprint,
+    computed here if not given), plus MATMUL_WEIGHT per Matmul statement (whose code is
+    larger than its loop IR), MATH_WEIGHT per math function applied, and KERNEL_WEIGHT."""
+    if text is None:
+        text = fingerprint(kernel)      # a shared subexpression counts once, as it compiles once
     return len(text) + MATMUL_WEIGHT * text.count("Matmul(") + MATH_WEIGHT * math_calls(kernel.body) + KERNEL_WEIGHT
 
 
-def split(kernels: list[Kernel], processes: int, preload: int = 0) -> list[list[Kernel]]:
+def split(kernels: list[Kernel], processes: int, preload: int = 0,
+          texts: Optional[Sequence[str]] = None) -> list[list[Kernel]]:
     """Up to `processes` groups of about equal weight, each in the kernels' order: the
     heaviest kernel first to the lightest group; group 0 starts at `preload` (the matmul
     helpers it compiles for all).  One group when the module is light."""
-    weights = {id(k): kernel_weight(k) for k in kernels}
+    weights = {id(k): kernel_weight(k, t) for k, t in zip(kernels, texts or [None] * len(kernels))}
     count = min(processes, len(kernels), max(1, sum(weights.values()) // MIN_SPLIT_WEIGHT))
     if count <= 1:
         return [kernels]
