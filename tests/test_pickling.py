@@ -72,16 +72,22 @@ def test_modules_and_optimizer_state_with_a_traced_step_pickle():
 
 def test_a_fresh_process_loads_the_code_from_a_shared_cache_without_llvm(tmp_path):
     """What a Dask worker does with a pickled function: the parent's compile filled the cache
-    folder, so the child links the stored object code and never runs LLVM."""
+    folder, so the child links the stored object code and never runs LLVM.  The parent is a
+    fresh process too, which first compiles in its own folder (so it tunes there) and then
+    moves to the shared one: the state of this test process (an earlier test may have run
+    its first program with the cache off) does not decide the outcome."""
     folder = tmp_path / "shared-cache"
-    tc.compile_cache.directory = folder
-    try:
-        traced = tc.trace(scaled_sine)
-        x, w = inputs()
-        expected = traced(x, w).numpy()
-    finally:
-        tc.compile_cache.directory = None
-    (tmp_path / "fn.pkl").write_bytes(pickle.dumps((traced, x, w, expected)))
+    parent = f"""
+import pickle, numpy as np
+import tracecomp as tc
+import test_pickling as T
+x, w = T.inputs()
+tc.trace(lambda a: a + 1)(x)                  # the first program, in the default folder
+tc.compile_cache.directory = {str(folder)!r}
+traced = tc.trace(T.scaled_sine)
+expected = traced(x, w).numpy()
+open({str(tmp_path / 'fn.pkl')!r}, 'wb').write(pickle.dumps((traced, x, w, expected)))
+"""
     child = f"""
 import pickle, sys, numpy as np
 import tracecomp as tc
@@ -92,6 +98,8 @@ np.testing.assert_array_equal(traced(x, w).numpy(), expected)
 print(compile_worker.compiled_modules(), tc.compile_cache.stats.hits)
 """
     env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    made = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     compiled, hits = map(int, out.stdout.split())
