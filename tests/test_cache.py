@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp.runtime import cache, jit, target
+from tracecomp.runtime import cache, jit, target, tuning
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,10 @@ def run_model(seed=0):
 
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
-    """An empty cache folder of the test's own, the cache on, counters at zero."""
+    """An empty cache folder of the test's own, the cache on, counters at zero.  The process
+    has made its tuning choices before (in the run's own folder), as after any earlier
+    test, so that a test run alone does not see the tuning record written into its folder."""
+    tuning.ensure_tuned()
     monkeypatch.setattr(cache.settings, "_directory", tmp_path / "cache")
     monkeypatch.setattr(cache.settings, "_enabled", None)
     monkeypatch.delenv("TRACECOMP_CACHE", raising=False)

@@ -168,16 +168,24 @@ def test_from_npy_streams_a_file_the_workers_never_hold_whole(client, tmp_path):
 
 
 def test_a_pickled_function_runs_in_a_fresh_worker_from_the_shared_cache_without_llvm(tmp_path):
-    """The client compiles into the shared folder; a worker started afterwards on that folder
-    links the stored object code: its LLVM compile counter stays at zero."""
-    folder = tmp_path / "shared"
-    traced = tc.trace(lambda x: tc.tanh(x) @ x.T + 1)
-    x = features(rows=64, cols=64)
-    tc.compile_cache.directory = folder
-    try:
-        expected = traced(x).numpy()
-    finally:
-        tc.compile_cache.directory = None
+    """A client compiles into the shared folder; a worker started afterwards on that folder
+    links the stored object code: its LLVM compile counter stays at zero.  The client is a
+    fresh process that tunes in its own folder first and then moves to the shared one, as a
+    user's would; this test process may have run its first program with the cache off, and
+    then has no tuning choices to leave in the folder (the worker would measure)."""
+    folder, made = tmp_path / "shared", tmp_path / "traced.pkl"
+    client_code = f"""
+import cloudpickle, numpy as np
+import tracecomp as tc
+x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+tc.trace(lambda a: a + 1)(x)                  # the first program, in the default folder
+tc.compile_cache.directory = {str(folder)!r}
+traced = tc.trace(lambda x: tc.tanh(x) @ x.T + 1)
+open({str(made)!r}, "wb").write(cloudpickle.dumps((traced, x, traced(x).numpy())))
+"""
+    run = subprocess.run([sys.executable, "-c", client_code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    traced, x, expected = cloudpickle.loads(made.read_bytes())
     cluster, client = start_cluster(1)
     try:
         tcd.share_cache(client, folder)
