@@ -99,7 +99,6 @@ class Replica:
         self.has_gradient: list[bool] = []        # per params leaf, found when gradients is traced
         self.gradients = tc.trace(self._gradients_fn(plan.loss_fn))
         self.update = tc.trace(self._update_fn(plan.optimizer), donate_argnums=(0, 1))
-        self.loss = None
 
     def _gradients_fn(self, loss_fn):
         import tracecomp as tc
