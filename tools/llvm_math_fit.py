@@ -174,11 +174,11 @@ def fits_for(fmt: str) -> list[tuple[Fit, str]]:
         # pow's log(m) = 2s + 2s^3/3 + s^5 L(s^2), the first two terms in double-double.
         (Fit("log_pow", lambda z: _series(z, lambda n: LD(2) / (2 * n + 5)), one, 0.0, zlog,
              tuple(range(deg(3, 8)))), "L"),
-        # sin(r) = r + r^3 S(r^2), cos(r) = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4 (f32 kernels run in double).
+        # sin(r) = r + r^3 S(r^2), cos(r) = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4.
         (Fit("sin", lambda z: _series(z, lambda n: (-1) ** (n + 1) / _fact(2 * n + 3)), lambda z: z / sin_r(z),
              z4 * 1e-4, z4, tuple(range(deg(4, 6)))), "S"),
         (Fit("cos", lambda z: _series(z, lambda n: (-1) ** n / _fact(2 * n + 4)), lambda z: z * z / np.cos(np.sqrt(z)),
-             z4 * 1e-4, z4, tuple(range(deg(4, 6)))), "C"),
+             z4 * 1e-4, z4, tuple(range(deg(3, 6)))), "C"),
         # atan(u) = u + u^3 A(u^2), |u| <= tan(pi/8).
         (Fit("atan", lambda z: _series(z, lambda n: LD((-1) ** (n + 1)) / (2 * n + 3), 90), lambda z: z / atan_r(z),
              zt * 1e-4, zt, tuple(range(deg(6, 12)))), "A"),
@@ -214,8 +214,7 @@ def main() -> None:
     for fmt, np_t in (("f32", np.float32), ("f64", np.float64)):
         print(f"{fmt.upper()} = {{")
         for fit, note in fits_for(fmt) + erf_large_fits(fmt):
-            # the f32 trig kernels evaluate in double (after a double-precision reduction)
-            rc, e, er = fit_rounded(fit, np.float64 if fit.name in ("sin", "cos") else np_t)
+            rc, e, er = fit_rounded(fit, np_t)
             print(f"{fmt} {fit.name}: remez {e:.3g} (2^{np.log2(e):.1f}) rounded {er:.3g} (2^{np.log2(er):.1f})",
                   file=sys.stderr)
             if fit.name.startswith("erfc"):   # note: the piece's interval (a, b) in x

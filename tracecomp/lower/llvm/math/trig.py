@@ -1,19 +1,21 @@
 """sin, cos, tan: argument reduction x = n pi/2 + r, |r| <= pi/4, then sin/cos kernels.
 
-f32 (computed in double, rounded once at the end): one straight-line reduction for every
-lane, no integer multiplies. x 2/pi mod 4 is x G0 + x G1 + x G2 mod 4, where G = G0+G1+G2
-(three doubles, ~159 bits) is 2/pi for |x| < 2^52 and, in each of three buckets of larger
-|x| (from 2^52, 2^80, 2^108), (2^s 2/pi mod 4) 2^-s with 2^s the bucket's least float32
-ulp: there N = |x| 2^-s is an integer, so replacing 2^s 2/pi by its residue mod 4 leaves
-N 2^s 2/pi mod 4 unchanged. N < 2^51 in every bucket, so x G0 splits exactly into
-p0 + e0 (fma), a = p0 mod 4 is exact, |e0| and |x G1| stay below 1, n is the rounded
-a + e0 + x G1, and (a - n) + e0 is exact (for |x| >= 2^23, a multiple of G0's last bit
-below 2 G0's binade); the last two terms round relative to the small result. The bucket's
-G is picked by compares and selects. No integer multiplies or 64-bit conversions: the
-quadrant is a small integer in double, taken to i32 by cvttpd2dq, native on every x86
-target, so AVX2 and AVX-512 compute the same bits. The dependency chain is kept short
-(the loop is latency-bound, not throughput-bound): the bucket compares run on float32
-|x| beside its conversion, and p0/4 is rounded from x (G0/4) beside p0.
+f32: the reduction runs in double, then sin and cos run in float32 (twice the lanes per
+vector) on r split into a float32 pair hi + lo, within 1 ulp; tan's quotient s / c is taken
+in double and rounded once, so tan stays correctly rounded. The reduction is one
+straight-line path for every lane, with no integer multiplies. x 2/pi mod 4 is x G0 + x G1
++ x G2 mod 4, where G = G0+G1+G2 (three doubles, ~159 bits) is 2/pi for |x| < 2^52 and, in
+each of three buckets of larger |x| (from 2^52, 2^80, 2^108), (2^s 2/pi mod 4) 2^-s with
+2^s the bucket's least float32 ulp: there N = |x| 2^-s is an integer, so replacing 2^s 2/pi
+by its residue mod 4 leaves N 2^s 2/pi mod 4 unchanged. N < 2^51 in every bucket, so x G0
+splits exactly into p0 + e0 (fma), a = p0 mod 4 is exact, |e0| and |x G1| stay below 1, n
+is the rounded a + e0 + x G1, and (a - n) + e0 is exact (for |x| >= 2^23, a multiple of
+G0's last bit below 2 G0's binade); the last two terms round relative to the small result.
+The bucket's G is picked by compares and selects. No integer multiplies or 64-bit
+conversions: the quadrant is a small integer in double, taken to i32 by cvttpd2dq, native
+on every x86 target, so AVX2 and AVX-512 compute the same bits. The dependency chain is
+kept short (the loop is latency-bound, not throughput-bound): the bucket compares run on
+float32 |x| beside its conversion.
 f64:
   |x| < 2^40: Cody-Waite in double with k P2 as an exact product (two_prod), r kept as a
   double-double (hi, lo); k P4 < 2^-121 is dropped.
@@ -34,7 +36,7 @@ from fractions import Fraction
 from llvmlite import ir
 
 from .consts import PIO2, TWO_OVER_PI, parts, round_to, two_over_pi_bits
-from .core import F64, Emit
+from .core import F64, Emit, Value
 from .exp import coeffs
 
 _M64 = (1 << 64) - 1
@@ -154,10 +156,10 @@ def _reduce_f32(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     consts = []
     for lo, s in F32_BUCKETS:
         g0, g1, g2 = f32_factors(lo, s)
-        consts.append([g0, g0 * 0.25, g1, g2])
-    g0, g0q, g1, g2 = _pick_bucket(e, ax32, consts)
+        consts.append([g0, g1, g2])
+    g0, g1, g2 = _pick_bucket(e, ax32, consts)
     p0 = d.mul(ax, g0)
-    a = d.fma(d.rint(d.mul(ax, g0q)), -4.0, p0)           # p0 mod 4, exact, in [-2, 2]
+    a = d.fma(d.rint(d.mul(p0, 0.25)), -4.0, p0)           # p0 mod 4, exact, in [-2, 2]
     e0 = d.fma(ax, g0, d.neg(p0))                          # p0 + e0 = |x| G0 exactly
     n = d.rint(d.add(a, d.fma(ax, g1, e0)))                # may be off by one at a tie: harmless
     c = d.add(d.sub(a, n), e0)                             # exact for |x| >= 2^23
@@ -181,20 +183,16 @@ def _reduce_f64(e: Emit, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
             e.select(small, lo, lo_big))
 
 
-def _kernels(e: Emit, r: ir.Value, lo: ir.Value | None) -> tuple[ir.Value, ir.Value]:
-    """sin(r + lo), cos(r + lo) for |r| <= pi/4 (lo: the double-double tail, or None), with
-    the double polynomials (f32 runs in double too; its result is rounded once)."""
-    z = e.mul(r, r)
+def _kernels(e: Emit, r: ir.Value, lo: Value) -> tuple[ir.Value, ir.Value]:
+    """sin(r + lo), cos(r + lo) in e's format, for |r| <= pi/4 and |lo| <= ulp(r). r^2 is
+    taken exactly (z + ze) so that cos's 1 - r^2/2 loses nothing to z's rounding."""
+    z, ze = e.two_prod(r, r)
     hz = e.mul(z, 0.5)
     w = e.sub(1.0, hz)
     sp, cp = e.poly(z, coeffs(e, "sin")), e.poly(z, coeffs(e, "cos"))
-    if lo is None:
-        s = e.fma(e.mul(r, z), sp, r)
-        c = e.add(w, e.fma(e.mul(z, z), cp, e.sub(e.sub(1.0, w), hz)))
-        return s, c
-    # sin(r+lo) ~ sin r + lo (1 - r^2/2); cos(r+lo) ~ cos r - lo r
+    # sin(r + lo) ~ sin r + lo (1 - r^2/2); cos(r + lo) ~ cos r - lo r
     s = e.add(r, e.fma(e.mul(r, z), sp, e.fma(e.neg(hz), lo, lo)))
-    tail = e.fma(e.mul(z, z), cp, e.neg(e.mul(r, lo)))
+    tail = e.fma(e.mul(z, z), cp, e.neg(e.fma(r, lo, e.mul(ze, 0.5))))
     c = e.add(w, e.add(e.sub(e.sub(1.0, w), hz), tail))      # recovers 1 - hz's rounding
     return s, c
 
@@ -212,11 +210,17 @@ def _assemble(e: Emit, n: ir.Value, s: ir.Value, c: ir.Value, fn: str) -> tuple[
 
 
 def emit_trig(e: Emit, x: ir.Value, fn: str) -> ir.Value:
-    if e.fmt.bits == 32:
+    if e.fmt.bits == 32 and fn == "tan":      # s / c in double: rounded once, at the end
         d = e.other(F64)
         n, r = _reduce_f32(e, x)
-        v, flip = _assemble(d, n, *_kernels(d, r, None), fn)
+        v, flip = _assemble(d, n, *_kernels(d, r, 0.0), fn)
         v = d.convert(v, e.fmt)
+    elif e.fmt.bits == 32:                    # r as a float32 pair, sin/cos in float32
+        d = e.other(F64)
+        n, r = _reduce_f32(e, x)
+        hi = d.convert(r, e.fmt)
+        lo = d.convert(d.sub(r, e.convert(hi, F64)), e.fmt)
+        v, flip = _assemble(e, n, *_kernels(e, hi, lo), fn)
     else:
         n, hi, lo = _reduce_f64(e, x)
         v, flip = _assemble(e, n, *_kernels(e, hi, lo), fn)
