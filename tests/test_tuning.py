@@ -1,7 +1,8 @@
-"""The measured choice of runtime/tuning.py: on an AVX-512 CPU, whether the matmul's tiles
-use 512- or 256-bit vectors, measured once per CPU, stored in the compile cache's folder,
-read back by later processes, applied to every tile of the process, and skipped where there
-is nothing to choose (an AVX2 target) or nowhere to keep it (TRACECOMP_TUNE=0)."""
+"""The measured choices of runtime/tuning.py: on an AVX-512 CPU, whether the matmul's tiles
+and the loops LLVM vectorizes use 512- or 256-bit vectors, measured once per CPU, stored in
+the compile cache's folder, read back by later processes, applied to every tile and loop of
+the process, and skipped where there is nothing to choose (an AVX2 target) or nowhere to
+keep it (TRACECOMP_TUNE=0)."""
 import json
 import os
 import subprocess
@@ -21,8 +22,11 @@ PROBE = ("import json, numpy as np, tracecomp as tc\n"
          "np.testing.assert_array_equal(np.asarray(f(a, b)), a @ b)\n"
          "llvm = f.lower(a, b).as_text('llvm')\n"
          "lanes = host_tiles()[DType.float32].lanes\n"
+         "asm = tc.trace(lambda x: x * 2.0 + 1.0).lower(np.ones(1 << 14, np.float32)).as_text('asm')\n"
+         "loop_register = next(r for r in ('zmm', 'ymm', 'xmm') if f'%{r}' in asm)\n"
          "print(json.dumps({'lanes': lanes, 'fma': f'@llvm.fma.v{lanes}f32' in llvm, 'tuned': hostcpu.tuned(),\n"
-         "                  'record': str(tuning.record_path())}))\n")
+         "                  'loop_register': loop_register, 'record': str(tuning.record_path())}))\n")
+REGISTER = {64: "zmm", 32: "ymm"}
 
 
 def probe(cache_dir, **env):
@@ -40,30 +44,43 @@ def needs_avx512():
 def test_the_choice_is_measured_once_stored_and_read_back(tmp_path):
     needs_avx512()
     first = probe(tmp_path)
-    assert first["tuned"]["matmul_vector_bytes"] in (64, 32) and set(first["tuned"]["measured_ms"]) == {"512", "256"}
-    assert first["lanes"] == first["tuned"]["matmul_vector_bytes"] // 4 and first["fma"]
+    tuned = first["tuned"]
+    assert tuned["matmul_vector_bytes"] in (64, 32) and tuned["loop_vector_bytes"] in (64, 32)
+    assert {probe: set(times) for probe, times in tuned["measured_ms"].items()} == {"matmul": {"512", "256"},
+                                                                                   "loop": {"512", "256"}}
+    assert first["lanes"] == tuned["matmul_vector_bytes"] // 4 and first["fma"]
+    assert first["loop_register"] == REGISTER[tuned["loop_vector_bytes"]]
     record = tmp_path / first["record"].split(str(tmp_path) + "/", 1)[1]
     stamp = record.stat().st_mtime_ns
     second = probe(tmp_path)
     assert second["tuned"] == first["tuned"] and record.stat().st_mtime_ns == stamp      # read, not measured
 
 
-def test_a_stored_choice_applies_to_every_tile(tmp_path):
-    """A record saying 256-bit gives 8-lane float32 tiles on an AVX-512 CPU, and right results."""
+def test_a_stored_choice_applies_to_every_tile_and_loop(tmp_path):
+    """A record saying 256-bit gives 8-lane float32 tiles and ymm loops on an AVX-512 CPU, and
+    right results; one saying 512-bit gives zmm loops where LLVM's model of the CPU prefers
+    256-bit ones (rocketlake's)."""
     needs_avx512()
-    record = probe(tmp_path, TRACECOMP_TUNE="0")["record"]
-    os.makedirs(os.path.dirname(record), exist_ok=True)
-    with open(record, "w") as f:
-        json.dump({"matmul_vector_bytes": 32}, f)
-    got = probe(tmp_path)
-    assert got["lanes"] == 8 and got["fma"] and got["tuned"] == {"matmul_vector_bytes": 32}
+    for target_name, width in (("host", 32), ("rocketlake", 64)):
+        folder = tmp_path / target_name
+        untuned = probe(folder, TRACECOMP_TUNE="0", TRACECOMP_TARGET=target_name)
+        os.makedirs(os.path.dirname(untuned["record"]), exist_ok=True)
+        choices = {"matmul_vector_bytes": width, "loop_vector_bytes": width}
+        with open(untuned["record"], "w") as f:
+            json.dump(choices, f)
+        got = probe(folder, TRACECOMP_TARGET=target_name)
+        assert got["lanes"] == width // 4 and got["fma"] and got["tuned"] == choices
+        assert got["loop_register"] == REGISTER[width]
+        if target_name == "rocketlake":
+            assert untuned["loop_register"] == "ymm"      # LLVM's own choice for rocketlake
 
 
 def test_a_record_that_is_not_a_known_choice_is_measured_again(tmp_path):
     needs_avx512()
     record = probe(tmp_path, TRACECOMP_TUNE="0")["record"]
     os.makedirs(os.path.dirname(record), exist_ok=True)
-    for bad in ('{"matmul_vector_bytes": 128}', "not json", "[64]"):
+    for bad in ('{"matmul_vector_bytes": 128, "loop_vector_bytes": 64}', '{"matmul_vector_bytes": 64}',
+                "not json", "[64]"):
         with open(record, "w") as f:
             f.write(bad)
         got = probe(tmp_path)
@@ -93,7 +110,7 @@ def test_the_first_stored_record_wins(tmp_path, monkeypatch):
     from tracecomp.runtime import cache
     needs_avx512()
     monkeypatch.setattr(cache.settings, "_directory", tmp_path)
-    first = tuning.store_record({"matmul_vector_bytes": 64, "measured_ms": {"512": 1.0, "256": 2.0}})
-    second = tuning.store_record({"matmul_vector_bytes": 32, "measured_ms": {"512": 2.0, "256": 1.0}})
+    first = tuning.store_record({"matmul_vector_bytes": 64, "loop_vector_bytes": 64})
+    second = tuning.store_record({"matmul_vector_bytes": 32, "loop_vector_bytes": 32})
     assert first == second == tuning.load_record() and first["matmul_vector_bytes"] == 64
     assert not list(tmp_path.rglob("*.tmp"))

@@ -5,13 +5,16 @@ machines (runtime/target.py) are built from them, and `tracecomp info` prints th
 measured choices (`tuned()`) are what a model of the CPU cannot decide; runtime/tuning.py
 measures them once per CPU and installs them before any program is scheduled.
 
-`TRACECOMP_TARGET=avx2` generates code as for an AVX2 CPU (AVX-512 and AMX off) on a host
-that has more, to test and measure that target on any machine.  Features can only be
-turned off, never on (that would run instructions the CPU lacks), so every target runs
-on this host.
+`TRACECOMP_TARGET` picks another target on a host that has more, to test and measure it on
+any machine: `avx2` generates code as for an AVX2 CPU (AVX-512 and AMX off), `rocketlake`
+as LLVM generates it for Intel's Rocket Lake (AVX-512, with the CPU model that tunes
+elementwise loops for 256-bit vectors), so an AMD host runs the code an Intel host would
+get.  Features can only be turned off, never on (that would run instructions the CPU
+lacks), so every target runs on this host.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -23,8 +26,22 @@ import llvmlite.binding as llvm
 from .errors import BackendError
 
 TARGET_ENV = "TRACECOMP_TARGET"
-# feature-name prefixes each target turns off
-NARROWER_TARGETS = {"host": (), "avx2": ("avx512", "amx", "avx10", "evex512")}
+
+
+@dataclass(frozen=True)
+class NarrowerTarget:
+    off: tuple[str, ...] = ()          # feature-name prefixes turned off
+    needs: tuple[str, ...] = ()        # features the host must have
+    cpu: str | None = None             # LLVM's CPU model to tune for (None: the host's)
+
+
+NARROWER_TARGETS = {
+    "host": NarrowerTarget(),
+    "avx2": NarrowerTarget(off=("avx512", "amx", "avx10", "evex512"), needs=("avx2",)),
+    # Rocket Lake's AVX-512 subset: what Zen 4/5 or Sapphire Rapids have beyond it goes off
+    "rocketlake": NarrowerTarget(off=("amx", "avx10", "avx512fp16", "avx512bf16", "avx512vp2intersect"),
+                                 needs=("avx512f", "avx512bw", "avx512dq", "avx512vl"), cpu="rocketlake"),
+}
 SYSFS_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -38,21 +55,37 @@ class HostTarget:
         return f"+{feature}" in self.features.split(",")
 
 
-@functools.lru_cache(maxsize=None)
 def host_target() -> HostTarget:
     """The process's triple and the host CPU's name and features as LLVM reports them,
-    narrowed by TRACECOMP_TARGET."""
+    narrowed by TRACECOMP_TARGET, with the measured vector width of the loop vectorizer
+    (`tuned()["loop_vector_bytes"]`) as LLVM's prefer-256-bit tuning feature: the CPU model
+    alone decides that width otherwise (rocketlake: 256 bits, Zen: 512)."""
+    loop_bytes = _tuned.get("loop_vector_bytes")
+    return _preferring(detected_target(), loop_bytes) if loop_bytes else detected_target()
+
+
+@functools.lru_cache(maxsize=None)
+def _preferring(target: HostTarget, loop_bytes: int) -> HostTarget:
+    sign = "+" if loop_bytes < 64 else "-"
+    return dataclasses.replace(target, features=f"{target.features},{sign}prefer-256-bit")
+
+
+@functools.lru_cache(maxsize=None)
+def detected_target() -> HostTarget:
+    """The target before the measured choices: what they are measured for (their key)."""
     features = llvm.get_host_cpu_features()
     choice = target_name()
     if choice not in NARROWER_TARGETS:
         raise BackendError(f"{TARGET_ENV}={choice!r} is not a target tracecomp knows (one of "
                            f"{', '.join(NARROWER_TARGETS)})")
-    if choice == "avx2" and not features.get("avx2"):
-        raise BackendError(f"{TARGET_ENV}=avx2, but this CPU has no AVX2")
+    narrower = NARROWER_TARGETS[choice]
+    missing = [name for name in narrower.needs if not features.get(name)]
+    if missing:
+        raise BackendError(f"{TARGET_ENV}={choice}, but this CPU has no {', '.join(missing)}")
     for name in features:
-        if name.startswith(NARROWER_TARGETS[choice]):
+        if name.startswith(narrower.off):
             features[name] = False
-    return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), features.flatten())
+    return HostTarget(llvm.get_process_triple(), narrower.cpu or llvm.get_host_cpu_name(), features.flatten())
 
 
 def target_name() -> str:
@@ -100,8 +133,8 @@ _tuned: dict = {}
 
 
 def tuned() -> dict:
-    """The choices measured on this CPU (runtime/tuning.py), e.g. {"matmul_vector_bytes": 64};
-    empty when nothing was measured (the models decide alone)."""
+    """The choices measured on this CPU (runtime/tuning.py), e.g. {"matmul_vector_bytes": 64,
+    "loop_vector_bytes": 64}; empty when nothing was measured (the models decide alone)."""
     return dict(_tuned)
 
 

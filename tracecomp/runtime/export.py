@@ -38,6 +38,7 @@ import subprocess
 import tempfile
 from typing import Any, Callable, Optional, Sequence
 
+from .. import hostcpu
 from ..errors import ArgumentError, BackendError
 from ..lower.llvm.c_header import render_header
 from ..lower.llvm.entry_point import build_module
@@ -62,7 +63,7 @@ def export_library(fn: Callable, example_inputs: Sequence[Any], path: str, name:
         raise ArgumentError(f"tc.export: dynamic size name {clash[0]!r} is taken by the entry "
                             "point's own parameters; pick another name")
 
-    host = target.host_target()
+    host = hostcpu.detected_target()       # the ISA the library needs (without the tuning flags)
     metadata = {
         "format": 1,
         "tracecomp_version": __version__,

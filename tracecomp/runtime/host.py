@@ -43,7 +43,7 @@ def describe() -> dict:
         "matmul_blocks": {dt.label: {"mr": b.mr, "nr": b.nr, "mc": b.mc, "kc": b.kc, "nc": b.nc}
                           for dt, b in host_tiles().items()},
         "matmul_vector_bits": tiles_for(DType.float32).vector_bytes * 8,
-        "matmul_vector_measured_ms": tuned().get("measured_ms"),
+        "vector_measured_ms": tuned().get("measured_ms", {}),     # {"matmul": {"512": ms, ...}, "loop": ...}
         "threads": max_threads(),
         "numpy_blas": numpy_blas.describe(),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", jit.GOMP_SPINCOUNT),
@@ -53,6 +53,15 @@ def describe() -> dict:
 
 def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10} KiB"
+
+
+def _measured(info: dict, probe: str, otherwise: str) -> str:
+    times = info.get("vector_measured_ms", {}).get(probe)
+    if not times:
+        return f"{otherwise} (nothing measured)"
+    return ("measured best here (" + ", ".join(f"{bits}-bit {ms} ms" for bits, ms in
+                                              sorted(times.items(), key=lambda kv: -int(kv[0])))
+            + "; runtime/tuning.py)")
 
 
 def report(info: dict) -> str:
@@ -70,12 +79,10 @@ def report(info: dict) -> str:
         + (f"; {TARGET_ENV}={info['target']}" if info.get("target", "host") != "host" else ""),
         f"vector features: {' '.join(info['vector_features']) or 'none'}",
         f"caches: {caches_text}",
-        f"generated loops use {reg} registers" + (f" ({widths[reg]}-bit)" if reg in widths else ""),
+        f"generated loops use {reg} registers" + (f" ({widths[reg]}-bit)" if reg in widths else "") + ", "
+        + _measured(info, "loop", "LLVM's choice for this CPU"),
         f"matmul blocking: {blocks}",
-        f"matmul vectors: {info['matmul_vector_bits']}-bit, "
-        + ("measured best here (" + ", ".join(f"{bits}-bit {ms} ms" for bits, ms in
-                                            sorted(info["matmul_vector_measured_ms"].items(), key=lambda kv: -int(kv[0])))
-           + "; runtime/tuning.py)" if info.get("matmul_vector_measured_ms") else "the ISA's widest (nothing measured)"),
+        f"matmul vectors: {info['matmul_vector_bits']}-bit, " + _measured(info, "matmul", "the ISA's widest"),
         f"threads: {info['threads']}; idle OpenMP workers spin {info['gomp_spincount']} times, then sleep",
         f"compile cache: {info['compile_cache']}",
         info.get("numpy_blas", ""),

@@ -186,13 +186,19 @@ class JitEngine:
     """Compiles modules into JitLibraries for the host (or a given target machine)."""
 
     def __init__(self, tm: Optional[llvm.TargetMachine] = None, libraries_per_jit: int = 256):
-        self.tm = tm if tm is not None else target.host_target_machine(target.OPT_LEVEL)
+        self._tm = tm
         self.libraries_per_jit = libraries_per_jit
         self._lock = threading.Lock()
         self._names = itertools.count()
         self._lljit: Optional[llvm.LLJIT] = None
         self._linked = 0
         load_system_library("m")     # libm for erf/expm1/...: Python may have it only locally
+
+    @property
+    def tm(self) -> llvm.TargetMachine:
+        """The given machine, or the host's as it is now (the measured choices of
+        runtime/tuning.py change its features once, before anything is scheduled)."""
+        return self._tm if self._tm is not None else target.host_target_machine(target.OPT_LEVEL)
 
     def compile(self, module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
                 opt: int = target.OPT_LEVEL) -> JitLibrary:

@@ -63,8 +63,8 @@ def _fresh_path(path: str) -> str:
 
 def host_cpu_features() -> set[str]:
     """The features this host's CPU has, as LLVM names them ("avx2", "fma", ...)."""
-    from .target import host_target
-    return _enabled(host_target().features)
+    from ..hostcpu import detected_target
+    return _enabled(detected_target().features)
 
 
 def _enabled(features: str) -> set[str]:

@@ -50,15 +50,19 @@ def initialize() -> None:
             _initialized = True
 
 
-@functools.lru_cache(maxsize=None)
 def host_target_machine(opt: int = OPT_LEVEL, reloc: str = "default",
                         codemodel: str = "jitdefault") -> llvm.TargetMachine:
-    """A target machine for the host CPU with all its features (cached).
+    """A target machine for the host CPU with all its features (cached; a new one once the
+    measured choices change the target's features).
 
     The defaults suit the JIT; an exporter of shared objects asks for reloc="pic" and
     codemodel="default"."""
+    return _target_machine(host_target(), opt, reloc, codemodel)
+
+
+@functools.lru_cache(maxsize=None)
+def _target_machine(host, opt: int, reloc: str, codemodel: str) -> llvm.TargetMachine:
     initialize()
-    host = host_target()
     target = llvm.Target.from_triple(host.triple)
     return target.create_target_machine(cpu=host.cpu, features=host.features, opt=opt,
                                         reloc=reloc, codemodel=codemodel, jit=True)

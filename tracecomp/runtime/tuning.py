@@ -2,23 +2,29 @@
 cache's folder.
 
 The matmul's tiles follow from the vector ISA and the caches (lower/schedule/tiles.py),
-except one choice: on a CPU with AVX-512, whether 512-bit vectors beat 256-bit ones.  Zen 5
-runs its matmul 1.9x faster with them; on some Intel CPUs a 512-bit FMA issues on fewer
-ports, or lowers the clock, and LLVM tunes rocketlake for 256-bit vectors.  So on an AVX-512
-target, the first program scheduled in a process (`ensure_tuned`, called from
-trace.Lowered.program) looks for `<cache folder>/tuning-v1/<cpu key>.json`; when absent it
-times a 384^3 float32 product with tiles of each width (on one thread, in the thread's CPU
-time, so that other processes on the machine do not tilt it; interleaved, best of 7 rounds,
-about 0.3 s once), keeps 512-bit unless 256-bit is more than MARGIN faster, and stores the
-choice.  The first process to store a record wins: one that measured at the same time
-takes the stored choice, so every process sharing the folder uses the same tiles.
-The key holds the CPU's model name, LLVM's name and features for it and its caches, so
-another CPU (or TRACECOMP_TARGET) gets a search of its own.  The choice is installed with
-hostcpu.set_tuned before anything is scheduled, so every tile of the process agrees, and
-the tiles are part of the compile cache's key.
+and the loop vectorizer's width from LLVM's model of the CPU, except for one question on
+a CPU with AVX-512: do 512-bit vectors beat 256-bit ones?  Zen 5 runs its matmul 1.9x and
+W1's transcendentals 1.4x faster with them; on some Intel CPUs a 512-bit FMA issues on
+fewer ports, or lowers the clock, and LLVM tunes rocketlake's loops for 256-bit vectors.
+So the question is asked twice, of the matmul's tiles (`matmul_vector_bytes`) and of the
+elementwise and row loops LLVM vectorizes (`loop_vector_bytes`, given to LLVM as its
+prefer-256-bit feature, hostcpu.host_target).  On an AVX-512 target, the first program
+scheduled in a process (`ensure_tuned`, called from trace.Lowered.program) looks for
+`<cache folder>/tuning-v2/<cpu key>.json`; when absent it times, with each width, a 384^3
+float32 product and W1's x sigmoid(1.702 x) + sin(x) exp(-x^2) over 2^15 floats (on one
+thread, in the thread's CPU time, so that other processes on the machine do not tilt it;
+interleaved, best of 7 rounds, about 0.5 s once), keeps 512-bit unless 256-bit is more
+than MARGIN faster, and stores the choices.  The first process to store a record wins:
+one that measured at the same time takes the stored choices, so every process sharing the
+folder generates the same code.  The key holds the CPU's model name, LLVM's name and
+features for it and its caches, so another CPU (or TRACECOMP_TARGET) gets a search of its
+own.  The choices are installed with hostcpu.set_tuned before anything is scheduled, so
+every tile and loop of the process agrees, and the tiles and the target's features are
+part of the compile cache's key.
 
-Nothing is measured with the compile cache off, or with TRACECOMP_TUNE=0 (the model's
-widest vectors then); a stored file that does not hold a known choice is measured again.
+Nothing is measured with the compile cache off, or with TRACECOMP_TUNE=0 (the ISA's widest
+tiles and LLVM's own loop width then); a stored file that does not hold known choices is
+measured again.
 """
 from __future__ import annotations
 
@@ -38,9 +44,10 @@ from . import cache, jit
 log = logging.getLogger("tracecomp.tuning")
 
 TUNE_ENV = "TRACECOMP_TUNE"
-VERSION = 1
+VERSION = 2
 MARGIN = 0.10          # 256-bit vectors must be this much faster to be chosen over 512-bit
 PROBE_N = 384          # the probe product: PROBE_N^3 float32, ~0.1 GFLOP
+LOOP_PROBE_N = 1 << 15  # the probe loop's floats: 128 KiB in, 128 KiB out, in L2
 ROUNDS, CALLS = 7, 3
 _lock = threading.Lock()
 _done = False
@@ -50,7 +57,7 @@ _recorded_in: set = set()             # cache folders known to hold a record
 
 def cpu_key() -> str:
     """What the choice depends on: the CPU's model and caches, LLVM's name and features for it."""
-    t = hostcpu.host_target()
+    t = hostcpu.detected_target()
     text = json.dumps([VERSION, hostcpu.cpu_model(), t.cpu, t.features, hostcpu.caches()], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -59,8 +66,11 @@ def record_path(directory=None):
     return (directory or cache.settings.directory) / f"tuning-v{VERSION}" / f"{cpu_key()}.json"
 
 
+CHOICES = ("matmul_vector_bytes", "loop_vector_bytes")
+
+
 def candidates() -> tuple[int, ...]:
-    """The matmul vector widths (bytes) to choose between: 512- and 256-bit on AVX-512."""
+    """The vector widths (bytes) to choose between: 512- and 256-bit on AVX-512."""
     return (64, 32) if hostcpu.host_target().has("avx512f") else ()
 
 
@@ -103,7 +113,7 @@ def load_record(directory=None) -> Optional[dict]:
         choices = json.loads(record_path(directory).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(choices, dict) or choices.get("matmul_vector_bytes") not in candidates():
+    if not isinstance(choices, dict) or any(choices.get(name) not in candidates() for name in CHOICES):
         return None
     return choices
 
@@ -129,30 +139,42 @@ def store_record(choices: dict, directory=None) -> dict:
 
 
 def measure() -> dict:
-    """Time the probe product with each candidate width's tiles; the choice and the times."""
+    """Time the probes with each candidate width; the choices and the times."""
     from ..trace import trace
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((PROBE_N, PROBE_N)).astype(np.float32) for _ in range(2))
-    calls = {}
-    with cache.settings.off():              # the probes are compiled once ever: not worth keeping
-        for width in candidates():
-            hostcpu.set_tuned({"matmul_vector_bytes": width})
-            f = trace(lambda x, y: x @ y)
-            f(a, b)                                        # compile (and fault the outputs in)
-            calls[width] = f
+    x = rng.standard_normal(LOOP_PROBE_N).astype(np.float32)
+    chosen: dict = {}
+    times: dict = {}
+    for name, fn, args in (("matmul_vector_bytes", lambda x, y: x @ y, (a, b)),
+                           ("loop_vector_bytes", lambda x: x * (1.702 * x).sigmoid() + x.sin() * (-x * x).exp(), (x,))):
+        calls = {}
+        with cache.settings.off():          # the probes are compiled once ever: not worth keeping
+            for width in candidates():
+                hostcpu.set_tuned({**chosen, name: width})
+                f = trace(fn)
+                f(*args)                                   # compile (and fault the outputs in)
+                calls[width] = f
+        best = _best_times(calls, args)
+        chosen[name] = decide(best)
+        times[name.replace("_vector_bytes", "")] = {str(w * 8): round(t * 1e3, 4) for w, t in best.items()}
+        log.info("tuning: %s %d-bit (%s)", name, chosen[name] * 8,
+                 ", ".join(f"{w * 8}-bit {t * 1e3:.3f} ms" for w, t in best.items()))
+    return {**chosen, "measured_ms": times}
+
+
+def _best_times(calls: dict, args) -> dict:
+    """Each width's best time per call, on one thread, rounds interleaved so that every
+    width sees the same conditions."""
     best = {width: float("inf") for width in calls}
     with jit.one_thread():
-        for _ in range(ROUNDS):                            # interleaved: the same conditions for both
+        for _ in range(ROUNDS):
             for width, f in calls.items():
                 t0 = time.thread_time()
                 for _ in range(CALLS):
-                    f(a, b)
+                    f(*args)
                 best[width] = min(best[width], (time.thread_time() - t0) / CALLS)
-    chosen = decide(best)
-    log.info("tuning: matmul vectors %d-bit (%s)", chosen * 8,
-             ", ".join(f"{w * 8}-bit {t * 1e3:.3f} ms" for w, t in best.items()))
-    return {"matmul_vector_bytes": chosen,
-            "measured_ms": {str(w * 8): round(t * 1e3, 4) for w, t in best.items()}}
+    return best
 
 
 def decide(seconds: dict) -> int:
