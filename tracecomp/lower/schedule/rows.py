@@ -36,7 +36,7 @@ import dataclasses
 from typing import Optional
 
 from ...ir import Op, Value
-from ..loops import ir as L
+from ..loops import index as I, ir as L
 from ..loops.walk import buffers_read, count_exprs, loads, statements, substitute, walk
 from .tiles import parallel_min_work
 from .reductions import output_index, row_rank, statements_at
@@ -100,12 +100,13 @@ class RowFusion:
         rank, take = None, []
         for op in self._ops(reads):
             k = row_rank(op)
-            if k <= len(nest) and rank in (None, k) and _read_at(op, reads, self.sched, outer[:k], unit):
+            if k <= len(nest) and rank in (None, k) and _covers(op, nest) and \
+                    _read_at(op, reads, self.sched, outer[:k], unit):
                 rank = k
                 take.append(op)
             else:
                 self.flush(op)
-        work = _Absorbed(outer[:rank] if rank else (), unit)
+        work = _Absorbed(outer[:rank] if rank else (), unit, nest)
         for op in take:
             self._compute(op, work)
         if not work.ops:
@@ -144,7 +145,8 @@ class RowFusion:
         stmts, values = statements_at(self.sched, op, index, tag)
         reads = self._pending_reads(stmts)
         for dep in self._ops(reads):
-            if row_rank(dep) == len(work.outer) and _read_at(dep, reads, self.sched, work.outer, work.unit):
+            if row_rank(dep) == len(work.outer) and _covers(dep, work.nest) and \
+                    _read_at(dep, reads, self.sched, work.outer, work.unit):
                 self._compute(dep, work)
             else:
                 self.flush(dep)
@@ -163,6 +165,7 @@ class _Absorbed:
     """The row reductions being absorbed into one kernel: their statements, in order."""
     outer: tuple
     unit: frozenset                                            # loop vars of extent 1
+    nest: list                                                 # the kernel's loops
     stmts: list = dataclasses.field(default_factory=list)
     values: dict = dataclasses.field(default_factory=dict)     # buffer -> (index, Var)
     ops: list = dataclasses.field(default_factory=list)
@@ -179,6 +182,14 @@ def _read_at(op: Op, reads: dict, sched, outer: tuple, unit: frozenset) -> bool:
     """Whether every read of `op`'s results is at its output index for `outer`."""
     want = _canonical(output_index(op, outer), unit)
     return all(_canonical(index, unit) == want for r in op.results for index in reads.get(sched.names[r], ()))
+
+
+def _covers(op: Op, nest: list) -> bool:
+    """Whether the kernel's outer loops run over every row of `op`: a kernel over part of
+    them (the slice of a gradient that a split hands one input) would compute only those
+    rows, and another kernel may read the rest from the result's buffer."""
+    shape = op.operands[0].type.shape
+    return all(nest[j].extent == I.dim(shape[j]) for j in range(row_rank(op)))
 
 
 def _canonical(index: tuple, unit: frozenset) -> tuple:
