@@ -36,7 +36,7 @@ def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View
     if v in sched.names or v.op is None or getattr(sched.table.get(v.op.name), "kind", None) != "reshape":
         return None
     cols = v.op.operands[0]
-    args = None if cols in sched.names else sched._made_by(cols, "im2col")
+    args = None if cols in sched.names else sched.made_by(cols, "im2col")
     if args is None or _used_elsewhere(sched, v) or _used_elsewhere(sched, cols) or v.type.ndim != 4 or tuple(v.type.shape[:2]) != tuple(batch) \
             or any(is_dynamic(d) for d in (*v.type.shape, *cols.type.shape, *args["self"].type.shape)):
         return None

@@ -260,7 +260,7 @@ class Scheduler:
                 check = IndexCheck(opdef.full_name, dim, size, op.loc, allowed, wraps)
                 self.program.index_checks.setdefault(self.names[idx], []).append(check)
 
-    def _made_by(self, v, full_name: str) -> Optional[dict]:
+    def made_by(self, v, full_name: str) -> Optional[dict]:
         """The arguments of the op `full_name` that computes `v`; None if another op (or
         nothing) gives v."""
         op = getattr(v, "op", None)
@@ -271,8 +271,8 @@ class Scheduler:
     def _unless_ignored(self, v: Value, size) -> tuple[Value, Optional[int]]:
         """(t, k) when `v` is `where(t != k, t, c)` with c a scalar in range (nll_loss's
         ignore_index): the index input is t, which may hold k as well; else (v, None)."""
-        args = None if v in self.names else self._made_by(v, "where.self")
-        cond = args and self._made_by(args["condition"], "ne")
+        args = None if v in self.names else self.made_by(v, "where.self")
+        cond = args and self.made_by(args["condition"], "ne")
         if not cond or not isinstance(args["other"], int) or not (isinstance(size, int) and 0 <= args["other"] < size):
             return v, None
         t, k = self._view_source(args["self"]), cond["other"]
@@ -283,9 +283,9 @@ class Scheduler:
     def _unless_wrapped(self, v: Value, size) -> tuple[Value, bool]:
         """(t, True) when `v` is `where(t < 0, t + size, t)` (negative indices counted from
         the end, composites.wrapped): the index input is t, which may lie in [-size, size)."""
-        args = None if v in self.names else self._made_by(v, "where.self")
-        cond = args and self._made_by(args["condition"], "lt")
-        shifted = args and self._made_by(args["self"], "add")
+        args = None if v in self.names else self.made_by(v, "where.self")
+        cond = args and self.made_by(args["condition"], "lt")
+        shifted = args and self.made_by(args["self"], "add")
         t = args and args["other"]
         if cond and shifted and isinstance(t, Value) and cond["self"] is t and cond["other"] == 0 and shifted["self"] is t \
                 and shifted["other"] == size and shifted.get("alpha", 1) == 1:
