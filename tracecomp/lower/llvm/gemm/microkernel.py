@@ -260,9 +260,9 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
     in the input: loops.ir.Windows), for x < count and p < kc.  Per vector of a micro-panel,
     its column offsets are loaded once: when they are consecutive (the columns of one output
     row, stride 1) each p is one vector load; when they are two such runs (a vector across
-    the end of an output row) two loads and a blend; otherwise a gather (which cost W7's
-    conv a sixth of its time when it also took the two-run vectors); past `count` the lanes
-    are zero."""
+    the end of an output row) two loads and a blend; when they step by two (stride 2) two
+    loads and a shuffle; otherwise a gather (which cost W7's conv a sixth of its time when it
+    also took the two-run vectors); past `count` the lanes are zero."""
     t, lanes = S.register_type(dtype), tiles_for(dtype).lanes
     vt, it = ir.VectorType(t, lanes), ir.VectorType(S.I32, lanes)
     fn, b = helper_function(module, dtype, pack_windows_name(dtype, width),
@@ -273,6 +273,9 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
     dst, src, rows, cols, count, kc = fn.args
     c64 = functools.partial(ir.Constant, S.I64)
     ramp = ir.Constant(it, list(range(lanes)))
+    ramp2 = ir.Constant(it, list(range(0, 2 * lanes, 2)))
+    # the even positions of [first, first + 2 lanes - 1) from loads at first and first + lanes - 1
+    evens_mask = ir.Constant(it, [2 * i if 2 * i < lanes else 2 * i + 1 for i in range(lanes)])
     masked_load = S.declare(module, f"llvm.masked.load.v{lanes}i32.p0", it, [_PTR, S.I32, ir.VectorType(S.I1, lanes), it])
     gather = S.declare(module, f"llvm.masked.gather.v{lanes}{_scalar_name(dtype)}.v{lanes}p0", vt,
                        [ir.VectorType(_PTR, lanes), S.I32, ir.VectorType(S.I1, lanes), vt])
@@ -296,16 +299,28 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
             # Two whole vector loads and a blend: with the second run after the first, every
             # address they touch lies between two elements of the panel, so inside the buffer
             # (masked loads instead cost W7's conv 0.35 ms more on one Zen 5 core)
-            bits = b.bitcast(steps, ir.IntType(lanes))
-            split = b.zext(S.intrinsic(b, "cttz", [b.not_(bits)], (ir.Constant(S.I1, 0),)), S.I32)
-            second = b.sub(b.extract_element(offsets, S.intrinsic(b, "smin", [split, ir.Constant(S.I32, lanes - 1)])),
-                           split)
-            in_first = b.icmp_signed("<", ramp, splat(b, split, it))
-            expected = b.add(b.select(in_first, splat(b, first, it), splat(b, second, it)), ramp)
-            two = b.icmp_unsigned("==", b.bitcast(b.icmp_signed("==", offsets, expected), ir.IntType(lanes)),
-                                  ir.Constant(ir.IntType(lanes), -1))
-            two = b.and_(two, b.icmp_signed("==", valid, ir.Constant(S.I32, lanes)))
-            two = b.and_(two, b.icmp_signed(">=", second, first))
+            def two_runs(step: int, step_ramp):
+                """(whether the vector is two runs of this step, the lanes of the first, the
+                second run's offset shifted back to lane 0)."""
+                bits = b.bitcast(b.icmp_signed("==", offsets, b.add(splat(b, first, it), step_ramp)), ir.IntType(lanes))
+                split = b.zext(S.intrinsic(b, "cttz", [b.not_(bits)], (ir.Constant(S.I1, 0),)), S.I32)
+                last = S.intrinsic(b, "smin", [split, ir.Constant(S.I32, lanes - 1)])
+                second = b.sub(b.extract_element(offsets, last), b.mul(split, ir.Constant(S.I32, step)))
+                in_first = b.icmp_signed("<", ramp, splat(b, split, it))
+                expected = b.add(b.select(in_first, splat(b, first, it), splat(b, second, it)), step_ramp)
+                ok = b.icmp_unsigned("==", b.bitcast(b.icmp_signed("==", offsets, expected), ir.IntType(lanes)),
+                                     ir.Constant(ir.IntType(lanes), -1))
+                ok = b.and_(ok, b.icmp_signed("==", valid, ir.Constant(S.I32, lanes)))
+                return b.and_(ok, b.icmp_signed(">=", second, first)), in_first, second
+
+            two, in_first, second = two_runs(1, ramp)
+            # every other element (a stride-2 convolution's output row): two loads that end
+            # at the last element and a shuffle of their even positions, per run; a run
+            # ends at or before the next one's last element, so these stay inside too
+            strided = b.icmp_unsigned("==", b.bitcast(b.icmp_signed("==", offsets, b.add(splat(b, first, it), ramp2)),
+                                                      ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), -1))
+            strided = b.and_(strided, b.icmp_signed("==", valid, ir.Constant(S.I32, lanes)))
+            two_strided, in_first2, second2 = two_runs(2, ramp2)
             vdst = b.gep(pdst, [b.mul(v.index, c64(lanes))], source_etype=t)
 
             def each_p(value_at):
@@ -322,6 +337,15 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
                 tail = b.load(b.gep(base, [b.sext(second, S.I64)], source_etype=t), typ=vt, align=dtype.itemsize)
                 return b.select(in_first, head, tail)
 
+            def evens(base, at=first):
+                head = b.load(b.gep(base, [b.sext(at, S.I64)], source_etype=t), typ=vt, align=dtype.itemsize)
+                tail = b.load(b.gep(base, [b.sext(b.add(at, ir.Constant(S.I32, lanes - 1)), S.I64)],
+                                    source_etype=t), typ=vt, align=dtype.itemsize)
+                return b.shuffle_vector(head, tail, evens_mask)
+
+            def strided_runs(base):
+                return b.select(in_first2, evens(base), evens(base, second2))
+
             def gathered(base):
                 at = b.gep(base, [offsets], source_etype=t)
                 at.type = ir.VectorType(_PTR, lanes)       # llvmlite types a vector GEP as one pointer
@@ -334,7 +358,15 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
                         with pair:
                             each_p(runs)
                         with scattered:
-                            each_p(gathered)
+                            with b.if_else(strided) as (every_other, other_runs):
+                                with every_other:
+                                    each_p(evens)
+                                with other_runs:
+                                    with b.if_else(two_strided) as (strided_pair, anywhere):
+                                        with strided_pair:
+                                            each_p(strided_runs)
+                                        with anywhere:
+                                            each_p(gathered)
     b.ret_void()
     return fn
 
