@@ -292,8 +292,16 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
             offsets = b.call(masked_load, [b.gep(cols, [lane0], source_etype=S.I32), ir.Constant(S.I32, 4), mask,
                                            ir.Constant(it, [0] * lanes)])
             first = b.extract_element(offsets, ir.Constant(S.I32, 0))
-            steps = b.icmp_signed("==", offsets, b.add(splat(b, first, it), ramp))
-            consecutive = b.icmp_unsigned("==", b.bitcast(steps, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), -1))
+            full = b.icmp_signed("==", valid, ir.Constant(S.I32, lanes))
+
+            def every(lane_flags):
+                return b.icmp_unsigned("==", b.bitcast(lane_flags, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), -1))
+
+            def steps_from(at, step_ramp):
+                return b.icmp_signed("==", offsets, b.add(at, step_ramp))
+
+            consecutive = every(steps_from(splat(b, first, it), ramp))
+
             # two runs (the end of one output row, the start of the next): the first lane
             # that breaks the run starts the second, read shifted back by its lane number.
             # Two whole vector loads and a blend: with the second run after the first, every
@@ -302,24 +310,19 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
             def two_runs(step: int, step_ramp):
                 """(whether the vector is two runs of this step, the lanes of the first, the
                 second run's offset shifted back to lane 0)."""
-                bits = b.bitcast(b.icmp_signed("==", offsets, b.add(splat(b, first, it), step_ramp)), ir.IntType(lanes))
+                bits = b.bitcast(steps_from(splat(b, first, it), step_ramp), ir.IntType(lanes))
                 split = b.zext(S.intrinsic(b, "cttz", [b.not_(bits)], (ir.Constant(S.I1, 0),)), S.I32)
                 last = S.intrinsic(b, "smin", [split, ir.Constant(S.I32, lanes - 1)])
                 second = b.sub(b.extract_element(offsets, last), b.mul(split, ir.Constant(S.I32, step)))
                 in_first = b.icmp_signed("<", ramp, splat(b, split, it))
-                expected = b.add(b.select(in_first, splat(b, first, it), splat(b, second, it)), step_ramp)
-                ok = b.icmp_unsigned("==", b.bitcast(b.icmp_signed("==", offsets, expected), ir.IntType(lanes)),
-                                     ir.Constant(ir.IntType(lanes), -1))
-                ok = b.and_(ok, b.icmp_signed("==", valid, ir.Constant(S.I32, lanes)))
-                return b.and_(ok, b.icmp_signed(">=", second, first)), in_first, second
+                ok = every(steps_from(b.select(in_first, splat(b, first, it), splat(b, second, it)), step_ramp))
+                return b.and_(b.and_(ok, full), b.icmp_signed(">=", second, first)), in_first, second
 
             two, in_first, second = two_runs(1, ramp)
             # every other element (a stride-2 convolution's output row): two loads that end
             # at the last element and a shuffle of their even positions, per run; a run
             # ends at or before the next one's last element, so these stay inside too
-            strided = b.icmp_unsigned("==", b.bitcast(b.icmp_signed("==", offsets, b.add(splat(b, first, it), ramp2)),
-                                                      ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), -1))
-            strided = b.and_(strided, b.icmp_signed("==", valid, ir.Constant(S.I32, lanes)))
+            strided = b.and_(every(steps_from(splat(b, first, it), ramp2)), full)
             two_strided, in_first2, second2 = two_runs(2, ramp2)
             vdst = b.gep(pdst, [b.mul(v.index, c64(lanes))], source_etype=t)
 
@@ -350,23 +353,19 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
                 at = b.gep(base, [offsets], source_etype=t)
                 at.type = ir.VectorType(_PTR, lanes)       # llvmlite types a vector GEP as one pointer
                 return b.call(gather, [at, ir.Constant(S.I32, dtype.itemsize), mask, zeros])
-            with b.if_else(consecutive) as (one, other):
-                with one:
-                    each_p(run)
-                with other:
-                    with b.if_else(two) as (pair, scattered):
-                        with pair:
-                            each_p(runs)
-                        with scattered:
-                            with b.if_else(strided) as (every_other, other_runs):
-                                with every_other:
-                                    each_p(evens)
-                                with other_runs:
-                                    with b.if_else(two_strided) as (strided_pair, anywhere):
-                                        with strided_pair:
-                                            each_p(strided_runs)
-                                        with anywhere:
-                                            each_p(gathered)
+
+            def first_that_holds(cases, otherwise):
+                """Pack with the first case whose condition holds, else with `otherwise`."""
+                if not cases:
+                    return each_p(otherwise)
+                (holds, value_at), rest = cases[0], cases[1:]
+                with b.if_else(holds) as (yes, no):
+                    with yes:
+                        each_p(value_at)
+                    with no:
+                        first_that_holds(rest, otherwise)
+            first_that_holds([(consecutive, run), (two, runs), (strided, evens), (two_strided, strided_runs)],
+                             gathered)
     b.ret_void()
     return fn
 
