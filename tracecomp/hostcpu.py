@@ -14,11 +14,10 @@ lacks), so every target runs on this host.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import llvmlite.binding as llvm
@@ -67,7 +66,7 @@ def host_target() -> HostTarget:
 @functools.lru_cache(maxsize=None)
 def _preferring(target: HostTarget, loop_bytes: int) -> HostTarget:
     sign = "+" if loop_bytes < 64 else "-"
-    return dataclasses.replace(target, features=f"{target.features},{sign}prefer-256-bit")
+    return replace(target, features=f"{target.features},{sign}prefer-256-bit")
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,7 +4,7 @@ cache's folder.
 The matmul's tiles follow from the vector ISA and the caches (lower/schedule/tiles.py),
 and the loop vectorizer's width from LLVM's model of the CPU, except for one question on
 a CPU with AVX-512: do 512-bit vectors beat 256-bit ones?  Zen 5 runs its matmul 1.9x and
-W1's transcendentals 1.4x faster with them; on some Intel CPUs a 512-bit FMA issues on
+W1's transcendentals 1.5x faster with them; on some Intel CPUs a 512-bit FMA issues on
 fewer ports, or lowers the clock, and LLVM tunes rocketlake's loops for 256-bit vectors.
 So the question is asked twice, of the matmul's tiles (`matmul_vector_bytes`) and of the
 elementwise and row loops LLVM vectorizes (`loop_vector_bytes`, given to LLVM as its
@@ -13,7 +13,7 @@ scheduled in a process (`ensure_tuned`, called from trace.Lowered.program) looks
 `<cache folder>/tuning-v2/<cpu key>.json`; when absent it times, with each width, a 384^3
 float32 product and W1's x sigmoid(1.702 x) + sin(x) exp(-x^2) over 2^15 floats (on one
 thread, in the thread's CPU time, so that other processes on the machine do not tilt it;
-interleaved, best of 7 rounds, about 0.5 s once), keeps 512-bit unless 256-bit is more
+interleaved, best of 7 rounds, about 0.4 s once), keeps 512-bit unless 256-bit is more
 than MARGIN faster, and stores the choices.  The first process to store a record wins:
 one that measured at the same time takes the stored choices, so every process sharing the
 folder generates the same code.  The key holds the CPU's model name, LLVM's name and
