@@ -1,15 +1,16 @@
 """Sorting and searching in the loop IR: argsort (a stable merge sort) and searchsorted.
 
-Neither needs control flow the loop IR lacks.  A merge of two sorted runs A and B puts
-A[k] at k + (the number of B elements that sort before it) and B[k] at k + (the number of
-A elements that do not sort after it); both counts are binary searches of fixed length.
-So argsort is ceil(log2 n) passes of a bottom-up merge sort (runs of 1, 2, 4, ...), each
-a fully parallel loop in which every element finds its place in the next pass by one
-binary search and scatters its index there: n log2(n)^2 / 2 comparisons, no branches.
-The indices ping-pong between the output and one temp buffer, and the keys travel with
-them between two more (all but the last pass store both), so a probe of the search is
-one load of a key, not a load of an index and then of the key it names (W9: 548 -> 432 ms).  Ties keep their order (stable, as PyTorch's CPU
-sort), and NaN sorts as the largest value: last ascending, first descending.
+Neither needs control flow the loop IR lacks. A merge of two sorted runs A and B puts A[k]
+at k + (the number of B elements that sort before it) and B[k] at k + (the number of A
+elements that do not sort after it); both counts are binary searches of fixed length. So
+argsort is ceil(log2 n) passes of a bottom-up merge sort (runs of 1, 2, 4, ...), each a
+fully parallel loop in which every element finds its place in the next pass by one binary
+search and scatters its index there: n log2(n)^2 / 2 comparisons, no branches. The indices
+ping-pong between the output and one temp buffer, and the keys travel with them between
+two more (all but the last pass store both), so a probe of the search is one load of a
+key, not a load of an index and then of the key it names (W9: 548 -> 432 ms). Ties keep
+their order (stable, as PyTorch's CPU sort), and NaN sorts as the largest value: last
+ascending, first descending.
 """
 from __future__ import annotations
 
