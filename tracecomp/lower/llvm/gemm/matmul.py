@@ -77,18 +77,22 @@ class Plan:
     batch_count: int
 
 
+def _packable(kernel: Kernel, s: Matmul, dtype) -> bool:
+    """Whether the packed kernel runs `s` (given a workspace large enough: _plan)."""
+    return (s.workspace is not None and dtype in PACKED_DTYPES and all(isinstance(d, int) for d in s.batch)
+            and 0 not in (s.m, s.n, s.k) and isinstance(kernel.buffer(s.workspace).shape[0], int))
+
+
 def reads_windows(kernel: Kernel, s: Matmul) -> bool:
     """Whether the packed kernel reads `s.b_windows` (implicit GEMM) rather than `b`: then
-    the statements that fill b's buffer need not run (cpu_body).  The same conditions as
-    _plan, and offsets that fit the i32 tables."""
+    the statements that fill b's buffer need not run (cpu_body).  When it runs `s`, with
+    static sizes and offsets that fit the i32 tables."""
     w = s.b_windows
-    if w is None or s.workspace is None or kernel.buffer(s.out.buffer).dtype not in PACKED_DTYPES:
+    if w is None or not _packable(kernel, s, kernel.buffer(s.out.buffer).dtype) \
+            or not all(isinstance(d, int) for d in (s.m, s.n, s.k)):
         return False
-    if not all(isinstance(d, int) for d in (*s.batch, s.m, s.n, s.k)) or 0 in (s.m, s.n, s.k):
-        return False
-    if not isinstance(kernel.buffer(s.workspace).shape[0], int):
-        return False
-    return max(w.row_offsets()) + max(w.column_offsets()) < 2 ** 31 and min(w.row_offsets() + w.column_offsets()) >= 0
+    rows, cols = w.row_offsets(), w.column_offsets()
+    return max(rows) + max(cols) < 2 ** 31 and min(rows + cols) >= 0
 
 
 def cpu_body(kernel: Kernel) -> list:
@@ -112,13 +116,9 @@ def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> Non
 
 def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
     """The packed plan; m, n and k may be run-time sizes (dynamic dims), batch dims not."""
-    if s.workspace is None or dtype not in PACKED_DTYPES:
-        return None
-    if not all(isinstance(d, int) for d in s.batch) or 0 in (s.m, s.n, s.k):
+    if not _packable(em.kernel, s, dtype):
         return None
     ws = em.kernel.buffer(s.workspace)
-    if not isinstance(ws.shape[0], int):
-        return None
     bl = blocks(dtype, *(d if isinstance(d, int) else None for d in (s.m, s.n, s.k)))
     capacity = ws.shape[0] // bl.thread_elements
     if capacity < 1:
