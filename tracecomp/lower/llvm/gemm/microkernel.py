@@ -297,33 +297,31 @@ def pack_windows_function(module: ir.Module, dtype: DType, width: int) -> ir.Fun
             def every(lane_flags):
                 return b.icmp_unsigned("==", b.bitcast(lane_flags, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), -1))
 
-            def steps_from(at, step_ramp):
-                return b.icmp_signed("==", offsets, b.add(at, step_ramp))
-
-            consecutive = every(steps_from(splat(b, first, it), ramp))
+            def runs(step: int, step_ramp):
+                """Whether the offsets are one run of this step from `first`; whether they are
+                two (full vector, the second after the first); the lanes of the first run;
+                the second run's offset shifted back to lane 0."""
+                steps = b.icmp_signed("==", offsets, b.add(splat(b, first, it), step_ramp))
+                bits = b.bitcast(steps, ir.IntType(lanes))
+                split = b.zext(S.intrinsic(b, "cttz", [b.not_(bits)], (ir.Constant(S.I1, 0),)), S.I32)
+                last = S.intrinsic(b, "smin", [split, ir.Constant(S.I32, lanes - 1)])
+                second = b.sub(b.extract_element(offsets, last), b.mul(split, ir.Constant(S.I32, step)))
+                in_first = b.icmp_signed("<", ramp, splat(b, split, it))
+                expected = b.add(b.select(in_first, splat(b, first, it), splat(b, second, it)), step_ramp)
+                two = every(b.icmp_signed("==", offsets, expected))
+                return every(steps), b.and_(b.and_(two, full), b.icmp_signed(">=", second, first)), in_first, second
 
             # two runs (the end of one output row, the start of the next): the first lane
             # that breaks the run starts the second, read shifted back by its lane number.
             # Two whole vector loads and a blend: with the second run after the first, every
             # address they touch lies between two elements of the panel, so inside the buffer
             # (masked loads instead cost W7's conv 0.35 ms more on one Zen 5 core)
-            def two_runs(step: int, step_ramp):
-                """(whether the vector is two runs of this step, the lanes of the first, the
-                second run's offset shifted back to lane 0)."""
-                bits = b.bitcast(steps_from(splat(b, first, it), step_ramp), ir.IntType(lanes))
-                split = b.zext(S.intrinsic(b, "cttz", [b.not_(bits)], (ir.Constant(S.I1, 0),)), S.I32)
-                last = S.intrinsic(b, "smin", [split, ir.Constant(S.I32, lanes - 1)])
-                second = b.sub(b.extract_element(offsets, last), b.mul(split, ir.Constant(S.I32, step)))
-                in_first = b.icmp_signed("<", ramp, splat(b, split, it))
-                ok = every(steps_from(b.select(in_first, splat(b, first, it), splat(b, second, it)), step_ramp))
-                return b.and_(b.and_(ok, full), b.icmp_signed(">=", second, first)), in_first, second
-
-            two, in_first, second = two_runs(1, ramp)
+            consecutive, two, in_first, second = runs(1, ramp)
             # every other element (a stride-2 convolution's output row): two loads that end
             # at the last element and a shuffle of their even positions, per run; a run
             # ends at or before the next one's last element, so these stay inside too
-            strided = b.and_(every(steps_from(splat(b, first, it), ramp2)), full)
-            two_strided, in_first2, second2 = two_runs(2, ramp2)
+            strided, two_strided, in_first2, second2 = runs(2, ramp2)
+            strided = b.and_(strided, full)
             vdst = b.gep(pdst, [b.mul(v.index, c64(lanes))], source_etype=t)
 
             def each_p(value_at):
