@@ -52,7 +52,7 @@ from distributed import Client, Future, wait
 from .. import pytree
 from ..errors import ArgumentError, ShapeError, TracecompError
 from ..tensor import Tensor
-from ..trace import source_files
+from ..trace import restore_source_files, source_files
 
 log = logging.getLogger("tracecomp.dask")
 MAX_RECOVERIES = 3
@@ -93,7 +93,6 @@ class Replica:
 
     def __init__(self, plan: Plan, leaves: Sequence[np.ndarray]):
         import tracecomp as tc
-        from ..trace import restore_source_files
         restore_source_files(plan.loss_fn, plan.loss_files)
         self.params, self.state = pytree.unflatten(plan.structure, [tc.tensor(np.array(a)) for a in leaves])
         self.has_gradient: list[bool] = []        # per params leaf, found when gradients is traced

@@ -15,10 +15,11 @@ Where and how to switch it:
 What is keyed.  The cache sits after the scheduler: the key holds the loop IR of the
 program's distinct kernels (walk.kernel_shape_text: every field the code generator reads,
 buffers named by position, kernel names left out; kernels that compute the same thing on
-other buffers compile once, see compile_kernels), the module name and codegen options, the opt level, the target triple,
-CPU name and features, the matmul's tiles, the tracecomp, llvmlite and LLVM versions, and a hash of
-tracecomp's own source files and tables (computed once per process; the package version
-stays the same while the code changes).  A hit skips code generation (llvmlite.ir), LLVM's
+other buffers compile once, see compile_kernels), the module name and codegen options,
+the opt level, the target triple, CPU name and features, the matmul's tiles, the
+tracecomp, llvmlite and LLVM versions, and a hash of tracecomp's own source files and
+tables (computed once per process; the package version stays the same while the code
+changes).  A hit skips code generation (llvmlite.ir), LLVM's
 passes and machine-code emission; tracing, graph passes and scheduling still run, because
 the runtime needs the Program (buffers, workspace plan, constants) they build.  LLVM's
 passes and machine code are most of a first call (W5's stages: BENCHMARKS.md, "Figures
