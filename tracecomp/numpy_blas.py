@@ -13,12 +13,19 @@ tracecomp is imported before NumPy and the user chose no value, it sets 16 for t
 only (`short_spin_while_numpy_loads`), as runtime/jit.py does for libgomp's own spin: child
 processes and other libraries do not see it.  Imported after NumPy, it can change nothing;
 `tracecomp info` says so.  `openblas_spin()` reads back what OpenBLAS took.
+
+Imported after NumPy, tracecomp instead gives OpenBLAS its threads: when tracecomp's first
+parallel code is linked, OpenBLAS's jobs start running on tracecomp's libgomp team
+(runtime/blas_team.py), whose workers sleep soon after a call, and OpenBLAS's own threads
+are never woken again.  `why_not_share()` says when that is not done: the user chose the
+spin, or set TRACECOMP_SHARE_BLAS_THREADS=0, or the OpenBLAS has no threads callback.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Iterator, Optional
@@ -26,7 +33,10 @@ from typing import Iterator, Optional
 TIMEOUT_ENV = "OPENBLAS_THREAD_TIMEOUT"
 SHORT_SPIN = 16             # log2 of the cycles NumPy's OpenBLAS threads spin once idle
 DEFAULT_SPIN = 28           # OpenBLAS's own (THREAD_TIMEOUT)
+SHARE_ENV = "TRACECOMP_SHARE_BLAS_THREADS"     # "0": OpenBLAS keeps its own threads
+SHARED_MAX_THREADS = 64     # runtime/blas_team.py's slot mask
 set_by_tracecomp = False
+shared = False              # OpenBLAS's jobs run on tracecomp's threads (set by blas_team)
 
 
 @contextlib.contextmanager
@@ -58,18 +68,68 @@ def openblas_library() -> Optional[str]:
     return None
 
 
+def openblas() -> Optional[ctypes.CDLL]:
+    """The loaded OpenBLAS, or None."""
+    path = openblas_library()
+    return None if path is None else ctypes.CDLL(path)
+
+
+def _function(lib: ctypes.CDLL, names: tuple[str, ...], restype, *argtypes):
+    """The first of `names` that `lib` exports (the symbol names depend on the build: NumPy's
+    wheels prefix "scipy_" and suffix "64_"), or None."""
+    for name in names:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype, fn.argtypes = restype, list(argtypes)
+            return fn
+    return None
+
+
 def openblas_spin() -> Optional[int]:
     """log2 of the cycles the loaded OpenBLAS's idle threads spin (what it read as it
     loaded), or None when no OpenBLAS with that setting is loaded."""
-    path = openblas_library()
-    if path is None:
-        return None
-    read = getattr(ctypes.CDLL(path), "openblas_thread_timeout", None)
+    lib = openblas()
+    read = lib and _function(lib, ("openblas_thread_timeout",), ctypes.c_int)
     if read is None:
         return None
-    read.restype, read.argtypes = ctypes.c_int, []
     value = read()
     return DEFAULT_SPIN if value <= 0 else min(max(value, 4), 30)      # OpenBLAS's clamp
+
+
+def callback_setter(lib: ctypes.CDLL):
+    """OpenBLAS's `openblas_set_threads_callback_function(void *)` (0.3.27 on), or None."""
+    return _function(lib, tuple(f"{prefix}openblas_set_threads_callback_function{suffix}"
+                                for prefix in ("scipy_", "") for suffix in ("64_", "")),
+                     None, ctypes.c_void_p)
+
+
+def max_threads(lib: ctypes.CDLL) -> Optional[int]:
+    """MAX_THREADS of the OpenBLAS build (its per-thread arrays' length), from its config."""
+    config = _function(lib, tuple(f"{prefix}openblas_get_config{suffix}"
+                                  for prefix in ("scipy_", "") for suffix in ("64_", "")),
+                       ctypes.c_char_p)
+    found = config and re.search(rb"MAX_THREADS=(\d+)", config() or b"")
+    return int(found.group(1)) if found else None
+
+
+def why_not_share() -> Optional[str]:
+    """None when OpenBLAS's jobs should run on tracecomp's threads; else why not."""
+    if os.environ.get(SHARE_ENV) == "0":
+        return f"{SHARE_ENV}=0"
+    spin = openblas_spin()
+    if spin is None:
+        return "no OpenBLAS that reports its spin is loaded"
+    if TIMEOUT_ENV in os.environ:
+        return f"{TIMEOUT_ENV} is set by the user"
+    if spin <= SHORT_SPIN:
+        return f"its idle threads spin 2^{spin} cycles only"
+    lib = openblas()
+    if callback_setter(lib) is None:
+        return "this OpenBLAS has no threads callback (0.3.27 and later have)"
+    limit = max_threads(lib)
+    if limit is None or not 1 <= limit <= SHARED_MAX_THREADS:
+        return f"this OpenBLAS's MAX_THREADS ({limit}) is not in 1..{SHARED_MAX_THREADS}"
+    return None
 
 
 def describe() -> str:
@@ -82,7 +142,12 @@ def describe() -> str:
         return f"{line} (set by tracecomp, imported before NumPy)"
     if TIMEOUT_ENV in os.environ:
         return f"{line} ({TIMEOUT_ENV} set by the user)"
+    if shared:
+        return f"{line}, but its jobs run on tracecomp's threads (NumPy was loaded before tracecomp)"
+    if why_not_share() is None:
+        return (f"{line}; its jobs will run on tracecomp's threads once tracecomp starts them "
+                f"(NumPy was loaded before tracecomp; {SHARE_ENV}=0 keeps OpenBLAS's own)")
     if spin == DEFAULT_SPIN:
         return (f"{line} (OpenBLAS's default: NumPy was loaded before tracecomp; {TIMEOUT_ENV}={SHORT_SPIN} "
-                "or importing tracecomp first shortens it)")
+                f"or importing tracecomp first shortens it; not shared: {why_not_share()})")
     return line

@@ -37,7 +37,7 @@ import llvmlite.ir as lir
 
 from .. import timings
 from ..errors import BackendError
-from . import target
+from . import blas_team, target
 
 ModuleLike = Union[lir.Module, llvm.ModuleRef, str]
 
@@ -255,6 +255,8 @@ class JitEngine:
                     tracker = builder.link(lljit, name)
             except RuntimeError as e:
                 raise BackendError(f"JIT linking of library '{name}' failed: {_clean(e)}") from None
+        if "gomp" in system_libraries:        # tracecomp's team is about to exist
+            blas_team.join_numpy_blas(self)
         return JitLibrary(name, tracker, lljit, exports, aliases)
 
     def _current_lljit(self) -> llvm.LLJIT:
