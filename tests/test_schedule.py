@@ -349,3 +349,30 @@ def test_col2im_reads_the_window_matrix_by_guarded_loads(stride, padding):
     assert "scf.if" in text
     proc = subprocess.run([mlir_opt, "-", "-o", "-"], input=text, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_an_assignment_of_one_value_runs_in_parallel_and_of_many_values_in_order():
+    """Repeated indices: the last value written wins (as in NumPy), so a scatter of many
+    values stays serial; when every element gets one value, any order gives that result."""
+    n = 1 << 16
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n).astype(np.float32)
+    i = rng.integers(-n, n, n)                       # repeats, and negative indices
+    v = rng.standard_normal(n).astype(np.float32)
+
+    def one_value(x, i):
+        y = x * 2
+        y[i] = 3.0
+        return y
+
+    def many_values(x, i, v):
+        y = x * 2
+        y[i] = v
+        return y
+    for fn, args in ((one_value, (x, i)), (many_values, (x, i, v))):
+        want = x * 2
+        want[i] = 3.0 if fn is one_value else v
+        np.testing.assert_array_equal(tc.trace(fn)(*args).numpy(), want)
+        scatters = [loop for k in _kernels(fn, *args) for loop in k.body
+                    if isinstance(loop, L.Loop) and loop.var.startswith("s")]
+        assert [loop.parallel for loop in scatters] == [fn is one_value]

@@ -33,12 +33,12 @@ from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X, cast, const
 from ..loops.check import check_kernel
-from ..loops.walk import buffers_accessed, size_params
+from ..loops.walk import buffers_accessed, size_params, var_names
 from . import attention, reductions, sort
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .donation import update_in_place
 from .matmul import fuse_epilogues, matmul_body
-from .nests import kernel_name, loop_nest
+from .nests import kernel_name, loop_nest, loop_vars
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
 from .split import split_divided_loops
 
@@ -425,7 +425,8 @@ def _scan(sched: Scheduler, op: Op, args: dict) -> list:
 def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
     """scatter (write), scatter_add, scatter_prod/amax/amin and index_add: copy `self`, then
     combine each source element into the element its index names.  Serial on purpose: two
-    source elements may hit the same output element (a write: the last one wins)."""
+    source elements may hit the same output element (a write: the last one wins), unless
+    every element writes one value (`y[i] = 0`): then any order leaves the same result."""
     opdef, out = sched.table[op.name], op.result.type
     name, t = sched.names[op.result], out.dtype
     src = args["src"] if opdef.kind == "scatter" else args["source"]
@@ -453,6 +454,7 @@ def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
         return [L.Store(name, where, combine(L.Load(name, where, t), value))]
     extent = idx_shape if opdef.kind == "scatter" else src.type.shape   # scatter walks index
     loops = loop_nest(extent, inner, "s")
-    if loops and isinstance(loops[0], L.Loop):
+    uniform = impl == "assign" and not var_names(cast(sched.inliner.value_at(src, loop_vars(extent, "s")), t))
+    if loops and isinstance(loops[0], L.Loop) and not uniform:
         loops[0].parallel = False
     return copy + loops
