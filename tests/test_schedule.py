@@ -9,7 +9,7 @@ import tracecomp as tc
 from tracecomp.lower.loops import ir as L
 from tracecomp.lower.loops.interp import run_program
 from tracecomp.lower.schedule.scheduler import schedule
-from tracecomp.lower.loops.walk import walk
+from tracecomp.lower.loops.walk import count_exprs, walk
 
 from op_samples import SAMPLES
 
@@ -376,3 +376,28 @@ def test_an_assignment_of_one_value_runs_in_parallel_and_of_many_values_in_order
         scatters = [loop for k in _kernels(fn, *args) for loop in k.body
                     if isinstance(loop, L.Loop) and loop.var.startswith("s")]
         assert [loop.parallel for loop in scatters] == [fn is one_value]
+
+
+def test_a_value_used_several_times_by_one_op_is_inlined_but_a_chain_of_them_is_not_doubled():
+    """`t * t` and the index wrap `where(t < 0, t + n, t)` are one kernel each (t's copies
+    are computed at one position and merged by LLVM); in `t = t * t * 0.5` ten times, every
+    other link gets a buffer, so the expression does not grow as 2^10."""
+    a, b = (np.random.default_rng(k).standard_normal(1 << 16).astype(np.float32) for k in range(2))
+
+    def square(a, b):
+        t = a + b
+        return t * t
+
+    def wrap(a, b):
+        t = a + b
+        return tc.where(t < 0, t + 5, t)
+
+    def chain(a):
+        t = a
+        for _ in range(10):
+            t = t * t * 0.5
+        return t
+    for fn, args, kernels in ((square, (a, b), 1), (wrap, (a, b), 1), (chain, (a,), 5)):
+        _check_against_interp(fn, *args)
+        got = _kernels(fn, *args)
+        assert len(got) == kernels and max(count_exprs(k.body) for k in got) < 40

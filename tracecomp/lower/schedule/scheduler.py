@@ -47,6 +47,7 @@ REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter", "
                 "sort", "search", "attention")
 # Kinds that read their operands at computed positions, many times: operands live in memory
 REREAD_KINDS = ("sort", "search")
+MAX_COPIES = 4         # copies of a value inlined into one op (_materialized's one_consumer)
 
 
 @dataclass
@@ -86,19 +87,51 @@ class Program:
 
 def _materialized(graph: Graph) -> set[Value]:
     table = by_ir_name()
-    uses: dict[Value, int] = {}
+    users: dict[Value, list[Op]] = {}
     for op in graph.ops:
         for v in op.operands:
-            uses[v] = uses.get(v, 0) + 1
+            users.setdefault(v, []).append(op)
+    uses = {v: len(ops) for v, ops in users.items()}
     keep = set(graph.outputs)
+
+    copied: set[Value] = set()          # values inlined as several copies (one_consumer)
+    holds_copies: dict[Value, bool] = {}   # v's inlined expression holds a copied value
+
+    def one_consumer(v: Value) -> bool:
+        """Every use of v leads, through elementwise ops used once each, into one op (`t * t`,
+        the wrap `where(t < 0, t + n, t)`), at most MAX_COPIES times: inlined there, v's
+        copies are computed at one position per element, and LLVM merges them into one.
+        Not when v's own expression holds such copies: a chain (`t = t * t` ten times) would
+        give 2^10 of them, so every other link of it gets a buffer."""
+        if holds_copies.get(v):
+            return False
+        sinks, paths, stack = set(), 0, list(users[v])
+        while stack:
+            op = stack.pop()
+            r = op.results[0]
+            if table[op.name].kind in ("elementwise", "cast") and len(op.results) == 1 \
+                    and uses.get(r, 0) == 1 and r not in keep:
+                stack.extend(users[r])
+            else:
+                sinks.add(op)
+                paths += 1
+        return len(sinks) == 1 and paths <= MAX_COPIES
+
     for op in graph.ops:
         if op.name == CONSTANT:
             continue
         opdef = table[op.name]
+        inlined = any(u in copied or (u not in keep and holds_copies.get(u)) for u in op.operands)
+        holds_copies.update((r, inlined) for r in op.results)
         if opdef.kind in REDUCE_KINDS or opdef.kind == "random":
             keep.update(op.results)
         elif opdef.kind not in VIEW_KINDS and op.operands:      # (a factory recomputes for free)
-            keep.update(r for r in op.results if uses.get(r, 0) > 1 and hint(r.type.numel) > 1)
+            for r in op.results:
+                if uses.get(r, 0) > 1 and hint(r.type.numel) > 1:
+                    if one_consumer(r):
+                        copied.add(r)
+                    else:
+                        keep.add(r)
         if opdef.kind in REREAD_KINDS:
             keep.update(v for v in op.operands if v.op is not None and v.op.name != CONSTANT)
         if opdef.kind in ("scatter", "index_add") and len(op.operands) == 3:
