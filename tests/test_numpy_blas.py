@@ -57,8 +57,10 @@ SHARE = ("import tracecomp as tc, tracecomp.numpy_blas as nb, ctypes\n"
          "x = np.ones((512, 512), np.float32)\n"
          "tc.trace(lambda p, q: p @ q)(x, x)     # tracecomp's first team: OpenBLAS joins it\n"
          "from tracecomp.runtime import blas_team\n"
-         "installed = ctypes.c_void_p.in_dll(nb.openblas(), 'openblas_threads_callback_').value\n"
-         "assert nb.shared and installed == blas_team._library.address(blas_team.CALLBACK), installed\n")
+         "callbacks = {lib.address(blas_team.CALLBACK) for lib in blas_team._libraries}\n"
+         "def installed(path):\n"
+         "    return ctypes.c_void_p.in_dll(nb.openblas(path), 'openblas_threads_callback_').value in callbacks\n"
+         "assert nb.openblas_library() in nb.shared and installed(nb.openblas_library())\n")
 
 
 def same(before, after):
@@ -100,7 +102,7 @@ def test_shared_openblas_from_threads_with_a_smaller_team_and_in_a_forked_child(
     ("import numpy, tracecomp", {"OPENBLAS_THREAD_TIMEOUT": "20"}, "set by the user")])
 def test_openblas_keeps_its_own_threads_when_it_need_not_or_may_not_share(first, env, why):
     code = (f"{first}\nimport numpy as np\n" + SHARE.split("from tracecomp.runtime")[0] +
-            "print(nb.shared, '|', nb.why_not_share())")
+            "print(bool(nb.shared), '|', nb.why_not_share())")
     out = run(code, **env)
     assert out.startswith("False |") and why in out, out
 
@@ -145,3 +147,28 @@ def test_the_callback_runs_all_jobs_at_once_on_distinct_slots():
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert len(seen) == 6 and sorted(s for s, _, _ in seen) == [2, 3, 4, 5, 6, 7]
+
+
+def test_scipys_own_openblas_shares_too_loaded_before_or_after_tracecomps_first_team():
+    """SciPy's wheels bring a second OpenBLAS: each copy gets a callback of its own, also one
+    loaded after tracecomp first linked parallel code (it is looked for at every link)."""
+    pytest.importorskip("scipy", reason="scipy not installed")
+    scipy_battery = ("import scipy.linalg as sl\n"
+                     "def scipy_battery():\n"
+                     "    rng = np.random.default_rng(1)\n"
+                     "    a = rng.standard_normal((400, 400)); s = a @ a.T + 400 * np.eye(400)\n"
+                     "    f = rng.standard_normal((600, 500), dtype=np.float32)\n"
+                     "    return [sl.blas.dgemm(1.0, a, a), sl.blas.sgemm(1.0, f, f.T), sl.solve(a, a[:, :5]),\n"
+                     "            sl.eigh(s)[0], sl.svd(a)[1], sl.cholesky(s), sl.lu_factor(a)[0]]\n")
+    for scipy_first in (True, False):
+        before = "before = battery()\n"
+        scipy_before = scipy_battery + "scipy_before = scipy_battery()\n"     # on OpenBLAS's own threads
+        code = ("import numpy\n" + BATTERY + (scipy_before + before + SHARE if scipy_first else
+                                              before + SHARE + scipy_before) +
+                "tc.trace(lambda p, q: p @ q + 1)(x, x)          # links more parallel code\n"
+                f"from {__name__} import same\n"
+                "scipy_path = [p for p in nb.openblas_libraries() if 'scipy' in p][0]\n"
+                "print(same(before, battery()), same(scipy_before, scipy_battery()),\n"
+                "      installed(scipy_path), len(nb.shared), '|', nb.describe())")
+        out = run(code, PYTHONPATH=os.path.dirname(__file__))
+        assert out.startswith("True True True 2 |") and "also on tracecomp's threads: libscipy_openblas" in out, out

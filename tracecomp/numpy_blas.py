@@ -14,11 +14,12 @@ only (`short_spin_while_numpy_loads`), as runtime/jit.py does for libgomp's own 
 processes and other libraries do not see it.  Imported after NumPy, it can change nothing;
 `tracecomp info` says so.  `openblas_spin()` reads back what OpenBLAS took.
 
-Imported after NumPy, tracecomp instead gives OpenBLAS its threads: when tracecomp's first
-parallel code is linked, OpenBLAS's jobs start running on tracecomp's libgomp team
-(runtime/blas_team.py), whose workers sleep soon after a call, and OpenBLAS's own threads
-are never woken again.  `why_not_share()` says when that is not done: the user chose the
-spin, or set TRACECOMP_SHARE_BLAS_THREADS=0, or the OpenBLAS has no threads callback.
+Imported after NumPy, tracecomp instead gives OpenBLAS its threads: as tracecomp links
+parallel code, the jobs of every OpenBLAS loaded by then (NumPy's, SciPy's) start running on
+tracecomp's libgomp team (runtime/blas_team.py), whose workers sleep soon after a call, and
+OpenBLAS's own threads are never woken again.  `why_not_share()` says when that is not done:
+the user chose the spin, or set TRACECOMP_SHARE_BLAS_THREADS=0, or the OpenBLAS has no
+threads callback.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ DEFAULT_SPIN = 28           # OpenBLAS's own (THREAD_TIMEOUT)
 SHARE_ENV = "TRACECOMP_SHARE_BLAS_THREADS"     # "0": OpenBLAS keeps its own threads
 SHARED_MAX_THREADS = 64     # runtime/blas_team.py's slot mask
 set_by_tracecomp = False
-shared = False              # OpenBLAS's jobs run on tracecomp's threads (set by blas_team)
+shared: set[str] = set()    # OpenBLAS copies whose jobs run on tracecomp's threads (blas_team)
 
 
 @contextlib.contextmanager
@@ -55,22 +56,31 @@ def short_spin_while_numpy_loads() -> Iterator[None]:
     set_by_tracecomp = True
 
 
-def openblas_library() -> Optional[str]:
-    """The path of the OpenBLAS this process loaded (NumPy's), or None."""
+def openblas_libraries() -> list[str]:
+    """The paths of the OpenBLAS copies this process loaded (NumPy's wheels bring one, SciPy's
+    another), NumPy's first."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
-        return None
+        return []
+    found = []
     for line in maps.splitlines():
+        if "openblas" not in line.lower():      # (looked at every link: keep it cheap)
+            continue
         path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
-        if "openblas" in Path(path).name.lower() and ".so" in path:
-            return path
-    return None
+        if "openblas" in Path(path).name.lower() and ".so" in path and path not in found:
+            found.append(path)
+    return sorted(found, key=lambda path: "numpy" not in Path(path).parent.name)
 
 
-def openblas() -> Optional[ctypes.CDLL]:
-    """The loaded OpenBLAS, or None."""
-    path = openblas_library()
+def openblas_library() -> Optional[str]:
+    """The path of NumPy's OpenBLAS (else of the first OpenBLAS loaded), or None."""
+    return next(iter(openblas_libraries()), None)
+
+
+def openblas(path: Optional[str] = None) -> Optional[ctypes.CDLL]:
+    """The OpenBLAS at `path` (default: NumPy's), or None when none is loaded."""
+    path = path or openblas_library()
     return None if path is None else ctypes.CDLL(path)
 
 
@@ -85,10 +95,10 @@ def _function(lib: ctypes.CDLL, names: tuple[str, ...], restype, *argtypes):
     return None
 
 
-def openblas_spin() -> Optional[int]:
-    """log2 of the cycles the loaded OpenBLAS's idle threads spin (what it read as it
-    loaded), or None when no OpenBLAS with that setting is loaded."""
-    lib = openblas()
+def openblas_spin(path: Optional[str] = None) -> Optional[int]:
+    """log2 of the cycles the idle threads of the OpenBLAS at `path` (default: NumPy's) spin
+    (what it read as it loaded), or None when no OpenBLAS with that setting is loaded."""
+    lib = openblas(path)
     read = lib and _function(lib, ("openblas_thread_timeout",), ctypes.c_int)
     if read is None:
         return None
@@ -112,18 +122,19 @@ def max_threads(lib: ctypes.CDLL) -> Optional[int]:
     return int(found.group(1)) if found else None
 
 
-def why_not_share() -> Optional[str]:
-    """None when OpenBLAS's jobs should run on tracecomp's threads; else why not."""
+def why_not_share(path: Optional[str] = None) -> Optional[str]:
+    """None when the jobs of the OpenBLAS at `path` (default: NumPy's) should run on
+    tracecomp's threads; else why not."""
     if os.environ.get(SHARE_ENV) == "0":
         return f"{SHARE_ENV}=0"
-    spin = openblas_spin()
+    spin = openblas_spin(path)
     if spin is None:
         return "no OpenBLAS that reports its spin is loaded"
     if TIMEOUT_ENV in os.environ:
         return f"{TIMEOUT_ENV} is set by the user"
     if spin <= SHORT_SPIN:
         return f"its idle threads spin 2^{spin} cycles only"
-    lib = openblas()
+    lib = openblas(path)
     if callback_setter(lib) is None:
         return "this OpenBLAS has no threads callback (0.3.27 and later have)"
     limit = max_threads(lib)
@@ -134,20 +145,24 @@ def why_not_share() -> Optional[str]:
 
 def describe() -> str:
     """One line for `tracecomp info`."""
-    spin = openblas_spin()
+    path = openblas_library()
+    spin = openblas_spin(path)
     if spin is None:
         return "NumPy's BLAS: not OpenBLAS (or not loaded)"
     line = f"NumPy's BLAS: OpenBLAS, idle threads spin 2^{spin} cycles"
+    others = [Path(p).name for p in shared if p != path]
+    also = f"; also on tracecomp's threads: {', '.join(others)}" if others else ""
     if set_by_tracecomp and spin == SHORT_SPIN:
-        return f"{line} (set by tracecomp, imported before NumPy)"
+        return f"{line} (set by tracecomp, imported before NumPy){also}"
     if TIMEOUT_ENV in os.environ:
-        return f"{line} ({TIMEOUT_ENV} set by the user)"
-    if shared:
-        return f"{line}, but its jobs run on tracecomp's threads (NumPy was loaded before tracecomp)"
-    if why_not_share() is None:
+        return f"{line} ({TIMEOUT_ENV} set by the user){also}"
+    if path in shared:
+        return f"{line}, but its jobs run on tracecomp's threads (NumPy was loaded before tracecomp){also}"
+    why = why_not_share(path)
+    if why is None:
         return (f"{line}; its jobs will run on tracecomp's threads once tracecomp starts them "
-                f"(NumPy was loaded before tracecomp; {SHARE_ENV}=0 keeps OpenBLAS's own)")
+                f"(NumPy was loaded before tracecomp; {SHARE_ENV}=0 keeps OpenBLAS's own){also}")
     if spin == DEFAULT_SPIN:
         return (f"{line} (OpenBLAS's default: NumPy was loaded before tracecomp; {TIMEOUT_ENV}={SHORT_SPIN} "
-                f"or importing tracecomp first shortens it; not shared: {why_not_share()})")
-    return line
+                f"or importing tracecomp first shortens it; not shared: {why}){also}")
+    return line + also

@@ -1,4 +1,5 @@
-"""NumPy's OpenBLAS jobs run on tracecomp's thread team (libgomp's), not on OpenBLAS's own.
+"""OpenBLAS's jobs (NumPy's, SciPy's) run on tracecomp's thread team (libgomp's), not on
+OpenBLAS's own.
 
 When NumPy was loaded before tracecomp, OpenBLAS's idle threads spin for 2^28 cycles (about
 0.1 s) after every multithreaded call, and a tracecomp kernel that starts its team in that
@@ -39,11 +40,17 @@ Why each part:
   missing jobs then run on fresh POSIX threads, because a job may wait for all the others.
 - After the call, libgomp's workers spin briefly (jit.GOMP_SPINCOUNT) and sleep; the next
   tracecomp kernel finds them there, and OpenBLAS's own threads, never woken again, sleep.
+- pthread_create failing (EAGAIN: the process is out of threads for the moment) is retried
+  after a yield: a job that never starts would leave the others waiting for it forever.
+- Each OpenBLAS copy in the process gets its own compiled callback (its own slot mask), as
+  tracecomp links parallel code: a library imported after the first link is found at the
+  next (the process's maps are read again only after an import).
 """
 from __future__ import annotations
 
 import atexit
 import ctypes
+import sys
 import threading
 
 from .. import numpy_blas
@@ -230,26 +237,33 @@ def module_text(max_threads: int) -> str:
     return _IR.format(callback=CALLBACK, slots=max_threads, all_slots=all_slots)
 
 
-_lock = threading.Lock()
-_tried = False
-_library = None        # the JitLibrary holding the callback, alive for the process's life
+_lock = threading.RLock()      # re-entered by the thread that links a callback
+_seen: set[str] = set()         # OpenBLAS copies already looked at
+_modules_seen = -1              # len(sys.modules) at the last look (OpenBLAS comes with imports)
+_libraries = []                 # the JitLibraries holding the callbacks, alive for the process's life
 
 
-def join_numpy_blas(engine) -> None:
-    """Once per process, as tracecomp's first parallel code is linked (by `engine`, a
-    jit.JitEngine): OpenBLAS's jobs run on tracecomp's team from then on, unless
-    `numpy_blas.why_not_share()` says otherwise.  At exit OpenBLAS gets its threads back, so
-    that no call reaches the callback's code while the JIT tears down."""
-    global _tried, _library
+def share_openblas_threads(engine) -> None:
+    """As tracecomp links parallel code (with `engine`, a jit.JitEngine): every OpenBLAS
+    loaded since the last look runs its jobs on tracecomp's team from then on, unless
+    `numpy_blas.why_not_share` says otherwise.  Each copy gets a callback of its own (its
+    slot numbers are its own).  At exit OpenBLAS gets its threads back, so that no call
+    reaches a callback's code while the JIT tears down."""
+    global _modules_seen
     with _lock:
-        if _tried:
+        if len(sys.modules) == _modules_seen:   # nothing imported since: reading the maps costs ~1 ms
             return
-        _tried = True          # before compiling: linking the callback comes back here
-    if numpy_blas.why_not_share() is not None:
-        return
-    lib = numpy_blas.openblas()
-    _library = engine.compile(module_text(numpy_blas.max_threads(lib)), [CALLBACK])
-    set_callback = numpy_blas.callback_setter(lib)
-    set_callback(ctypes.c_void_p(_library.address(CALLBACK)))
-    numpy_blas.shared = True
-    atexit.register(set_callback, None)
+        _modules_seen = len(sys.modules)
+        for path in numpy_blas.openblas_libraries():
+            if path in _seen:
+                continue
+            _seen.add(path)        # before compiling: linking the callback comes back here
+            if numpy_blas.why_not_share(path) is not None:
+                continue
+            lib = numpy_blas.openblas(path)
+            library = engine.compile(module_text(numpy_blas.max_threads(lib)), [CALLBACK])
+            set_callback = numpy_blas.callback_setter(lib)
+            set_callback(ctypes.c_void_p(library.address(CALLBACK)))
+            _libraries.append(library)
+            numpy_blas.shared.add(path)
+            atexit.register(set_callback, None)

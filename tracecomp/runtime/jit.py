@@ -18,6 +18,8 @@ Invariants:
   loaded with `load_system_library` (libm always, libgomp for parallel loops); a process
   forked after libgomp was loaded runs parallel loops on one thread (libgomp is not
   fork-safe), and libgomp's idle threads spin briefly (GOMP_SPINCOUNT) before sleeping;
+- linking code that uses libgomp also hands the jobs of the OpenBLAS copies loaded by then
+  (NumPy's, SciPy's) to libgomp's team (blas_team.py), so that one pool serves the process;
 - every failure (bad IR, a symbol no library defines) is a BackendError, never a crash.
 """
 from __future__ import annotations
@@ -255,8 +257,8 @@ class JitEngine:
                     tracker = builder.link(lljit, name)
             except RuntimeError as e:
                 raise BackendError(f"JIT linking of library '{name}' failed: {_clean(e)}") from None
-        if "gomp" in system_libraries:        # tracecomp's team is about to exist
-            blas_team.join_numpy_blas(self)
+        if "gomp" in system_libraries:        # OpenBLAS copies loaded by now join tracecomp's team
+            blas_team.share_openblas_threads(self)
         return JitLibrary(name, tracker, lljit, exports, aliases)
 
     def _current_lljit(self) -> llvm.LLJIT:
