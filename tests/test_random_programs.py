@@ -15,6 +15,10 @@ differently.  So each value records whether it is *exact*: float inputs are mult
 (the same bits on every backend) while they fit the mantissa; transcendentals and
 divisions are not exact.  Discontinuous ops are drawn for exact operands only.  Inexact
 results are compared with a tolerance scaled by the largest magnitude in their history.
+A step on inexact operands is drawn only if nudging them by a few ulps of their scale moves
+its result and its derivative by less than that tolerance (`_ill_conditioned`): a division
+by a value that cancelled to about 0, or digamma at a pole's edge, would compare rounding
+noise (one backend's FMA leaves 1e-7 where another leaves 0).
 
 The default run takes ~30-60 s; TRACECOMP_SLOW=1 (or -m slow) runs many more examples.
 """
@@ -85,6 +89,64 @@ class Val:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.t.shape)
+
+
+# Inexact floats differ between backends by rounding; a step is drawn only if nudging them by
+# about this much of their scale (8 ulps of float32, 64 of float64) moves its result by less
+# than the tolerance.
+NUDGE = {"float32": 2.0 ** -20, "float64": 2.0 ** -46}
+
+
+def _ill_conditioned(fn: Callable, args: list["Val"], out: np.ndarray, scale: float) -> bool:
+    """Whether the step's result depends on its inexact operands more sharply than the
+    comparison allows: a division by a value that cancelled to about 0, copysign by it or
+    `all` of it, digamma near a pole.  The backends round differently, so such a step
+    compares noise."""
+    nudged = [k for k, v in enumerate(args) if not v.exact and v.dtype.startswith("float")]
+    if not nudged:
+        return False
+    single = out.dtype == np.float32 or any(v.single for v in args)
+    precision = "float32" if single else "float64"
+    base = out.astype(np.float64)
+    for sign in (1, -1):
+        try:
+            moved = fn(*[v.t + sign * NUDGE[precision] * v.scale if k in nudged else v.t
+                         for k, v in enumerate(args)])
+        except tc.TracecompError:
+            return True
+        moved = np.asarray(moved, dtype=np.float64)
+        if out.dtype.kind != "f":               # bools and integers of inexact floats: exact or noise
+            if not np.array_equal(moved, base):
+                return True
+            continue
+        special = ~np.isfinite(base) | ~np.isfinite(moved)
+        if moved.shape != base.shape or not np.array_equal(base[special], moved[special], equal_nan=True):
+            return True
+        if np.any(np.abs(moved[~special] - base[~special]) > TOLERANCE[precision] * scale):
+            return True
+    return _slope_ill_conditioned(fn, args, nudged, NUDGE[precision], TOLERANCE[precision])
+
+
+def _slope_ill_conditioned(fn: Callable, args: list["Val"], nudged: list[int], nudge: float, tol: float) -> bool:
+    """The same for the step's derivative, which the gradient comparison multiplies in:
+    digamma's at a pole's edge (trigamma) moves faster than digamma itself."""
+    def slopes(sign):
+        xs = [v.t + sign * nudge * v.scale if k in nudged else v.t for k, v in enumerate(args)]
+        g = tc.grad(lambda *a: fn(*a).to(tc.float64).sum(), argnums=tuple(nudged))(*xs)
+        return [np.asarray(t, dtype=np.float64) for t in (g if isinstance(g, tuple) else (g,))]
+    try:
+        base = slopes(0)
+        moved = [slopes(1), slopes(-1)]
+    except (tc.TracecompError, TypeError, RuntimeError):
+        return False                    # not differentiable here: nothing to compare
+    for other in moved:
+        for b, m in zip(base, other):
+            finite = np.isfinite(b) & np.isfinite(m)
+            size = np.abs(b[finite]).max(initial=1.0)
+            if not np.array_equal(np.isfinite(b), np.isfinite(m)) or \
+                    np.any(np.abs(m[finite] - b[finite]) > tol * size):
+                return True
+    return False
 
 
 @dataclass
@@ -183,6 +245,8 @@ class Builder:
             exact = False
         scale = max([self.p.vals[i].scale for i in ids] +
                     [float(np.nanmax(np.abs(arr[np.isfinite(arr)]), initial=1.0)) if arr.dtype.kind == "f" else 1.0])
+        if _ill_conditioned(fn, [self.p.vals[i] for i in ids], arr, scale):
+            return False
         single = arr.dtype == np.float32 or any(self.p.vals[i].single for i in ids)
         self.p.vals.append(Val(out, exact, bits, frac, scale, single))
         self.p.makes.append((fn, ids))
