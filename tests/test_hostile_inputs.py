@@ -140,3 +140,15 @@ def test_grad_of_an_integer_output_raises(fn, traced):
 def test_grad_of_a_float_output_of_integer_work_is_still_fine():
     g = tc.grad(lambda x: (x * 2).sum().float() + x.sum())(np.ones(3, np.float32))
     assert g.numpy().tolist() == [3.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize("fn", [lambda x, m: tc.masked_fill(x, m, m), lambda x, m: tc.where(m, x, 0)],
+                         ids=["masked_fill", "where"])
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_float_mask_is_refused_as_in_pytorch(fn, traced):
+    """A float mask was true where nonzero eagerly but false below 1 compiled (0.25 filled
+    eagerly, not compiled: the random programs found it).  PyTorch takes bool masks only."""
+    x, m = np.array([4], np.int32), np.float32(0.25)
+    call = (lambda: tc.trace(fn)(x, m)) if traced else (lambda: fn(tc.tensor(x), tc.tensor(m)))
+    with pytest.raises(tc.DTypeError, match="must be a bool tensor"):
+        call()

@@ -153,6 +153,11 @@ def _check_int_scalars(op: OpDef, args: dict[str, Any], dtype: DType) -> None:
                          f"(exponent {exponent}); use a float tensor")
 
 
+# Elementwise arguments that select (where's condition, masked_fill's mask): PyTorch takes
+# bool tensors only, and a float one would be true where nonzero eagerly but not compiled.
+BOOL_ARGUMENTS = ("condition", "mask")
+
+
 @rule("elementwise")
 def _elementwise(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
     tensors = [(a.name, args[a.name]) for a in op.schema.tensor_arguments
@@ -161,6 +166,10 @@ def _elementwise(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
         names = ", ".join(f"'{a.name}'" for a in op.schema.tensor_arguments)
         raise ArgumentError(f"{op.full_name}: needs at least one Tensor among {names}, got only "
                             f"Python scalars ({', '.join(repr(args.get(a.name)) for a in op.schema.tensor_arguments)})")
+    for name, t in tensors:
+        if name in BOOL_ARGUMENTS and t.dtype is not dt.BOOL:
+            raise DTypeError(f"{op.full_name}: '{name}' must be a bool tensor (as in PyTorch), got "
+                             f"{t.dtype.label}; compare it, e.g. {name} != 0")
     shape = broadcast_shapes(op, [(n, t.shape) for n, t in tensors])
     result = elementwise_dtypes(op, args)[1]
     _check_alpha(op, args.get("alpha"), result)
