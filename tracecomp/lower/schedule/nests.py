@@ -55,15 +55,11 @@ def fresh_name(buffers: dict, prefix: str) -> str:
     return f"{prefix}{n}"
 
 
-def loop_vars(shape: tuple[int, ...], prefix: str = "i") -> tuple:
-    """The index Vars of `loop_nest(shape, ..., prefix)`, outermost first."""
-    return tuple(L.Var(f"{prefix}{d}", L.INDEX) for d in range(len(shape)))
-
-
 def loop_nest(shape: tuple[int, ...], inner, prefix: str = "i") -> list:
     """Nested Loops over `shape`; `inner(index)` gives the innermost statements.
     The outermost loop is parallel when the nest is big enough to pay for threads."""
-    body = inner(loop_vars(shape, prefix))
+    index = tuple(L.Var(f"{prefix}{d}", L.INDEX) for d in range(len(shape)))
+    body = inner(index)
     for d in reversed(range(len(shape))):
         body = [L.Loop(f"{prefix}{d}", I.dim(shape[d]), body)]
     if shape and math.prod(shape_hint(shape)) >= parallel_min_work() and hint(shape[0]) > 1:

@@ -38,7 +38,7 @@ from . import attention, reductions, sort
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .donation import update_in_place
 from .matmul import fuse_epilogues, matmul_body
-from .nests import kernel_name, loop_nest, loop_vars
+from .nests import kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
 from .split import split_divided_loops
 
@@ -477,17 +477,18 @@ def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
     copy = loop_nest(out.shape, lambda ix: [L.Store(name, ix, cast(sched.inliner.value_at(args["self"], ix), t))], "c")
     d = args["dim"] % out.ndim
     idx_shape = args["index"].type.shape
+    values = []
 
     def inner(ix):
         pos = ix if ix else (I.ic(0),) * out.ndim        # a 0-d source lands at one position
         at = ix if opdef.kind == "scatter" else ((pos[d],) if idx_shape else ())
         target = sched.inliner._indirect(args["index"], at, out.shape[d])
         where = pos[:d] + (target,) + pos[d + 1:]
-        value = cast(sched.inliner.value_at(src, ix), t)
-        return [L.Store(name, where, combine(L.Load(name, where, t), value))]
+        values.append(cast(sched.inliner.value_at(src, ix), t))
+        return [L.Store(name, where, combine(L.Load(name, where, t), values[-1]))]
     extent = idx_shape if opdef.kind == "scatter" else src.type.shape   # scatter walks index
     loops = loop_nest(extent, inner, "s")
-    uniform = impl == "assign" and not var_names(cast(sched.inliner.value_at(src, loop_vars(extent, "s")), t))
+    uniform = impl == "assign" and not any(var_names(v) for v in values)    # no loop var in it
     if loops and isinstance(loops[0], L.Loop) and not uniform:
         loops[0].parallel = False
     return copy + loops
