@@ -97,7 +97,12 @@ class Val:
 NUDGE = {"float32": 2.0 ** -20, "float64": 2.0 ** -46}
 
 
-def _ill_conditioned(fn: Callable, args: list["Val"], out: np.ndarray, scale: float) -> bool:
+def _nudged(args: list["Val"], which: list[int], step: float) -> list:
+    """The operands, those in `which` moved by `step` times their scale."""
+    return [v.t + step * v.scale if k in which else v.t for k, v in enumerate(args)]
+
+
+def _ill_conditioned(fn: Callable, args: list["Val"], out: np.ndarray, scale: float, single: bool) -> bool:
     """Whether the step's result depends on its inexact operands more sharply than the
     comparison allows: a division by a value that cancelled to about 0, copysign by it or
     `all` of it, digamma near a pole.  The backends round differently, so such a step
@@ -105,22 +110,21 @@ def _ill_conditioned(fn: Callable, args: list["Val"], out: np.ndarray, scale: fl
     nudged = [k for k, v in enumerate(args) if not v.exact and v.dtype.startswith("float")]
     if not nudged:
         return False
-    single = out.dtype == np.float32 or any(v.single for v in args)
     precision = "float32" if single else "float64"
     base = out.astype(np.float64)
     for sign in (1, -1):
         try:
-            moved = fn(*[v.t + sign * NUDGE[precision] * v.scale if k in nudged else v.t
-                         for k, v in enumerate(args)])
+            moved = np.asarray(fn(*_nudged(args, nudged, sign * NUDGE[precision])), dtype=np.float64)
         except tc.TracecompError:
             return True
-        moved = np.asarray(moved, dtype=np.float64)
+        if moved.shape != base.shape:
+            return True
         if out.dtype.kind != "f":               # bools and integers of inexact floats: exact or noise
             if not np.array_equal(moved, base):
                 return True
             continue
         special = ~np.isfinite(base) | ~np.isfinite(moved)
-        if moved.shape != base.shape or not np.array_equal(base[special], moved[special], equal_nan=True):
+        if not np.array_equal(base[special], moved[special], equal_nan=True):
             return True
         if np.any(np.abs(moved[~special] - base[~special]) > TOLERANCE[precision] * scale):
             return True
@@ -130,13 +134,12 @@ def _ill_conditioned(fn: Callable, args: list["Val"], out: np.ndarray, scale: fl
 def _slope_ill_conditioned(fn: Callable, args: list["Val"], nudged: list[int], nudge: float, tol: float) -> bool:
     """The same for the step's derivative, which the gradient comparison multiplies in:
     digamma's at a pole's edge (trigamma) moves faster than digamma itself."""
-    def slopes(sign):
-        xs = [v.t + sign * nudge * v.scale if k in nudged else v.t for k, v in enumerate(args)]
-        g = tc.grad(lambda *a: fn(*a).to(tc.float64).sum(), argnums=tuple(nudged))(*xs)
+    def slopes(step):
+        g = tc.grad(lambda *a: fn(*a).to(tc.float64).sum(), argnums=tuple(nudged))(*_nudged(args, nudged, step))
         return [np.asarray(t, dtype=np.float64) for t in (g if isinstance(g, tuple) else (g,))]
     try:
-        base = slopes(0)
-        moved = [slopes(1), slopes(-1)]
+        base = slopes(0.0)
+        moved = [slopes(nudge), slopes(-nudge)]
     except (tc.TracecompError, TypeError, RuntimeError):
         return False                    # not differentiable here: nothing to compare
     for other in moved:
@@ -245,9 +248,9 @@ class Builder:
             exact = False
         scale = max([self.p.vals[i].scale for i in ids] +
                     [float(np.nanmax(np.abs(arr[np.isfinite(arr)]), initial=1.0)) if arr.dtype.kind == "f" else 1.0])
-        if _ill_conditioned(fn, [self.p.vals[i] for i in ids], arr, scale):
-            return False
         single = arr.dtype == np.float32 or any(self.p.vals[i].single for i in ids)
+        if _ill_conditioned(fn, [self.p.vals[i] for i in ids], arr, scale, single):
+            return False
         self.p.vals.append(Val(out, exact, bits, frac, scale, single))
         self.p.makes.append((fn, ids))
         self.p.text.append(f"%{len(self.p.vals) - 1} = {name}({', '.join(f'%{i}' for i in ids)})"
