@@ -35,7 +35,7 @@ TIMEOUT_ENV = "OPENBLAS_THREAD_TIMEOUT"
 SHORT_SPIN = 16             # log2 of the cycles NumPy's OpenBLAS threads spin once idle
 DEFAULT_SPIN = 28           # OpenBLAS's own (THREAD_TIMEOUT)
 SHARE_ENV = "TRACECOMP_SHARE_BLAS_THREADS"     # "0": OpenBLAS keeps its own threads
-SHARED_MAX_THREADS = 64     # runtime/blas_team.py's slot mask
+SHARED_MAX_THREADS = 64     # one bit of runtime/blas_team.py's i64 slot mask per OpenBLAS slot
 set_by_tracecomp = False
 shared: set[str] = set()    # OpenBLAS copies whose jobs run on tracecomp's threads (blas_team)
 

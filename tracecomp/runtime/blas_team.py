@@ -56,7 +56,7 @@ import threading
 from .. import numpy_blas
 
 CALLBACK = "tracecomp_openblas_threads"
-MASK_SLOTS = 64                  # slot numbers one i64 mask covers
+MASK_SLOTS = numpy_blas.SHARED_MAX_THREADS      # slot numbers the i64 mask covers: 64
 
 _IR = """
 ; struct call {{ dojob, queue, size, n, arg, slot[MAX] }}   struct helper {{ call, job, pthread_t }}
