@@ -5,6 +5,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 os.environ.setdefault("TRACECOMP_VERIFY", "1")
 
 # The compile cache goes to a folder of this test run's own, never the user's; pytest-xdist's
@@ -16,6 +18,24 @@ if not os.environ.get("TRACECOMP_TEST_CACHE_DIR"):
 os.environ["TRACECOMP_CACHE_DIR"] = os.environ["TRACECOMP_TEST_CACHE_DIR"]
 # ... and so does the key that authenticates its entries (never the user's own key file)
 os.environ["TRACECOMP_CACHE_KEY"] = os.path.join(os.environ["TRACECOMP_TEST_CACHE_DIR"], "cache.key")
+
+
+@pytest.fixture(params=[64, 32], ids=["512-bit", "256-bit"])
+def loop_vector_register(request):
+    """Each loop vector width this host can run, forced as the measured choice
+    (`loop_vector_bytes`) whatever the host measured: the register class the loops LLVM
+    vectorizes must then use.  A test that read the width back from a probe of its own would
+    test one CPU's tuning, not that generated code follows the choice."""
+    from tracecomp import hostcpu
+    from tracecomp.runtime import tuning
+    width = request.param
+    if not hostcpu.detected_target().has("avx512f" if width == 64 else "avx"):
+        pytest.skip(f"the host has no {width * 8}-bit vectors")
+    tuning.ensure_tuned()       # measured (or read) first, so that it cannot replace the forced choice
+    before = hostcpu.tuned()
+    hostcpu.set_tuned({**before, "loop_vector_bytes": width})
+    yield {64: "zmm", 32: "ymm"}[width]
+    hostcpu.set_tuned(before)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,35 +1,12 @@
 """The machine code of a fused elementwise kernel, as `as_text("asm")` shows it: its loops
-use the host's widest vector registers and the vector loops call nothing (the transcendentals are inline
-polynomials, not libm calls)."""
-import functools
+use the vector registers of the loop width chosen for the host (each width it can run,
+forced by the `loop_vector_register` fixture) and the vector loops call nothing (the
+transcendentals are inline polynomials, not libm calls)."""
 import re
 
 import numpy as np
-import pytest
 
 import tracecomp as tc
-from tracecomp.runtime import target
-
-
-@functools.cache
-def _preferred_vector_register() -> str | None:
-    """The vector registers the host's code generation prefers, read back from a probe: a
-    plain elementwise loop, which every target vectorizes at its preferred width.  That is
-    not always the ISA's widest: LLVM tunes Intel's rocketlake for 256-bit vectors although it
-    has AVX-512, so a test expecting zmm there would test one CPU, not tracecomp."""
-    asm = tc.trace(lambda x: x * 2.0 + 1.0).lower(np.ones(1 << 14, np.float32)).as_text("asm")
-    return next((reg for reg in ("zmm", "ymm") if re.search(rf"%{reg}\d", asm)), None)
-
-
-def _widest_vector_register() -> str:
-    """The register class the generated loops must use: the target's preferred width (when
-    the ISA has at least AVX)."""
-    features = target.host_target().features.split(",")
-    if not ("+avx512f" in features or "+avx2" in features or "+avx" in features):
-        pytest.skip("host has neither AVX nor AVX-512 (no wide vector registers to look for)")
-    reg = _preferred_vector_register()
-    assert reg is not None, "the probe loop x * 2 + 1 was not vectorized with ymm or zmm registers"
-    return reg
 
 
 def _loops(asm: str) -> list[str]:
@@ -48,8 +25,8 @@ def _loops(asm: str) -> list[str]:
     return loops
 
 
-def test_elementwise_loop_uses_widest_vectors_and_calls_nothing():
-    reg = _widest_vector_register()
+def test_elementwise_loop_uses_the_chosen_vectors_and_calls_nothing(loop_vector_register):
+    reg = loop_vector_register
     f = tc.trace(lambda x: x * tc.sigmoid(1.702 * x) + 0.5 * tc.sin(x) * tc.exp(-x * x))
     asm = f.lower(np.ones(1 << 16, np.float32)).as_text("asm")
     loops = _loops(asm)

@@ -192,11 +192,11 @@ def test_a_row_reduction_read_by_a_matmul_is_computed_before_it():
         _check_against_interp(fn, x, w, rtol=1e-4, atol=1e-4)      # float32 sums in other orders
 
 
-def test_row_kernel_loops_use_the_widest_vectors_and_call_nothing():
+def test_row_kernel_loops_use_the_chosen_vectors_and_call_nothing(loop_vector_register):
     """Each pass over a row (the max, the sum of exponentials, the normalized store; the
-    mean, the squared deviations, the store) is a vector loop."""
-    from test_asm import _loops, _widest_vector_register
-    reg = _widest_vector_register()
+    mean, the squared deviations, the store) is a vector loop at the chosen width."""
+    from test_asm import _loops
+    reg = loop_vector_register
     x = np.ones((64, 1024), np.float32)
     w = np.ones(1024, np.float32)
     for fn, args in ((lambda x: tc.softmax(x, 1), (x,)), (lambda x, w: tc.layer_norm(x, [1024], w, w), (x, w))):

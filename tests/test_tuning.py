@@ -75,6 +75,30 @@ def test_a_stored_choice_applies_to_every_tile_and_loop(tmp_path):
             assert untuned["loop_register"] == "ymm"      # LLVM's own choice for rocketlake
 
 
+FIRST_DUMP = ("import json, sys, numpy as np, tracecomp as tc\n"
+              "from tracecomp.runtime import tuning\n"
+              "record = tuning.record_path()\n"
+              "record.parent.mkdir(parents=True, exist_ok=True)\n"
+              "record.write_text(sys.argv[1])\n"
+              "asm = tc.trace(lambda x: x * 2.0 + 1.0).lower(np.ones(1 << 14, np.float32)).as_text('asm')\n"
+              "print(json.dumps({'zmm': '%zmm' in asm, 'ymm': '%ymm' in asm}))\n")
+
+
+def test_the_first_dump_of_a_process_follows_the_stored_choice(tmp_path):
+    """A dump as the first compile of a process: the kernels are scheduled (which installs
+    the stored choices) before the target machine is built.  It was built first, so that an
+    Intel host's first `as_text("asm")` showed LLVM's own 256-bit loops under a 512-bit record."""
+    needs_avx512()
+    for target_name, width in (("rocketlake", 64), ("host", 32)):
+        choices = json.dumps({"matmul_vector_bytes": width, "loop_vector_bytes": width})
+        out = subprocess.run([sys.executable, "-c", FIRST_DUMP, choices], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "TRACECOMP_CACHE_DIR": str(tmp_path / target_name),
+                                               "TRACECOMP_TARGET": target_name})
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert got == {"zmm": width == 64, "ymm": width == 32}, (target_name, width, got)
+
+
 def test_a_record_that_is_not_a_known_choice_is_measured_again(tmp_path):
     needs_avx512()
     record = probe(tmp_path, TRACECOMP_TUNE="0")["record"]

@@ -182,14 +182,23 @@ class Lowered:
         from .lower.llvm.codegen import codegen_kernels
         return codegen_kernels(self.program.kernels, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
 
+    def _optimized_cpu_module(self):
+        """(the CPU module optimized for the host, the target machine it was optimized for).
+        The kernels are built first: scheduling installs the measured choices (tuning.py),
+        and the target machine must be built after them, or the first dump of a process
+        gets LLVM's own vector width (256-bit on Intel's AVX-512 CPUs) instead of theirs."""
+        from .runtime import target
+        text = str(self.cpu_module)
+        tm = target.host_target_machine()
+        return target.optimize(target.parse(text), tm), tm
+
     @property
     def llvm(self) -> str:
         from .lower.loops.source_notes import annotate, source_notes
-        from .runtime import target
         if self.device == "cuda":      # the NVPTX module the PTX comes from, optimized
             from .gpu.nvptx_target import optimized_module
             return str(optimized_module(self.gpu_module.llvm_ir))
-        module = target.optimize(target.parse(str(self.cpu_module)), target.host_target_machine())
+        module, _ = self._optimized_cpu_module()
         return annotate(str(module), source_notes(self.program), ";")
 
     @property
@@ -198,8 +207,8 @@ class Lowered:
         from .runtime import target
         if self.device == "cuda":      # a GPU's assembly is its PTX
             return self.ptx
-        tm = target.host_target_machine()
-        text = target.emit_assembly(target.optimize(target.parse(str(self.cpu_module)), tm), tm)
+        module, tm = self._optimized_cpu_module()
+        text = target.emit_assembly(module, tm)
         return annotate(text, source_notes(self.program), "#" if tm.triple.startswith(("x86", "i686")) else "//")
 
     @property
