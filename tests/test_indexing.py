@@ -81,11 +81,11 @@ def test_gradient_matches_torch(desc, build):
 
 
 @pytest.mark.parametrize("index, match", [
-    (np.array([2], np.int64), "index 2 is out of bounds for dim 0 with size 2"),
-    (np.array([-3], np.int64), "out of bounds for dim 0 with size 2"),
+    (np.array([2], np.int64), "index 2 is out of bounds for dimension 0 with size 2"),
+    (np.array([-3], np.int64), "out of bounds for dimension 0 with size 2"),
 ])
 def test_out_of_range_indices_raise_eagerly_and_compiled(index, match):
-    with pytest.raises(tc.ShapeError, match=match):
+    with pytest.raises(IndexError, match=match):        # PyTorch's class and wording
         tc.tensor(X)[tc.tensor(index)]
     with pytest.raises(tc.ShapeError, match="out of bounds for dim 0 with size 2"):
         tc.trace(lambda x, i: x[i])(X, index)
@@ -94,8 +94,8 @@ def test_out_of_range_indices_raise_eagerly_and_compiled(index, match):
 def test_bad_index_types():
     with pytest.raises(tc.ArgumentError, match="integer or bool"):
         tc.tensor(X)[np.array([0.5])]
-    with pytest.raises(tc.ArgumentError, match="Python bool"):
-        tc.tensor(X)[True]
+    with pytest.raises(IndexError, match=r"valid indices \(got float\)"):
+        tc.tensor(X)[0.5]
 
 
 def test_a_mask_in_a_trace_says_how_to_keep_the_shape_static():

@@ -12,8 +12,8 @@ with _short_blas_spin():        # before anything loads NumPy: see numpy_blas.py
 
 from .dtypes import DType
 from .dtypes import BOOL as bool, FLOAT32 as float32, FLOAT64 as float64, INT32 as int32, INT64 as int64
-from .errors import (ArgumentError, DTypeError, IRError, OutOfMemoryError, ShapeError, TableError,
-                     TraceError, TracecompError)
+from .errors import (ArgumentError, DTypeError, IndexingError, IndexTypeError, IRError, OutOfMemoryError,
+                     ShapeError, TableError, TraceError, TracecompError)
 from .factories import tensor
 from .logs import configure as _configure_logging
 from .random import manual_seed

@@ -4,9 +4,10 @@ Tensors are values in the IR, so an assignment computes the updated tensor with 
 tensor object then takes that result over (eagerly its array, in a trace its IR value, and
 its autograd history):
 - the elements to write are the same index applied to arange(numel) shaped like the tensor,
-  so every index form getitem accepts works (ints, slices, None, ..., integer tensors, and
-  masks eagerly), and one `scatter` writes `value` there (broadcast to the indexed shape,
-  cast to the tensor's dtype, as PyTorch does); of repeated positions the last write wins;
+  so every index form getitem accepts works, and is checked as a read checks it (ints,
+  slices, None, ..., integer tensors and lists, masks), and one `scatter` writes `value`
+  there (its extra leading size-1 dims dropped, broadcast to the indexed shape, cast to the
+  tensor's dtype, as PyTorch does); of repeated positions the last write wins;
 - autograd: the updated tensor's grad_fn is the scatter's (the overwritten elements get no
   gradient, `value` gets theirs); assigning into a leaf that requires grad raises, as in
   PyTorch; each assignment bumps the tensor's version, and a backward that saved the old
@@ -100,33 +101,56 @@ def setitem(t, index, value) -> None:
         value = tc.tensor(np.asarray(value)).to(t.dtype)
     else:
         value = tc.full([], value, dtype=t.dtype)
-    update(t, put(t, index, value), "item assignment")
+    update(t, put(t, index, value, drop_leading_ones=True), "item assignment")
 
 
-def put(t, index, values, accumulate: bool = False):
+def put(t, index, values, accumulate: bool = False, drop_leading_ones: bool = False):
     """t with values (already of t's dtype) written at t[index], or added there (repeated
     positions add up).  One scatter into the positions t[index] reads, found by applying
-    the same index to arange(numel) shaped like t; a mask whose every pick gets the same
-    value is a `where` instead, whose shape does not depend on the mask's values, so it
-    traces (`x[x < 0] = 0`)."""
+    the same index to arange(numel) shaped like t, which checks the index as a read does
+    (masks of the wrong shape raise PyTorch's IndexError); a mask whose every pick gets the
+    same value is a `where` instead, whose shape does not depend on the mask's values, so it
+    traces (`x[x < 0] = 0`).  drop_leading_ones: values may have more dims than t[index]
+    if the extra leading ones have size 1 (item assignment allows it, index_put does not)."""
     import tracecomp as tc
     masked = _masked_values(t, index, values)
     if masked is not None:
         mask, values = masked
         return t + tc.where(mask, values, 0) if accumulate else tc.where(mask, values, t)
     at = tc.arange(t.numel(), dtype=tc.int64).reshape(list(t.shape))[index]
-    src = tc.broadcast_to(values, list(at.shape)).reshape([-1])
+    if drop_leading_ones:
+        values = _without_leading_ones(values, at.ndim)
+    src = _broadcast_value(values, list(at.shape)).reshape([-1])
     write = tc.scatter_add if accumulate else tc.scatter
     return write(t.reshape([-1]), 0, at.reshape([-1]), src).reshape(list(t.shape))
+
+
+def _without_leading_ones(values, ndim: int):
+    """values less the leading size-1 dims that it has beyond ndim."""
+    drop = 0
+    while values.ndim - drop > ndim and values.shape[drop] == 1:
+        drop += 1
+    return values.reshape(list(values.shape[drop:])) if drop else values
+
+
+def _broadcast_value(values, shape: list):
+    import tracecomp as tc
+    try:
+        return tc.broadcast_to(values, shape)
+    except ShapeError:
+        raise ShapeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast "
+                         f"to indexing result of shape {list(shape)}") from None
 
 
 def _masked_values(t, index, values):
     """For `t[mask] = values` with a bool mask over t's leading dims and values that do not
     vary from one picked element to the next: the mask shaped to broadcast against t, and
-    values shaped to broadcast against one picked element.  None for any other index."""
-    from .tensor import Tensor
-    mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
-    if not (isinstance(mask, Tensor) and mask.dtype is dt.BOOL
+    values shaped to broadcast against one picked element.  None for any other index (a
+    mask of the wrong shape among them: the read then raises PyTorch's IndexError)."""
+    from .indexing import entries
+    index = entries(index)
+    mask = index[0] if len(index) == 1 else None
+    if not (mask is not None and getattr(mask, "dtype", None) is dt.BOOL
             and tuple(mask.shape) == tuple(t.shape[:mask.ndim])):
         return None
     rest = list(t.shape[mask.ndim:])
@@ -134,4 +158,6 @@ def _masked_values(t, index, values):
         if values.ndim > len(rest) + 1 or values.shape[0] != 1:
             return None         # one value per pick: their number is the mask's count
         values = values.reshape(list(values.shape[1:]))
+    if any(v != 1 and v != r for v, r in zip(reversed(values.shape), reversed(rest))):
+        return None             # the scatter raises PyTorch's shape mismatch, naming the picks
     return mask.reshape(list(mask.shape) + [1] * len(rest)), values

@@ -41,6 +41,16 @@ class DTypeError(ShapeError):
     """An op does not accept the dtype it was given."""
 
 
+class IndexingError(ShapeError, IndexError):
+    """An index does not fit the tensor it indexes: a mask of the wrong shape, too many
+    indices, an index out of range (PyTorch and NumPy raise IndexError)."""
+
+
+class IndexTypeError(ArgumentError, IndexError):
+    """Something tensors cannot be indexed with: a float, a string, a float tensor
+    (PyTorch raises IndexError for most, TypeError for some; this is both)."""
+
+
 class TraceError(TracecompError, RuntimeError):
     """A traced function did something tracing cannot record (e.g. Python control flow on a traced value)."""
 
