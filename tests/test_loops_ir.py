@@ -554,14 +554,14 @@ BROKEN = [
      ': x[i] (Load) is not a statement (expected Let, Store, Loop, Reduce or Matmul)'),
     ("not-an-expression", bad(put(1.0)),
      ' at Loop i in range(8) > Store y[i]: 1.0 (float) is not an expression (expected Const, '
-     'Var, Load, Unary, Binary, Select or Cast)'),
+     'Var, Load, Unary, Binary, Select, Cast or CheckedIndex)'),
     ("buffer-twice", bad(buffers=[Buffer("x", F32, (8,), "output")]),
      ": two buffers are named 'x'"),
     ("buffer-dim", bad(buffers=[Buffer("w", F32, ("n", 8), "output")]),
      ": buffer 'w' has dim 'n' in shape ('n', 8), neither an int >= 0 nor a size parameter (no"
      " sizes declared)"),
     ("buffer-role", bad(buffers=[Buffer("w", F32, (8,), "scratch")]),
-     ": buffer 'w' has role 'scratch', expected one of input, output, temp, constant"),
+     ": buffer 'w' has role 'scratch', expected one of input, output, temp, constant, errors"),
     ("buffer-dtype", bad(buffers=[Buffer("w", INDEX, (8,), "temp")]),
      ": buffer 'w' has dtype 'index'; buffers hold a tracecomp DType"),
     ("empty-kernel-name", Kernel("", [], []),

@@ -41,7 +41,7 @@ def emit_launch(module: ir.Module, launch: Launch) -> ir.Function:
         emit_split(em)
     else:
         {"elementwise": _elementwise, "columns": _columns, "rows": _rows, "serial": _serial}[launch.kind](em)
-    em.builder.ret_void()
+    em.finish()
     launch.shared_bytes = em.shared_bytes
     return fn
 

@@ -5,8 +5,11 @@ compiled into their own library (freed with this object), or their object code c
 the on-disk compile cache (cache.py; `module` is then generated only if asked for);
 temporaries get a workspace that is planned by liveness and kept across calls; constants
 are copied once into aligned memory.  A call checks the inputs (shape, dtype, index
-ranges) before any pointer reaches native code, allocates fresh aligned outputs (except
-those donation.py placed in donated inputs), and runs the kernels in order.
+ranges of index inputs) before any pointer reaches native code, allocates fresh aligned
+outputs (except those donation.py placed in donated inputs), and runs the kernels in order;
+then, where the program computes indices, it reads the flag of the kernels' error record
+(loops/ir.py's CheckedIndex) and raises the ShapeError of the first failed check, after
+clearing the record for the next call.
 The call path is prepared at compile time: per call it builds one list of data pointers
 (inputs, fresh outputs, then the fixed buffers' pointers computed once) and each kernel
 takes its arguments from it by position.  Inputs that are exact, C-contiguous ndarrays of
@@ -22,8 +25,9 @@ import threading
 
 import numpy as np
 
-from ..errors import ArgumentError, ShapeError, add_location
+from ..errors import ArgumentError
 from ..lower.llvm.codegen import codegen_kernels
+from ..lower.schedule.index_checks import recorded_error
 from ..lower.schedule.scheduler import Program
 from .. import random as tc_random
 from .cache import compile_kernels
@@ -43,9 +47,7 @@ def check_indices(a: np.ndarray, checks) -> None:
                 out &= a != c.allowed             # an ignore_index the graph maps away
             if not out.any():
                 continue
-            bad = int(a[out].flat[0])
-            err = ShapeError(f"{c.op}: index {bad} is out of bounds for dim {c.dim} with size {c.size}")
-            raise add_location(err, str(c.loc) if c.loc else None)
+            raise c.error(int(a[out].flat[0]))
 
 
 class CompiledProgram:
@@ -59,6 +61,12 @@ class CompiledProgram:
         self._lock = threading.Lock()
         self._fixed: dict[str, np.ndarray] = {}       # temps (workspace views) and constants
         self._plan_workspace()
+        self._errors = None                            # the error record of computed index checks
+        if program.index_errors is not None:
+            b = program.buffers[program.index_errors]
+            self._errors = aligned_empty(b.shape, np.int64)
+            self._errors[...] = 0
+            self._fixed[program.index_errors] = self._errors
         for name, value in program.constants.items():
             arr = aligned_empty(value.shape, value.dtype)
             arr[...] = value
@@ -181,11 +189,20 @@ class CompiledProgram:
                 (outs[target] if isinstance(target, int) else target)[...] = draw(f.shape, dtype=f.dtype.np)
             for fn, pick in self._calls:
                 fn(*pick(pointers))
+            if self._errors is not None and self._errors[0]:
+                self._raise_index_error()
             if self._plain_results:
                 return outs
             return [outs[what] if kind == "new" else inputs[what] if kind == "in"
                     else np.array(inputs[what] if isinstance(what, int) else what, copy=True)
                     for kind, what in self._results]
+
+
+    def _raise_index_error(self):
+        """Raise the first failed computed-index check, clearing the record first."""
+        err = recorded_error(self.program.computed_checks, self._errors)
+        self._errors[...] = 0
+        raise err
 
 
 def _overlaps_another(a: np.ndarray, i: int, inputs: list) -> bool:

@@ -65,7 +65,7 @@ def codegen_kernels(kernels: Sequence[Kernel], module_name: str, *,
         fn = declare_kernel_function(module, k.name, k.buffers, k.sizes, align, "external")
         emitter = KernelEmitter(module, k, fn, align)
         emitter.emit_body(cpu_body(k), emitter.entry_env())
-        emitter.builder.ret_void()
+        emitter.finish()
     if fastmath:
         for fn in module.functions:
             for block in fn.blocks:

@@ -188,7 +188,7 @@ def _range_function(em: FunctionEmitter, loop: Loop, captured: list[tuple[str, i
     fn, inner, env = outlined_function(em, captured, name, [("lo", S.I64), ("hi", S.I64)])
     lo, hi = fn.args[-2], fn.args[-1]
     inner.serial_loop(loop.var, lo, hi, loop.body, env)
-    inner.builder.ret_void()
+    inner.finish()
     return fn
 
 

@@ -16,7 +16,9 @@ Every Expr carries its dtype; nothing is inferred, every recorded dtype is check
   Select's condition is bool and both arms have the Select's dtype;
 - loops: extents are ints >= 0 or kernel.sizes (a serial Loop's may use enclosing loop vars); a Reduce has one update per accumulator
   and its body holds only Lets and Reduces; no parallel Loop is nested in another;
-- Matmul: views, dtypes, aliasing and the epilogue (loops/check_matmul.py).
+- Matmul: views, dtypes, aliasing and the epilogue (loops/check_matmul.py);
+- CheckedIndex: an `index` value and an extent as its size, recording into a 1-D int64
+  buffer of role "errors" that nothing else writes, at a slot inside it.
 Failures raise IRError naming the kernel, the statement (with the loops around it) and
 what is wrong.
 """
@@ -31,11 +33,11 @@ import numpy as np
 
 from ...dtypes import DType
 from ...errors import IRError
-from .ir import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, Const, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
+from .ir import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, CheckedIndex, Const, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from .check_matmul import check_matmul
 
-ROLES = ("input", "output", "temp", "constant")
-READ_ONLY = ("input", "constant")
+ROLES = ("input", "output", "temp", "constant", "errors")
+READ_ONLY = ("input", "constant", "errors")      # (CheckedIndex alone writes an "errors" buffer)
 
 # The kind of a dtype: f(loat: f32, f64), i(nteger: i32, i64), x (index), b(ool).
 KIND_NAMES = {"f": "float", "i": "integer", "x": "index", "b": "bool"}
@@ -102,6 +104,8 @@ def _expr_text(e: object) -> str:
         return f"select({_expr_text(e.cond)}, {_expr_text(e.a)}, {_expr_text(e.b)})"
     if isinstance(e, Cast):
         return f"cast<{dtype_name(e.dtype)}>({_expr_text(e.x)})"
+    if isinstance(e, CheckedIndex):
+        return f"checked<{e.check}>({_expr_text(e.index)} < {_expr_text(e.size)})"
     return repr(e)
 
 
@@ -336,7 +340,7 @@ class _Checker:
         rule = _EXPR_RULES.get(type(e))
         if rule is None:
             self.fail(f"{describe_expr(e)} ({type(e).__name__}) is not an expression (expected "
-                      "Const, Var, Load, Unary, Binary, Select or Cast)")
+                      "Const, Var, Load, Unary, Binary, Select, Cast or CheckedIndex)")
         try:
             dtype_kind(e.dtype)
         except ValueError:
@@ -422,6 +426,21 @@ class _Checker:
     def cast(self, e: Cast) -> None:
         self.expr(e.x)
 
+    def checked_index(self, e: CheckedIndex) -> None:
+        self.expr(e.index)
+        if e.index.dtype != INDEX or e.dtype != INDEX:
+            self.fail(f"{describe_expr(e)} checks a {dtype_name(e.index.dtype)} value as "
+                      f"{dtype_name(e.dtype)}; both must be index (Cast the index)")
+        self.extent(e.size)
+        b = self.buffers.get(e.buffer)
+        if b is None or b.role != "errors" or b.dtype is not DType.int64 or len(b.shape) != 1:
+            self.fail(f"{describe_expr(e)} records into '{e.buffer}', which is not a 1-D int64 "
+                      "buffer of role 'errors' among the kernel's buffers")
+        slots = b.shape[0]
+        if not isinstance(e.check, int) or e.check < 0 or isinstance(slots, int) and 2 + 2 * e.check >= slots:
+            self.fail(f"{describe_expr(e)}: check {e.check!r} has no slot in '{e.buffer}' "
+                      f"of shape {tuple(b.shape)}")
+
 
 _STMT_RULES: dict[type, Callable] = {Let: _Checker.let, Store: _Checker.store,
                                      Loop: _Checker.loop, Reduce: _Checker.reduce,
@@ -429,4 +448,5 @@ _STMT_RULES: dict[type, Callable] = {Let: _Checker.let, Store: _Checker.store,
 _EXPR_RULES: dict[type, Callable] = {Const: _Checker.const, Var: _Checker.var, Load: _Checker.load,
                                      GuardedLoad: _Checker.guarded_load,
                                      Unary: _Checker.unary, Binary: _Checker.binary,
-                                     Select: _Checker.select, Cast: _Checker.cast}
+                                     Select: _Checker.select, Cast: _Checker.cast,
+                                     CheckedIndex: _Checker.checked_index}

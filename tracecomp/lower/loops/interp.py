@@ -107,6 +107,8 @@ class LoopInterpreter:
             return _typed(_BINARY[e.fn](a, b), e.dtype)
         if isinstance(e, L.Select):
             return self.expr(e.a, env) if self.expr(e.cond, env) else self.expr(e.b, env)
+        if isinstance(e, L.CheckedIndex):
+            return self.checked_index(e, env)
         if isinstance(e, L.Cast):
             x = self.expr(e.x, env)
             if e.dtype == L.INDEX:
@@ -115,6 +117,20 @@ class LoopInterpreter:
                 return _typed(x != 0, e.dtype)
             return dt.cast_array(np.asarray(x), e.dtype.np)[()]
         raise TypeError(f"unknown expression {e!r}")
+
+
+    def checked_index(self, e: L.CheckedIndex, env: dict) -> int:
+        """The index, or, out of range, the failure recorded (loops/ir.py) and the index clamped."""
+        i = self.expr(e.index, env)
+        size = e.size if isinstance(e.size, int) else int(self.expr(e.size, env))
+        if 0 <= i < size:
+            return i
+        record = self.arrays[e.buffer]
+        unsigned = i % 2 ** 64
+        if record[1 + 2 * e.check] == 0 or unsigned > int(record[2 + 2 * e.check]) % 2 ** 64:
+            record[2 + 2 * e.check] = np.int64(np.uint64(unsigned).view(np.int64))
+        record[0] = record[1 + 2 * e.check] = 1
+        return min(max(i, 0), max(size - 1, 0))
 
 
 def _index_op(fn: str, a: int, b: int):
@@ -137,4 +153,9 @@ def run_program(program, inputs: list[np.ndarray]) -> list[np.ndarray]:
         arrays[f.buffer] = draw(f.shape, dtype=f.dtype.np)
     for k in program.kernels:
         LoopInterpreter(k, arrays).run()
+    if program.index_errors is not None:          # a computed index out of range: raise as eagerly
+        from ..schedule.index_checks import recorded_error
+        err = recorded_error(program.computed_checks, arrays[program.index_errors])
+        if err is not None:
+            raise err
     return [arrays[name].copy() for name in program.outputs]

@@ -15,7 +15,8 @@ in the Loads) through a body of statements:
 Expressions are typed scalars: Const, Var (loop indices are int64 `index` values), Load,
 GuardedLoad (a Load that reads only where its bool `guard` holds and is zero elsewhere),
 Unary/Binary ops named after ops/scalar.py's primitives plus arithmetic and comparisons,
-Select and Cast.  A size (an extent, a buffer dim, a Matmul's m, n, k) is an int or an
+Select, Cast and CheckedIndex (an index computed from data, checked against its range:
+below).  A size (an extent, a buffer dim, a Matmul's m, n, k) is an int or an
 index expression of the kernel's size parameters: `Var("size_batch", INDEX)`, or
 `784*size_batch` for a dynamic dim (one form for all; Size below).  A serial Loop's extent
 may also use the loop vars around it (add, sub, mul, minimum, maximum): a triangular nest.
@@ -25,6 +26,16 @@ Select evaluates both arms (code generators emit branch-free selects), so every 
 either arm must be in bounds whatever the condition: the scheduler clamps such indices, or
 uses a GuardedLoad, whose index need be in bounds only where its guard holds (the code
 generators branch around the load).
+
+Index errors.  A CheckedIndex(index, size, buffer, check) is `index` where 0 <= index <
+size; elsewhere the index is out of range, and the expression is the index clamped into
+[0, size - 1] (so memory stays safe) and the kernel records check `check` as failed in
+`buffer`, the program's error record (role "errors", int64[1 + 2 * checks], zero before the
+program runs; only CheckedIndex writes it): slot 0 becomes nonzero, slot 1 + 2 * check
+nonzero, and slot 2 + 2 * check holds the largest offending index seen, compared as an
+unsigned 64-bit number (so a negative index beats every positive one).  The record does not
+depend on the order in which elements (or threads) fail.  The caller reads the record after
+the kernels and raises (runtime/compiled.py) or returns an error code (an exported library).
 
 Matmul.  A View is a strided window on a buffer's elements in row-major (flat) order:
 element (d0, d1, ...) of the view is flat element `offset + sum(d * stride)` of the buffer,
@@ -130,6 +141,25 @@ class Select(Expr):
 class Cast(Expr):
     x: Expr
     dtype: Union[DType, str]
+
+
+@dataclass(frozen=True)
+class CheckedIndex(Expr):
+    """`index` checked against [0, size) (see the module docstring): in range, its value;
+    out of range, recorded in the error buffer and clamped."""
+    index: Expr
+    size: "Size"                     # an int or an index expression of size parameters
+    buffer: str                      # the program's error record (INDEX_ERRORS)
+    check: int                       # which check: slots 1 + 2 * check and 2 + 2 * check
+    dtype: Union[DType, str] = INDEX
+
+
+INDEX_ERRORS = "index_errors"        # the error record's buffer name in every program
+
+
+def error_slots(checks: int) -> int:
+    """The length of an error record for `checks` checks: a flag, then (failed, value) per check."""
+    return 1 + 2 * checks
 
 
 @dataclass

@@ -6,7 +6,9 @@ an argument (dynamic dims print as `?`), then one `index` argument per size para
 Loop -> `scf.for` (`scf.parallel` when parallel), Reduce -> `scf.for` with `iter_args`
 and `scf.yield` (its results take the accumulators' names), Let -> the SSA value of its
 expression (named after the Let), Load/Store -> `memref.load`/`memref.store`, Matmul ->
-its loop expansion (loops/matmul.py) on 1-D `memref.reinterpret_cast` views of its buffers.
+its loop expansion (loops/matmul.py) on 1-D `memref.reinterpret_cast` views of its buffers,
+CheckedIndex -> an unsigned compare, an `scf.if` that records the failure with
+`memref.atomic_rmw` (maxu of the value, ori of the flags), and the index clamped.
 
 Unary, Binary and Cast lower through tables keyed by fn and operand kind (f float,
 i integer, x index, b bool; see loops.check.UNARY_KINDS): an MLIR op name, a comparison
@@ -38,7 +40,7 @@ from typing import Callable, Iterable, Union
 
 from ...dtypes import DType
 from ...errors import IRError
-from .ir import (COMPARISONS, INDEX, Binary, Buffer, Cast, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
+from .ir import (COMPARISONS, INDEX, Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from .check import check_kernel, dtype_kind
 from .matmul import expand_matmul, flat_name
 from .source_notes import annotate
@@ -443,6 +445,25 @@ class _Printer:
         c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
         return self.op(f"arith.select {c}, {a}, {b} : {mlir_type(e.dtype)}", name)
 
+    def e_checked_index(self, e: CheckedIndex, name: str | None) -> str:
+        """Record an out-of-range index in the error buffer (loops/ir.py), then clamp it."""
+        i, size = self.expr(e.index), self.extent(e.size)
+        buf, ty = self.buffers[e.buffer]
+        bad = self.op(f"arith.cmpi uge, {i}, {size} : index")
+        one = self.const(1, DType.int64)
+        self.line(f"scf.if {bad} {{")
+        self.depth += 1
+        value = self.op(f"arith.index_cast {i} : index to i64")
+        for slot, how, x in ((2 + 2 * e.check, "maxu", value), (1 + 2 * e.check, "ori", one), (0, "ori", one)):
+            self.op(f"memref.atomic_rmw {how} {x}, {buf}[{self.const(slot, INDEX)}] : (i64, {ty}) -> i64")
+        self.depth -= 1
+        self.line("}")
+        zero = self.const(0, INDEX)
+        hi = self.const(max(e.size - 1, 0), INDEX) if isinstance(e.size, int) else \
+            self.op(f"arith.subi {size}, {self.const(1, INDEX)} : index")
+        low = self.op(f"arith.maxsi {i}, {zero} : index")
+        return self.op(f"arith.minsi {low}, {hi} : index", name)
+
     def e_cast(self, e: Cast, name: str | None) -> str:
         return self.cast(self.expr(e.x), e.x.dtype, e.dtype, name)
 
@@ -480,4 +501,4 @@ _EXPR_RULES: dict[type, Callable] = {Const: _Printer.e_const, Var: _Printer.e_va
                                      Load: _Printer.e_load, GuardedLoad: _Printer.e_guarded_load,
                                      Unary: _Printer.e_unary,
                                      Binary: _Printer.e_binary, Select: _Printer.e_select,
-                                     Cast: _Printer.e_cast}
+                                     Cast: _Printer.e_cast, CheckedIndex: _Printer.e_checked_index}

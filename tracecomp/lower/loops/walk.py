@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterator, Optional
 
-from .ir import (SIZE_PREFIX, Accumulator, Binary, Buffer, Cast, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop,
+from .ir import (SIZE_PREFIX, Accumulator, Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop,
                  Matmul, Reduce, Select, Store, Unary, Var, View, Windows)
 
 # The fields of each node type that hold nodes (or lists/tuples of them; int sizes and
@@ -26,6 +26,7 @@ CHILDREN: dict[type, tuple[str, ...]] = {
     Binary: ("a", "b"),
     Select: ("cond", "a", "b"),
     Cast: ("x",),
+    CheckedIndex: ("index", "size"),
     Let: ("value",),
     Store: ("index", "value"),
     Loop: ("extent", "body"),
@@ -143,14 +144,14 @@ def loads(root: Any) -> list[Load]:
 def buffers_accessed(root: Any) -> tuple[set[str], set[str]]:
     """(buffers read, buffers written) under `root`, in one walk.  Read: by Loads, by a
     Matmul's operands (b's windows too), and by its output when it accumulates.  Written: by Stores, a
-    Matmul's output and its packing workspace."""
+    Matmul's output and its packing workspace, and the error record by CheckedIndex."""
     read: set[str] = set()
     written: set[str] = set()
     for n in walk(root):
         t = type(n)
         if t is Load or t is GuardedLoad:
             read.add(n.buffer)
-        elif t is Store:
+        elif t is Store or t is CheckedIndex:
             written.add(n.buffer)
         elif t is Matmul:
             read.update((n.a.buffer, n.b.buffer))

@@ -4,8 +4,9 @@
 materialized values, large constants) and otherwise the expression of its producer:
 elementwise ops evaluate their table formula on the loop-IR builders (exprs.py), view ops
 remap the index (loops/index.py), gather/index_select load their index tensor, cat selects
-between its inputs.  Indirect indices are clamped into range, so no index read from data
-can touch memory outside a buffer (the runtime checks user-given indices first).
+between its inputs.  Indirect indices are checked and clamped into range (`indirect`,
+schedule/index_checks.py), so no index read from data touches memory outside a buffer,
+and one out of range raises as it does eagerly.
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ CONSTANT = "tc.constant"
 
 
 class Inliner:
-    def __init__(self, buffers: dict[Value, str]):
+    def __init__(self, buffers: dict[Value, str], indices=None):
         self.buffers = buffers            # values that live in memory, by buffer name
+        self.indices = indices            # index_checks.IndexChecks: None clamps unchecked
         self.table = by_ir_name()
 
     def value_at(self, v: Value, index: I.Index) -> L.Expr:
@@ -51,6 +53,8 @@ class Inliner:
             return cast(self.value_at(args["self"], index), args["dtype"])
         if kind in VIEW_KINDS:
             return self.value_at(args["self"], self._view_index(opdef, op, args, result, index))
+        if kind in ("gather", "index_select"):
+            return self._read_at(op, kind, args, out, index)
         handler = getattr(self, f"_{kind}", None)
         if handler is None:
             raise BackendError(f"{op.name}: kind '{kind}' cannot be inlined")
@@ -89,28 +93,25 @@ class Inliner:
         start = sum(r.type.shape[dim] for r in op.results[:result])          # split
         return I.offset(index, dim, start)
 
-    def _indirect(self, index_value: Value, at: I.Index, size: int) -> L.Expr:
+    def indirect(self, op: Op, dim: int, index_value: Value, at: I.Index, size) -> L.Expr:
+        """The position along `dim` (of `size`) that `op` reaches through its index operand
+        `index_value` read at `at`: checked against the dim and clamped into it."""
         raw = cast(self.value_at(index_value, at), L.INDEX)
-        wrapped = L.Select(L.Binary("lt", raw, I.ic(0), dt.BOOL), I.add(raw, size), raw, L.INDEX)
-        return I.clamp(wrapped, 0, size - 1)
+        if self.indices is None:
+            wrapped = L.Select(L.Binary("lt", raw, I.ic(0), dt.BOOL), I.add(raw, size), raw, L.INDEX)
+            return I.clamp(wrapped, 0, size - 1)
+        return self.indices.index(op, dim, index_value, raw, size)
 
-    def _index_select(self, opdef, args, out, index):
-        x = args["self"].type
-        if x.ndim == 0:
-            return self.value_at(args["self"], ())
-        d = args["dim"] % x.ndim
-        at = (index[d],) if args["index"].type.ndim else ()
-        i = self._indirect(args["index"], at, x.shape[d])
-        return self.value_at(args["self"], index[:d] + (i,) + index[d + 1:])
-
-    def _gather(self, opdef, args, out, index):
+    def _read_at(self, op: Op, kind: str, args: dict, out, index: I.Index) -> L.Expr:
+        """gather and index_select: `self` at the index with dim d replaced by the index read."""
         x = args["self"].type
         if out.numel == 0:           # an empty index of any rank: nothing is ever read
             return const(0, out.dtype)
         if x.ndim == 0:
             return self.value_at(args["self"], ())
         d = args["dim"] % x.ndim
-        i = self._indirect(args["index"], index, x.shape[d])
+        at = index if kind == "gather" else ((index[d],) if args["index"].type.ndim else ())
+        i = self.indirect(op, d, args["index"], at, x.shape[d])
         return self.value_at(args["self"], index[:d] + (i,) + index[d + 1:])
 
     def _cat(self, opdef, args, out, index):

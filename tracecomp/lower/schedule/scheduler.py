@@ -37,6 +37,7 @@ from ..loops.walk import buffers_accessed, size_params, var_names
 from . import attention, reductions, sort
 from .pointwise import CONSTANT, VIEW_KINDS, Inliner
 from .donation import update_in_place
+from .index_checks import IndexCheck, IndexChecks
 from .matmul import fuse_epilogues, matmul_body
 from .nests import kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
@@ -59,18 +60,6 @@ class HostFill:
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class IndexCheck:
-    """A function input whose values index a dim (gather, index_select, scatter): checked
-    before the kernels run, so a bad index raises instead of reading out of bounds."""
-    op: str
-    dim: int
-    size: int
-    loc: object = None
-    allowed: Optional[int] = None      # one more value the graph maps away first (an ignore_index)
-    wraps: bool = False                # negative values count from the end: [-size, size) is fine
-
-
 @dataclass
 class Program:
     name: str
@@ -81,6 +70,8 @@ class Program:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     fills: list[HostFill] = field(default_factory=list)
     index_checks: dict[str, list[IndexCheck]] = field(default_factory=dict)   # by input buffer
+    computed_checks: list[IndexCheck] = field(default_factory=list)   # CheckedIndex.check -> its check
+    index_errors: Optional[str] = None         # the error record of the computed checks (role "errors")
     kernel_ops: dict[str, list[Op]] = field(default_factory=dict)  # kernel -> graph ops, graph order
     donated: list[str] = field(default_factory=list)   # input buffers outputs are written into (donation.py)
 
@@ -156,8 +147,9 @@ def _depends_on(value: Value, on: Value) -> bool:
 
 
 class Scheduler:
-    def __init__(self, graph: Graph, keep: set[Value] | None = None):
+    def __init__(self, graph: Graph, keep: set[Value] | None = None, check_indices: bool = True):
         self.graph = graph
+        self.check_indices = check_indices
         self.keep = _materialized(graph) if keep is None else keep     # values given buffers
         self.table = by_ir_name()
         self.buffers: dict[str, L.Buffer] = {}
@@ -165,6 +157,7 @@ class Scheduler:
         self.program = Program(graph.name, [], self.buffers, [], [])
         self._order = {op: i for i, op in enumerate(graph.ops)}
         self.rows = RowFusion(self)
+        self.indices = IndexChecks(self, check_indices)
 
     def _buffer(self, v: Value, role: str, prefix: str) -> str:
         name = f"{prefix}{sum(1 for b in self.buffers.values() if b.role == role)}"
@@ -184,7 +177,7 @@ class Scheduler:
                     if r in keep or len(op.results) > 1 and self.table[op.name].kind in REDUCE_KINDS:
                         self._buffer(r, "temp", "t")
         self._promote_outputs()       # outputs are computed straight into their own buffers
-        self.inliner = Inliner(self.names)
+        self.inliner = Inliner(self.names, self.indices)
         for op in g.ops:
             if op.name != CONSTANT and any(r in self.names for r in op.results) and not self.rows.defer(op):
                 self._emit(op)
@@ -195,6 +188,7 @@ class Scheduler:
         for k in p.kernels:
             k.body = split_divided_loops(k.body)
         self._mark_index_inputs()
+        self._size_error_record()
         if any(is_dynamic(d) for v in g.inputs for d in v.type.shape):
             for k in p.kernels:
                 k.sizes = size_params(k)    # dynamic dims: sizes the kernel takes at run time
@@ -271,14 +265,15 @@ class Scheduler:
         out = []
         for name, b in self.buffers.items():
             if name in stores:
-                out.append(L.Buffer(name, b.dtype, b.shape, "output"))
+                out.append(L.Buffer(name, b.dtype, b.shape, "errors" if b.role == "errors" else "output"))
             elif name in loads:
                 out.append(L.Buffer(name, b.dtype, b.shape, "input"))
         return out
 
     def _mark_index_inputs(self) -> None:
-        """Function inputs that reach gather/index_select indices through views or casts: the
-        runtime bounds-checks them, so out-of-range indices raise as they do eagerly."""
+        """Function inputs that reach gather/index_select/scatter indices through views or
+        integer casts: the runtime bounds-checks them, so out-of-range indices raise as they
+        do eagerly (computed indices are checked in the kernels: index_checks.py)."""
         for op in self.graph.ops:
             opdef = self.table.get(op.name)
             if opdef is None or opdef.kind not in ("gather", "index_select", "scatter", "index_add"):
@@ -287,11 +282,48 @@ class Scheduler:
             src = args["self"].type
             dim = args["dim"] % src.ndim if src.ndim else 0
             size = src.shape[dim] if src.ndim else 1
-            idx, wraps = self._unless_wrapped(self._view_source(args["index"]), size)
-            idx, allowed = self._unless_ignored(self._view_source(idx), size)
-            if idx in self.names and self.buffers[self.names[idx]].role == "input":
+            found = self.checked_input(args["index"], size)
+            if found is not None:
+                idx, wraps, allowed = found
                 check = IndexCheck(opdef.full_name, dim, size, op.loc, allowed, wraps)
                 self.program.index_checks.setdefault(self.names[idx], []).append(check)
+
+    def checked_input(self, index: Value, size) -> Optional[tuple[Value, bool, Optional[int]]]:
+        """(input, wraps, allowed) when the index values `index` are those of an integer
+        function input, through views, casts, the negative-index wrap and an ignore_index
+        (`_unless_wrapped`, `_unless_ignored`): the runtime checks that input before the
+        kernels run.  None otherwise (a float input cast to an index is checked where it is
+        used, NaN included)."""
+        idx, wraps = self._unless_wrapped(self._view_source(index), size)
+        idx, allowed = self._unless_ignored(self._view_source(idx), size)
+        if idx in self.names and self.buffers[self.names[idx]].role == "input" and \
+                (idx.type.dtype == dt.BOOL or not idx.type.dtype.is_floating_point):
+            return idx, wraps, allowed
+        return None
+
+    def wrapped_index(self, index: Value, size) -> bool:
+        """Whether the graph computes `index` as `where(t < 0, t + size, t)` (the negative-index wrap)."""
+        return self._unless_wrapped(self._view_source(index), size)[1]
+
+    def error_buffer(self) -> str:
+        """The program's index-error record (loops/ir.py), made on first use; its length is
+        set when scheduling ends (`_size_error_record`)."""
+        if L.INDEX_ERRORS not in self.buffers:
+            self.buffers[L.INDEX_ERRORS] = L.Buffer(L.INDEX_ERRORS, dt.INT64, (L.error_slots(0),), "errors")
+        return L.INDEX_ERRORS
+
+    def _size_error_record(self) -> None:
+        """Give the error record one (failed, value) pair per computed check, in the program
+        and in every kernel that records into it."""
+        p = self.program
+        p.computed_checks = list(self.indices.checks)
+        if L.INDEX_ERRORS not in self.buffers:
+            return
+        record = L.Buffer(L.INDEX_ERRORS, dt.INT64, (L.error_slots(len(p.computed_checks)),), "errors")
+        self.buffers[L.INDEX_ERRORS] = record
+        p.index_errors = L.INDEX_ERRORS
+        for k in p.kernels:
+            k.buffers = [record if b.name == L.INDEX_ERRORS else b for b in k.buffers]
 
     def made_by(self, v, full_name: str) -> Optional[dict]:
         """The arguments of the op `full_name` that computes `v`; None if another op (or
@@ -332,17 +364,18 @@ class Scheduler:
         return v
 
 
-def schedule(graph: Graph) -> Program:
+def schedule(graph: Graph, check_indices: bool = True) -> Program:
     """Schedule with the materialized set of `_materialized`, then again without the values
     that row kernels recompute (schedule.rows.recomputable), until nothing changes.
+    `check_indices` False clamps computed indices without checking them (index_checks.py).
     With TRACECOMP_VERIFY=1 (the test suite) every kernel goes through the loop-IR checker."""
-    sched = Scheduler(graph)
+    sched = Scheduler(graph, check_indices=check_indices)
     program = sched.run()
     while True:
         drop = recomputable(sched, sched.table)
         if not drop:
             break
-        trial = Scheduler(graph, sched.keep - drop)
+        trial = Scheduler(graph, sched.keep - drop, check_indices)
         candidate = trial.run()
         if expression_size(candidate.kernels) > 2 * expression_size(program.kernels) + 1000:
             break                   # recomputing would multiply the code: keep the buffers
@@ -482,7 +515,7 @@ def _scatter(sched: Scheduler, op: Op, args: dict) -> list:
     def inner(ix):
         pos = ix if ix else (I.ic(0),) * out.ndim        # a 0-d source lands at one position
         at = ix if opdef.kind == "scatter" else ((pos[d],) if idx_shape else ())
-        target = sched.inliner._indirect(args["index"], at, out.shape[d])
+        target = sched.inliner.indirect(op, d, args["index"], at, out.shape[d])
         where = pos[:d] + (target,) + pos[d + 1:]
         values.append(cast(sched.inliner.value_at(src, ix), t))
         return [L.Store(name, where, combine(L.Load(name, where, t), values[-1]))]

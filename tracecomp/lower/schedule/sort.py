@@ -159,7 +159,7 @@ def searchsorted(sched, op: Op, args: dict) -> list:
 
         def element(j: X) -> X:
             if sorter is not None:
-                j = X(sched.inliner._indirect(sorter, lead + (j.e,), n))
+                j = X(sched.inliner.indirect(op, seq.type.ndim - 1, sorter, lead + (j.e,), n))
             return X(sched.inliner.value_at(seq, lead + (j.e,)))
         v = X(L.Var("value", values.type.dtype))
 

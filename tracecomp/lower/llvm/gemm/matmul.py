@@ -272,7 +272,7 @@ def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: s
             env_b[name_d] = value
         rng = _item_range(inner, b.srem(item.index, parts), parts, s, plan.blocks)
         _Item(inner, s, plan.blocks, env_b, ws).emit(*rng)
-    b.ret_void()
+    inner.finish()
     return fn
 
 
@@ -423,7 +423,7 @@ class _Item:
         i0, j0 = fn.args[-len(extra)], fn.args[-len(extra) + 1]
         mr, nr = (None, None) if whole else fn.args[-2:]
         self.epilogue_loops(inner, env, i0, j0, mr, nr, whole)
-        inner.builder.ret_void()
+        inner.finish()
         return fn
 
     def epilogue_loops(self, inner: FunctionEmitter, env: dict, i0, j0, mr, nr, whole: bool) -> None:
