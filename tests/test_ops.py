@@ -311,7 +311,7 @@ ERRORS = [
     ("split sizes", lambda a: a.split([1, 1], dim=1), [X23], ValueErr, ["split.sizes", "(1, 1)", "3"]),
     ("chunk 0", lambda a: a.chunk(0), [X23], ValueErr, ["chunk", "'chunks'", "0"]),
     ("select index", lambda a: a.select(1, 3), [X23], ValueErr, ["select", "index 3", "size 3"]),
-    ("getitem index", lambda a: a[2], [X23], ValueErr, ["select", "index 2", "size 2"]),
+    ("getitem index", lambda a: a[2], [X23], ValueErr, ["index 2", "dimension 0", "size 2"]),   # PyTorch's words
     ("getitem too many", lambda a: a[0, 0, 0], [X23], ValueErr, ["too many indices", "2"]),
     ("getitem step", lambda a: a[::0], [X23], ValueErr, ["slice step cannot be zero"]),
     ("getitem tensor bounds", lambda a, i: a[i], [X23, I3], ValueErr, ["index 2 is out of bounds", "size 2"]),

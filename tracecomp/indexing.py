@@ -231,15 +231,16 @@ def _broadcast_indices(advanced: list) -> list:
 
 def _check_known_values(t, advanced: list) -> None:
     """Index values known now (eagerly, or constants in a trace) checked against their dim,
-    with PyTorch's IndexError; index_select and gather check the others, compiled too."""
-    for dim, i in advanced:
+    with PyTorch's IndexError; index_select and gather check the others, compiled too.  The
+    message numbers the dims as PyTorch does: the indexed dims moved to the front."""
+    for k, (dim, i) in enumerate(advanced):
         n = t.shape[dim]
         if i._data is None or i._batch is not None or not isinstance(n, int):
             continue
         values = i._data
         bad = values[(values < -n) | (values >= n)]
         if bad.size:
-            raise IndexingError(f"index {bad.flat[0]} is out of bounds for dimension {dim} with size {n}")
+            raise IndexingError(f"index {bad.flat[0]} is out of bounds for dimension {k} with size {n}")
 
 
 def _advanced(t, advanced: list):
