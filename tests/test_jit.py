@@ -238,9 +238,12 @@ def test_an_avx2_target_on_a_wider_host_gives_the_same_results(tmp_path):
         results[name] = (out.stdout.strip(), np.load(tmp_path / f"{name}.npz"))
     # no 512-bit registers, and the tiles of 256-bit vectors in 16 registers (f32, f64)
     assert results["avx2"][0] == "False [(8, 6, 16), (4, 6, 8)]"
+    # The float32 product's depth (200) is split into blocks by the tiles' kc, which follows
+    # the vector width and the L1d (a 32 KiB L1d gives 160 with 512-bit tiles, 320 with
+    # 256-bit ones): another order of the same sums, a few float32 ulps of the logits apart.
     for name in names[1:]:
         for key in results["host"][1].files:
-            np.testing.assert_allclose(results[name][1][key], results["host"][1][key], rtol=2e-6, atol=1e-6)
+            np.testing.assert_allclose(results[name][1][key], results["host"][1][key], rtol=1e-4, atol=1e-6)
     bad = subprocess.run([sys.executable, "-c", "import tracecomp.runtime.target as t; t.host_target()"],
                          env={**os.environ, "TRACECOMP_TARGET": "sse"}, capture_output=True, text=True, timeout=60)
     assert "TRACECOMP_TARGET='sse' is not a target tracecomp knows (one of host, avx2, rocketlake)" in bad.stderr
