@@ -16,6 +16,8 @@ if not os.environ.get("TRACECOMP_TEST_CACHE_DIR"):
     os.environ["TRACECOMP_TEST_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 os.environ["TRACECOMP_CACHE_DIR"] = os.environ["TRACECOMP_TEST_CACHE_DIR"]
+# ... and so do the host's tuning records (runtime/tuning.py), found by processes on other folders
+os.environ["TRACECOMP_TUNING_DIR"] = os.environ["TRACECOMP_TEST_CACHE_DIR"]
 # ... and so does the key that authenticates its entries (never the user's own key file)
 os.environ["TRACECOMP_CACHE_KEY"] = os.path.join(os.environ["TRACECOMP_TEST_CACHE_DIR"], "cache.key")
 

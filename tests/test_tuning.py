@@ -29,9 +29,12 @@ PROBE = ("import json, numpy as np, tracecomp as tc\n"
 REGISTER = {64: "zmm", 32: "ymm"}
 
 
-def probe(cache_dir, **env):
+def probe(cache_dir, tuning_dir=None, **env):
+    """The PROBE's findings in a fresh process on `cache_dir`, whose host tuning folder is
+    `tuning_dir` (default: the cache folder itself, so that nothing is found elsewhere)."""
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "TRACECOMP_CACHE_DIR": str(cache_dir), **env})
+                         env={**os.environ, "TRACECOMP_CACHE_DIR": str(cache_dir),
+                              "TRACECOMP_TUNING_DIR": str(tuning_dir or cache_dir), **env})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -54,6 +57,23 @@ def test_the_choice_is_measured_once_stored_and_read_back(tmp_path):
     stamp = record.stat().st_mtime_ns
     second = probe(tmp_path)
     assert second["tuned"] == first["tuned"] and record.stat().st_mtime_ns == stamp      # read, not measured
+
+
+def test_a_fresh_cache_folder_takes_the_hosts_record_instead_of_measuring(tmp_path):
+    """The record lives in the host's tuning folder too, so a process on a new compile cache
+    folder (a project's, a test's) finds it there, copies it beside its cache and measures
+    nothing: measuring was most of a cold first call."""
+    needs_avx512()
+    host = tmp_path / "host"
+    first = probe(tmp_path / "first", tuning_dir=host)
+    assert "measured_ms" in first["tuned"]
+    record = host / first["record"].split(str(tmp_path / "first") + "/", 1)[1]
+    # a record no measurement would give (256-bit matmul, 512-bit loops) tells it was read
+    choices = {"matmul_vector_bytes": 32, "loop_vector_bytes": 64}
+    record.write_text(json.dumps(choices))
+    fresh = probe(tmp_path / "fresh", tuning_dir=host)
+    assert fresh["tuned"] == choices and fresh["lanes"] == 8 and fresh["loop_register"] == "zmm"
+    assert json.loads(open(fresh["record"]).read()) == choices        # left beside the new cache
 
 
 def test_a_stored_choice_applies_to_every_tile_and_loop(tmp_path):

@@ -1,5 +1,5 @@
-"""Choices a model of the CPU cannot make, measured once per CPU and kept in the compile
-cache's folder.
+"""Choices a model of the CPU cannot make, measured once per CPU and kept beside the
+user's compile cache, where every later process finds them.
 
 The matmul's tiles follow from the vector ISA and the caches (lower/schedule/tiles.py),
 and the loop vectorizer's width from LLVM's model of the CPU, except for one question on
@@ -10,11 +10,15 @@ So the question is asked twice, of the matmul's tiles (`matmul_vector_bytes`) an
 elementwise and row loops LLVM vectorizes (`loop_vector_bytes`, given to LLVM as its
 prefer-256-bit feature, hostcpu.host_target).  On an AVX-512 target, the first program
 scheduled in a process (`ensure_tuned`, called from trace.Lowered.program) looks for
-`<cache folder>/tuning-v2/<cpu key>.json`; when absent it times, with each width, a 384^3
+`<cache folder>/tuning-v2/<cpu key>.json`, then for the same file in the host's tuning
+folder (`$TRACECOMP_TUNING_DIR`, else the default compile cache folder's, so a process
+on a fresh cache folder, a test's or a project's, does not measure again: that was most
+of W5's cold first call); when both are absent it times, with each width, a 384^3
 float32 product and W1's x sigmoid(1.702 x) + sin(x) exp(-x^2) over 2^15 floats (on one
 thread, in the thread's CPU time, so that other processes on the machine do not tilt it;
 interleaved, best of 7 rounds, about 0.4 s once), keeps 512-bit unless 256-bit is more
-than MARGIN faster, and stores the choices.  The first process to store a record wins:
+than MARGIN faster, and stores the choices in both folders.  The first process to store a
+record wins:
 one that measured at the same time takes the stored choices, so every process sharing the
 folder generates the same code.  The key holds the CPU's model name, LLVM's name and
 features for it and its caches, so another CPU (or TRACECOMP_TARGET) gets a search of its
@@ -34,6 +38,7 @@ import logging
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -44,6 +49,7 @@ from . import cache, jit
 log = logging.getLogger("tracecomp.tuning")
 
 TUNE_ENV = "TRACECOMP_TUNE"
+TUNING_DIR_ENV = "TRACECOMP_TUNING_DIR"
 VERSION = 2
 MARGIN = 0.10          # 256-bit vectors must be this much faster to be chosen over 512-bit
 PROBE_N = 384          # the probe product: PROBE_N^3 float32, ~0.1 GFLOP
@@ -64,6 +70,15 @@ def cpu_key() -> str:
 
 def record_path(directory=None):
     return (directory or cache.settings.directory) / f"tuning-v{VERSION}" / f"{cpu_key()}.json"
+
+
+def host_folder() -> Path:
+    """The folder whose record every process on this host finds, whatever compile cache
+    folder it uses: `$TRACECOMP_TUNING_DIR`, else the default compile cache folder."""
+    if os.environ.get(TUNING_DIR_ENV):
+        return Path(os.environ[TUNING_DIR_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tracecomp"
 
 
 CHOICES = ("matmul_vector_bytes", "loop_vector_bytes")
@@ -87,12 +102,17 @@ def ensure_tuned() -> None:
         _done = True        # first: the probe's own programs are scheduled with the candidates
         if not candidates() or not cache.switched_on(TUNE_ENV) or not cache.settings.enabled:
             return
-        choices = load_record()
+        here, host = cache.settings.directory, host_folder()
+        choices = load_record(here)
         if choices is None:
-            choices = store_record(measure())
+            choices = load_record(host)
+            if choices is None:
+                choices = store_record(measure(), host)
+            if here != host:
+                choices = store_record(choices, here)
         hostcpu.set_tuned(choices)
         _installed = choices
-        _recorded_in.add(cache.settings.directory)
+        _recorded_in.update((here, host))
 
 
 def leave_record(directory) -> None:
