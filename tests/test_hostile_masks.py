@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 import tracecomp as tc
 
 torch = pytest.importorskip("torch", reason="torch not installed (the test-only oracle)")
+# PyTorch warns that it may one day read a list of lists as one array; it reads it as a tuple
+pytestmark = pytest.mark.filterwarnings("ignore:Using a non-tuple sequence:UserWarning")
 
 B = lambda *v: np.array(v, bool)        # noqa: E731  a bool array
 I = lambda *v: np.array(v, np.int64)    # noqa: E731  an int array
@@ -238,6 +240,31 @@ def test_index_put_checks_masks(indices):
         if got[0] == "raised":          # index_put's errors say which call failed, then the cause
             got = ("raised", type(got[1])(str(got[1]).split(": ", 1)[-1]))
         _same(got, want)
+
+
+@pytest.mark.parametrize("desc, shape, build", CASES, ids=IDS)
+def test_gradients_of_the_reads_that_pytorch_accepts(desc, shape, build):
+    xt = _x(torch, shape).double().requires_grad_(True)
+    try:
+        out = xt[build(_torch_T)]
+    except Exception:               # noqa: BLE001 -- refused: the other tests check the error
+        return
+    w = np.random.default_rng(0).uniform(0.5, 1.5, tuple(out.shape))
+    (want,) = torch.autograd.grad((out * torch.from_numpy(w)).sum(), xt)
+    got = tc.grad(lambda x: (x[build(tc.tensor)] * tc.tensor(w)).sum())(_x(tc, shape, np.float64))
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("op", ["masked_fill", "masked_select"])
+def test_masked_ops_refuse_a_mask_that_does_not_broadcast(op):
+    """PyTorch raises RuntimeError (a broadcast error); tracecomp's ShapeError names both shapes."""
+    call = {"masked_fill": lambda x, m: x.masked_fill(m, 1.0), "masked_select": lambda x, m: x.masked_select(m)}[op]
+    x, m = np.zeros(10, np.float32), B(1, 0, 1)
+    with pytest.raises(RuntimeError):
+        call(torch.from_numpy(x), torch.from_numpy(m))
+    for run in (lambda: call(tc.tensor(x), tc.tensor(m)), lambda: tc.trace(call)(x, m)):
+        with pytest.raises(tc.ShapeError, match=r"\(10,\).*\(3,\)"):
+            run()
 
 
 @pytest.mark.parametrize("index", [np.s_[::-1], np.s_[1:3, ::-2], np.bool_(True), np.bool_(False),

@@ -165,6 +165,8 @@ def _checked_int(i: int, n, position: int) -> int:
 
 
 def _same_size(a, b) -> bool:
+    """Sizes equal for every call: a symbolic size (tc.export's dynamic dims) matches only
+    itself, since a mask checked against a size it may differ from would pick wrong rows."""
     return a == b if isinstance(a, int) and isinstance(b, int) else str(a) == str(b)
 
 
