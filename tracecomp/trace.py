@@ -114,6 +114,7 @@ class Lowered:
         self.reused_inputs: dict[int, int] = {}       # output position -> donated input it was written into
         self.compile_times: dict[str, float] = {}     # seconds per stage (timings.py)
         self.fastmath: tuple[str, ...] = ()          # LLVM fast-math flags of the CPU code
+        self.check_indices = True                     # False: computed indices clamped unchecked (unsafe)
         self.same_leaf = list(range(len(optimized.outputs)))  # per output, the first that is the same object
         self.mutated_inputs: tuple[int, ...] = ()    # inputs changed in place: their new values end the outputs
 
@@ -127,7 +128,7 @@ class Lowered:
         if self.backend == "cpu":
             ensure_tuned()          # the tiles' measured choices, before anything is scheduled
         with timings.recording(self.compile_times), timings.stage("lowering"):
-            program = schedule(self.optimized)
+            program = schedule(self.optimized, self.check_indices)
             if self.donated_inputs and self.backend == "cpu" and self.device == "cpu":
                 self.reused_inputs = donate(program, set(self.donated_inputs))
         return program
@@ -296,7 +297,7 @@ class Lowered:
 class TracedFunction:
     def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES,
                  device: str = "cpu", donate_argnums: int | tuple[int, ...] = (), fastmath=False,
-                 cache_size: int = DEFAULT_CACHE_SIZE):
+                 cache_size: int = DEFAULT_CACHE_SIZE, check_indices: bool = True):
         from .lower.llvm.codegen import fastmath_flags
         if backend not in BACKENDS:
             raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
@@ -318,7 +319,8 @@ class TracedFunction:
         self._history: list[Any] = []
         self._warned = False
         self._mapped: dict[tuple, TracedFunction] = {}    # in tc.vmap: the mapped function, per axes
-        self._options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size)
+        self.check_indices = bool(check_indices)
+        self._options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, self.check_indices)
         self._identity = uuid.uuid4().hex      # the same across pickles (see _rebuild)
         functools.update_wrapper(self, fn)
 
@@ -494,6 +496,7 @@ class TracedFunction:
         lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, self.backend, self.device)
         lowered.compile_times = times
         lowered.fastmath = self.fastmath
+        lowered.check_indices = self.check_indices
         lowered.same_leaf = same_leaf
         lowered.mutated_inputs = mutated
         if self.backend == "interp":
@@ -690,7 +693,8 @@ def _rebuild(fn: Callable, options: tuple, signatures: list, identity: str,
 
 def trace(fn: Callable | None = None, *, backend: str = "cpu",
           max_retraces: int = DEFAULT_MAX_RETRACES, device: str = "cpu",
-          donate_argnums: int | tuple[int, ...] = (), fastmath=False, cache_size: int = DEFAULT_CACHE_SIZE):
+          donate_argnums: int | tuple[int, ...] = (), fastmath=False, cache_size: int = DEFAULT_CACHE_SIZE,
+          check_indices: bool = True):
     """Compile `fn` on its first call per input signature; usable as @trace or trace(fn).
     The signature is the pytree structure, each tensor's shape and dtype, and each other
     value by type and bits (1, 1.0 and True differ; a NaN is one signature).  The last
@@ -715,8 +719,15 @@ def trace(fn: Callable | None = None, *, backend: str = "cpu",
     zero, use reciprocals, contract to FMA and reassociate everywhere in the CPU code (all
     its fast-math flags); or a set of those flag names ("nnan", "ninf", "nsz", "arcp",
     "contract", "afn", "reassoc").  Results may then differ in the last bits, and NaN/inf
-    inputs give undefined results."""
-    options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size)
+    inputs give undefined results.
+
+    check_indices=False is UNSAFE: indices the function computes (`x[i + 1]`, a gather of
+    `i * k`, an assignment `y[j] = v`) are then clamped into range unchecked, so an index
+    out of range silently reads or writes the nearest element instead of raising ShapeError
+    as it does eagerly.  Index arguments are still checked.  By default (True) the compiled
+    code checks every computed index that is not known to lie in range, at the cost of a
+    compare per index."""
+    options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, check_indices)
     if fn is None:
         return lambda f: TracedFunction(f, *options)
     return TracedFunction(fn, *options)

@@ -121,11 +121,22 @@ class ExportedFunction:
         with self._lock:       # one static workspace per library: one call at a time
             code = self._entry(in_ptrs, out_ptrs, *(sizes[n] for n in self._sizes))
         if code != 0:
-            raise ArgumentError(f"{self.name} failed with error {code}: {self.error_string(code)}")
+            raise self._failure(code)
         result = [Tensor.from_numpy(o) for o in outs]
         if self._structure is not None:
             return pytree.unflatten(self._structure, result)
         return result[0] if len(result) == 1 else tuple(result)
+
+    def _failure(self, code: int) -> Exception:
+        """The exception for an error code of the entry point (on the thread that called it):
+        a computed index out of range is the ShapeError the traced function raises (its
+        index from NAME_error_index, thread-local); other codes an ArgumentError."""
+        from ..lower.llvm.entry_point import computed_index_error
+        if computed_index_error(self.metadata, code, 0) is not None:
+            error_index = getattr(self._lib, f"{self.name}_error_index")
+            error_index.restype, error_index.argtypes = ctypes.c_int64, []
+            return computed_index_error(self.metadata, code, int(error_index()))
+        return ArgumentError(f"{self.name} failed with error {code}: {self.error_string(code)}")
 
 
 def _load_same(path: str, name: str, sha256: str) -> ExportedFunction:

@@ -148,6 +148,9 @@ def _arithmetic_range(name: str, args: dict, of) -> Optional[tuple[int, int]]:
     """Interval arithmetic for the elementwise ops index computations use."""
     if name == "where.self":
         a, b = of(args["self"]), of(args["other"])
+        taken = _known_condition(args["condition"], of)
+        if taken is not None:              # the wrap where(t < 0, t + n, t) of a t >= 0
+            return a if taken else b
         return (min(a[0], b[0]), max(a[1], b[1])) if a and b else None
     if name not in ("add", "sub", "mul", "minimum", "maximum"):
         return None
@@ -165,6 +168,18 @@ def _arithmetic_range(name: str, args: dict, of) -> Optional[tuple[int, int]]:
         return min(products), max(products)
     pick = min if name == "minimum" else max
     return pick(a[0], b[0]), pick(a[1], b[1])
+
+
+def _known_condition(cond, of) -> Optional[bool]:
+    """The value of a condition `t < c` (or `t >= c`) that t's range decides everywhere; else None."""
+    op = getattr(cond, "op", None)
+    if op is None or op.name not in ("tc.lt", "tc.ge") or len(op.operands) != 1:
+        return None
+    t, c = of(op.operands[0]), op.attrs.get("other")
+    if t is None or not isinstance(c, int):
+        return None
+    below = True if t[1] < c else False if t[0] >= c else None
+    return below if below is None or op.name == "tc.lt" else not below
 
 
 def _arange_range(args: dict, v: Value) -> Optional[tuple[int, int]]:
