@@ -86,6 +86,34 @@ def test_map_blocks_with_a_constant_argument_and_a_shape_changing_block(client):
     np.testing.assert_allclose(y.compute(), x[:, :4] @ w[:4, :4], rtol=1e-5, atol=1e-5)
 
 
+SHIFT = 1.0
+
+
+def shifted(b):
+    return b + SHIFT
+
+
+@pytest.mark.parametrize("where", ["registered by value", "not importable"])
+def test_a_global_changed_between_computes_reaches_every_worker(client, where):
+    """Dask sends the function with every task, by value where its module cannot be imported
+    (`__main__`) or is registered with cloudpickle (this one); a worker that kept the first
+    copy to arrive computed with the old global (issue 33, item 5), and Dask's plain pickle
+    named a registered module's function by reference (the worker's own import's global)."""
+    scope = globals() if where == "registered by value" else {"__name__": "not_importable"}
+    if where == "not importable":
+        exec(compile("def shifted(b):\n    return b + SHIFT\n", "<client>", "exec"), scope)
+    x = features(rows=1000)
+    traced, blocks = tc.trace(scope["shifted"]), da.from_array(x, chunks=(250, 16))
+    try:
+        for shift in (1.0, 5.0, -2.0):
+            scope["SHIFT"] = shift
+            with distributed.get_task_stream(client) as stream:
+                np.testing.assert_allclose(da.map_blocks(traced, blocks).compute(), x + shift, rtol=1e-6)
+            assert len({task["worker"] for task in stream.data}) == 2
+    finally:
+        scope["SHIFT"] = 1.0
+
+
 def test_map_blocks_errors_name_the_function_and_shapes(client):
     a = da.from_array(features(rows=100, cols=8), chunks=(30, 8))
     with pytest.raises(tc.ShapeError, match=r"map_blocks\(<lambda>\).*keep its rank"):

@@ -115,12 +115,15 @@ def test_escaped_tracer_is_an_error():
         leaked[0] + 1
 
 
-def test_constants_captured_from_closure_and_eager_tensors():
+def test_closed_over_tensors_are_hidden_inputs_and_tensors_made_inside_are_constants():
     w = tc.tensor([1.0, 2.0, 3.0])
-    f = tc.trace(lambda x: x * w + np.float32(1))
-    assert np.asarray(f(np.ones(3, np.float32))).tolist() == [2, 3, 4]
+    f = tc.trace(lambda x: x * w + tc.tensor([4.0, 5.0, 6.0]) + np.float32(1))
+    assert np.asarray(f(np.ones(3, np.float32))).tolist() == [6, 8, 10]
     text = f.lower(np.ones(3, np.float32)).as_text("graph")
-    assert '"tc.constant"()' in text and "dense<[1.0, 2.0, 3.0]>" in text
+    assert "%arg1: tensor<3xf32>" in text and "dense<[1.0, 2.0, 3.0]>" not in text    # read per call
+    assert '"tc.constant"()' in text and "dense<[4.0, 5.0, 6.0]>" in text
+    baked = f.lower_baked(np.ones(3, np.float32)).as_text("graph")      # what tc.export writes
+    assert "%arg1" not in baked and "dense<[1.0, 2.0, 3.0]>" in baked
 
 
 def test_random_ops_draw_fresh_values_each_call():

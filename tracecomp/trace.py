@@ -17,15 +17,16 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import sys
 import time
-import types
 import uuid
 import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-from . import pytree, timings
+from . import closures, pytree, timings
+from .pickling import portable, rebuild as _rebuild, restore_source_files, source_files  # noqa: F401 - re-exported
 from .dtypes import from_numpy
 from .errors import ArgumentError, TraceError
 from .ir import Graph, TensorType
@@ -94,6 +95,16 @@ class _TimedTraceContext(TraceContext):
         self._depth = depth
 
 
+def _user_stacklevel() -> int:
+    """The stacklevel of warnings.warn that names the innermost frame outside tracecomp."""
+    import os
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _describe_leaf(x) -> str:
     return str(x) if isinstance(x, TensorType) else repr(x)
 
@@ -117,6 +128,9 @@ class Lowered:
         self.check_indices = True                     # False: computed indices clamped unchecked (unsafe)
         self.same_leaf = list(range(len(optimized.outputs)))  # per output, the first that is the same object
         self.mutated_inputs: tuple[int, ...] = ()    # inputs changed in place: their new values end the outputs
+        self.hidden: closures.Reader | None = None    # the closed-over tensors, inputs after the arguments
+        self.read_hidden = None                       # hidden.read, or None: their arrays, now
+        self.mutated_hidden: tuple[int, ...] = ()    # closed-over tensors changed in place: outputs after those
 
     STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
 
@@ -226,16 +240,21 @@ class Lowered:
         return value if isinstance(value, str) else print_graph(value)
 
     def run(self, inputs: list[np.ndarray], leaves: list | None = None):
-        """The outputs for `inputs`; `leaves` are the caller's arguments (Tensors or arrays)
-        behind them, which receive the function's in-place changes to its inputs."""
+        """The outputs for `inputs`, the arguments' arrays; `leaves` are the caller's arguments
+        (Tensors or arrays) behind them, which receive the function's in-place changes to its
+        inputs.  The closed-over tensors' current arrays follow the arguments (ClosureMoved
+        where one is gone or changed type: tc.trace traces again)."""
+        if self.read_hidden is not None:
+            inputs = inputs + self.read_hidden()
         if self.backend == "interp":
             from .runtime.interpreter import run_graph
             arrays = list(run_graph(self.optimized, inputs))
         else:
             arrays = self.compiled(inputs)       # exactly the outputs' shapes and dtypes
-        if self.mutated_inputs:
-            count = len(arrays) - len(self.mutated_inputs)
-            self._write_back(leaves, arrays[count:])
+        if self.mutated_inputs or self.mutated_hidden:
+            count = len(arrays) - len(self.mutated_inputs) - len(self.mutated_hidden)
+            self._write_back(leaves, arrays[count:count + len(self.mutated_inputs)])
+            self._write_back_hidden(arrays[count + len(self.mutated_inputs):])
             arrays = arrays[:count]
         if self.out_structure == pytree.LEAF:
             return Tensor(arrays[0], self._output_types[0])
@@ -258,6 +277,18 @@ class Lowered:
                 except (TypeError, ValueError) as e:
                     raise ArgumentError(f"tc.trace: the function changes argument {i} in place, but "
                                         f"that argument ({_describe_leaf(leaf)}) cannot be written: {e}") from e
+
+    def _write_back_hidden(self, arrays: list[np.ndarray]) -> None:
+        """The function's in-place changes to the tensors it closes over (a BatchNorm's running
+        statistics in training mode), made on the tensors the sources reach now."""
+        from .assignment import update
+        if not arrays:
+            return
+        tensors = self.hidden.tensors()
+        for i, a in zip(self.mutated_hidden, arrays):
+            t = tensors[i]
+            update(t, Tensor(a, t._type), f"in-place change of closed-over tensor "
+                                          f"{self.hidden.sources[i].where} inside tc.trace")
 
     def _distinct(self, arrays: list[np.ndarray]) -> list[Tensor]:
         """The outputs as Tensors when some output Value repeats: an output the passes merged
@@ -321,15 +352,18 @@ class TracedFunction:
         self._mapped: dict[tuple, TracedFunction] = {}    # in tc.vmap: the mapped function, per axes
         self.check_indices = bool(check_indices)
         self._options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, self.check_indices)
-        self._identity = uuid.uuid4().hex      # the same across pickles (see _rebuild)
+        self._identity = uuid.uuid4().hex      # the same across pickles (pickling.rebuild)
+        self._warned_arrays: set[str] = set()  # closed-over NumPy arrays warned about
         functools.update_wrapper(self, fn)
 
     def __reduce__(self):
         """Pickled (plain pickle, or cloudpickle as Dask uses) without native code: the
         function, the options and the signatures traced so far.  The copy compiles on its
         first call per signature, which is a compile-cache load wherever a cache folder holds
-        the code (a folder shared by a cluster's workers: one compile serves all)."""
-        return _rebuild, (self.fn, self._options, self.signatures, self._identity, source_files(self.fn))
+        the code (a folder shared by a cluster's workers: one compile serves all).  A copy that
+        arrives again carrying other state (a changed global) replaces the earlier one
+        (pickling.rebuild)."""
+        return _rebuild, (portable(self.fn), self._options, self.signatures, self._identity, source_files(self.fn))
 
     @property
     def signatures(self) -> list:
@@ -361,9 +395,20 @@ class TracedFunction:
     def lower(self, *args, **kwargs) -> Lowered:
         return self._lookup(args, kwargs)[0]
 
+    def lower_baked(self, *args, **kwargs) -> Lowered:
+        """The signature of `args` with every closed-over tensor baked in as a constant, at
+        its value now (what tc.export writes: a library has no Python to read it from):
+        the cached signature where the function closes over none, else a fresh trace."""
+        lowered = self._lookup(args, kwargs)[0]
+        if lowered.hidden is None:
+            return lowered
+        _, structure, tensors, _ = self._signature(args, kwargs)
+        return self._trace(structure, tensors, bake=True)
+
     def lower_dynamic(self, args: tuple, dynamic: dict) -> Lowered:
         """A fresh trace at `args` with some dims symbolic (symbolic.py), for export:
-        `dynamic` maps an argument (position or parameter name) to {axis: size name}."""
+        `dynamic` maps an argument (position or parameter name) to {axis: size name}.
+        Closed-over tensors are baked in as constants (lower_baked)."""
         _, structure, tensors, _ = self._signature(args, {})
         types = [t._type for t in tensors]
         for leaf, axes in _dynamic_leaves(self.fn, args, dynamic).items():
@@ -371,21 +416,39 @@ class TracedFunction:
             for axis, name in axes.items():
                 shape[axis] = Dim.named(name, shape[axis])
             types[leaf] = TensorType(tuple(shape), types[leaf].dtype)
-        return self._trace(structure, tensors, types)
+        return self._trace(structure, tensors, types, bake=True)
 
     def __call__(self, *args, **kwargs):
         key = None if kwargs else _fast_key(args)
         lowered = self._fast.get(key) if key is not None else None
-        if lowered is not None:
-            self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
-            return lowered.run([a if type(a) is np.ndarray else a._data for a in args], args)
-        flat = pytree.flatten((args, kwargs), _is_array_leaf)
-        if self._is_transformed(flat[0]):
-            return self._call_through(args, kwargs)
-        lowered, tensors, leaves = self._lookup(args, kwargs, flat)     # the signature is computed once per call
-        if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
-            self._fast[key] = lowered     # every argument reached the program as it was
-        return lowered.run([t._data for t in tensors], leaves)
+        try:
+            if lowered is not None:
+                self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
+                return lowered.run([a if type(a) is np.ndarray else a._data for a in args], args)
+            flat = pytree.flatten((args, kwargs), _is_array_leaf)
+            if self._is_transformed(flat[0]):
+                return self._call_through(args, kwargs)
+            lowered, tensors, leaves = self._lookup(args, kwargs, flat)     # the signature is computed once per call
+            if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
+                self._fast[key] = lowered     # every argument reached the program as it was
+            return lowered.run([t._data for t in tensors], leaves)
+        except closures.ClosureMoved as moved:
+            return self._trace_again(lowered, moved, args, kwargs)
+
+    def _trace_again(self, lowered: Lowered, moved: closures.ClosureMoved, args: tuple, kwargs: dict):
+        """The call after a closed-over tensor of `lowered` was replaced by one of another
+        shape or dtype, or can no longer be reached: that signature is traced again.  A
+        second miss right after a fresh trace means the function moves its own closure."""
+        why = lowered.hidden.explain(moved)
+        log.info("retracing %s: %s", self.__name__, why)
+        if lowered.cache_key in self._cache:
+            self._evict(lowered.cache_key)
+        lowered, tensors, leaves = self._lookup(args, kwargs)
+        try:
+            return lowered.run([t._data for t in tensors], leaves)
+        except closures.ClosureMoved as again:
+            raise TraceError(f"tc.trace({self.__name__}): {lowered.hidden.explain(again)} right after "
+                             f"it was traced (does the function rebind the tensors it closes over?)") from None
 
     @staticmethod
     def _is_transformed(leaves: list) -> bool:
@@ -474,23 +537,35 @@ class TracedFunction:
             start += count
         return frozenset(leaves)
 
-    def _trace(self, structure, tensors: list[Tensor], types: list[TensorType] | None = None) -> Lowered:
+    def _trace(self, structure, tensors: list[Tensor], types: list[TensorType] | None = None,
+               bake: bool = False) -> Lowered:
+        """A fresh trace at `structure` and the tensors' types (or `types`).  The tensors the
+        function closes over become hidden inputs after the arguments, read at every call
+        (closures.py), or constants where `bake` (export: a library has no Python to read
+        them from)."""
         from .passes import optimize
         graph = Graph(getattr(self.fn, "__name__", "main").replace("<", "").replace(">", "") or "main",
                       types or [t._type for t in tensors])
-        ctx = _TimedTraceContext(graph)
+        ctx = _TimedTraceContext(graph, closure=None if bake else closures.find(self.fn))
         times: dict[str, float] = {}
         with timings.recording(times), timings.stage("trace"), ctx:
             traced = [ctx.wrap(v) for v in graph.inputs]
             args, kwargs = pytree.unflatten(structure, traced)
-            result = self.fn(*args, **kwargs)
-            out_leaves, out_structure = pytree.flatten(result, lambda x: isinstance(x, (Tensor, np.ndarray)))
-            graph.outputs = [ctx.value_of(as_tensor(t)) for t in out_leaves]
-            # for each output, the first output that is the very same object
-            same_leaf = [next(j for j, u in enumerate(out_leaves) if u is t) for t in out_leaves]
-            # arguments changed in place return their new values too, after the outputs (run)
-            mutated = tuple(i for i, t in enumerate(traced) if t._version != 0)
-            graph.outputs += [ctx.value_of(traced[i]) for i in mutated]
+            try:
+                result = self.fn(*args, **kwargs)
+                out_leaves, out_structure = pytree.flatten(result, lambda x: isinstance(x, (Tensor, np.ndarray)))
+                graph.outputs = [ctx.value_of(as_tensor(t)) for t in out_leaves]
+                # for each output, the first output that is the very same object
+                same_leaf = [next(j for j, u in enumerate(out_leaves) if u is t) for t in out_leaves]
+                # arguments, then closed-over tensors, changed in place return their new values
+                # too, after the outputs (run)
+                mutated = tuple(i for i, t in enumerate(traced) if t._version != 0)
+                graph.outputs += [ctx.value_of(traced[i]) for i in mutated]
+                mutated_hidden = tuple(ctx.changed_lifted())
+                graph.outputs += [ctx.value_of(ctx.lifted[i].tensor) for i in mutated_hidden]
+            finally:
+                ctx.restore_lifted()
+        self._warn_baked_arrays(ctx.baked_arrays)
         with timings.recording(times), timings.stage("passes"):
             optimized = optimize(graph)
         lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, self.backend, self.device)
@@ -499,9 +574,26 @@ class TracedFunction:
         lowered.check_indices = self.check_indices
         lowered.same_leaf = same_leaf
         lowered.mutated_inputs = mutated
+        if ctx.lifted:
+            lowered.hidden = closures.Reader([h.source for h in ctx.lifted], [h.tensor for h in ctx.lifted])
+            lowered.read_hidden = lowered.hidden.read
+            lowered.mutated_hidden = mutated_hidden
         if self.backend == "interp":
             lowered._log_compile()
         return lowered
+
+    def _warn_baked_arrays(self, arrays: list[tuple[str, Any]]) -> None:
+        """A UserWarning the first time this function bakes a closed-over NumPy array of more
+        than closures.WARN_ELEMENTS elements into a trace: later changes to it are not seen."""
+        for name, array in arrays:
+            if array.size <= closures.WARN_ELEMENTS or name in self._warned_arrays:
+                continue
+            self._warned_arrays.add(name)
+            warnings.warn(f"tc.trace({self.__name__}): the NumPy array {name} (shape {array.shape}, "
+                          f"{array.dtype}) that the function closes over is baked into the trace as a "
+                          "constant: later changes to it are not seen. Pass it as an argument, or hold "
+                          "it in a tc.Tensor (closed-over tensors are read at every call)",
+                          UserWarning, stacklevel=_user_stacklevel())
 
     def _note_retrace(self, key) -> None:
         if self._history:
@@ -620,75 +712,6 @@ def _spec_type(x) -> TensorType:
     if isinstance(x, Tensor):
         return x._type
     return TensorType(tuple(int(d) for d in x.shape), from_numpy(np.dtype(x.dtype)))
-
-
-DYNAMIC_CODE = "<dynamic-code>"      # cloudpickle's file name for code it sends by value
-
-
-def _functions(fn) -> list:
-    """`fn` and the functions it brings along: those in its closure, and those of its own
-    module that it (or they) can reach through globals."""
-    out, seen = [], set()
-
-    def visit(f) -> None:
-        if not isinstance(f, types.FunctionType) or id(f) in seen:
-            return
-        seen.add(id(f))
-        out.append(f)
-        for cell in f.__closure__ or ():
-            try:
-                visit(cell.cell_contents)
-            except ValueError:                # a cell not filled yet
-                pass
-        for name in f.__code__.co_names:
-            g = f.__globals__.get(name)
-            if isinstance(g, types.FunctionType) and g.__module__ == f.__module__:
-                visit(g)
-    visit(fn)
-    return out
-
-
-def source_files(fn) -> dict:
-    """Where each function `fn` brings along was written: (name, first line) -> file."""
-    return {(f.__code__.co_name, f.__code__.co_firstlineno): f.__code__.co_filename for f in _functions(fn)}
-
-
-def restore_source_files(fn, files: dict | None) -> None:
-    """Name again the files of the functions cloudpickle sent by value with `fn` (it replaces
-    them with DYNAMIC_CODE): errors and graph locations on a Dask worker then point at the
-    user's file and line."""
-    for f in _functions(fn) if files else ():
-        code = f.__code__
-        filename = files.get((code.co_name, code.co_firstlineno))
-        if code.co_filename == DYNAMIC_CODE and filename:
-            f.__code__ = _renamed(code, filename)
-
-
-def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
-    consts = tuple(_renamed(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-    return code.replace(co_filename=filename, co_consts=consts)
-
-
-_ARRIVED: collections.OrderedDict[str, "TracedFunction"] = collections.OrderedDict()
-MAX_ARRIVED = 32
-
-
-def _rebuild(fn: Callable, options: tuple, signatures: list, identity: str,
-             files: dict | None = None) -> "TracedFunction":
-    """A TracedFunction arriving from a pickle: nothing compiled yet, the signatures known.
-    Copies of one function that arrive again (Dask sends the function with every task) are
-    the first copy to arrive, with its compiled signatures; the last MAX_ARRIVED are kept."""
-    traced = _ARRIVED.get(identity)
-    if traced is None:
-        restore_source_files(fn, files)
-        traced = TracedFunction(fn, *options)
-        traced._history = list(signatures)
-        traced._identity = identity
-        _ARRIVED[identity] = traced
-        while len(_ARRIVED) > MAX_ARRIVED:
-            _ARRIVED.popitem(last=False)
-    _ARRIVED.move_to_end(identity)
-    return traced
 
 
 def trace(fn: Callable | None = None, *, backend: str = "cpu",

@@ -1,12 +1,19 @@
 """The Tracer dispatch key: records each op call into the graph of the active trace.
 
 While a TraceContext is active, every op call (also on eager tensors and factories)
-reaches the Tracer kernel, which turns Tensor arguments into SSA values (eager tensors
-become `tc.constant` ops), the other arguments into typed attributes, infers result
+reaches the Tracer kernel, which turns Tensor arguments into SSA values, the other
+arguments into typed attributes, infers result
 types with the table's shape rules, and appends one op with the user's source location.
 A composite op is recorded as one op (decomposed later), unless it changes one of its
 arguments in place (batch_norm's running statistics, dropout(inplace=True)): its program
 then runs inline, so the change lands on the traced tensor, which tc.trace writes back.
+
+An eager tensor that an op meets becomes a hidden graph input when the traced function
+closes over it (the context's `closure`, closures.py: read again at every call), and a
+`tc.constant` op otherwise (made inside the function, a wrapped NumPy array, or a trace
+for export, which has no closure).  A closed-over tensor changed in place inside the
+function is put back as it was when the function returns (`restore_lifted`); its new
+value is an output that tc.trace writes back at every call.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import contextlib
 import os
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,12 +59,15 @@ def user_location() -> Location | None:
 class TraceContext:
     """One graph being recorded; pushed on a thread-local stack while the user's fn runs."""
 
-    def __init__(self, graph: Graph, inline_composites: bool = False):
+    def __init__(self, graph: Graph, inline_composites: bool = False, closure=None):
         self.graph = graph
         self.inline_composites = inline_composites
         self.location_override: Location | None = None
         self.backward_depth = 0            # > 0 while the autograd engine runs
         self._constants: dict[int, tuple[Any, Value]] = {}
+        self.closure = closure             # closures.Closure of the traced function, or None
+        self.lifted: list[Lifted] = []     # hidden inputs, in order, after the arguments
+        self.baked_arrays: list[tuple[str, Any]] = []   # (name, array) of closed-over NumPy constants
 
     def record(self, name: str, operands: list, attrs: dict, types: list):
         loc = self.location()
@@ -89,9 +100,34 @@ class TraceContext:
             return t._value
         key = id(t)
         if key not in self._constants:
-            op = self.record(CONSTANT, [], {"value": np.array(t._data)}, [t._type])
-            self._constants[key] = (t, op.result)    # keep t alive so its id stays unique
+            self._constants[key] = (t, self._capture(t))    # keep t alive so its id stays unique
         return self._constants[key][1]
+
+    def _capture(self, t) -> Value:
+        """An eager tensor's first use: a hidden input if the function closes over it, else a
+        constant (noting a closed-over NumPy array it wraps)."""
+        from . import closures
+        source = self.closure.source_of(t) if self.closure is not None else None
+        if source is not None:
+            value = self.graph.add_input(t._type)
+            self.lifted.append(Lifted(t, source, value, closures.snapshot(t)))
+            return value
+        if self.closure is not None:
+            name = self.closure.baked_array(t)
+            if name is not None:
+                self.baked_arrays.append((name, t._data))
+        return self.record(CONSTANT, [], {"value": np.array(t._data)}, [t._type]).result
+
+    def changed_lifted(self) -> list[int]:
+        """Positions (among `lifted`) of the closed-over tensors changed in place so far."""
+        return [i for i, h in enumerate(self.lifted) if h.tensor._version != h.state[-1]]
+
+    def restore_lifted(self) -> None:
+        """Give every closed-over tensor back its eager state: the trace only recorded the
+        change (tc.trace makes it at each call)."""
+        from .closures import restore
+        for h in self.lifted:
+            restore(h.tensor, h.state)
 
     def wrap(self, value: Value):
         from .tensor import Tensor
@@ -106,6 +142,16 @@ class TraceContext:
         _stack.contexts.pop()
         if not _stack.contexts:
             state.included.discard(DispatchKey.Tracer)
+
+
+@dataclass
+class Lifted:
+    """A closed-over tensor made a hidden input: where it lives, its graph input, and its
+    eager state when first met."""
+    tensor: Any
+    source: Any          # closures.Source
+    value: Value
+    state: tuple         # closures.snapshot (its version last)
 
 
 class _Stack(threading.local):

@@ -103,7 +103,7 @@ def lower_for_export(fn: Callable, example_inputs: Sequence[Any], dynamic: Optio
                             "positional arguments")
     traced = fn if isinstance(fn, TracedFunction) else trace(fn)
     if not dynamic:
-        lowered = traced.lower(*example_inputs)
+        lowered = traced.lower_baked(*example_inputs)     # closed-over tensors become constants
     else:
         try:
             lowered = traced.lower_dynamic(tuple(example_inputs), dynamic)
