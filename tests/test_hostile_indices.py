@@ -10,6 +10,7 @@ must be skipped where the range is known, and tc.trace(..., check_indices=False)
 """
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -203,3 +204,41 @@ def test_check_indices_false_clamps_unchecked():
     assert f.lower(X10, np.array(9)).program.computed_checks == []
     with pytest.raises(ShapeError):                                  # arguments are still checked
         tc.trace(lambda x, i: x[i], check_indices=False)(X10, np.array(10))
+
+
+# ---------------------------------------------------------------- the PTX path
+
+def test_the_ptx_records_failures_with_atomics():
+    from tracecomp.gpu.program import compile_program
+
+    def fn(x, i):
+        return tc.gather(x, 0, i + 1)
+    ptx = compile_program(tc.trace(fn).lower(X10, np.arange(4)).program).ptx
+    assert re.search(r"atom(\.global)?\.max\.u64", ptx), ptx[-3000:]
+
+
+def test_the_device_runner_raises_on_the_emulator():
+    from tracecomp.gpu.emulator import EmulatedContext
+    from tracecomp.gpu.runner import CudaProgram
+
+    def fn(x, i):
+        return tc.gather(x, 0, i + 1)
+    program = CudaProgram(tc.trace(fn).lower(X10, np.arange(4)).program, EmulatedContext())
+    with pytest.raises(ShapeError, match="gather: index 10 is out of bounds for dim 0 with size 10"):
+        program([X10, np.array([0, 9, 2, 3])])
+    np.testing.assert_array_equal(program([X10, np.array([0, 8, 2, 3])])[0], X10[[1, 9, 3, 4]])
+
+
+def test_exported_dynamic_sizes_name_their_value(tmp_path):
+    if shutil.which("cc") is None:
+        pytest.skip("exporting needs a C compiler ('cc' is missing)")
+
+    def fn(x, i):
+        return tc.gather(x, 0, i + 1)
+    path = str(tmp_path / "libdyn.so")
+    tc.export(fn, [X10, np.arange(4)], path, dynamic={"x": {0: "n"}, "i": {0: "m"}})
+    g = tc.load(path)
+    x = np.arange(20, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(g(x, np.arange(5) * 3)), x[np.arange(5) * 3 + 1])
+    with pytest.raises(ShapeError, match=r"gather: index 21 is out of bounds for dim 0 with size n = 20"):
+        g(x, np.arange(5) * 5)

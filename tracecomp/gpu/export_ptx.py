@@ -5,13 +5,19 @@ says how a C or C++ host program runs it with the CUDA driver API.
   name, tracecomp_version, arch, ptx_isa;
   inputs / outputs: buffer names in call order, with dtype and shape (dense row-major);
   output_structure: how the flat outputs nest (as in tc.export's .so metadata);
-  buffers: every device buffer (role input, output, temp, constant or workspace, dtype,
-    shape): allocate each (at least 1 byte), temps and workspaces need no initial value;
+  buffers: every device buffer (role input, output, temp, constant, workspace or errors,
+    dtype, shape): allocate each (at least 1 byte), temps and workspaces need no initial
+    value; the "errors" buffer (int64, the kernels' record of computed indices out of
+    range) must be zeroed before each run;
   constants: name -> dtype, shape and the values (row-major list) to copy in once;
   index_checks: input name -> [{op, dim, size, allowed, wraps}]: values must lie in [0, size)
     ([-size, size) when wraps: the graph counts negative ones from the end) or
   equal `allowed` when it is not null (an ignore_index), check
     them on the host before launching (kernels do not);
+  computed_index_checks: [{op, dim, size, loc}] for the indices the kernels compute and
+    check: after the launches, element 0 of the "errors" buffer is nonzero when one failed;
+    then check c failed where element 1 + 2c is nonzero, and element 2 + 2c holds the
+    largest offending index (compared as unsigned);
   launches: in order, each with its entry point, block, grid, static shared memory and
     params (buffer names whose device pointers, then sizes, form the kernel's arguments;
     every parameter is 64-bit); launches whose grid has a 0 are skipped.
@@ -50,6 +56,8 @@ def export_ptx(fn: Callable, example_inputs: Sequence[Any], path: str, name: Opt
         "index_checks": {n: [{"op": c.op, "dim": c.dim, "size": c.size, "allowed": c.allowed,
                                  "wraps": c.wraps} for c in cs]
                          for n, cs in program.index_checks.items()},
+        "computed_index_checks": [{"op": c.op, "dim": c.dim, "size": c.size, "loc": str(c.loc) if c.loc else None}
+                                  for c in program.computed_checks],
     })
     with open(path, "w") as f:
         f.write(gpu.ptx)

@@ -7,7 +7,10 @@ memory for temporaries, workspaces and outputs is allocated once and kept across
 constants are copied once.  A call checks the inputs on the host (shape, dtype, index
 ranges, as the CPU backend does), copies them to the device, fills random buffers on the
 host, launches every non-empty launch in order on the default stream, synchronizes and
-copies the outputs back into fresh NumPy arrays.  Not re-entrant (one lock per program).
+copies the outputs back into fresh NumPy arrays.  Where the program computes indices, its
+error record (loops/ir.py's CheckedIndex) is zeroed before the launches and read after
+them: a failed check raises the ShapeError the CPU backend raises.  Not re-entrant (one
+lock per program).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import numpy as np
 from .. import random as tc_random
 from ..errors import ArgumentError, BackendError
 from ..lower.schedule.scheduler import Program
+from ..lower.schedule.index_checks import recorded_error
 from ..runtime.compiled import check_indices
 from . import cuda_driver
 from .nvptx_target import PTX_ISA
@@ -90,14 +94,26 @@ class CudaProgram:
                     gen = tc_random.generator()
                     draw = gen.random if f.impl == "uniform" else gen.standard_normal
                     ctx.to_device(pointers[f.buffer], draw(f.shape, dtype=f.dtype.np))
+                record = self._error_record()
+                if record is not None:
+                    ctx.to_device(pointers[p.index_errors], record)
                 for fn, launch in self.calls:
                     args = [ctypes.c_uint64(pointers[n]) for n in launch.params]
                     ctx.launch(fn, launch.grid, launch.block, args)
                 ctx.synchronize()
+                if record is not None:
+                    err = recorded_error(p.computed_checks, ctx.to_host(record, pointers[p.index_errors]))
+                    if err is not None:
+                        raise err
                 return [self._result(name, host, pointers) for name in p.outputs]
             finally:
                 for ptr in inputs_on_device.values():
                     ctx.free(ptr)
+
+    def _error_record(self) -> Optional[np.ndarray]:
+        """A zeroed host copy of the program's error record, or None without computed checks."""
+        name = self.program.index_errors
+        return None if name is None else np.zeros(tuple(self.program.buffers[name].shape), np.int64)
 
     def _result(self, name: str, host: dict, pointers: dict) -> np.ndarray:
         b = self.program.buffers[name]

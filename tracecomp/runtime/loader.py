@@ -121,13 +121,13 @@ class ExportedFunction:
         with self._lock:       # one static workspace per library: one call at a time
             code = self._entry(in_ptrs, out_ptrs, *(sizes[n] for n in self._sizes))
         if code != 0:
-            raise self._failure(code)
+            raise self._failure(code, sizes)
         result = [Tensor.from_numpy(o) for o in outs]
         if self._structure is not None:
             return pytree.unflatten(self._structure, result)
         return result[0] if len(result) == 1 else tuple(result)
 
-    def _failure(self, code: int) -> Exception:
+    def _failure(self, code: int, sizes: dict) -> Exception:
         """The exception for an error code of the entry point (on the thread that called it):
         a computed index out of range is the ShapeError the traced function raises (its
         index from NAME_error_index, thread-local); other codes an ArgumentError."""
@@ -135,7 +135,7 @@ class ExportedFunction:
         if computed_index_error(self.metadata, code, 0) is not None:
             error_index = getattr(self._lib, f"{self.name}_error_index")
             error_index.restype, error_index.argtypes = ctypes.c_int64, []
-            return computed_index_error(self.metadata, code, int(error_index()))
+            return computed_index_error(self.metadata, code, int(error_index()), sizes)
         return ArgumentError(f"{self.name} failed with error {code}: {self.error_string(code)}")
 
 

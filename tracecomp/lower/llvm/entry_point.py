@@ -115,16 +115,25 @@ def add_computed_checks(metadata: dict, program) -> None:
     """Record the computed-index checks in `metadata` (which tc.export also hands to the C
     header and returns): code, op, dim, size and the user's source line of each."""
     metadata["computed_index_checks"] = [
-        {"code": ERR_COMPUTED_INDEX_BASE + c, "op": k.op, "dim": k.dim, "size": describe_dim(k.size),
+        {"code": ERR_COMPUTED_INDEX_BASE + c, "op": k.op, "dim": k.dim, "size": _dim_text(k.size),
          "loc": str(k.loc) if k.loc else None} for c, k in enumerate(program.computed_checks)]
 
 
-def computed_index_error(metadata: dict, code: int, index: Optional[int]):
+def _dim_text(size):
+    """A graph dim for the metadata: an int, or a symbolic size's text ("n", "2*n")."""
+    return size if isinstance(size, int) else str(size)
+
+
+def computed_index_error(metadata: dict, code: int, index: Optional[int], sizes: Optional[dict] = None):
     """The ShapeError for an error code of a computed-index check (what the traced function
-    raises), given the index NAME_error_index returned; None for other codes."""
+    raises), given the index NAME_error_index returned and the call's dynamic `sizes` (a
+    size named by one shows its value); None for other codes."""
     for c in metadata.get("computed_index_checks", []):
         if isinstance(c, dict) and c.get("code") == code:
-            check = IndexCheck(str(c.get("op")), c.get("dim"), c.get("size"), c.get("loc"))
+            size = c.get("size")
+            if isinstance(size, str) and size in (sizes or {}):
+                size = f"{size} = {sizes[size]}"
+            check = IndexCheck(str(c.get("op")), c.get("dim"), size, c.get("loc"))
             return check.error("?" if index is None else index)
     return None
 
@@ -319,7 +328,7 @@ def _error_strings(module: ir.Module, program, name: str, checks: list) -> None:
     for c, k in enumerate(program.computed_checks):
         where = f" at {k.loc}" if k.loc else ""
         messages[ERR_COMPUTED_INDEX_BASE + c] = (f"{k.op}: an index the function computes is out of bounds for "
-                                                 f"dim {k.dim} with size {describe_dim(k.size)}{where} "
+                                                 f"dim {k.dim} with size {_dim_text(k.size)}{where} "
                                                  f"({name}_error_index() gives the index)")
     for kind, names, base in (("input", program.inputs, ERR_INPUT_SHAPE), ("output", program.outputs, ERR_OUTPUT_SHAPE)):
         for i, n in enumerate(names):
