@@ -277,3 +277,25 @@ def test_a_copy_with_the_same_state_is_the_earlier_copy_with_its_compiled_code()
     assert other is not first
     np.testing.assert_array_equal(other(np.ones(2, np.float32)).numpy(), [4, 4])
     assert pickle.loads(pickle.dumps(tc.trace(uses_globals))).fn is uses_globals
+
+
+class _Hostile:
+    """An object whose attribute table raises and whose comparison lies."""
+
+    @property
+    def __dict__(self):
+        raise RuntimeError("no peeking")
+
+    def __eq__(self, other):
+        raise RuntimeError("no comparing")
+
+    __hash__ = object.__hash__
+
+
+def test_hostile_objects_and_huge_containers_in_the_closure_do_not_break_a_trace():
+    hostile, huge = _Hostile(), [np.float32(i) for i in range(100_000)]
+    w = tc.tensor(np.ones(2, np.float32))
+    f = tc.trace(lambda x: (x + w) if hostile is not None and huge else x)
+    np.testing.assert_array_equal(f(np.ones(2, np.float32)).numpy(), [2, 2])
+    w[1] = 3
+    np.testing.assert_array_equal(f(np.ones(2, np.float32)).numpy(), [2, 4])

@@ -114,7 +114,10 @@ def find(fn: Callable) -> Closure:
     visited = 0
     while walk.queue and visited < MAX_OBJECTS:
         visited += 1
-        walk.visit(*walk.queue.popleft())
+        try:
+            walk.visit(*walk.queue.popleft())
+        except Exception:           # noqa: BLE001 - a hostile object (a raising __dict__, a
+            continue                # dict changed meanwhile) is not entered; the trace goes on
     return walk.closure
 
 
