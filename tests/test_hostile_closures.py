@@ -247,21 +247,23 @@ print(out)
 
 def test_a_function_pickled_again_after_a_global_changed_arrives_with_the_new_value(tmp_path):
     cloudpickle = pytest.importorskip("cloudpickle")
-    code = compile("def scaled(x):\n    return x * SCALE + OFFSET[0]\n", "<hostile>", "exec")
-    scope = {"__name__": "hostile_by_value", "SCALE": 2.0, "OFFSET": np.zeros(1, np.float32)}
+    code = compile("def scaled(x):\n    return x * SCALE + OFFSET[0] + W\n", "<hostile>", "exec")
+    scope = {"__name__": "hostile_by_value", "SCALE": 2.0, "OFFSET": np.zeros(1, np.float32),
+             "W": tc.tensor(np.zeros(3, np.float32))}
     exec(code, scope)                                     # a module no receiver can import: by value
     traced = tc.trace(scope["scaled"])
     x = np.ones(3, np.float32)
     np.testing.assert_array_equal(traced(x).numpy(), [2, 2, 2])
     paths = []
-    for scale, offset in ((2.0, 0), (2.0, 0), (3.0, 0), (3.0, 1)):
+    for scale, offset, w0 in ((2.0, 0, 0), (2.0, 0, 0), (3.0, 0, 0), (3.0, 1, 0), (3.0, 1, 5)):
         scope["SCALE"], scope["OFFSET"] = scale, np.full(1, offset, np.float32)
+        scope["W"][0] = w0
         paths.append(str(tmp_path / f"f{len(paths)}.pkl"))
         open(paths[-1], "wb").write(cloudpickle.dumps(traced))
     got = subprocess.run([sys.executable, "-c", RECEIVER, *paths], capture_output=True, text=True,
                          timeout=300, env=dict(os.environ))
     assert got.returncode == 0, got.stderr
-    assert got.stdout.strip() == str([[2.0] * 3, [2.0] * 3, [3.0] * 3, [4.0] * 3])
+    assert got.stdout.strip() == str([[2.0] * 3, [2.0] * 3, [3.0] * 3, [4.0] * 3, [9.0, 4.0, 4.0]])
 
 
 def test_a_copy_with_the_same_state_is_the_earlier_copy_with_its_compiled_code():
