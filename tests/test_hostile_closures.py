@@ -301,3 +301,15 @@ def test_hostile_objects_and_huge_containers_in_the_closure_do_not_break_a_trace
     np.testing.assert_array_equal(f(np.ones(2, np.float32)).numpy(), [2, 2])
     w[1] = 3
     np.testing.assert_array_equal(f(np.ones(2, np.float32)).numpy(), [2, 4])
+
+
+def test_a_closed_over_view_whose_base_changed_raises_as_eagerly():
+    base = tc.tensor(np.arange(4, dtype=np.float32))
+    view = base[1:3]
+    f = tc.trace(lambda x: x + view)
+    np.testing.assert_array_equal(f(np.zeros(2, np.float32)).numpy(), [1, 2])
+    base[1] = 10
+    with pytest.raises(tc.ArgumentError, match="changed in place since"):
+        view + 1
+    with pytest.raises(tc.ArgumentError, match="changed in place since"):
+        f(np.zeros(2, np.float32))

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .errors import TracecompError
 from .tensor import Tensor
 
 MAX_OBJECTS = 20_000      # objects the walk visits per trace (it stops there, silently)
@@ -279,7 +280,9 @@ def _generate(sources: list[Source], tensors: list[Tensor]) -> Callable[[], list
     """The Reader's function, as Python source compiled once.  Keys, roots, classes and
     types live in its globals (never in the text), so a user's attribute or dict key cannot
     change the code; only identifier attribute names are written inline."""
-    env: dict[str, Any] = {"ClosureMoved": ClosureMoved, "Tensor": Tensor, "isinstance": isinstance}
+    from .assignment import check_fresh
+    env: dict[str, Any] = {"ClosureMoved": ClosureMoved, "Tensor": Tensor, "isinstance": isinstance,
+                           "check_fresh": check_fresh, "TracecompError": TracecompError}
     lines, names = [], {}
 
     def const(value) -> str:
@@ -306,10 +309,11 @@ def _generate(sources: list[Source], tensors: list[Tensor]) -> Callable[[], list
             prev = var
         lines.append(f"if {prev} is not {const(t)} and not (isinstance({prev}, Tensor) and "
                      f"{prev}._type == {const(t._type)}): raise ClosureMoved({i})")
+        lines.append(f"if {prev}._view_of is not None: check_fresh({prev})")    # as eager: a stale view raises
         lines.append(f"d{i} = {prev}._data")
         lines.append(f"if d{i} is None: raise ClosureMoved({i})")
     body = "\n".join("        " + line for line in lines)
-    text = (f"def read():\n    try:\n{body}\n    except ClosureMoved:\n        raise\n"
+    text = (f"def read():\n    try:\n{body}\n    except (ClosureMoved, TracecompError):\n        raise\n"
             f"    except Exception as e:\n        raise ClosureMoved(None, f'{{type(e).__name__}}: {{e}}') from None\n"
             f"    return [{', '.join(f'd{i}' for i in range(len(sources)))}]\n")
     exec(compile(text, "<tracecomp closure reader>", "exec"), env)   # noqa: S102 - text built above
