@@ -7,6 +7,7 @@ loading a file never runs code from it.  A file written here loads in PyTorch wi
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -106,48 +107,73 @@ def load_state(path) -> dict[str, Tensor]:
     bfloat16 is the top half of a float32); int8, int16, uint8, uint16 become int32;
     uint32 becomes int64.  uint64, float8, complex and other dtypes raise a DTypeError
     naming the file, the key and the dtype.  A missing file raises
-    CheckpointNotFoundError, a truncated or corrupt one CheckpointError, both naming it."""
+    CheckpointNotFoundError; a truncated or corrupt one, or one that is not a regular file
+    (a FIFO, a device: refused without waiting on it), CheckpointError, both naming it.
+    The file is opened once and every read goes through that descriptor, so the file
+    checked is the file read even if the name is replaced meanwhile."""
     path = os.fspath(path)
-    header, data_start = _read_header(path)
     from safetensors import SafetensorError, safe_open
 
-    try:
-        with safe_open(path, framework="np") as f:
-            state = LoadedState((key, _to_tensor(f, key, header[key], data_start, path)) for key in _file_order(header))
-        state.source = path
-        return state
-    except SafetensorError as e:         # header checks passed, but the rest did not
-        raise CheckpointError(f"{path}: not a valid safetensors file ({e})") from None
+    with contextlib.ExitStack() as stack:
+        fd, size = _open(stack, path)
+        header, data_start = _read_header(path, fd, size)
+        try:
+            with safe_open(_descriptor_path(fd, path), framework="np") as f:
+                state = LoadedState((key, _to_tensor(f, key, header[key], fd, data_start, path))
+                                    for key in _file_order(header))
+        except SafetensorError as e:         # header checks passed, but the rest did not
+            raise CheckpointError(f"{path}: not a valid safetensors file ({e})") from None
+    state.source = path
+    return state
 
 
 def load_metadata(path) -> dict[str, str]:
     """The text metadata in a safetensors file's header ({} when it has none)."""
     path = os.fspath(path)
-    return dict(_read_header(path)[0].get("__metadata__") or {})
+    with contextlib.ExitStack() as stack:
+        header, _ = _read_header(path, *_open(stack, path))
+    return dict(header.get("__metadata__") or {})
 
 
-def _read_header(path: str) -> tuple[dict, int]:
-    """The file's JSON header and where its tensor data starts, after checks that say
-    plainly what is wrong with a file safetensors would refuse (its own words are terser)."""
-    if not os.path.exists(path):
-        raise CheckpointNotFoundError(f"checkpoint file not found: {path}")
+def _open(stack: contextlib.ExitStack, path: str) -> tuple[int, int]:
+    """(descriptor, size) of the checkpoint at `path`, closed with `stack`: a regular file
+    (symlinks followed: model hubs keep checkpoints as links to blobs), through the one
+    reader of user files (runtime/safe_files.py)."""
+    from .runtime.safe_files import opened_regular
     if os.path.isdir(path):
         raise CheckpointError(f"{path} is a directory, not a safetensors file")
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            prefix = f.read(8)
-            if len(prefix) < 8:
-                raise CheckpointError(f"{path}: not a safetensors file: {size} bytes, too short for "
-                                      "the 8-byte header length it starts with")
-            (header_length,) = struct.unpack("<Q", prefix)
-            if header_length > _HEADER_LIMIT:
-                raise CheckpointError(f"{path}: not a safetensors file: its first 8 bytes give a header "
-                                      f"of {header_length} bytes, more than the 100 MiB limit")
-            if 8 + header_length > size:
-                raise CheckpointError(f"{path}: truncated or corrupt: the header should be {header_length} "
-                                      f"bytes, but the file has only {size - 8} after the length")
-            text = f.read(header_length)
+        fd, st = stack.enter_context(opened_regular(path, follow_links=True))
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(f"checkpoint file not found: {path}") from None
+    except OSError as e:                   # safe_files.UnsafeFile among them
+        raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
+    return fd, st.st_size
+
+
+def _descriptor_path(fd: int, path: str) -> str:
+    """A name that opens the file behind `fd` itself (Linux's /proc), else `path`."""
+    name = f"/proc/self/fd/{fd}"
+    return name if os.path.exists(name) else path
+
+
+def _read_header(path: str, fd: int, size: int) -> tuple[dict, int]:
+    """The file's JSON header and where its tensor data starts, after checks that say
+    plainly what is wrong with a file safetensors would refuse (its own words are terser)."""
+    from .runtime.safe_files import read_all
+    try:
+        prefix = read_all(fd, 8)
+        if len(prefix) < 8:
+            raise CheckpointError(f"{path}: not a safetensors file: {size} bytes, too short for "
+                                  "the 8-byte header length it starts with")
+        (header_length,) = struct.unpack("<Q", prefix)
+        if header_length > _HEADER_LIMIT:
+            raise CheckpointError(f"{path}: not a safetensors file: its first 8 bytes give a header "
+                                  f"of {header_length} bytes, more than the 100 MiB limit")
+        if 8 + header_length > size:
+            raise CheckpointError(f"{path}: truncated or corrupt: the header should be {header_length} "
+                                  f"bytes, but the file has only {size - 8} after the length")
+        text = read_all(fd, header_length, 8)
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
     try:
@@ -177,10 +203,10 @@ def _file_order(header: dict) -> list[str]:
     return sorted(keys, key=lambda key: header[key]["data_offsets"][0])   # stable: ties keep the header's order
 
 
-def _to_tensor(f, key: str, entry: dict, data_start: int, path: str) -> Tensor:
+def _to_tensor(f, key: str, entry: dict, fd: int, data_start: int, path: str) -> Tensor:
     file_dtype = entry["dtype"]
     if file_dtype == "BF16":             # NumPy has no bfloat16: read the bits, widen them
-        array = _bfloat16_as_float32(path, data_start, entry)
+        array = _bfloat16_as_float32(fd, data_start, entry)
     else:
         try:
             array = f.get_tensor(key)
@@ -192,13 +218,12 @@ def _to_tensor(f, key: str, entry: dict, data_start: int, path: str) -> Tensor:
         raise _unsupported(path, key, file_dtype, str(e)) from None
 
 
-def _bfloat16_as_float32(path: str, data_start: int, entry: dict) -> np.ndarray:
+def _bfloat16_as_float32(fd: int, data_start: int, entry: dict) -> np.ndarray:
     """bfloat16 is the high 16 bits of a float32, so the widening is exact.  (safe_open has
     checked the entry's offsets and shape against the file by now.)"""
+    from .runtime.safe_files import read_all
     begin, end = entry["data_offsets"]
-    with open(path, "rb") as raw:
-        raw.seek(data_start + begin)
-        bits = np.frombuffer(raw.read(end - begin), dtype="<u2")
+    bits = np.frombuffer(read_all(fd, end - begin, data_start + begin), dtype="<u2")
     return (bits.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
 
 

@@ -5,7 +5,9 @@ end of the file is mapped anyway and dies with SIGBUS on first touch, and LLVM's
 linker aborts the process on a relocatable object whose sections lie outside it.  So
 every header, program segment and section of a file is checked to lie inside it, the
 file must be of the expected type for this machine, and a library must define the symbol
-tracecomp will call (read from its dynamic symbol table, not by loading it).
+tracecomp will call as a function: a dynamic symbol of type STT_FUNC whose address lies in
+an executable section (read from the file, not by loading it: a data symbol of that name
+called through ctypes would be a jump into data, SIGSEGV).
 These checks make damage an error; they do not make a hostile file safe (a well-formed
 library runs whatever code it holds), which is what cache.py's HMAC and the exporter's
 checksum are for.
@@ -14,11 +16,14 @@ from __future__ import annotations
 
 import platform
 import struct
+from typing import Sequence
 
 from ..errors import BackendError
 
 ET_REL, ET_DYN = 1, 3
 SHT_NOBITS, SHT_DYNSYM = 8, 11
+SHF_EXECINSTR = 0x4
+STT_FUNC = 2
 PT_LOAD = 1
 MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}   # EM_X86_64, EM_AARCH64
 EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
@@ -37,9 +42,10 @@ def check_object(data: bytes, what: str = "object") -> None:
     _sections(data, header, what)
 
 
-def check_library(data: bytes, symbol: str, what: str = "library") -> None:
+def check_library(data: bytes, functions: Sequence[str], what: str = "library") -> None:
     """A shared library (ET_DYN) for this machine whose segments and sections lie inside
-    the file and whose dynamic symbol table defines `symbol`."""
+    the file and whose dynamic symbol table defines each of `functions` as a function in
+    an executable section (checked in the order given: the first missing one is named)."""
     header = _header(data, ET_DYN, what)
     _, _, _, _, _, phoff, _, _, _, phentsize, phnum, _, _, _ = header
     if phnum == 0 or phentsize != PHDR.size:
@@ -50,8 +56,32 @@ def check_library(data: bytes, symbol: str, what: str = "library") -> None:
         if p_type == PT_LOAD:
             _inside(data, offset, filesz, what, f"loadable segment {i}")
     sections = _sections(data, header, what)
-    if symbol not in _dynamic_symbols(data, sections, what):
-        raise ElfError(f"{what}: its dynamic symbol table does not define '{symbol}'")
+    symbols = _dynamic_symbols(data, sections, what)
+    for name in functions:
+        _check_function(name, symbols.get(name, []), sections, what)
+
+
+def _check_function(name: str, entries: list[tuple[int, int, int]], sections: list[tuple],
+                    what: str) -> None:
+    """Every definition of `name` ((type, section, value) triples) is a function inside an
+    executable section; there is at least one."""
+    if not entries:
+        raise ElfError(f"{what}: its dynamic symbol table does not define '{name}'")
+    for kind, shndx, value in entries:
+        if kind != STT_FUNC:
+            raise ElfError(f"{what}: '{name}' is a {_SYMBOL_KINDS.get(kind, f'type {kind}')} "
+                           "symbol, not a function; tracecomp would call it")
+        if shndx >= len(sections):
+            raise ElfError(f"{what}: function '{name}' lies in section {shndx}, which the file "
+                           f"does not have ({len(sections)} sections)")
+        _, _, flags, addr, _, size, _, _, _, _ = sections[shndx]
+        if not flags & SHF_EXECINSTR or not addr <= value < addr + size:
+            raise ElfError(f"{what}: function '{name}' does not lie in executable code "
+                           f"(section {shndx}, address {value:#x})")
+
+
+_SYMBOL_KINDS = {0: "untyped", 1: "data (object)", 3: "section", 4: "file", 5: "common",
+                 6: "thread-local", 10: "indirect-function (ifunc)"}
 
 
 def _header(data: bytes, kind: int, what: str) -> tuple:
@@ -86,8 +116,10 @@ def _sections(data: bytes, header: tuple, what: str) -> list[tuple]:
     return sections
 
 
-def _dynamic_symbols(data: bytes, sections: list[tuple], what: str) -> set[str]:
-    names = set()
+def _dynamic_symbols(data: bytes, sections: list[tuple], what: str) -> dict[str, list]:
+    """name -> [(type, section index, value)] of each symbol the dynamic symbol table
+    defines (not those it imports)."""
+    names: dict[str, list] = {}
     for s in sections:
         if s[1] != SHT_DYNSYM:
             continue
@@ -96,10 +128,11 @@ def _dynamic_symbols(data: bytes, sections: list[tuple], what: str) -> set[str]:
         strings = sections[s[6]]
         table = data[strings[4]:strings[4] + strings[5]]
         for k in range(s[5] // SYM.size):
-            st_name, _, _, shndx, _, _ = SYM.unpack_from(data, s[4] + k * SYM.size)
+            st_name, info, _, shndx, value, _ = SYM.unpack_from(data, s[4] + k * SYM.size)
             if shndx != 0 and st_name < len(table):          # defined here, not imported
                 end = table.find(b"\0", st_name)
-                names.add(table[st_name:end if end >= 0 else len(table)].decode("latin-1"))
+                name = table[st_name:end if end >= 0 else len(table)].decode("latin-1")
+                names.setdefault(name, []).append((info & 0xF, shndx, value))
     return names
 
 

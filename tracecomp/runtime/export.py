@@ -32,6 +32,8 @@ point.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import shutil
 import subprocess
@@ -85,10 +87,7 @@ def export_library(fn: Callable, example_inputs: Sequence[Any], path: str, name:
     tm = target.host_target_machine(3, reloc="pic", codemodel="default")
     module_ref = target.optimize(target.parse(str(module), name), tm)
     obj = target.emit_object(module_ref, tm)
-    _link(obj, path)
-    header = os.path.splitext(path)[0] + ".h"
-    with open(header, "w") as f:
-        f.write(render_header(name, metadata, checks))
+    install(path, _link(obj, path), render_header(name, metadata, checks))
     return metadata
 
 
@@ -141,7 +140,9 @@ def _describe(program, buf_name: str, i: int) -> dict:
     return {"index": i, "dtype": b.dtype.label, "shape": [describe_dim(s) for s in b.shape]}
 
 
-def _link(obj: bytes, path: str) -> None:
+def _link(obj: bytes, path: str) -> bytes:
+    """The shared library linked from object code `obj` (`path` only names it in errors).
+    cc works in a private temporary folder; nothing is written beside `path` yet."""
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc) is None:
         raise BackendError(f"tc.export needs a C compiler to link the shared library; '{cc}' was "
@@ -155,20 +156,49 @@ def _link(obj: bytes, path: str) -> None:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise BackendError(f"linking {path} failed ({' '.join(cmd)}): {r.stderr.strip()}")
-        shutil.move(out_tmp, os.path.abspath(path))
-    write_checksum(path)
+        with open(out_tmp, "rb") as f:
+            return f.read()
+
+
+def install(path: str, library: bytes, header: str) -> None:
+    """Put `library` at `path`, its checksum at `path`.sha256 and `header` at the same stem
+    with `.h`, each as a new file renamed over the old one (safe_files.write_beside), so a
+    file is never rewritten in place: a process that has the old library loaded keeps
+    running the old code, on whatever file system `path` lies.
+
+    Order: all three are written first; then the checksum is renamed into place, then the
+    header, and the library last.  tc.load reads a library before its checksum, so a
+    reader that got the new library always finds the new checksum beside it; one that got
+    the old library just before the last rename may find the new checksum, sees a
+    mismatch, and reads both again (loader._read_checked).  If anything fails, the
+    temporary files are removed and the files already renamed stay (a new checksum
+    beside an old library is refused by tc.load, never accepted)."""
+    from .safe_files import write_beside
+    header_path = os.path.splitext(path)[0] + ".h"
+    staged: list[tuple[str, str]] = []
+    try:
+        staged.append((write_beside(checksum_path(path), checksum_text(library, path).encode()),
+                       checksum_path(path)))
+        staged.append((write_beside(header_path, header.encode()), header_path))
+        staged.append((write_beside(path, library, 0o777), path))
+        while staged:
+            temp, final = staged[0]
+            os.replace(temp, final)
+            staged.pop(0)
+    except OSError as e:
+        raise BackendError(f"tc.export: cannot write {path} (or its .h and .sha256 files): "
+                           f"{e.strerror or e}") from None
+    finally:
+        for temp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
 
 
 def checksum_path(path: str) -> str:
     return path + ".sha256"
 
 
-def write_checksum(path: str) -> None:
-    """`path`.sha256 in sha256sum's format: tc.load checks a library against it, so a file
-    damaged or truncated after export is refused before it is loaded."""
-    import hashlib
-    with open(path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    with open(checksum_path(path), "w") as f:
-        f.write(f"{digest}  {os.path.basename(path)}\n")
-
+def checksum_text(library: bytes, path: str) -> str:
+    """The `path`.sha256 line for `library`, in sha256sum's format: tc.load checks a
+    library against it, so a file damaged or truncated after export is refused."""
+    return f"{hashlib.sha256(library).hexdigest()}  {os.path.basename(path)}\n"

@@ -1,64 +1,39 @@
 """tc.load: call a library written by tc.export from Python.
 
-`load("libmodel.so", name=None)` first checks the file without loading it: an ELF shared
-library for this machine whose segments and sections lie inside the file (a truncated
-library would otherwise be mapped and die with SIGBUS), defining NAME_metadata, and equal
-to its checksum file (`libmodel.so.sha256`, written by tc.export) when that is present.
-Then it opens the library, reads NAME_metadata() (JSON), refuses a library compiled for
-CPU features this host lacks, and returns an ExportedFunction: called
-with the inputs (tc.Tensors, NumPy arrays or anything array-like) it checks each one's
-shape and dtype against the metadata, allocates the outputs and calls NAME(inputs, outputs)
-through ctypes (one call at a time per library file: its workspace is static).  It
-returns the outputs in the exported function's own structure (tuples, lists, dicts with
-string keys, as recorded in the metadata), else a tuple of tc.Tensors in flattened order.
+`load("libmodel.so", name=None)` reads the file once (safe_files: a regular file, never a
+FIFO or device; a symlink to a library is followed) and checks those bytes without
+loading them: an ELF shared library for this machine whose segments and sections lie
+inside the file (a truncated library would otherwise be mapped and die with SIGBUS),
+defining NAME, NAME_metadata and NAME_error_string as functions in executable code, and
+equal to its checksum file (`libmodel.so.sha256` beside the real file, written by
+tc.export) when that is present; a checksum file that is present must hold a digest.
+Then it maps a private copy of exactly those bytes (private_copies.py: one mapping, one
+lock, per distinct library content, released when the last function using it goes),
+reads and checks NAME_metadata() (library_metadata.py), refuses a library compiled for
+CPU features this host lacks, and returns an ExportedFunction: called with the inputs
+(tc.Tensors, NumPy arrays or anything array-like) it checks each one's shape and dtype
+against the metadata, allocates the outputs and calls NAME(inputs, outputs) through ctypes
+(one call at a time per mapping: its workspace is static).  It returns the outputs in the
+exported function's own structure (tuples, lists, dicts with string keys, as recorded in
+the metadata), else a tuple of tc.Tensors in flattened order.
 
-Reading the metadata runs only a function that returns a pointer to a constant string,
-so it is safe before the CPU check; no kernel runs until the check passed.
+Trust: the checks make damage and foreign files errors; they do not make a hostile
+library safe.  Loading a library runs its code (its constructors at dlopen, its metadata
+function), and a checksum file beside it proves only that the two agree: whoever can
+write the folder can replace both.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import os
-import threading
+import time
 from typing import Optional
 
 import numpy as np
 
 from ..errors import ArgumentError, BackendError
-
-
-_LOCKS: dict[str, threading.Lock] = {}      # per library file: the library is not re-entrant
-_LOCKS_LOCK = threading.Lock()
-
-
-def _lock_for(path: str) -> threading.Lock:
-    with _LOCKS_LOCK:
-        return _LOCKS.setdefault(os.path.realpath(path), threading.Lock())
-
-
-_SEEN: dict[str, tuple] = {}      # realpath -> (device, inode, mtime, size) when first opened
-_COPIES: list = []                 # temporary folders of private copies, alive for the process
-
-
-def _fresh_path(path: str) -> str:
-    """The path to dlopen.  dlopen hands back the library it already opened under a name,
-    so a file exported again to the same path in this process would run the old code:
-    such a file is opened through a private copy instead."""
-    import shutil
-    import tempfile
-    real = os.path.realpath(path)
-    st = os.stat(real)
-    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-    with _LOCKS_LOCK:
-        if _SEEN.setdefault(real, key) == key:
-            return real
-        folder = tempfile.TemporaryDirectory(prefix="tracecomp_load_")
-        _COPIES.append(folder)
-    copy = os.path.join(folder.name, os.path.basename(real))
-    shutil.copyfile(real, copy)
-    return copy
+from .private_copies import Mapping, mapped
 
 
 def host_cpu_features() -> set[str]:
@@ -72,10 +47,12 @@ def _enabled(features: str) -> set[str]:
 
 
 class ExportedFunction:
-    def __init__(self, path: str, lib: ctypes.CDLL, name: str, metadata: dict, sha256: str):
-        self.path, self._lib, self.name, self.metadata = path, lib, name, metadata
-        self.sha256 = sha256            # of the file as checked and loaded
-        self._lock = _lock_for(path)
+    def __init__(self, path: str, mapping: Mapping, name: str, metadata: dict, sha256: str):
+        self.path, self.name, self.metadata = path, name, metadata
+        self._mapping = mapping         # keeps the library mapped while this function lives
+        self._lib = lib = mapping.library
+        self.sha256 = sha256            # of the bytes checked and loaded
+        self._lock = mapping.lock       # shared by every function of the same library bytes
         self._sizes = list(metadata.get("sizes", []))
         self._entry = getattr(lib, name)
         self._entry.restype = ctypes.c_int
@@ -173,7 +150,7 @@ def evaluate_dim(dim, sizes: dict[str, int]) -> int:
     if isinstance(dim, int):
         return dim
     total = 0
-    for sign, term in _terms(dim):
+    for sign, term in size_terms(dim):
         value = 1
         for factor in term.split("*"):
             factor = factor.strip()
@@ -182,7 +159,7 @@ def evaluate_dim(dim, sizes: dict[str, int]) -> int:
     return total
 
 
-def _terms(text: str):
+def size_terms(text: str):
     """(sign, product) pairs of a sum written as symbolic.Dim prints it."""
     sign, out = 1, []
     for part in text.replace(" - ", " + -").split(" + "):
@@ -195,44 +172,83 @@ def _terms(text: str):
 
 
 MAX_LIBRARY_BYTES = 1 << 31
+MAX_CHECKSUM_BYTES = 4096
+CHECKSUM_TRIES = 3             # a mismatch is read again: export may be between two renames
 
 
-def _check_file(path: str, name: str) -> str:
-    """The checks before dlopen (module docstring); BackendError says what is wrong.  The
-    sha256 of the bytes checked."""
+def _read_checked(path: str, name: str) -> tuple[bytes, str]:
+    """The library's bytes and their sha256, after the checks before dlopen (module
+    docstring); BackendError says what is wrong.  export.install renames the checksum
+    before the library, so a mismatch can be a reader that got the old library and the new
+    checksum: it is read again, briefly, before it counts as damage."""
+    for attempt in range(CHECKSUM_TRIES):
+        data = _read_library(path, name)
+        digest = hashlib.sha256(data).hexdigest()
+        recorded = _recorded_checksum(path)
+        if recorded is None or recorded == digest:
+            return data, digest
+        time.sleep(0.05 * (attempt + 1))
+    raise BackendError(f"tc.load: {path} does not match its checksum file {_checksum_file(path)} "
+                       "(changed or damaged since tc.export wrote it)")
+
+
+def _read_library(path: str, name: str) -> bytes:
+    from .safe_files import read_regular
+    try:
+        data = read_regular(path, MAX_LIBRARY_BYTES, follow_links=True)
+    except OSError as e:             # UnsafeFile among them: a FIFO, a device, too large
+        raise BackendError(f"tc.load: cannot read {path}: {e.strerror or e}") from None
+    _check_functions(data, name, [f"{name}_metadata", name, f"{name}_error_string"], path)
+    return data
+
+
+def _check_functions(data: bytes, name: str, functions: list[str], path: str) -> None:
+    """elf_check.check_library for the library `name`, its ElfError as a BackendError."""
     from . import elf_check
-    from .export import checksum_path
-    from .safe_files import UnsafeFile, read_regular
     try:
-        data = read_regular(os.path.realpath(path), MAX_LIBRARY_BYTES)
-    except (UnsafeFile, OSError) as e:
-        raise BackendError(f"tc.load: cannot read {path}: {e}") from None
-    try:
-        elf_check.check_library(data, f"{name}_metadata", path)
+        elf_check.check_library(data, functions, path)
     except elf_check.ElfError as e:
         raise BackendError(f"tc.load: {e}; is it a library written by tc.export (and its name "
                            f"{name!r})?") from None
-    digest = hashlib.sha256(data).hexdigest()
+
+
+def _checksum_file(path: str) -> str:
+    """The checksum beside the real file (a symlink's target keeps its checksum)."""
+    from .export import checksum_path
+    return checksum_path(os.path.realpath(path))
+
+
+def _recorded_checksum(path: str) -> Optional[str]:
+    """The digest in the library's checksum file, None if there is no such file.  A file
+    that is present must be a regular one holding a sha256 digest (sha256sum's format)."""
+    from .safe_files import read_regular
+    where = _checksum_file(path)
     try:
-        recorded = read_regular(os.path.realpath(checksum_path(path)), 4096).split()[0].decode()
-    except (FileNotFoundError, IndexError, UnicodeDecodeError):
-        return digest                 # no checksum file beside it: the structure was checked
+        text = read_regular(where, MAX_CHECKSUM_BYTES)
+    except FileNotFoundError:
+        return None
     except OSError as e:
-        raise BackendError(f"tc.load: cannot read {checksum_path(path)}: {e}") from None
-    if digest != recorded:
-        raise BackendError(f"tc.load: {path} does not match its checksum file {checksum_path(path)} "
-                           "(changed or damaged since tc.export wrote it)")
+        raise BackendError(f"tc.load: cannot read the checksum file {where}: {e.strerror or e}") from None
+    fields = text.split()
+    if not fields:
+        raise BackendError(f"tc.load: the checksum file {where} is empty; it should hold the "
+                           f"library's sha256 (export it again, or delete the file)")
+    digest = fields[0].decode("latin-1").lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise BackendError(f"tc.load: the checksum file {where} does not start with a sha256 digest "
+                           f"(64 hex digits), it starts with {text[:40]!r}; export it again, or "
+                           "delete the file")
     return digest
 
 
 def load(path: str, name: Optional[str] = None) -> ExportedFunction:
     """Open a library written by tc.export (see module docstring)."""
-    from .. import __version__
     from .export import default_name
+    from .library_metadata import read_metadata
     if not os.path.exists(path):
         raise ArgumentError(f"tc.load: no such file: {path}")
     name = name or default_name(path)
-    sha256 = _check_file(path, name)
+    data, sha256 = _read_checked(path, name)
     try:
         # libgomp through the JIT's loader first: it makes forked children run one thread
         # (libgomp is not fork-safe), which protects the exported library's parallel loops too
@@ -240,28 +256,18 @@ def load(path: str, name: Optional[str] = None) -> ExportedFunction:
         load_system_library("gomp")
     except BackendError:
         pass                           # the library's own NEEDED entry will say what is missing
+    real = os.path.realpath(path)
     try:
-        lib = ctypes.CDLL(_fresh_path(path))
+        mapping = mapped(data, sha256, os.path.basename(real), os.path.dirname(real))
     except OSError as e:
         raise BackendError(f"tc.load: cannot open {path}: {e}") from None
-    try:
-        md_fn = getattr(lib, f"{name}_metadata")
-    except AttributeError:
-        raise ArgumentError(f"tc.load: {path} has no function {name}_metadata; is it a library "
-                            f"written by tc.export, and is its name {name!r}? (pass name=...)") from None
-    md_fn.restype = ctypes.c_char_p
-    md_fn.argtypes = []
-    try:
-        metadata = json.loads(md_fn().decode())
-    except ValueError as e:
-        raise BackendError(f"tc.load: {path} has unreadable metadata: {e}") from None
-    if metadata.get("format") != 1:
-        raise BackendError(f"tc.load: {path} has metadata format {metadata.get('format')!r}; "
-                           f"tracecomp {__version__} reads format 1")
+    metadata = read_metadata(mapping.library, name, path)
+    if metadata.get("computed_index_checks"):      # their failures call NAME_error_index
+        _check_functions(data, name, [f"{name}_error_index"], path)
     target = metadata["target"]
     missing = sorted(_enabled(target["features"]) - host_cpu_features())
     if missing:
         raise BackendError(f"tc.load: {path} was compiled for CPU '{target['cpu']}' and uses features "
                            f"this host's CPU lacks: {', '.join(missing)}; export it again on (or for) "
                            "this machine")
-    return ExportedFunction(path, lib, name, metadata, sha256)
+    return ExportedFunction(path, mapping, name, metadata, sha256)
