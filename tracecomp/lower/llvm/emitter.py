@@ -30,13 +30,9 @@ A Select evaluates both arms (an LLVM `select`, which vectorizes), unlike loops/
 lazy one: a Load in either arm must be in bounds whatever the condition, which the
 scheduler guarantees by clamping such indices (pointwise.py: cat, gather, *_backward).
 
-A CheckedIndex costs an unsigned max per index in the loop: each function keeps, per
-check, the largest index it met (compared as unsigned, so a negative one is largest) in a
-stack slot that LLVM promotes to a register (a reduction the loop vectorizer keeps in
-vector lanes).  Functions end with `finish()`, which writes the checks whose maximum is
-out of range into the error buffer with atomic ops (several threads may fail at once; the
-record is the same in any order: loops/ir.py) and returns.  Every function an emitter
-builds must end with finish(), not a bare `ret void`.
+A CheckedIndex costs an unsigned max per index (llvm/index_checks.py), written to the
+error buffer when the function returns: every function an emitter builds must end with
+`finish()`, not a bare `ret void`.
 """
 from __future__ import annotations
 
@@ -49,6 +45,7 @@ import llvmlite.ir as ir
 from ...dtypes import DType
 from ...errors import BackendError
 from . import loop_ids
+from .index_checks import IndexCheckSlots
 from . import scalar as S
 from ..loops.ir import (Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from ..loops.matmul import expand_matmul, flat_name
@@ -145,56 +142,15 @@ class FunctionEmitter:
         self._cache: dict[int, tuple[Expr, ir.Value]] = {}
         self.strides = {buf.name: self._strides(buf) for buf in kernel.buffers}
         self.parallel_loops = 0
-        self._check_slots: dict[tuple[str, int], tuple[ir.Value, object]] = {}   # (buffer, check) -> (slot, size)
+        self.checks = IndexCheckSlots(self)      # CheckedIndex's running maxima (index_checks.py)
 
     def entry_env(self) -> dict[str, ir.Value]:
         return dict(self.sizes)
 
     def finish(self) -> None:
-        """End the function: record the checks whose largest index is out of range (a
-        branch per check, outside every loop), then `ret void`."""
-        b = self.builder
-        for (buffer, check), (slot, size) in self._check_slots.items():
-            worst = b.load(slot, typ=S.I64)
-            with b.if_then(b.icmp_unsigned(">=", worst, self.extent(size)), likely=False):
-                self._record_failure(buffer, check, worst)
-        b.ret_void()
-
-    def _record_failure(self, buffer: str, check: int, value: ir.Value) -> None:
-        """Atomically: the check's largest offending index (unsigned max), its flag, the record's flag."""
-        b, (_, ptr) = self.builder, self._buffer(buffer)
-        one = ir.Constant(S.I64, 1)
-        for k, op, v in ((2 + 2 * check, "umax", value), (1 + 2 * check, "or", one), (0, "or", one)):
-            at = b.gep(ptr, [ir.Constant(S.I64, k)], inbounds=True, source_etype=S.I64)
-            b.atomic_rmw(op, at, v, "monotonic")
-
-    def checked_index(self, e: CheckedIndex, env: dict[str, ir.Value]) -> ir.Value:
-        """The index clamped into [0, size); its check's running maximum updated (see the
-        module docstring).  A dim of size 0 has no valid index: every one is recorded."""
-        b = self.builder
-        index = self.expr(e.index, env)
-        zero = ir.Constant(S.I64, 0)
-        if isinstance(e.size, int) and e.size == 0:
-            self._record_failure(e.buffer, e.check, index)
-            return zero
-        slot = self._check_slot(e)
-        b.store(S.intrinsic(b, "umax", [b.load(slot, typ=S.I64), index]), slot)
-        last = ir.Constant(S.I64, e.size - 1) if isinstance(e.size, int) else \
-            b.sub(self.extent(e.size), ir.Constant(S.I64, 1))
-        return S.intrinsic(b, "smin", [S.intrinsic(b, "smax", [index, zero]), last])
-
-    def _check_slot(self, e: CheckedIndex) -> ir.Value:
-        """The function's running maximum of check `e.check`: an i64 stack slot set to 0 at
-        the function's entry, where it dominates every use."""
-        key = (e.buffer, e.check)
-        if key not in self._check_slots:
-            b, here = self.builder, self.builder.block
-            b.position_at_start(self.fn.entry_basic_block)
-            slot = b.alloca(S.I64, name=f"check{e.check}.max")
-            b.store(ir.Constant(S.I64, 0), slot)
-            b.position_at_end(here)
-            self._check_slots[key] = (slot, e.size)
-        return self._check_slots[key][0]
+        """End the function: record its failed index checks (index_checks.py), `ret void`."""
+        self.checks.flush()
+        self.builder.ret_void()
 
     # ------------------------------------------------------------ statements
     def emit_body(self, body: list, env: dict[str, ir.Value]) -> None:
@@ -324,6 +280,10 @@ class FunctionEmitter:
             raise BackendError(f"kernel '{self.kernel.name}' has no buffer '{name}' "
                                f"(buffers: {', '.join(self.buffers)})") from None
 
+    def buffer_pointer(self, name: str) -> ir.Value:
+        """The function's pointer argument of buffer `name`."""
+        return self._buffer(name)[1]
+
     def _flat_alias(self, name: str) -> None:
         """`name.flat` (loops.matmul.flat_name): buffer `name` addressed as 1-D."""
         buf, ptr = self.buffers[name]
@@ -427,7 +387,7 @@ class FunctionEmitter:
         if isinstance(e, Cast):
             return S.cast(b, self.expr(e.x, env), e.x.dtype, e.dtype)
         if isinstance(e, CheckedIndex):
-            return self.checked_index(e, env)
+            return self.checks.index(e, env)
         raise BackendError(f"kernel '{self.kernel.name}': {e!r} is not an expression")
 
 

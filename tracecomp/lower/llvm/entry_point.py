@@ -9,18 +9,14 @@ index checks and the kernels and copies outputs that are inputs or constants;
 `NAME_metadata` (the JSON tc.load reads).  The error codes are the constants below; the C
 header (c_header.py) documents them.
 
-Indices the function computes are checked in the kernels (loops/ir.py's CheckedIndex):
-they record failures in an error record on the entry point's stack (so a re-entrant library
-stays re-entrant), which the entry point reads after the kernels: the lowest failed check
-c returns ERR_COMPUTED_INDEX_BASE + c, with the index as the user computed it in a
-thread-local that NAME_error_index returns.  The metadata lists these checks
-("computed_index_checks": op, dim, size, source line), so tc.load raises the ShapeError a
-traced function raises.
+Indices the function computes are checked in the kernels (loops/ir.py's CheckedIndex);
+the entry point reads their error record after the kernels and returns 3000 + c for a
+failed check c, with NAME_error_index giving the index (entry_checks.py).
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import llvmlite.ir as ir
 import numpy as np
@@ -30,8 +26,9 @@ from ..schedule.workspace import plan_program
 from . import scalar as S
 from .codegen import codegen_kernels
 from .emitter import counted_loop
-from ..loops.ir import INDEX_ERRORS, Var
-from ..schedule.index_checks import IndexCheck
+from ..loops.ir import Var
+from .entry_checks import (ERR_COMPUTED_INDEX_BASE, add_computed_checks, computed_index_error,  # noqa: F401
+                           dim_text, error_index_function, error_record, return_if_index_failed)
 from .entry_sizes import EntrySizes, describe_dim, public_name, size_names
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -44,7 +41,7 @@ MAX_TOTAL_BYTES = 2.0 ** 62  # all buffers of one call together: far from int64'
 ERR_INDEX_BASE = 16          # 16 + j: index check j failed
 ERR_INPUT_SHAPE = 1000       # 1000 + i: NAME_checked got a wrong shape for input i
 ERR_OUTPUT_SHAPE = 2000      # 2000 + j: ... for output j
-ERR_COMPUTED_INDEX_BASE = 3000   # 3000 + c: computed index check c failed (NAME_error_index says which index)
+# 3000 + c: computed index check c failed (entry_checks.ERR_COMPUTED_INDEX_BASE)
 
 
 def _maybe_empty(b) -> bool:
@@ -106,89 +103,9 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
     entry = _entry(module, program, name, checks, _constants(module, program, name))
     _checked_entry(module, program, name, entry)
     _error_strings(module, program, name, checks)
-    _error_index(module, name)
+    error_index_function(module, name)
     _metadata(module, name, metadata)
     return module
-
-
-def add_computed_checks(metadata: dict, program) -> None:
-    """Record the computed-index checks in `metadata` (which tc.export also hands to the C
-    header and returns): code, op, dim, size and the user's source line of each."""
-    metadata["computed_index_checks"] = [
-        {"code": ERR_COMPUTED_INDEX_BASE + c, "op": k.op, "dim": k.dim, "size": _dim_text(k.size),
-         "loc": str(k.loc) if k.loc else None} for c, k in enumerate(program.computed_checks)]
-
-
-def _dim_text(size):
-    """A graph dim for the metadata: an int, or a symbolic size's text ("n", "2*n")."""
-    return size if isinstance(size, int) else str(size)
-
-
-def computed_index_error(metadata: dict, code: int, index: Optional[int], sizes: Optional[dict] = None):
-    """The ShapeError for an error code of a computed-index check (what the traced function
-    raises), given the index NAME_error_index returned and the call's dynamic `sizes` (a
-    size named by one shows its value); None for other codes."""
-    for c in metadata.get("computed_index_checks", []):
-        if isinstance(c, dict) and c.get("code") == code:
-            size = c.get("size")
-            if isinstance(size, str) and size in (sizes or {}):
-                size = f"{size} = {sizes[size]}"
-            check = IndexCheck(str(c.get("op")), c.get("dim"), size, c.get("loc"))
-            return check.error("?" if index is None else index)
-    return None
-
-
-def _error_index(module: ir.Module, name: str) -> None:
-    """`int64_t NAME_error_index(void)`: the offending index of this thread's last call that
-    returned ERR_COMPUTED_INDEX_BASE + c (a thread-local, like errno)."""
-    fn = ir.Function(module, ir.FunctionType(I64, []), f"{name}_error_index")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    b.ret(b.load(_error_index_global(module, name), typ=I64))
-
-
-def _error_index_global(module: ir.Module, name: str) -> ir.GlobalVariable:
-    g = module.globals.get(f"{name}__error_index")
-    if g is None:
-        g = ir.GlobalVariable(module, I64, f"{name}__error_index")
-        g.linkage = "internal"
-        g.storage_class = "thread_local"     # llvmlite has no TLS flag; it prints where LLVM expects it
-        g.initializer = ir.Constant(I64, 0)
-        g.align = 8
-    return g
-
-
-def _error_record(b: ir.IRBuilder, program):
-    """The computed checks' error record: zeroed int64 slots on the entry point's stack."""
-    slots = ir.ArrayType(I64, program.buffers[INDEX_ERRORS].shape[0])
-    here = b.block
-    b.position_at_start(b.function.entry_basic_block)      # a static alloca, where LLVM expects it
-    record = b.alloca(slots)
-    b.position_at_end(here)
-    b.store(ir.Constant(slots, None), record)
-    return record
-
-
-def _return_if_index_failed(module: ir.Module, b: ir.IRBuilder, program, name: str, record, heap) -> None:
-    """After the kernels: when the record's flag is set, keep the lowest failed check's
-    index (as the user computed it) for NAME_error_index, free the workspace, and return
-    ERR_COMPUTED_INDEX_BASE + that check."""
-    def slot(k):
-        return b.load(b.gep(record, [ir.Constant(I64, k)], inbounds=True, source_etype=I64), typ=I64)
-    with b.if_then(b.icmp_unsigned("!=", slot(0), ir.Constant(I64, 0)), likely=False):
-        code, index = ir.Constant(I32, ERR_COMPUTED_INDEX_BASE), ir.Constant(I64, 0)
-        for c in reversed(range(len(program.computed_checks))):
-            failed = b.icmp_unsigned("!=", slot(1 + 2 * c), ir.Constant(I64, 0))
-            value = slot(2 + 2 * c)
-            check = program.computed_checks[c]
-            if check.wraps and isinstance(check.size, int):     # the graph wrapped negatives: undo it
-                value = b.select(b.icmp_signed("<", value, ir.Constant(I64, 0)),
-                                 b.sub(value, ir.Constant(I64, check.size)), value)
-            code = b.select(failed, ir.Constant(I32, ERR_COMPUTED_INDEX_BASE + c), code)
-            index = b.select(failed, value, index)
-        b.store(index, _error_index_global(module, name))
-        if heap is not None:
-            b.call(_libc(module, "free", ir.VoidType(), [PTR]), [heap])
-        b.ret(code)
 
 
 def _kernels(program, name: str, fastmath) -> ir.Module:
@@ -291,11 +208,11 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) ->
 
     heap = _place_temps(module, program, name, b, dims, ptrs, check)
     if program.index_errors is not None:
-        ptrs[program.index_errors] = _error_record(b, program)
+        ptrs[program.index_errors] = error_record(b, program)
     for k in program.kernels:
         b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers] + [dims.values[s] for s in k.sizes])
     if program.index_errors is not None:
-        _return_if_index_failed(module, b, program, name, ptrs[program.index_errors], heap)
+        return_if_index_failed(module, b, program, name, ptrs[program.index_errors], heap)
     written = set()
     for i, n in enumerate(program.outputs):
         role = program.buffers[n].role
@@ -328,7 +245,7 @@ def _error_strings(module: ir.Module, program, name: str, checks: list) -> None:
     for c, k in enumerate(program.computed_checks):
         where = f" at {k.loc}" if k.loc else ""
         messages[ERR_COMPUTED_INDEX_BASE + c] = (f"{k.op}: an index the function computes is out of bounds for "
-                                                 f"dim {k.dim} with size {_dim_text(k.size)}{where} "
+                                                 f"dim {k.dim} with size {dim_text(k.size)}{where} "
                                                  f"({name}_error_index() gives the index)")
     for kind, names, base in (("input", program.inputs, ERR_INPUT_SHAPE), ("output", program.outputs, ERR_OUTPUT_SHAPE)):
         for i, n in enumerate(names):

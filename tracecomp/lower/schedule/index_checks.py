@@ -91,7 +91,7 @@ class IndexChecks:
         if not self.enabled or self.known_inside(index_value, size):
             wrapped = L.Select(L.Binary("lt", raw, I.ic(0), dt.BOOL), I.add(raw, size), raw, L.INDEX)
             return I.clamp(wrapped, 0, size - 1)
-        return L.CheckedIndex(raw, I.dim(size), self.sched.error_buffer(), self._number(op, dim, index_value, size))
+        return L.CheckedIndex(raw, I.dim(size), self._error_buffer(), self._number(op, dim, index_value, size))
 
     def _number(self, op: Op, dim: int, index_value: Value, size) -> int:
         key = (id(op), dim)
@@ -100,6 +100,26 @@ class IndexChecks:
             self._numbers[key] = len(self.checks)
             self.checks.append(IndexCheck(self.sched.table[op.name].full_name, dim, size, op.loc, wraps=wraps))
         return self._numbers[key]
+
+    def _error_buffer(self) -> str:
+        """The program's error record (loops/ir.py), made on first use; its length is set
+        when scheduling ends (`finish`)."""
+        buffers = self.sched.buffers
+        if L.INDEX_ERRORS not in buffers:
+            buffers[L.INDEX_ERRORS] = L.Buffer(L.INDEX_ERRORS, dt.INT64, (L.error_slots(0),), "errors")
+        return L.INDEX_ERRORS
+
+    def finish(self, program) -> None:
+        """Give the program its checks and the error record one (failed, value) pair per
+        check, in the program's buffers and in every kernel that records into it."""
+        program.computed_checks = list(self.checks)
+        if L.INDEX_ERRORS not in self.sched.buffers:
+            return
+        record = L.Buffer(L.INDEX_ERRORS, dt.INT64, (L.error_slots(len(self.checks)),), "errors")
+        self.sched.buffers[L.INDEX_ERRORS] = record
+        program.index_errors = L.INDEX_ERRORS
+        for k in program.kernels:
+            k.buffers = [record if b.name == L.INDEX_ERRORS else b for b in k.buffers]
 
     def known_inside(self, v: Value, size) -> bool:
         """Whether every value of `v` lies in [0, size): an input the runtime checks, or a

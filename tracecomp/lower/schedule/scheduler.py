@@ -188,7 +188,7 @@ class Scheduler:
         for k in p.kernels:
             k.body = split_divided_loops(k.body)
         self._mark_index_inputs()
-        self._size_error_record()
+        self.indices.finish(self.program)
         if any(is_dynamic(d) for v in g.inputs for d in v.type.shape):
             for k in p.kernels:
                 k.sizes = size_params(k)    # dynamic dims: sizes the kernel takes at run time
@@ -304,26 +304,6 @@ class Scheduler:
     def wrapped_index(self, index: Value, size) -> bool:
         """Whether the graph computes `index` as `where(t < 0, t + size, t)` (the negative-index wrap)."""
         return self._unless_wrapped(self._view_source(index), size)[1]
-
-    def error_buffer(self) -> str:
-        """The program's index-error record (loops/ir.py), made on first use; its length is
-        set when scheduling ends (`_size_error_record`)."""
-        if L.INDEX_ERRORS not in self.buffers:
-            self.buffers[L.INDEX_ERRORS] = L.Buffer(L.INDEX_ERRORS, dt.INT64, (L.error_slots(0),), "errors")
-        return L.INDEX_ERRORS
-
-    def _size_error_record(self) -> None:
-        """Give the error record one (failed, value) pair per computed check, in the program
-        and in every kernel that records into it."""
-        p = self.program
-        p.computed_checks = list(self.indices.checks)
-        if L.INDEX_ERRORS not in self.buffers:
-            return
-        record = L.Buffer(L.INDEX_ERRORS, dt.INT64, (L.error_slots(len(p.computed_checks)),), "errors")
-        self.buffers[L.INDEX_ERRORS] = record
-        p.index_errors = L.INDEX_ERRORS
-        for k in p.kernels:
-            k.buffers = [record if b.name == L.INDEX_ERRORS else b for b in k.buffers]
 
     def made_by(self, v, full_name: str) -> Optional[dict]:
         """The arguments of the op `full_name` that computes `v`; None if another op (or
