@@ -80,6 +80,13 @@ def test_nan_cast_to_an_index(run):
     raises_index_error(run, fn, [X10, v], "index_select", -2 ** 63, 10)
 
 
+def test_nan_argument_cast_to_an_index(run):
+    def fn(x, v):                   # a float argument is checked where its cast is used
+        return x[v.long()]
+    raises_index_error(run, fn, [X10, np.array([2.0, np.nan], np.float32)], "index_select", -2 ** 63, 10,
+                       [X10, np.array([2.0, 3.0], np.float32)])
+
+
 def test_negative_computed_index_below_minus_size(run):
     def fn(x, i):
         return x[i - 20]
