@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import TracecompError
+from .errors import TraceError, TracecompError
 from .tensor import Tensor
 
 MAX_OBJECTS = 20_000      # objects the walk visits per trace (it stops there, silently)
@@ -46,12 +46,14 @@ _LIBRARIES = frozenset(sys.stdlib_module_names) | {"numpy", "builtins"}
 _OWN = "tracecomp"        # its functions' globals are not the user's state; its objects are walked
 
 
-class ClosureMoved(Exception):
-    """A closed-over tensor is no longer where, or what, the trace found (internal: tc.trace
-    catches it and traces again)."""
+class ClosureMoved(TraceError):
+    """A closed-over tensor is no longer where, or what, the trace found.  tc.trace catches
+    it and traces again; a caller of a Lowered signature's run() sees it."""
 
     def __init__(self, index: int | None, reason: str = ""):
-        super().__init__(index, reason)
+        super().__init__(f"closed-over tensor #{index} of this signature was replaced, changed type or "
+                         f"is gone{f' ({reason})' if reason else ''}; call the tc.trace'd function, "
+                         "which traces again (a Lowered signature cannot)")
         self.index = index
         self.reason = reason
 
@@ -313,7 +315,7 @@ def _generate(sources: list[Source], tensors: list[Tensor]) -> Callable[[], list
         lines.append(f"d{i} = {prev}._data")
         lines.append(f"if d{i} is None: raise ClosureMoved({i})")
     body = "\n".join("        " + line for line in lines)
-    text = (f"def read():\n    try:\n{body}\n    except (ClosureMoved, TracecompError):\n        raise\n"
+    text = (f"def read():\n    try:\n{body}\n    except TracecompError:\n        raise\n"
             f"    except Exception as e:\n        raise ClosureMoved(None, f'{{type(e).__name__}}: {{e}}') from None\n"
             f"    return [{', '.join(f'd{i}' for i in range(len(sources)))}]\n")
     exec(compile(text, "<tracecomp closure reader>", "exec"), env)   # noqa: S102 - text built above
