@@ -313,3 +313,18 @@ def test_a_closed_over_view_whose_base_changed_raises_as_eagerly():
         view + 1
     with pytest.raises(tc.ArgumentError, match="changed in place since"):
         f(np.zeros(2, np.float32))
+
+
+def test_tied_weights_untied_by_rebinding_one_side_are_read_as_two_tensors():
+    tc.manual_seed(0)
+    enc, dec = tc.nn.Linear(3, 3), tc.nn.Linear(3, 3)
+    dec.weight = enc.weight                                   # tied: one tensor, two paths
+    f = tc.trace(lambda x: dec(enc(x)))
+
+    def expected():
+        with tc.no_grad():
+            return dec(enc(tc.tensor(X))).numpy()
+    np.testing.assert_allclose(f(X).numpy(), expected(), rtol=1e-5)
+    assert len(f.lower(X).graph.inputs) == 1 + 3               # x, the tied weight, two biases
+    dec.weight = tc.nn.Parameter(tc.tensor(np.eye(3, dtype=np.float32)))
+    np.testing.assert_allclose(f(X).numpy(), expected(), rtol=1e-5)

@@ -25,6 +25,7 @@ JAX); `baked_array` names the closed-over ones so tc.trace can warn about large 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import keyword
 import sys
@@ -40,6 +41,7 @@ from .tensor import Tensor
 MAX_OBJECTS = 20_000      # objects the walk visits per trace (it stops there, silently)
 MAX_DEPTH = 12            # lookups from a root
 MAX_ITEMS = 4_096         # entries of one list, tuple or dict
+MAX_ALIASES = 4           # other paths to one tensor that each call checks still lead to it
 WARN_ELEMENTS = 16        # a baked-in closed-over NumPy array larger than this warns once
 
 _LIBRARIES = frozenset(sys.stdlib_module_names) | {"numpy", "builtins"}
@@ -74,6 +76,7 @@ class Source:
     root: Any
     steps: tuple[Step, ...]
     where: str
+    aliases: tuple["Source", ...] = ()     # other ways the function reaches the same tensor
 
     def resolve(self) -> Any:
         """What the steps reach now (slow; the Reader's generated code does this per call)."""
@@ -132,7 +135,12 @@ class _Walk:
 
     def push(self, obj, root, steps: tuple, where: str) -> None:
         if isinstance(obj, Tensor):
-            self.closure.tensors.setdefault(id(obj), (obj, Source(root, steps, where)))
+            found = self.closure.tensors.get(id(obj))
+            if found is None:
+                self.closure.tensors[id(obj)] = (obj, Source(root, steps, where))
+            elif len(found[1].aliases) < MAX_ALIASES:      # tied weights: rebinding one path unties them
+                source = dataclasses.replace(found[1], aliases=found[1].aliases + (Source(root, steps, where),))
+                self.closure.tensors[id(obj)] = (obj, source)
         elif isinstance(obj, np.ndarray):
             self.closure.arrays.setdefault(id(obj), (obj, where))
         elif not isinstance(obj, (type, types.ModuleType, str, bytes, int, float, complex, type(None),
@@ -246,8 +254,10 @@ class Reader:
     """The current arrays of one trace's closed-over tensors, in hidden-input order.
 
     `read()` is generated code: the sources' lookups (shared prefixes looked up once), a
-    class check on every object on the way, and for each tensor that is not the very object
-    traced, an isinstance and type check.  It raises ClosureMoved when anything differs.
+    class check on every object on the way, for each tensor that is not the very object
+    traced an isinstance and type check, and for a tensor the function reaches two ways
+    (tied weights) a check that both still lead to it.  It raises ClosureMoved when
+    anything differs.
     Invariant: when read() returns, the i-th array has the type the i-th hidden input was
     traced with."""
 
@@ -274,6 +284,13 @@ class Reader:
                 return f"closed-over tensor {source.where} is now {now._type}, traced as {expected}"
             if now._data is None:
                 return f"closed-over tensor {source.where} is a traced value of another trace"
+            for alias in source.aliases:
+                try:
+                    other = alias.resolve()
+                except Exception:        # noqa: BLE001 - any failed lookup is "gone"
+                    other = None
+                if other is not now:
+                    return f"closed-over {alias.where} is no longer the tensor {source.where}"
         where = self.sources[moved.index].where if moved.index is not None else "a closed-over tensor"
         return f"an object on the way to {where} changed class" + (f" ({moved.reason})" if moved.reason else "")
 
@@ -282,44 +299,64 @@ def _generate(sources: list[Source], tensors: list[Tensor]) -> Callable[[], list
     """The Reader's function, as Python source compiled once.  Keys, roots, classes and
     types live in its globals (never in the text), so a user's attribute or dict key cannot
     change the code; only identifier attribute names are written inline."""
-    from .assignment import check_fresh
-    env: dict[str, Any] = {"ClosureMoved": ClosureMoved, "Tensor": Tensor, "isinstance": isinstance,
-                           "check_fresh": check_fresh, "TracecompError": TracecompError}
-    lines, names = [], {}
-
-    def const(value) -> str:
-        name = f"k{len(env)}"
-        env[name] = value
-        return name
-
+    emit = _Emitter()
     for i, (source, t) in enumerate(zip(sources, tensors)):
-        prev = names.setdefault((id(source.root), ()), const(source.root))
-        for j, step in enumerate(source.steps):
-            key = (id(source.root), source.steps[:j + 1])
-            if key in names:
-                prev = names[key]
-                continue
-            var = names[key] = f"v{len(names)}"
-            if step.kind == "attr" and step.key.isidentifier() and not keyword.iskeyword(step.key):
-                lines.append(f"{var} = {prev}.{step.key}")
-            elif step.kind == "attr":
-                lines.append(f"{var} = getattr({prev}, {const(step.key)})")
-            else:
-                lines.append(f"{var} = {prev}[{const(step.key)}]")
-            if j < len(source.steps) - 1:
-                lines.append(f"if {var}.__class__ is not {const(step.cls)}: raise ClosureMoved({i})")
-            prev = var
-        lines.append(f"if {prev} is not {const(t)} and not (isinstance({prev}, Tensor) and "
-                     f"{prev}._type == {const(t._type)}): raise ClosureMoved({i})")
-        lines.append(f"if {prev}._view_of is not None: check_fresh({prev})")    # as eager: a stale view raises
-        lines.append(f"d{i} = {prev}._data")
-        lines.append(f"if d{i} is None: raise ClosureMoved({i})")
-    body = "\n".join("        " + line for line in lines)
+        x = emit.path(i, source)
+        emit.line(f"if {x} is not {emit.const(t)} and not (isinstance({x}, Tensor) and "
+                  f"{x}._type == {emit.const(t._type)}): raise ClosureMoved({i})")
+        for alias in source.aliases:          # one tensor reached two ways: still one tensor?
+            emit.line(f"if {emit.path(i, alias)} is not {x}: raise ClosureMoved({i}, 'aliases')")
+        emit.line(f"if {x}._view_of is not None: check_fresh({x})")    # as eager: a stale view raises
+        emit.line(f"d{i} = {x}._data")
+        emit.line(f"if d{i} is None: raise ClosureMoved({i})")
+    body = "\n".join("        " + line for line in emit.lines)
     text = (f"def read():\n    try:\n{body}\n    except TracecompError:\n        raise\n"
             f"    except Exception as e:\n        raise ClosureMoved(None, f'{{type(e).__name__}}: {{e}}') from None\n"
             f"    return [{', '.join(f'd{i}' for i in range(len(sources)))}]\n")
-    exec(compile(text, "<tracecomp closure reader>", "exec"), env)   # noqa: S102 - text built above
-    return env["read"]
+    exec(compile(text, "<tracecomp closure reader>", "exec"), emit.env)   # noqa: S102 - text built above
+    return emit.env["read"]
+
+
+class _Emitter:
+    """The reader's lines and globals; each lookup prefix (root and steps) is emitted once."""
+
+    def __init__(self):
+        from .assignment import check_fresh
+        self.env: dict[str, Any] = {"ClosureMoved": ClosureMoved, "Tensor": Tensor, "isinstance": isinstance,
+                                    "check_fresh": check_fresh, "TracecompError": TracecompError}
+        self.lines: list[str] = []
+        self.names: dict[tuple, str] = {}     # (id(root), steps so far) -> variable
+
+    def const(self, value) -> str:
+        name = f"k{len(self.env)}"
+        self.env[name] = value
+        return name
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+
+    def path(self, i: int, source: Source) -> str:
+        """The variable holding what `source` reaches, with a class check on every object on
+        the way (raising ClosureMoved(i))."""
+        key = (id(source.root), ())
+        if key not in self.names:
+            self.names[key] = self.const(source.root)
+        prev = self.names[key]
+        for j, step in enumerate(source.steps):
+            key = (id(source.root), source.steps[:j + 1])
+            if key in self.names:
+                prev = self.names[key]
+                continue
+            var = self.names[key] = f"v{len(self.names)}"
+            if step.kind == "attr" and step.key.isidentifier() and not keyword.iskeyword(step.key):
+                self.line(f"{var} = {prev}.{step.key}")
+            else:
+                how = "getattr({}, {})" if step.kind == "attr" else "{}[{}]"
+                self.line(f"{var} = " + how.format(prev, self.const(step.key)))
+            if j < len(source.steps) - 1:
+                self.line(f"if {var}.__class__ is not {self.const(step.cls)}: raise ClosureMoved({i})")
+            prev = var
+        return prev
 
 
 def snapshot(t: Tensor) -> tuple:
