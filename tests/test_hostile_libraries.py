@@ -97,6 +97,13 @@ def test_export_replaces_the_file_and_leaves_no_temporaries(tmp_path):
     np.testing.assert_array_equal(tc.load(path)(x).numpy(), x - 7)
 
 
+def test_export_onto_a_directory_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "libdir.so").mkdir()
+    with pytest.raises(tc.TracecompError, match="libdir.so: it is a directory"):
+        tc.export(lambda x: x * 2.0, [np.arange(4, dtype=np.float32)], str(tmp_path / "libdir.so"))
+    assert sorted(os.listdir(tmp_path)) == ["libdir.so"]
+
+
 LOAD_WHILE_EXPORTING = """
     import sys, threading
     import numpy as np
@@ -285,11 +292,15 @@ READER = """
     import tracecomp as tc
     from tracecomp.runtime import cache_auth, safe_files
     which, path = sys.argv[1], sys.argv[2]
+    def from_npy():
+        from tracecomp.dask import arrays
+        return arrays.from_npy(path, rows=4)
     readers = {
         "load": lambda: tc.load(path),
         "load_state": lambda: tc.load_state(path),
         "load_metadata": lambda: tc.checkpoint.load_metadata(path),
         "cache_reader": lambda: safe_files.read_regular(path, 1 << 20, private=True),
+        "dask_from_npy": from_npy,
     }
     try:
         readers[which]()
@@ -305,7 +316,8 @@ def fifo(tmp_path, name="pipe"):
     return str(path)
 
 
-@pytest.mark.parametrize("which", ["load", "load_state", "load_metadata", "cache_reader"])
+@pytest.mark.parametrize("which", ["load", "load_state", "load_metadata", "cache_reader",
+                                   "dask_from_npy"])
 @pytest.mark.parametrize("kind", ["fifo", "device", "link to a device"])
 def test_readers_refuse_fifos_and_devices_without_waiting(tmp_path, which, kind):
     """tc.load_state on a FIFO used to wait forever for a writer."""
@@ -319,6 +331,24 @@ def test_readers_refuse_fifos_and_devices_without_waiting(tmp_path, which, kind)
     out = finished(run_child(READER, which, path, timeout=60))
     assert "not a regular file" in out or "symbolic link" in out, out
     assert path in out
+
+
+TUNING = """
+    import sys
+    from pathlib import Path
+    from tracecomp.runtime import tuning
+    print("record", tuning.load_record(Path(sys.argv[1])))
+"""
+
+
+def test_a_fifo_in_place_of_the_tuning_record_is_no_record(tmp_path):
+    """The host's tuning record lies beside the compile cache: a FIFO there is no record
+    (the choices are measured again), not a wait at every process's first compile."""
+    from tracecomp.runtime import tuning
+    record = tuning.record_path(tmp_path)
+    record.parent.mkdir(parents=True)
+    os.mkfifo(record)
+    assert "record None" in finished(run_child(TUNING, tmp_path, timeout=60))
 
 
 def test_a_fifo_in_place_of_the_checksum_is_refused(library, tmp_path):
@@ -409,6 +439,41 @@ KEEP_TWO = """
 def test_loads_of_the_same_bytes_share_one_mapping_that_outlives_a_dropped_handle(tmp_path):
     out = finished(run_child(KEEP_TWO, tmp_path / "libtwo.so"))
     assert "shared True True" in out and "b still works [0.0, 2.0, 4.0, 6.0]" in out, out
+
+
+RELEASE_WHILE_THREADS_CALL = """
+    import gc, sys, threading
+    import numpy as np
+    import tracecomp as tc
+    paths = sys.argv[1:]
+    x = np.arange(10, dtype=np.float32)
+    for k, path in enumerate(paths):
+        tc.export(lambda x, i, k=k: x[i + 1] * (k + 2.0), [x, np.int64(0)], path, name="idx")
+    wrong = 0
+    for r in range(20):
+        f = tc.load(paths[r % 2], name="idx")
+        def work(f=f, k=r % 2):
+            global wrong
+            for j in range(20):
+                wrong += float(np.asarray(f(x, np.int64(j % 8)))) != (j % 8 + 1) * (k + 2.0)
+                try:
+                    f(x, np.int64(9))           # a failed index check: its thread-local index
+                except tc.TracecompError:
+                    pass
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        del f, threads, work
+        gc.collect()                            # the library is dlclosed here
+    print("wrong", wrong)
+"""
+
+
+def test_libraries_released_and_loaded_again_while_threads_called_them(tmp_path):
+    """dlclose once the last function goes: safe after threaded calls (libgomp's threads,
+    the thread-local error index), and a library loaded again works."""
+    out = finished(run_child(RELEASE_WHILE_THREADS_CALL, tmp_path / "liba.so", tmp_path / "libb.so"))
+    assert "wrong 0" in out, out
 
 
 def test_a_copy_folder_left_by_a_killed_process_is_removed(library, tmp_path):

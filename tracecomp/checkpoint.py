@@ -114,11 +114,13 @@ def load_state(path) -> dict[str, Tensor]:
     path = os.fspath(path)
     from safetensors import SafetensorError, safe_open
 
+    from .runtime.safe_files import descriptor_path
+
     with contextlib.ExitStack() as stack:
         fd, size = _open(stack, path)
         header, data_start = _read_header(path, fd, size)
         try:
-            with safe_open(_descriptor_path(fd, path), framework="np") as f:
+            with safe_open(descriptor_path(fd, path), framework="np") as f:
                 state = LoadedState((key, _to_tensor(f, key, header[key], fd, data_start, path))
                                     for key in _file_order(header))
         except SafetensorError as e:         # header checks passed, but the rest did not
@@ -149,12 +151,6 @@ def _open(stack: contextlib.ExitStack, path: str) -> tuple[int, int]:
     except OSError as e:                   # safe_files.UnsafeFile among them
         raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
     return fd, st.st_size
-
-
-def _descriptor_path(fd: int, path: str) -> str:
-    """A name that opens the file behind `fd` itself (Linux's /proc), else `path`."""
-    name = f"/proc/self/fd/{fd}"
-    return name if os.path.exists(name) else path
 
 
 def _read_header(path: str, fd: int, size: int) -> tuple[dict, int]:

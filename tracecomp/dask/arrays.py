@@ -221,7 +221,7 @@ def from_npy(path, rows: int) -> da.Array:
     needs it from the file memory-mapped there (the file must be on a file system the
     workers share); only the header is read here."""
     path = os.path.abspath(os.fspath(path))
-    header = np.load(path, mmap_mode="r")
+    header = _mapped_npy(path)
     shape, dtype = header.shape, header.dtype
     if not header.flags.c_contiguous:
         raise ArgumentError(f"tracecomp.dask.from_npy: {path} is stored in Fortran order; chunks of "
@@ -239,5 +239,14 @@ def from_npy(path, rows: int) -> da.Array:
 
 
 def _read_rows(path: str, start: int, stop: int) -> np.ndarray:
-    mapped = np.load(path, mmap_mode="r")
+    mapped = _mapped_npy(path)
     return np.array(mapped[start:stop])          # a copy: the mapping closes when it goes
+
+
+def _mapped_npy(path: str) -> np.ndarray:
+    """The .npy file at `path` memory-mapped, opened through the one reader of user files
+    (runtime/safe_files.py): a FIFO or device there is an UnsafeFile error naming it, not
+    a wait; a missing file is FileNotFoundError, as from np.load."""
+    from ..runtime.safe_files import descriptor_path, opened_regular
+    with opened_regular(path, follow_links=True) as (fd, _):
+        return np.load(descriptor_path(fd, path), mmap_mode="r")   # the mapping outlives fd

@@ -175,6 +175,9 @@ def install(path: str, library: bytes, header: str) -> None:
     beside an old library is refused by tc.load, never accepted)."""
     from .safe_files import write_beside
     header_path = os.path.splitext(path)[0] + ".h"
+    for target in (path, header_path, checksum_path(path)):
+        if os.path.isdir(target):         # before anything is renamed: no half-written set
+            raise BackendError(f"tc.export: cannot write {target}: it is a directory")
     staged: list[tuple[str, str]] = []
     try:
         staged.append((write_beside(checksum_path(path), checksum_text(library, path).encode()),

@@ -8,7 +8,9 @@ by default without following a final symlink (O_NOFOLLOW), then checks on the op
 descriptor, not on the name, that it is a regular file (no FIFO, device, socket or
 folder) of at most `max_bytes`, and optionally private: owned by this user and closed to
 others' writes (the rules ssh and ccache apply).  Every reader of user files goes through
-it: tc.load (library, checksum), checkpoints, the compile cache and its key.
+it: tc.load (library, checksum), checkpoints, the compile cache, its key and the
+tuning record beside it, and Dask's .npy inputs; `descriptor_path` hands the checked
+file to a library that opens files by name.
 
 Writing.  `write_beside` writes new bytes to a fresh file in the target's own folder;
 the caller renames it over the target with os.replace.  A file is never rewritten in
@@ -77,6 +79,14 @@ def read_all(fd: int, size: int, offset: int = 0) -> bytes:
         left -= len(chunk)
         offset += len(chunk)
     return b"".join(chunks)
+
+
+def descriptor_path(fd: int, path: str | os.PathLike) -> str:
+    """A name that opens the very file behind the open descriptor `fd` (Linux's
+    /proc/self/fd), for libraries that take only names (safetensors, np.load with mmap):
+    the file checked is the file they read.  Elsewhere `path` itself."""
+    name = f"/proc/self/fd/{fd}"
+    return name if os.path.exists(name) else os.fspath(path)
 
 
 def check_private(path: str | os.PathLike) -> None:

@@ -129,8 +129,9 @@ def leave_record(directory) -> None:
 
 
 def load_record(directory=None) -> Optional[dict]:
-    try:
-        choices = json.loads(record_path(directory).read_text())
+    from .safe_files import read_regular
+    try:          # a regular file only: a FIFO there would block every process's first compile
+        choices = json.loads(read_regular(record_path(directory), 1 << 16))
     except (OSError, ValueError):
         return None
     if not isinstance(choices, dict) or any(choices.get(name) not in candidates() for name in CHOICES):
