@@ -494,3 +494,27 @@ def test_a_copy_folder_left_by_a_killed_process_is_removed(library, tmp_path):
     out = finished(run_child(READER, "load", library, env=dict(os.environ, TMPDIR=str(temp))))
     assert out.startswith("read it"), out
     assert sorted(os.listdir(temp)) == [alive.name]
+
+
+def test_a_temporary_folder_that_cannot_map_code_falls_back_to_the_library_folder(
+        library, tmp_path, monkeypatch):
+    """A temporary folder mounted noexec: dlopen there fails to map the code, so the
+    private copy is made beside the library instead (and removed there too)."""
+    import ctypes
+    from tracecomp.runtime import private_copies
+    noexec, beside = tmp_path / "noexec", tmp_path / "lib"
+    noexec.mkdir()
+    beside.mkdir()
+    shutil.copy(library, beside / "libdbl.so")
+    real_cdll = ctypes.CDLL
+
+    def cdll(name, *args, **kwargs):
+        if str(name).startswith(str(noexec)):
+            raise OSError(f"{name}: failed to map segment from shared object")
+        return real_cdll(name, *args, **kwargs)
+    monkeypatch.setattr(private_copies.tempfile, "gettempdir", lambda: str(noexec))
+    monkeypatch.setattr(private_copies.ctypes, "CDLL", cdll)
+    monkeypatch.setattr(private_copies, "_mapped", type(private_copies._mapped)())
+    f = tc.load(str(beside / "libdbl.so"))
+    np.testing.assert_array_equal(f(np.arange(4, dtype=np.float32)).numpy(), [1, 3, 5, 7])
+    assert os.listdir(noexec) == [] and sorted(os.listdir(beside)) == ["libdbl.so"]

@@ -24,6 +24,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import os
@@ -94,12 +95,11 @@ def _dlopen_copy(data: bytes, file_name: str, parent: str) -> ctypes.CDLL:
         finally:
             os.close(fd)
         return ctypes.CDLL(copy)
-    finally:
-        for remove in (os.unlink, os.rmdir):
-            try:
-                remove(copy if remove is os.unlink else folder)
-            except OSError:
-                pass
+    finally:                  # the mapping holds the inode: nothing stays on disk
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 def _remove_abandoned(parent: str) -> None:
