@@ -129,6 +129,9 @@ def find(fn: Callable) -> Closure:
 
 class _Walk:
     def __init__(self):
+        from .nn.module import Module
+        from .trace import TracedFunction
+        self.module_class, self.traced_class = Module, TracedFunction    # (imported late: cycles)
         self.closure = Closure()
         self.queue: collections.deque = collections.deque()
         self.seen: dict[int, Any] = {}         # id -> object (kept, so ids stay unique)
@@ -149,9 +152,6 @@ class _Walk:
             self.queue.append((obj, root, steps, where))
 
     def visit(self, obj, root, steps: tuple, where: str) -> None:
-        from .nn.module import Module
-        from .trace import TracedFunction
-
         def down(kind: str, key, value, name: str, path: tuple = steps) -> None:
             self.push(value, root, path + (Step(kind, key, type(value)),), name)
 
@@ -164,9 +164,9 @@ class _Walk:
             self.push(obj.func, obj.func, (), where)
             down("attr", "args", obj.args, f"{where}.args")
             down("attr", "keywords", obj.keywords, f"{where}.keywords")
-        elif isinstance(obj, TracedFunction):
+        elif isinstance(obj, self.traced_class):
             down("attr", "fn", obj.fn, where)
-        elif isinstance(obj, Module):
+        elif isinstance(obj, self.module_class):
             for slot in ("_parameters", "_buffers", "_modules"):
                 table = obj.__dict__[slot]
                 path = steps + (Step("attr", slot, type(table)),)
