@@ -514,9 +514,8 @@ STEPS = [
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, len(STEPS) - 1), min_size=1, max_size=6))
 def test_random_step_chains_optimize_to_the_same_result(steps):
-    constant = tc.tensor(np.arange(9, dtype=np.float32).reshape(3, 3) / 8)
-
     def fn(x):
+        constant = tc.tensor(np.arange(9, dtype=np.float32).reshape(3, 3) / 8)   # made inside: a constant
         for i in steps:
             x = STEPS[i](x, constant)
         return x
