@@ -56,8 +56,10 @@ def fresh_cache(tmp_path, monkeypatch):
 
 
 def entries(folder: Path) -> list[Path]:
-    """The cache's files, not the CPU's tuning record beside them (runtime/tuning.py)."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.relative_to(folder).parts[0].startswith("tuning-"))
+    """The cache's entry files: not the CPU's tuning record beside them (runtime/tuning.py),
+    nor the folder's shared size count (cache.USAGE_FILE)."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != cache.USAGE_FILE
+                  and not p.relative_to(folder).parts[0].startswith("tuning-"))
 
 
 def only_entry(folder: Path) -> tuple[Path, Path]:

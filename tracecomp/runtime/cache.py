@@ -53,18 +53,23 @@ Invariants:
 - a cache that cannot be read or written (permissions, full disk) never fails a compile:
   it is logged and the code is compiled as if there were no cache;
 - eviction is safe while other processes read and write: a hit touches its files (the
-  LRU order is their mtime), and an entry deleted while read is a miss.
+  LRU order is their mtime), and an entry deleted while read is a miss;
+- the cap holds across processes: the folder's size count is shared (`<dir>/v<FORMAT>/usage`,
+  updated under its flock, see DiskCache._account), so after concurrent writers finish
+  the folder holds at most the cap (or just the last entry, if that alone is larger).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -313,16 +318,30 @@ class DiskCache:
         meta_bytes = json.dumps(meta, indent=1).encode()
         _write_atomically(obj_path, code.object)
         _write_atomically(meta_path, meta_bytes)
-        # Measuring the folder reads every entry's size, so it happens when this process's
-        # own writes may have crossed the cap, and every RESCAN_STORES stores for others'.
-        seen = _FOLDER_SIZES.setdefault(str(self.root), [None, 0])
-        seen[1] += 1
-        if seen[0] is not None and seen[1] < RESCAN_STORES:
-            seen[0] += len(code.object) + len(meta_bytes)
-            if seen[0] <= max_bytes:
-                return 0
-        evicted, seen[0] = self.evict(max_bytes, keep=key)
-        seen[1] = 0
+        return self._account(len(code.object) + len(meta_bytes), max_bytes, keep=key)
+
+    def _account(self, added: int, max_bytes: int, keep: str) -> int:
+        """Add `added` bytes (an entry just written) to the folder's shared size count and
+        evict past `max_bytes`; returns how many entries were evicted.
+
+        The count lives in USAGE_FILE, read and written under an flock on that file, so
+        every process sharing the folder sees the others' stores (a per-process count let
+        four processes fill a folder to nearly twice its cap).  It never undercounts what
+        its writers have accounted: an entry written twice or deleted by clear() only
+        overcounts, which costs an early scan; a missing or unreadable count, and every
+        RESCAN_STORES stores of this process, measure the folder again (entries left by
+        another tracecomp version, or by hand).  So once writers are done, the folder holds
+        at most `max_bytes`, or only the entry last written if that alone is larger."""
+        seen = _STORES_SINCE_SCAN.get(str(self.root), 0) + 1
+        with _locked_usage(self.root) as usage:
+            count = _read_count(usage)
+            if count is None or seen >= RESCAN_STORES or count + added > max_bytes:
+                evicted, total = self.evict(max_bytes, keep=keep)
+                seen = 0
+            else:
+                evicted, total = 0, count + added
+            _write_count(usage, total)
+        _STORES_SINCE_SCAN[str(self.root)] = seen
         return evicted
 
     def evict(self, max_bytes: int, keep: str = "") -> tuple[int, int]:
@@ -353,7 +372,34 @@ class DiskCache:
 
 _WARNED: set[str] = set()
 RESCAN_STORES = 64
-_FOLDER_SIZES: dict[str, list] = {}     # folder -> [bytes at the last measure + ours since, stores since]
+USAGE_FILE = "usage"                    # in the versioned folder: its byte count, and its lock
+_STORES_SINCE_SCAN: dict[str, int] = {}     # folder -> this process's stores since it measured it
+
+
+@contextlib.contextmanager
+def _locked_usage(root: Path) -> Iterator[int]:
+    """The folder's usage file (created private, never through a link), open and held
+    under an exclusive flock: one process at a time counts or evicts."""
+    fd = os.open(root / USAGE_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{root / USAGE_FILE} is not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)          # released when fd closes
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _read_count(fd: int) -> Optional[int]:
+    """The byte count in the usage file; None if it is empty or not a count."""
+    text = os.pread(fd, 32, 0)
+    return int(text) if text.strip().isdigit() else None
+
+
+def _write_count(fd: int, count: int) -> None:
+    data = str(max(0, count)).encode()
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
 
 
 def _checked(meta, obj: bytes, key: str) -> jit.ObjectCode:

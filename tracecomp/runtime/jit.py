@@ -13,7 +13,9 @@ Invariants:
 - one LLJIT instance serves at most `libraries_per_jit` libraries, then a fresh one takes
   over.  llvmlite frees a library's code but never removes the emptied JITDylib from its
   session (~9 KiB each), so a long-lived LLJIT would grow without bound over thousands of
-  compiles; a retired LLJIT is freed with all its JITDylibs once its last library dies;
+  compiles; a retired LLJIT is freed with all its JITDylibs once its last library dies.
+  32 a JIT: a fresh LLJIT costs ~1.3 ms and ~110 KiB (~40 us a library), and a retired
+  one that a live library pins keeps at most 31 emptied JITDylibs (256 kept up to ~2.3 MiB);
 - libraries resolve external symbols in the current process and in the system libraries
   loaded with `load_system_library` (libm always, libgomp for parallel loops); a process
   forked after libgomp was loaded runs parallel loops on one thread (libgomp is not
@@ -187,7 +189,7 @@ class JitLibrary:
 class JitEngine:
     """Compiles modules into JitLibraries for the host (or a given target machine)."""
 
-    def __init__(self, tm: Optional[llvm.TargetMachine] = None, libraries_per_jit: int = 256):
+    def __init__(self, tm: Optional[llvm.TargetMachine] = None, libraries_per_jit: int = 32):
         self._tm = tm
         self.libraries_per_jit = libraries_per_jit
         self._lock = threading.Lock()
@@ -213,17 +215,23 @@ class JitEngine:
                        opt: int = target.OPT_LEVEL, defined_elsewhere: Iterable[str] = ()) -> ObjectCode:
         """Optimize `module` at `opt` and emit its object code for this engine's machine.
         `defined_elsewhere`: functions it calls that another object of its library defines."""
-        with target.LLVM_LOCK:         # one module through parse, passes and codegen at a time
-            module_ref = as_module_ref(module)
-            with timings.stage("llvm_opt"):
-                target.optimize(module_ref, self.tm, opt)
-            exports = _exported_functions(module_ref) if exports is None else list(exports)
-            libraries = sorted(_needed_system_libraries(module_ref))
-            for lib in libraries:
-                load_system_library(lib)
-            _check_external_symbols(module_ref, frozenset(defined_elsewhere))
-            with timings.stage("machine_code"):
-                obj = target.emit_object(module_ref, self.tm)
+        # One module through parse, passes and codegen at a time; parsed into a context of
+        # its own, freed with it (target.scratch_context: the global one only grows).
+        with target.LLVM_LOCK, target.scratch_context() as context:
+            module_ref = as_module_ref(module, context)
+            try:
+                with timings.stage("llvm_opt"):
+                    target.optimize(module_ref, self.tm, opt)
+                exports = _exported_functions(module_ref) if exports is None else list(exports)
+                libraries = sorted(_needed_system_libraries(module_ref))
+                for lib in libraries:
+                    load_system_library(lib)
+                _check_external_symbols(module_ref, frozenset(defined_elsewhere))
+                with timings.stage("machine_code"):
+                    obj = target.emit_object(module_ref, self.tm)
+            finally:
+                if module_ref is not module:      # ours, in `context`: freed before it
+                    module_ref.close()
         return ObjectCode(obj, tuple(exports), tuple(libraries))
 
     def add_code(self, code: ObjectCode, aliases: Optional[dict[str, str]] = None) -> JitLibrary:
@@ -281,13 +289,14 @@ def compile_module(module: ModuleLike, exports: Optional[Iterable[str]] = None, 
     return default_engine().compile(module, exports, opt=opt)
 
 
-def as_module_ref(module: ModuleLike) -> llvm.ModuleRef:
-    """A fresh, verified llvmlite binding module from IR text or an llvmlite.ir.Module."""
+def as_module_ref(module: ModuleLike, context: Optional[llvm.ContextRef] = None) -> llvm.ModuleRef:
+    """A fresh, verified llvmlite binding module from IR text or an llvmlite.ir.Module, in
+    `context` (default: the global one); a ModuleRef is returned as it is."""
     if isinstance(module, llvm.ModuleRef):
         return module
     name = getattr(module, "name", "<tracecomp>")
     try:
-        return target.parse(str(module), name)
+        return target.parse(str(module), name, context)
     except RuntimeError as e:
         raise BackendError(f"LLVM rejected module '{name}': {_clean(e)}") from None
 

@@ -12,21 +12,29 @@ Invariants:
   (`initialize()`), before any target machine exists;
 - target machines are cached per (opt, reloc, code model): building one costs a few ms
   and they are immutable once made;
-- parsing, optimizing and emitting hold `LLVM_LOCK`: modules live in llvmlite's global
-  LLVMContext and a TargetMachine is not safe to drive from two threads at once (and
-  llvmlite releases the GIL during these calls);
+- parsing, optimizing and emitting hold `LLVM_LOCK`: a TargetMachine is not safe to drive
+  from two threads at once (and llvmlite releases the GIL during these calls);
+- a module compiled to object code is parsed into a context of its own (`scratch_context`)
+  and freed with it: an LLVMContext keeps every type, constant and metadata node a module
+  ever used until the context dies, so modules parsed into llvmlite's global context left
+  ~0.2-3 KiB each behind for the life of the process (dumps still use the global one);
 - `optimize` stamps the module with the machine's triple and data layout before running
   the pipeline, so the vectorizer's cost model sees the host's vector width (AVX-512 on
   Zen 5) rather than a generic target's;
 - `optimize` builds a fresh PassBuilder and pipeline per module and frees the pipeline
-  itself (see _dispose_pass_manager).  llvmlite 0.50 never frees a PassBuilder's
-  instrumentation callbacks, so about 3 KiB stay behind per optimized module; reusing one
-  builder instead makes every later run slower (its callbacks pile up), which is worse.
+  itself (see _dispose_pass_manager).  llvmlite 0.50 never frees the
+  PassInstrumentationCallbacks its LLVMPY_CreatePassBuilder allocates (its dispose deletes
+  only the builder, and the object is not reachable from Python), so ~1.5 KiB stay behind
+  per optimized module; reusing one builder instead is worse: each run registers callbacks
+  that capture that run's stack-allocated instrumentation, so later runs would call
+  callbacks of dead objects, more of them every time.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
+from typing import Iterator, Optional
 
 import llvmlite.binding as llvm
 from llvmlite.binding import newpassmanagers
@@ -126,11 +134,25 @@ def emit_object(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:
         return tm.emit_object(module_ref)
 
 
-def parse(llvm_ir: str, name: str = "<tracecomp>") -> llvm.ModuleRef:
-    """Parse LLVM IR text into a module of llvmlite's global context (verified)."""
+@contextlib.contextmanager
+def scratch_context() -> Iterator[llvm.ContextRef]:
+    """A fresh LLVMContext, freed on exit.  Every module parsed into it must be closed
+    before the block ends (a module outliving its context would free into freed memory)."""
+    initialize()
+    context = llvm.create_context()
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+def parse(llvm_ir: str, name: str = "<tracecomp>",
+          context: Optional[llvm.ContextRef] = None) -> llvm.ModuleRef:
+    """Parse LLVM IR text into a module (verified) of `context`, by default llvmlite's
+    global one."""
     initialize()
     with LLVM_LOCK:
-        module_ref = llvm.parse_assembly(llvm_ir)     # RuntimeError on malformed IR
+        module_ref = llvm.parse_assembly(llvm_ir, context=context)     # RuntimeError on malformed IR
         module_ref.name = name
         module_ref.verify()
     return module_ref
