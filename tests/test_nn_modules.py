@@ -169,10 +169,11 @@ def test_state_dict_round_trip_and_load_errors():
     sd["extra"] = tc.zeros(1)
     sd["heads.a.bias"] = tc.zeros(5)
     with pytest.raises(tc.CheckpointError, match=re.escape(
-            "cannot load the state from ckpt.safetensors:\n"
-            "  missing keys (expected, not in the file): 'body.0.weight'\n"
-            "  unexpected keys (in the file, not expected): 'extra'\n"
-            "  'heads.a.bias': the file has shape (5,) float32, expected shape (2,) float32")):
+            "Error(s) in loading state_dict for Net from ckpt.safetensors:\n"
+            '\tMissing key(s) in state_dict: "body.0.weight". \n'
+            '\tUnexpected key(s) in state_dict: "extra". \n'
+            "\tsize mismatch for heads.a.bias: copying a param with shape (5,) from checkpoint, "
+            "the shape in current model is (2,).")):
         b.load_state_dict(sd, where="ckpt.safetensors")
     del sd["heads.a.bias"]
     keys = b.load_state_dict(sd, strict=False)
@@ -286,9 +287,10 @@ def test_a_checkpoint_round_trips_and_bad_ones_name_the_key_and_file(tmp_path):
     del bad["scale"]
     tc.save(bad, tmp_path / "bad.safetensors")
     with pytest.raises(tc.CheckpointError, match=re.escape(
-            f"cannot load the state from {tmp_path / 'bad.safetensors'}:\n"
-            "  missing keys (expected, not in the file): 'scale'\n"
-            "  'heads.b.weight': the file has shape (3, 8) float64, expected shape (3, 8) float32")):
+            f"Error(s) in loading state_dict for Net from {tmp_path / 'bad.safetensors'}:\n"
+            '\tMissing key(s) in state_dict: "scale". \n'
+            "\tdtype mismatch for heads.b.weight: copying a param with dtype float64 from checkpoint, "
+            "the dtype in current model is float32")):
         b.load_state_dict(tc.load_state(tmp_path / "bad.safetensors"))
 
 

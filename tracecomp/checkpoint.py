@@ -176,10 +176,52 @@ def _read_header(path: str, fd: int, size: int) -> tuple[dict, int]:
         header = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: not a safetensors file: its header is not JSON ({e})") from None
+    except RecursionError:             # Python's parser recurses per level: refuse, do not crash
+        raise CheckpointError(f"{path}: not a safetensors file: its header nests JSON arrays or "
+                              "objects too deeply to parse (a safetensors header is three levels deep)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a safetensors file: its header is not a JSON object")
+    _check_entries(header, path)
     _check_data_size(header, path, size - 8 - header_length)
     return header, 8 + header_length
+
+
+# safetensors dtypes that tracecomp holds, as they are or widened (load_state's docstring);
+# U64 and C64 reach NumPy and are refused there with a reason of their own.
+_READABLE_DTYPES = {"BOOL", "U8", "I8", "U16", "I16", "F16", "BF16", "U32", "I32", "F32", "I64", "F64",
+                    "U64", "C64"}
+
+
+def _check_entries(header: dict, path: str) -> None:
+    """Every entry has the form safetensors gives it, and a dtype tracecomp can read: a
+    DTypeError names the key and a dtype NumPy lacks (float8, float4, ...), a
+    CheckpointError the key and field that is malformed, before safetensors or NumPy
+    sees them (their own errors were an AttributeError or a terse parse error)."""
+    metadata = header.get("__metadata__", {})
+    if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        raise CheckpointError(f"{path}: not a valid safetensors file: its __metadata__ must map "
+                              f"names to strings, got {json.dumps(metadata)[:80]}")
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{path}: tensor '{key}': its header entry is a "
+                                  f"{type(entry).__name__}, not an object with dtype, shape and data_offsets")
+        for field, ok in (("dtype", isinstance(entry.get("dtype"), str)),
+                          ("shape", _ints(entry.get("shape"))),
+                          ("data_offsets", _ints(entry.get("data_offsets")) and len(entry["data_offsets"]) == 2)):
+            if not ok:
+                raise CheckpointError(f"{path}: tensor '{key}': malformed {field} "
+                                      f"{json.dumps(entry.get(field))[:80]} in the header")
+        if entry["dtype"] not in _READABLE_DTYPES:
+            narrow = entry["dtype"].startswith(("F4", "F6_", "F8_"))     # safetensors' sub-byte and 8-bit floats
+            raise _unsupported(path, key, entry["dtype"],
+                               "NumPy has no such dtype" if narrow else "not a dtype safetensors defines")
+
+
+def _ints(value: Any) -> bool:
+    """A JSON list of non-negative integers."""
+    return isinstance(value, list) and all(type(n) is int and n >= 0 for n in value)
 
 
 def _check_data_size(header: dict, path: str, data_bytes: int) -> None:

@@ -183,6 +183,30 @@ class Tensor:
     def __dlpack_device__(self):
         return (1, 0)   # kDLCPU, device 0
 
+    # -------------------------------------------------------------- pickling and copying
+    def __reduce_ex__(self, protocol):
+        """Pickle the values, dtype, class and requires_grad, as PyTorch does: the autograd
+        history (grad_fn) stays behind, so a tensor computed from a leaf arrives as a leaf
+        that requires grad, and `.grad` is not sent.  A traced tensor has no values to send
+        (TraceError)."""
+        data = self._concrete("pickling a tensor")
+        return _rebuild_tensor, (type(self), np.array(data), self._type, self.requires_grad,
+                                 getattr(self, "__dict__", None))
+
+    def __deepcopy__(self, memo: dict) -> "Tensor":
+        """A copy with its own values and grad.  As in PyTorch, only leaves: a copy of a
+        tensor computed from others could neither keep nor honestly drop its history."""
+        if self.grad_fn is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
+                               f"deepcopy protocol at the moment; this one was computed by "
+                               f"{type(self.grad_fn).__name__} (deepcopy its .detach() instead)")
+        rebuild, args = self.__reduce_ex__(4)
+        copy = memo[id(self)] = rebuild(*args)
+        if self.grad is not None:
+            import copy as copying
+            copy.grad = copying.deepcopy(self.grad, memo)
+        return copy
+
     def __bool__(self) -> bool:
         data = self._concrete("bool(tensor) (e.g. `if tensor:`)")
         if data.size != 1:
@@ -276,3 +300,13 @@ def as_tensor(x: Any) -> Tensor:
     if isinstance(x, (bool, int, float)):
         return Tensor.from_numpy(np.asarray(x, dtype=dt.scalar_dtype(x).np))
     return Tensor.from_numpy(np.asarray(x))
+
+
+def _rebuild_tensor(cls: type, data: np.ndarray, type_: TensorType, requires_grad: bool,
+                    state: dict | None = None) -> Tensor:
+    """A pickled tensor back: a leaf of class `cls` (Tensor, Parameter, ...) holding `data`."""
+    tensor = cls.__new__(cls)
+    Tensor.__init__(tensor, data, type_, requires_grad=requires_grad)
+    if state:
+        tensor.__dict__.update(state)
+    return tensor

@@ -3,6 +3,7 @@
 containers.py, attention.py); `init` initializes parameters."""
 from . import functional, init, utils  # noqa: F401
 from .module import Module, Parameter  # noqa: F401
+from .state import StateDictError  # noqa: F401
 from .containers import ModuleDict, ModuleList, Sequential  # noqa: F401
 from .layers import (  # noqa: F401
     ELU, GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Bilinear, Conv1d, Conv2d, ConvTranspose2d,

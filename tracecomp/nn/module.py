@@ -246,19 +246,18 @@ class Module:
     def load_state_dict(self, state_dict: dict, strict: bool = True, where: str | None = None):
         """Copy `state_dict`'s values into the parameters and buffers.  Shapes and dtypes must
         match (tracecomp does not cast a checkpoint silently); with strict, missing and
-        unexpected keys are an error too.  One CheckpointError lists every problem and names
-        `where` (by default the file tc.load_state read).  Returns PyTorch's
+        unexpected keys are an error too.  One StateDictError (a RuntimeError and a
+        CheckpointError) lists every problem in PyTorch's words and names `where` (by default
+        the file tc.load_state read); nothing is copied then.  Returns PyTorch's
         (missing_keys, unexpected_keys)."""
         from ..autograd.grad_mode import no_grad
-        from ..checkpoint import check_state
+        from .state import check_loadable
         own = self.state_dict(keep_vars=True)
-        values = {k: as_tensor(v) for k, v in state_dict.items()}
         where = where or getattr(state_dict, "source", None)
-        keys = check_state({k: (t.shape, t.dtype) for k, t in own.items()}, values, where, strict)
+        values, keys = check_loadable(type(self).__name__, own, state_dict, strict, where)
         with no_grad():
-            for k, t in own.items():
-                if k in values:
-                    t.copy_(values[k])
+            for k, value in values.items():
+                own[k].copy_(value)
         return keys
 
     # ------------------------------------------------------------ conversions

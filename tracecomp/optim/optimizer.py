@@ -24,6 +24,7 @@ _PARAMS = "params"
 # SGD) is a mistake; other extra keys (a user's "name", a scheduler's "initial_lr") are kept.
 _HYPER_PARAMETERS = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "betas", "eps",
                      "amsgrad", "alpha", "centered", "lr_decay", "initial_accumulator_value"}
+_FLAGS = {"nesterov", "maximize", "amsgrad", "centered"}     # the hyper-parameters that are bools
 
 
 def _is_tensor_leaf(x: Any) -> bool:
@@ -276,11 +277,15 @@ class Optimizer:
                                 f"'param_groups', got {type(state_dict).__name__}"
                                 + (f" with keys {sorted(map(str, state_dict))}" if isinstance(state_dict, dict) else ""))
         saved_groups = state_dict["param_groups"]
+        if not isinstance(saved_groups, (list, tuple)) or not isinstance(state_dict["state"], dict):
+            raise ArgumentError(f"{name}.load_state_dict: expected 'param_groups' a list and 'state' a dict, "
+                                f"got {type(saved_groups).__name__} and {type(state_dict['state']).__name__}")
         if len(saved_groups) != len(self.param_groups):
             raise ArgumentError(f"{name}.load_state_dict: the state dict has {len(saved_groups)} param "
                                 f"group(s), the optimizer has {len(self.param_groups)}")
         by_index: dict[int, tuple[Tensor, dict]] = {}
         for gi, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+            self._check_saved_group(saved, f"{name}.load_state_dict: param_groups[{gi}]")
             if len(saved[_PARAMS]) != len(group[_PARAMS]):
                 raise ArgumentError(f"{name}.load_state_dict: param_groups[{gi}] has {len(saved[_PARAMS])} "
                                     f"parameter(s) in the state dict, {len(group[_PARAMS])} in the optimizer")
@@ -297,6 +302,20 @@ class Optimizer:
         for saved, group in zip(saved_groups, self.param_groups):
             group.update({k: v for k, v in saved.items() if k != _PARAMS})
         self.state = new_state
+
+    def _check_saved_group(self, saved: Any, where: str) -> None:
+        """Raise ArgumentError, naming the group, key and type, for a saved param group that
+        this optimizer could not step with: not a dict of a 'params' list, or a
+        hyper-parameter of the wrong type or range (a string lr would fail only at the
+        next step(), far from the file it came from)."""
+        if not isinstance(saved, dict) or not isinstance(saved.get(_PARAMS), (list, tuple)):
+            raise ArgumentError(f"{where} must be a dict with a 'params' list, got {saved!r:.80}")
+        merged = {**self.defaults, **{k: v for k, v in saved.items() if k != _PARAMS}}
+        for key in sorted(_FLAGS & set(merged)):
+            if not isinstance(merged[key], (bool, np.bool_)):
+                raise ArgumentError(f"{where}: {key} must be a bool, got {merged[key]!r} "
+                                    f"({type(merged[key]).__name__})")
+        self._check(merged, where)
 
     def _loaded_param_state(self, p: Tensor, saved: dict, group: dict, where: str) -> dict[str, Tensor]:
         name = type(self).__name__
@@ -350,7 +369,7 @@ def _number(hyper: dict, key: str, where: str) -> float:
     if isinstance(value, Tensor) and value.ndim == 0 and not value.is_traced:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ArgumentError(f"{where}: {key} must be a number, got {value!r}")
+        raise ArgumentError(f"{where}: {key} must be a number, got {value!r} ({type(value).__name__})")
     return float(value)
 
 
@@ -360,7 +379,9 @@ def non_negative(hyper: dict, key: str, where: str) -> None:
 
 
 def _in_unit_interval(value: Any, what: str, where: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0.0 <= value < 1.0:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+        raise ArgumentError(f"{where}: {what} must be a number, got {value!r} ({type(value).__name__})")
+    if not 0.0 <= value < 1.0:
         raise ArgumentError(f"{where}: invalid {what} {value!r}; it must be in [0, 1)")
 
 
