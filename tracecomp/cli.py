@@ -185,9 +185,17 @@ def parse_input(spec: str, rng):
     if math.prod(shape) > MAX_INPUT_ELEMENTS:
         raise CliError(f"bad input spec {spec!r}: {math.prod(shape)} elements exceed the CLI's "
                        f"limit of {MAX_INPUT_ELEMENTS} for a random example input")
-    if dtype.kind == "f":
-        return tc.tensor(rng.standard_normal(shape).astype(dtype))
-    return tc.tensor(np.zeros(shape, dtype))
+    # A zero-size input may have any other dims, but its strides (the product of the dims
+    # after each, in bytes) must still be 64-bit numbers, for NumPy and for compiled code.
+    if math.prod(d for d in shape if d) * dtype.itemsize >= 1 << 63:
+        raise CliError(f"bad input spec {spec!r}: its dims {list(shape)} would give a tensor whose "
+                       "byte strides do not fit in 64 bits, even with no elements")
+    try:
+        if dtype.kind == "f":
+            return tc.tensor(rng.standard_normal(shape).astype(dtype))
+        return tc.tensor(np.zeros(shape, dtype))
+    except (ValueError, MemoryError) as e:      # NumPy's own limits, whatever remains of them
+        raise CliError(f"bad input spec {spec!r}: NumPy cannot make an array of this shape ({e})") from None
 
 
 def _prepare(args):
