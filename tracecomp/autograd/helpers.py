@@ -192,21 +192,34 @@ def _signed_logcumsumexp(log_magnitude, weights, dim: int, reverse: bool):
 
 
 def logcumsumexp_backward(grad, self, result, dim: int):
-    """logcumsumexp: grad_k = sum_{i >= k} grad_i exp(x_k - out_i), summed in log space."""
+    """logcumsumexp: grad_k = sum_{i >= k} grad_i exp(x_k - out_i), summed in log space, in
+    float64 (_wide): the running log-sums are as large as the inputs, and x_k + log-sum
+    cancels to a small exponent, so float32's rounding of the two (5e-4 at 1e4, OpInfo's
+    sample) became an error of the gradient (1e-3 relative; PyTorch's float32 has it too).
+    PyTorch's CPU kernels accumulate float32 in double likewise."""
     tc = _tc()
     if self.ndim == 0:
         return grad
-    pos, neg = _signed_logcumsumexp(-result, grad, dim, reverse=True)
-    return tc.exp(self + pos) - tc.exp(self + neg)
+    x, out, g = _wide(self, result, grad)
+    pos, neg = _signed_logcumsumexp(-out, g, dim, reverse=True)
+    return (tc.exp(x + pos) - tc.exp(x + neg)).to(grad.dtype)
 
 
 def logcumsumexp_jvp(self_p, self_t, result, dim: int):
-    """Forward mode: out_t_i = sum_{k <= i} t_k exp(x_k - out_i), summed in log space."""
+    """Forward mode: out_t_i = sum_{k <= i} t_k exp(x_k - out_i), summed in log space, in
+    float64 for the reason logcumsumexp_backward gives."""
     tc = _tc()
     if self_p.ndim == 0:
         return self_t
-    pos, neg = _signed_logcumsumexp(self_p, self_t, dim, reverse=False)
-    return tc.exp(pos - result) - tc.exp(neg - result)
+    x, t, out = _wide(self_p, self_t, result)
+    pos, neg = _signed_logcumsumexp(x, t, dim, reverse=False)
+    return (tc.exp(pos - out) - tc.exp(neg - out)).to(self_t.dtype)
+
+
+def _wide(*tensors):
+    """The tensors in float64 (the float64 ones as they are)."""
+    tc = _tc()
+    return [t if t.dtype == tc.float64 else t.to(tc.float64) for t in tensors]
 
 
 def unsqueeze_reduced_shape(shape: tuple[int, ...], dims: list[int], keepdim: bool) -> tuple[int, ...]:
