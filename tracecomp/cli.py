@@ -143,8 +143,9 @@ def load_function(spec: str):
         raise CliError(f"expected MODULE:FUNCTION, got {spec!r}")
     try:
         if module_name.endswith(".py") or os.path.sep in module_name:
-            if not os.path.isfile(module_name):
-                raise CliError(f"no such file: {module_name}")
+            if not os.path.isfile(module_name):      # (importing a FIFO would block)
+                what = "not a regular file" if os.path.exists(module_name) else "no such file"
+                raise CliError(f"{what}: {module_name}")
             mod_spec = importlib.util.spec_from_file_location(
                 os.path.splitext(os.path.basename(module_name))[0], module_name)
             module = importlib.util.module_from_spec(mod_spec)
