@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from .dispatch import dispatcher
 from .errors import IRError
-from .ir import Graph
+from .ir import CONSTANT, Graph
 from .ops.table import by_ir_name
 from .tensor import Tensor
-from .tracer import CONSTANT, TraceContext
+from .tracer import TraceContext
 
 
 def _result_values(result, ctx: TraceContext) -> list:

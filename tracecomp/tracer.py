@@ -28,7 +28,7 @@ import numpy as np
 
 from .dispatch import DispatchKey, state
 from .errors import TraceError
-from .ir import Graph, Location, Value
+from .ir import CONSTANT, Graph, Location, Value
 from .ir.types import BACKWARD, TensorType
 from .symbolic import DynamicShapeError
 from .ops import rules
@@ -36,7 +36,6 @@ from .ops.table import OpDef
 from .results import package, type_args
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-CONSTANT = "tc.constant"
 UNKNOWN_LOCATION = Location("<unknown>", 0)   # carries the phase of an op no frame explains
 
 

@@ -3,6 +3,6 @@
 This package knows nothing of tensors, dispatch or backends: a Graph is plain data.
 """
 from .types import Location, TensorType
-from .graph import Graph, Op, Value
+from .graph import CONSTANT, Graph, Op, Value
 
-__all__ = ["Graph", "Op", "Value", "TensorType", "Location"]
+__all__ = ["CONSTANT", "Graph", "Op", "Value", "TensorType", "Location"]

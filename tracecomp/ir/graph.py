@@ -13,6 +13,8 @@ import numpy as np
 
 from .types import Location, TensorType
 
+CONSTANT = "tc.constant"    # the one op outside ops.yaml: a literal array, attrs {"value": array}
+
 
 @dataclass(eq=False)
 class Value:

@@ -24,11 +24,9 @@ import numpy as np
 from ..errors import IRError, TracecompError
 from ..ops import rules
 from ..ops.table import OpDef, by_ir_name
-from .graph import Graph, Op, Value
+from .graph import CONSTANT, Graph, Op, Value
 from .printer import print_graph
 from .types import TensorType
-
-CONSTANT = "tc.constant"
 
 
 def verify(graph: Graph) -> None:

@@ -8,11 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BackendError, TracecompError, add_location
-from ..ir import Graph
+from ..ir import CONSTANT, Graph
 from ..kernels import numpy_kernels
 from ..ops.table import by_ir_name
-
-CONSTANT = "tc.constant"
 
 
 def run_graph(graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:

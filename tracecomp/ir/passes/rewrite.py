@@ -19,10 +19,8 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from ...errors import IRError
-from ..graph import Graph, Op, Value
+from ..graph import CONSTANT, Graph, Op, Value
 from ..types import Location, TensorType
-
-CONSTANT = "tc.constant"
 
 
 class _Drop:

@@ -27,14 +27,13 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...errors import ShapeError, add_location
-from ...ir import Op, Value
+from ...ir import CONSTANT, Op, Value
 from ...ops import rules
 from ...ops.table import VIEW_KINDS
 from ...symbolic import is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 
-CONSTANT = "tc.constant"
 MAX_DEPTH = 12          # graph ops static_range looks through
 
 

@@ -16,14 +16,12 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...errors import BackendError
-from ...ir import Op, Value
+from ...ir import CONSTANT, Op, Value
 from ...ops import elementwise, rules
 from ...ops.table import VIEW_KINDS, OpDef, by_ir_name   # VIEW_KINDS: re-exported for the scheduler
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X, cast, const, lift
-
-CONSTANT = "tc.constant"
 
 
 class Inliner:

@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 
 from ... import dtypes as dt
-from ...ir import Graph, Op, Value
+from ...ir import CONSTANT, Graph, Op, Value
 from ...ops import elementwise
 from ...ops.table import by_ir_name
 from ...symbolic import DynamicShapeError, hint, is_dynamic
@@ -35,7 +35,7 @@ from ..loops.exprs import PRIMITIVES, X, cast, const
 from ..loops.check import check_kernel
 from ..loops.walk import buffers_accessed, size_params, var_names
 from . import attention, reductions, sort
-from .pointwise import CONSTANT, VIEW_KINDS, Inliner
+from .pointwise import VIEW_KINDS, Inliner
 from .donation import update_in_place
 from .index_checks import IndexCheck, IndexChecks
 from .matmul import fuse_epilogues, matmul_body
