@@ -105,7 +105,7 @@ class GpuEmitter(FunctionEmitter):
         with strided_loop(b, self.sreg64("tid.x"), self.extent(s.extent), self.sreg64("ntid.x"), s.var) as lp:
             self.emit_body(s.body, {**env, s.var: lp.index})
             lp.next = []
-        self._cache.clear()
+        self.forget_values()
         self.uniform = True
         X.barrier(b)
 

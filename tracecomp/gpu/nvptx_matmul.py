@@ -27,7 +27,7 @@ from .nvptx_codegen import GpuEmitter, strided_loop
 
 def _view_terms(em: GpuEmitter, view: View, env: dict) -> tuple[ir.Value, list[ir.Value]]:
     """The view's offset and strides, computed once before the loops (they read sizes only)."""
-    em._cache.clear()
+    em.forget_values()
     return em.expr(view.offset, env), [em.expr(st, env) for st in view.strides]
 
 
@@ -145,6 +145,6 @@ def _store(em, s: Matmul, acc: ir.Value, batch, i, j, env: dict, dtype) -> None:
     if s.epilogue is not None:
         inner = {**env, s.acc: acc}
         inner.update(zip(s.index, [*batch, i, j]))
-        em._cache.clear()
+        em.forget_values()
         value = em.expr(s.epilogue, inner)
     S.store_value(b, value, out, dtype)

@@ -60,13 +60,13 @@ class Combiner:
     def starts(self) -> list[ir.Value]:
         if self.monoids is not None:
             return [identity(fn, a.dtype) for (fn, _), a in zip(self.monoids, self.s.accumulators)]
-        self.em._cache.clear()
+        self.em.forget_values()
         return [self.em.expr(a.init, self.env) for a in self.s.accumulators]
 
     def fold(self, carried: list[ir.Value], inner: dict) -> list[ir.Value]:
         """The accumulators after one more term (the body's Lets are bound in `inner`)."""
         em, s = self.em, self.s
-        em._cache.clear()
+        em.forget_values()
         if self.monoids is not None:
             return [S.binary(em.builder, fn, acc, em.expr(term, inner), a.dtype)
                     for (fn, term), acc, a in zip(self.monoids, carried, s.accumulators)]
@@ -81,14 +81,14 @@ class Combiner:
         mine_first = b.icmp_signed("<", mine[1], other[1])      # by index: the earlier takes the later
         first = [b.select(mine_first, m, o) for m, o in zip(mine, other)]
         second = [b.select(mine_first, o, m) for m, o in zip(mine, other)]
-        self.em._cache.clear()
+        self.em.forget_values()
         take = self.em.expr(cond, {**self.env, term: second[0], value: first[0]})
         return [b.select(take, x, y) for x, y in zip(second, first)]
 
     def finish(self, totals: list[ir.Value]) -> None:
         """Bind the accumulator names to the Reduce's results."""
         em, s = self.em, self.s
-        em._cache.clear()
+        em.forget_values()
         if self.monoids is None:
             self.env.update((a.name, t) for a, t in zip(s.accumulators, totals))
             return
@@ -131,7 +131,7 @@ def thread_partials(em: GpuEmitter, comb: Combiner, start: ir.Value, stop: ir.Va
         inner = {**comb.env, s.var: loop.index}
         em.emit_body(s.body, inner)
         loop.next = comb.fold(list(loop.carried), inner)
-    em._cache.clear()              # values made in the loop body do not dominate its exit
+    em.forget_values()              # values made in the loop body do not dominate its exit
     em.uniform = saved
     return list(loop.carried)
 
@@ -177,7 +177,7 @@ def emit_split(em: GpuEmitter) -> None:
         loaded = [S.load_value(b, b.gep(space, [slot], inbounds=True, source_etype=mem), dtype)
                   for space, mem, dtype in spaces]
         loop.next = comb.merge(list(loop.carried), loaded)
-    em._cache.clear()
+    em.forget_values()
     comb.finish(block_allreduce(em, comb, list(loop.carried)))
     em.emit_body(body[at + 1:], env)
     em.uniform = False

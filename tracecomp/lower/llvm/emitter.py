@@ -152,10 +152,15 @@ class FunctionEmitter:
         self.checks.flush()
         self.builder.ret_void()
 
+    def forget_values(self) -> None:
+        """Drop the values built so far for reuse by later expressions: call it where the
+        builder moves to a block they may not dominate (a new statement, a loop's exit)."""
+        self._cache.clear()
+
     # ------------------------------------------------------------ statements
     def emit_body(self, body: list, env: dict[str, ir.Value]) -> None:
         for s in body:
-            self._cache.clear()        # values are shared within a statement only
+            self.forget_values()        # values are shared within a statement only
             if isinstance(s, Let):
                 env[s.name] = _named(self.expr(s.value, env), s.name)
             elif isinstance(s, Store):
@@ -228,7 +233,7 @@ class FunctionEmitter:
             inner = {**env, s.var: state.index}
             inner.update((a.name, phi) for a, phi in zip(s.accumulators, state.carried))
             self.emit_body(s.body, inner)
-            self._cache.clear()
+            self.forget_values()
             state.next = [self._accumulate(a.name, a.dtype, u, inner)
                           for a, u in zip(s.accumulators, s.update)]
         self._unroll_if_small(state, start, stop, s.body)
