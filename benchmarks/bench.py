@@ -1683,7 +1683,8 @@ def tuning_record() -> Optional[str]:
     folder = tempfile.mkdtemp(prefix="bench-tuning-")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", "from tracecomp.runtime import tuning; tuning.ensure_tuned()"],
-                       env=dict(os.environ, TRACECOMP_CACHE_DIR=folder), capture_output=True, text=True)
+                       env=dict(os.environ, TRACECOMP_CACHE_DIR=folder, TRACECOMP_TUNING_DIR=folder),  # measured, not found
+                       capture_output=True, text=True)
     records = [d for d in os.listdir(folder) if d.startswith("tuning-")] if p.returncode == 0 else []
     print(f"  tracecomp's once-per-CPU tuning: {fmt_time(time.perf_counter() - t0)} in a fresh process"
           + ("" if records else " (nothing to measure on this target)"), flush=True)
