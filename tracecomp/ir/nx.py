@@ -15,20 +15,9 @@ import networkx
 
 from ..errors import IRError
 from .graph import Graph, Op, Value
-from .printer import format_attr
+from .printer import format_attr, value_names
 
 ATTR_TEXT_LIMIT = 40   # characters of one attribute in a drawing; constants can be huge
-
-
-def value_names(graph: Graph) -> dict[Value, str]:
-    """%arg<i> for inputs, %<n> (or %<n>#<j> for multi-result ops) as in the printed text."""
-    names = {v: f"%arg{i}" for i, v in enumerate(graph.inputs)}
-    number = 0
-    for op in graph.ops:
-        for j, r in enumerate(op.results):
-            names[r] = f"%{number}" if len(op.results) == 1 else f"%{number}#{j}"
-        number += 1 if op.results else 0
-    return names
 
 
 def _attr_text(value) -> str:

@@ -34,7 +34,7 @@ _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
 def print_graph(graph: Graph) -> str:
     """The graph as a `func.func` in MLIR generic-op syntax (no trailing newline)."""
-    names = _name_values(graph)
+    names = value_names(graph)
     lines = [_func_header(graph, names)]
     lines += ["  " + _op_line(op, names) for op in graph.ops]
     lines.append("  " + _return_line(graph, names))
@@ -42,14 +42,14 @@ def print_graph(graph: Graph) -> str:
     return "\n".join(lines)
 
 
-def _name_values(graph: Graph) -> dict[Value, str]:
+def value_names(graph: Graph) -> dict[Value, str]:
+    """The printed name of each value: %arg<i> for inputs, %<n> for the result of the n-th
+    op with results, %<n>#<j> for result j of a multi-result op (the drawing uses them too)."""
     names = {v: f"%arg{i}" for i, v in enumerate(graph.inputs)}
     number = 0
     for op in graph.ops:
-        if len(op.results) == 1:
-            names[op.results[0]] = f"%{number}"
-        for i, r in enumerate(op.results if len(op.results) > 1 else ()):
-            names[r] = f"%{number}#{i}"
+        for j, r in enumerate(op.results):
+            names[r] = f"%{number}" if len(op.results) == 1 else f"%{number}#{j}"
         number += 1 if op.results else 0
     return names
 

@@ -197,7 +197,6 @@ class CompiledProgram:
                     else np.array(inputs[what] if isinstance(what, int) else what, copy=True)
                     for kind, what in self._results]
 
-
     def _raise_index_error(self):
         """Raise the first failed computed-index check, clearing the record first."""
         err = recorded_error(self.program.computed_checks, self._errors)
