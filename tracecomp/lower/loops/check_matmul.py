@@ -1,4 +1,4 @@
-"""The checker's rule for a Matmul statement (loops.py describes the statement).
+"""The checker's rule for a Matmul statement (loops/ir.py describes the statement).
 
 Checked, each failure an IRError through the checker's `fail` (kernel and statement path):
 - extents are ints >= 0 or size parameters; each View names a known buffer and has one
