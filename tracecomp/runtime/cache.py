@@ -96,6 +96,13 @@ MAX_OBJECT_BYTES = 1 << 30
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
+def default_directory() -> Path:
+    """The user's cache folder when no setting names one: `$XDG_CACHE_HOME/tracecomp`, else
+    `~/.cache/tracecomp` (the host's tuning record lives there too, runtime/tuning.py)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tracecomp"
+
+
 @dataclass
 class CacheStats:
     hits: int = 0
@@ -131,8 +138,7 @@ class CacheSettings:
             return self._directory
         if os.environ.get("TRACECOMP_CACHE_DIR"):
             return Path(os.environ["TRACECOMP_CACHE_DIR"])
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return Path(base) / "tracecomp"
+        return default_directory()
 
     @directory.setter
     def directory(self, value: Optional[str | os.PathLike]) -> None:

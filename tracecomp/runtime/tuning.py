@@ -77,8 +77,7 @@ def host_folder() -> Path:
     folder it uses: `$TRACECOMP_TUNING_DIR`, else the default compile cache folder."""
     if os.environ.get(TUNING_DIR_ENV):
         return Path(os.environ[TUNING_DIR_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tracecomp"
+    return cache.default_directory()
 
 
 CHOICES = ("matmul_vector_bytes", "loop_vector_bytes")
