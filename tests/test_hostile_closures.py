@@ -215,6 +215,7 @@ def test_closed_over_numpy_arrays_are_constants_and_large_ones_warn_once():
     with pytest.warns(UserWarning, match=r"NumPy array large .*baked into the trace as a constant") as caught:
         f(x)
     assert not any("small" in str(w.message) for w in caught)
+    assert {w.filename for w in caught} == {__file__}                        # names the user's call
     large[:] = 5
     np.testing.assert_array_equal(f(x).numpy(), np.ones(4) * 2)             # still the constant
     with warnings.catch_warnings():

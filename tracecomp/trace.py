@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import functools
 import logging
-import sys
 import time
 import uuid
 import warnings
@@ -32,7 +31,7 @@ from .errors import ArgumentError, TraceError
 from .ir import Graph, TensorType
 from .symbolic import Dim
 from .tensor import Tensor, as_tensor
-from .tracer import TraceContext
+from .tracer import TraceContext, user_stacklevel
 
 log = logging.getLogger("tracecomp.trace")
 
@@ -93,16 +92,6 @@ class _TimedTraceContext(TraceContext):
         elif self._depth > 0 and depth == 0:
             timings.add("autodiff", time.perf_counter() - self._since)
         self._depth = depth
-
-
-def _user_stacklevel() -> int:
-    """The stacklevel of warnings.warn that names the innermost frame outside tracecomp."""
-    import os
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _describe_leaf(x) -> str:
@@ -593,7 +582,7 @@ class TracedFunction:
                           f"{array.dtype}) that the function closes over is baked into the trace as a "
                           "constant: later changes to it are not seen. Pass it as an argument, or hold "
                           "it in a tc.Tensor (closed-over tensors are read at every call)",
-                          UserWarning, stacklevel=_user_stacklevel())
+                          UserWarning, stacklevel=user_stacklevel())
 
     def _note_retrace(self, key) -> None:
         if self._history:
