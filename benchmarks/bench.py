@@ -306,7 +306,7 @@ def after_numpy(case: Case) -> list[Case]:
     before every timed call, in the same process: how an implementation fares beside NumPy,
     whose idle BLAS threads keep spinning for 2^28 cycles after it returns (issue 15); and
     the same with that spin cut to 2^16 cycles, as tracecomp does when it is imported before
-    NumPy (tracecomp/numpy_blas.py).  Here NumPy is always loaded first, so in the first row
+    NumPy (tracecomp/runtime/numpy_blas.py).  Here NumPy is always loaded first, so in the first row
     tracecomp runs OpenBLAS's jobs on its own threads (runtime/blas_team.py), and the
     peers keep OpenBLAS's spinning ones."""
     return [dataclasses.replace(case, key=f"{case.key}-after-numpy", before_each=numpy_matmul,

@@ -8,7 +8,7 @@ import numpy as np
 
 import tracecomp as tc
 from tracecomp import nn
-from tracecomp.demo_model import load_digits, split
+from tracecomp.demo.model import load_digits, split
 
 x, y = load_digits()
 x_train, y_train, x_test, y_test = split(x.reshape(-1, 1, 8, 8), y, 0.2, seed=0)   # 1438 / 359

@@ -6,7 +6,7 @@ import numpy as np
 
 import tracecomp as tc
 from tracecomp import nn
-from tracecomp.demo_gpt import load_text
+from tracecomp.demo.gpt import load_text
 
 text = load_text()
 chars = sorted(set(text))

@@ -28,7 +28,7 @@ def loop_vector_register(request):
     (`loop_vector_bytes`) whatever the host measured: the register class the loops LLVM
     vectorizes must then use.  A test that read the width back from a probe of its own would
     test one CPU's tuning, not that generated code follows the choice."""
-    from tracecomp import hostcpu
+    from tracecomp.lower import hostcpu
     from tracecomp.runtime import tuning
     width = request.param
     if not hostcpu.detected_target().has("avx512f" if width == 64 else "avx"):

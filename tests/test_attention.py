@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracecomp as tc
-from tracecomp.gpu.emulator import EmulatedContext
-from tracecomp.gpu.runner import CudaProgram
+from tracecomp.runtime.cuda.emulator import EmulatedContext
+from tracecomp.runtime.cuda.runner import CudaProgram
 from tracecomp.lower.schedule import attention
 from tracecomp.lower.schedule.scheduler import schedule
 

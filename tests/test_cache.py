@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp.runtime import cache, jit, target, tuning
+from tracecomp.runtime import cache, jit
+from tracecomp.lower.llvm import target
+from tracecomp.runtime import tuning
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ import pytest
 
 import tracecomp as tc
 from tracecomp.runtime import cache, cache_auth, elf_check
-from tracecomp.runtime.safe_files import UnsafeFile, read_regular
+from tracecomp.core.safe_files import UnsafeFile, read_regular
 
 from test_cache import ROOT, fresh_cache, only_entry, run_model  # noqa: F401  (fixture)
 

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("safetensors")
 
 import tracecomp as tc  # noqa: E402
-import tracecomp.checkpoint as ckpt  # noqa: E402
-from tracecomp.checkpoint import CheckpointError, CheckpointNotFoundError  # noqa: E402
+import tracecomp.tensors.checkpoint as ckpt  # noqa: E402
+from tracecomp.tensors.checkpoint import CheckpointError, CheckpointNotFoundError  # noqa: E402
 
 
 def sample(dtype: str, shape) -> np.ndarray:

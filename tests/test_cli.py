@@ -219,7 +219,7 @@ def test_ops_markdown_lists_pytorch_names():
 
 def test_info_prints_the_host_and_the_choices(workdir, tmp_path, monkeypatch):
     import json
-    from tracecomp import hostcpu
+    from tracecomp.lower import hostcpu
     from tracecomp.runtime import host
     out = run(workdir, "info").stdout
     for start in ("cpu: ", "vector features: ", "caches: ", "generated loops use ", "matmul blocking: float32",

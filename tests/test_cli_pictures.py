@@ -182,7 +182,7 @@ def test_dot_works_without_graphviz_and_svg_says_how_to_install_it(workdir, tmp_
 
 
 def test_to_dot_refuses_a_kernel_listing_ops_of_another_graph(workdir):
-    from tracecomp.errors import IRError
+    from tracecomp.core.errors import IRError
     from tracecomp.ir.nx import to_dot
     lowered = lowered_in_process(workdir)
     with pytest.raises(IRError, match="kernel k_bad lists ops that are not in graph"):

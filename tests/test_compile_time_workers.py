@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp.errors import BackendError
+from tracecomp.core.errors import BackendError
 from tracecomp.runtime import cache, compile_worker, jit
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="compile workers need os.fork")
@@ -218,7 +218,7 @@ def test_a_failed_fork_compiles_everything_here(split_everything, monkeypatch, w
 
 
 def test_split_modules_declare_the_matmul_helpers_that_group_0_defines():
-    from tracecomp.dtypes import DType
+    from tracecomp.core.dtypes import DType
     from tracecomp.lower.llvm.gemm import nest
     from tracecomp.lower.llvm.gemm import microkernel as uk
     from tracecomp.lower.llvm.codegen import codegen_kernels
@@ -257,7 +257,7 @@ def test_products_of_two_dtypes_and_batched_epilogues_in_parts(split_everything,
 def test_a_math_function_weighs_like_the_polynomial_it_inlines():
     """kernel_weight counts each math function applied (MATH_WEIGHT): W8's GELU-derivative
     product compiled in 130-190 ms where its loop IR's size said 50."""
-    from tracecomp.dtypes import DType
+    from tracecomp.core.dtypes import DType
     from tracecomp.lower.loops.ir import INDEX, Buffer, Kernel, Load, Loop, Store, Unary, Var
     i, f32 = Var("i", INDEX), DType.float32
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp.gpu import cuda_driver
-from tracecomp.gpu.emulator import EmulatedContext
-from tracecomp.gpu.runner import CudaProgram, arch_for
+from tracecomp.runtime.cuda import driver as cuda_driver
+from tracecomp.runtime.cuda.emulator import EmulatedContext
+from tracecomp.runtime.cuda.runner import CudaProgram, arch_for
 
 from op_samples import SAMPLES, assert_outputs_match
 from test_ptx import _mlp_inputs, mlp_loss

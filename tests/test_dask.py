@@ -270,7 +270,7 @@ def assert_params_close(got, expected):
 
 
 def _leaves(tree):
-    from tracecomp import pytree
+    from tracecomp.tensors import pytree
     return pytree.flatten(tree, lambda v: isinstance(v, (tc.Tensor, np.ndarray)))[0]
 
 
@@ -313,7 +313,7 @@ def test_modules_numpy_batches_lr_schedules_and_resuming_from_a_checkpoint_file(
     dp = tcd.DataParallel(classifier_loss, model, opt, client, checkpoint=str(path), checkpoint_every=6)
     for k in range(6):
         dp.step(*batches[k], lr=lrs[k])
-    assert path.exists() and tc.checkpoint.load_metadata(path)["step"] == "6"
+    assert path.exists() and tc.tensors.checkpoint.load_metadata(path)["step"] == "6"
     saved = tc.load_state(path)            # state-dict names: the params load into a model
     assert "params.body.0.weight" in saved and "optimizer.exp_avg.body.0.weight" in saved
     fresh = Classifier()

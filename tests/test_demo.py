@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp import demo
-from tracecomp.plots import Series, line_chart_svg, nice_ticks
-from tracecomp.progress import ProgressBar
+from tracecomp.demo import mlp as demo
+from tracecomp.demo.plots import Series, line_chart_svg, nice_ticks
+from tracecomp.demo.progress import ProgressBar
 
 SVG = "{http://www.w3.org/2000/svg}"
 

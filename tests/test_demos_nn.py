@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 import tracecomp as tc
-from tracecomp import demo_cnn, demo_gpt
+from tracecomp.demo import cnn as demo_cnn, gpt as demo_gpt
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -11,7 +11,7 @@ import pytest
 import tracecomp as tc
 from tracecomp.autograd import helpers
 from tracecomp.autograd.derivatives import default_derivatives, load_derivatives, uncovered_ops
-from tracecomp.errors import TableError
+from tracecomp.core.errors import TableError
 from tracecomp.ops import formula
 from tracecomp.ops.table import default_table
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp import pytree
-from tracecomp.runtime import loader
+from tracecomp.tensors import pytree
+from tracecomp.aot import loader
 
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None,
                                 reason="tc.export links with the system C compiler; 'cc' is missing")
@@ -281,7 +281,7 @@ def test_c_api_bad_index_returns_error_code(small_lib):
 def test_load_refuses_library_for_missing_cpu_feature(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     inputs = small_inputs(rng)
-    from tracecomp.runtime.target import host_target
+    from tracecomp.lower.llvm.target import host_target
     path = str(tmp_path / "libfuture.so")
     tc.export(small_fn, inputs, path,
               _metadata_overrides={"target": {"cpu": "future-cpu",

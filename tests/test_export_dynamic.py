@@ -15,7 +15,7 @@ import pytest
 import tracecomp as tc
 from tracecomp.ir.mlir_tool import check_with_mlir_opt, find_mlir_opt
 from tracecomp.lower.loops.ir import Matmul
-from tracecomp.symbolic import DynamicShapeError
+from tracecomp.core.symbolic import DynamicShapeError
 
 from test_export import ALLOWED_NEEDED, flat, needed
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp.errors import ShapeError
+from tracecomp.core.errors import ShapeError
 
 X10 = np.arange(10, dtype=np.float32) * 10
 
@@ -216,7 +216,7 @@ def test_check_indices_false_clamps_unchecked():
 # ---------------------------------------------------------------- the PTX path
 
 def test_the_ptx_records_failures_with_atomics():
-    from tracecomp.gpu.program import compile_program
+    from tracecomp.lower.nvptx.program import compile_program
 
     def fn(x, i):
         return tc.gather(x, 0, i + 1)
@@ -225,8 +225,8 @@ def test_the_ptx_records_failures_with_atomics():
 
 
 def test_the_device_runner_raises_on_the_emulator():
-    from tracecomp.gpu.emulator import EmulatedContext
-    from tracecomp.gpu.runner import CudaProgram
+    from tracecomp.runtime.cuda.emulator import EmulatedContext
+    from tracecomp.runtime.cuda.runner import CudaProgram
 
     def fn(x, i):
         return tc.gather(x, 0, i + 1)

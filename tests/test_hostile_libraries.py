@@ -290,7 +290,8 @@ def test_metadata_that_is_not_json_text(tmp_path, body):
 READER = """
     import sys
     import tracecomp as tc
-    from tracecomp.runtime import cache_auth, safe_files
+    from tracecomp.core import safe_files
+    from tracecomp.runtime import cache_auth
     which, path = sys.argv[1], sys.argv[2]
     def from_npy():
         from tracecomp.dask import arrays
@@ -298,7 +299,7 @@ READER = """
     readers = {
         "load": lambda: tc.load(path),
         "load_state": lambda: tc.load_state(path),
-        "load_metadata": lambda: tc.checkpoint.load_metadata(path),
+        "load_metadata": lambda: tc.tensors.checkpoint.load_metadata(path),
         "cache_reader": lambda: safe_files.read_regular(path, 1 << 20, private=True),
         "dask_from_npy": from_npy,
     }

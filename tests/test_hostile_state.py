@@ -91,7 +91,7 @@ def test_load_state_dict_names_a_value_that_is_not_a_tensor_and_a_state_that_is_
 
 def test_load_state_dict_names_a_dtype_it_will_not_cast_and_the_file():
     ours, _ = both_linears()
-    state = tc.checkpoint.LoadedState(weight=np.zeros((2, 3), np.float64), bias=np.zeros(2, np.float32))
+    state = tc.tensors.checkpoint.LoadedState(weight=np.zeros((2, 3), np.float64), bias=np.zeros(2, np.float32))
     state.source = "model.safetensors"
     _, text = message(lambda: ours.load_state_dict(state))
     assert text.startswith("Error(s) in loading state_dict for Linear from model.safetensors:\n\t"
@@ -186,7 +186,7 @@ def test_a_deeply_nested_header_is_a_checkpoint_error(tmp_path, header):
     with pytest.raises(tc.CheckpointError, match=f"{path}: not a safetensors file: its header nests"):
         tc.load_state(path)
     with pytest.raises(tc.CheckpointError, match="nests JSON arrays or objects too deeply"):
-        tc.checkpoint.load_metadata(path)
+        tc.tensors.checkpoint.load_metadata(path)
 
 
 @pytest.mark.parametrize("dtype, size", [("F8_E4M3", 2), ("F8_E5M2", 2), ("F8_E8M0", 2), ("F4", 1),
@@ -194,7 +194,7 @@ def test_a_deeply_nested_header_is_a_checkpoint_error(tmp_path, header):
 def test_a_float8_or_unknown_dtype_names_the_file_key_and_dtype(tmp_path, dtype, size):
     path = write(tmp_path / "f8.safetensors",
                  {"w": {"dtype": dtype, "shape": [2], "data_offsets": [0, size]}}, b"\0" * size)
-    with pytest.raises(tc.errors.DTypeError,
+    with pytest.raises(tc.core.errors.DTypeError,
                        match=f"{path}: tensor 'w' has dtype {dtype}, which tracecomp cannot hold"):
         tc.load_state(path)
 
@@ -217,4 +217,4 @@ def test_a_malformed_header_entry_names_the_key_and_field(tmp_path, entry, what)
 def test_metadata_that_is_not_names_to_strings_is_a_checkpoint_error(tmp_path):
     path = write(tmp_path / "meta.safetensors", {"__metadata__": [1]})
     with pytest.raises(tc.CheckpointError, match="its __metadata__ must map names to strings"):
-        tc.checkpoint.load_metadata(path)
+        tc.tensors.checkpoint.load_metadata(path)

@@ -117,8 +117,8 @@ def test_train_step_gradients():
 
 def test_gpu_emulator_reads_the_filled_matrix():
     """The PTX path ignores the windows: it fills the window matrix and multiplies it."""
-    from tracecomp.gpu.emulator import EmulatedContext
-    from tracecomp.gpu.runner import CudaProgram
+    from tracecomp.runtime.cuda.emulator import EmulatedContext
+    from tracecomp.runtime.cuda.runner import CudaProgram
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 3, 7, 6)).astype(np.float32)
     w = rng.standard_normal((9, 3, 3, 3)).astype(np.float32)

@@ -4,14 +4,14 @@ import sys
 
 from hypothesis import given, settings, strategies as st
 
-from tracecomp.errors import IRError
+from tracecomp.core.errors import IRError
 from tracecomp.ir.parser import parse_graph
 
 
 def test_non_ascii_letter_is_an_error_not_a_hang():
     # Used to loop forever growing memory: the lexer emitted an empty token without advancing.
     code = ("from tracecomp.ir.parser import parse_graph\n"
-            "from tracecomp.errors import IRError\n"
+            "from tracecomp.core.errors import IRError\n"
             "for t in ['é', 'x²', '1²', '%a = é']:\n"
             "    try: parse_graph(t)\n"
             "    except IRError as e: assert e.line >= 1 and e.col >= 1\n"

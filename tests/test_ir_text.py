@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tracecomp.dtypes import DType
-from tracecomp.errors import IRError
+from tracecomp.core.dtypes import DType
+from tracecomp.core.errors import IRError
 from tracecomp.ir import Graph, Location, TensorType
 from tracecomp.ir.mlir_tool import check_with_mlir_opt, find_mlir_opt
 from tracecomp.ir.parser import parse_graph

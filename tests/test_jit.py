@@ -13,8 +13,9 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from tracecomp.errors import BackendError
-from tracecomp.runtime import jit, target
+from tracecomp.core.errors import BackendError
+from tracecomp.runtime import jit
+from tracecomp.lower.llvm import target
 
 ADD = """
 define i64 @add_k(i64 %x) {{
@@ -58,7 +59,7 @@ def add_k(lib: jit.JitLibrary):
 def test_host_target_describes_this_process():
     host = target.host_target()
     assert host.triple == llvm.get_process_triple()
-    from tracecomp.hostcpu import NARROWER_TARGETS, target_name
+    from tracecomp.lower.hostcpu import NARROWER_TARGETS, target_name
     assert host.cpu and host.cpu == (NARROWER_TARGETS[target_name()].cpu or llvm.get_host_cpu_name())
     assert all(f[0] in "+-" for f in host.features.split(","))
     assert target.host_target_machine(3) is target.host_target_machine(3)
@@ -244,6 +245,6 @@ def test_an_avx2_target_on_a_wider_host_gives_the_same_results(tmp_path):
     for name in names[1:]:
         for key in results["host"][1].files:
             np.testing.assert_allclose(results[name][1][key], results["host"][1][key], rtol=1e-4, atol=1e-6)
-    bad = subprocess.run([sys.executable, "-c", "import tracecomp.runtime.target as t; t.host_target()"],
+    bad = subprocess.run([sys.executable, "-c", "import tracecomp.lower.llvm.target as t; t.host_target()"],
                          env={**os.environ, "TRACECOMP_TARGET": "sse"}, capture_output=True, text=True, timeout=60)
     assert "TRACECOMP_TARGET='sse' is not a target tracecomp knows (one of host, avx2, rocketlake)" in bad.stderr

@@ -16,14 +16,15 @@ import re
 import numpy as np
 import pytest
 
-from tracecomp.dtypes import DType
-from tracecomp.errors import BackendError
+from tracecomp.core.dtypes import DType
+from tracecomp.core.errors import BackendError
 from tracecomp.lower.llvm import scalar as llvm_scalar
 from tracecomp.lower.llvm.codegen import BUFFER_ALIGN, codegen_kernels
 from tracecomp.lower.loops.ir import (INDEX, Accumulator, Binary, Buffer, Cast, Const, Kernel, Let,
                                    Load, Loop, Reduce, Select, Store, Unary, Var)
 from tracecomp.lower.loops.check import BINARY_KINDS, UNARY_KINDS, check_kernel
-from tracecomp.runtime import jit, target
+from tracecomp.runtime import jit
+from tracecomp.lower.llvm import target
 
 F32, F64, I32, I64, BOOL = DType.float32, DType.float64, DType.int32, DType.int64, DType.bool
 KIND_DTYPES = {"f": (F32, F64), "i": (I32, I64), "b": (BOOL,)}

@@ -24,7 +24,7 @@ import pytest
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-from tracecomp.errors import BackendError
+from tracecomp.core.errors import BackendError
 from tracecomp.lower.llvm.math.functions import ARITY, MATH_FUNCTIONS, get_math_function
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))     # the offline fitter
 from llvm_math_fit import erf_ld  # noqa: E402

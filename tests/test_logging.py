@@ -36,12 +36,12 @@ def test_import_leaves_root_logger_untouched_and_is_silent():
 def test_env_variable_shows_tracecomp_logs_only_through_its_own_logger():
     r = _run("1")
     assert r.returncode == 0, r.stderr
-    assert "INFO:tracecomp.trace:" in r.stderr
+    assert "INFO:tracecomp.transforms.trace:" in r.stderr
 
 
 def test_configure_is_idempotent():
     import logging
-    from tracecomp import logs
+    from tracecomp.core import logs
     logger = logging.getLogger(logs.ROOT)
     before = list(logger.handlers), logger.level
     try:

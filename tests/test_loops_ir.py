@@ -17,8 +17,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from tracecomp.dtypes import DType
-from tracecomp.errors import IRError
+from tracecomp.core.dtypes import DType
+from tracecomp.core.errors import IRError
 from tracecomp.ir.mlir_tool import find_mlir_opt
 from tracecomp.lower.loops import ir as L
 from tracecomp.lower.loops.ir import (INDEX, Accumulator, Binary, Buffer, Cast, Const, Kernel, Let,

@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from tracecomp import dtypes as dt
+from tracecomp.core import dtypes as dt
 from tracecomp.lower.loops import ir as L
 from tracecomp.lower.loops.walk import (CHILDREN, buffers_read, buffers_written, children,
                                         count_exprs, fingerprint, loads, rename_buffer, size_params,

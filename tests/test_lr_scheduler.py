@@ -8,7 +8,7 @@ import pytest
 
 import tracecomp as tc
 import tracecomp.optim as optim
-from tracecomp.errors import ArgumentError
+from tracecomp.core.errors import ArgumentError
 from tracecomp.optim import lr_scheduler
 
 torch = pytest.importorskip("torch")

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tracecomp as tc
-from tracecomp.dtypes import DType
-from tracecomp.errors import BackendError, IRError
+from tracecomp.core.dtypes import DType
+from tracecomp.core.errors import BackendError, IRError
 from tracecomp.lower.loops import ir as L
 from tracecomp.lower.llvm.codegen import codegen_kernels
 from tracecomp.lower.loops.check import check_kernel

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from tracecomp import numpy_blas
+from tracecomp.runtime import numpy_blas
 
 if numpy_blas.openblas_spin() is None:
     pytest.skip("NumPy's BLAS here is not an OpenBLAS that reports its spin", allow_module_level=True)
 
-READ = ("import os, tracecomp.numpy_blas as b\n"
+READ = ("import os, tracecomp.runtime.numpy_blas as b\n"
         "print(b.openblas_spin(), os.environ.get('OPENBLAS_THREAD_TIMEOUT'), '|', b.describe())\n")
 
 
@@ -53,7 +53,7 @@ def battery():
             np.linalg.cholesky(s), np.linalg.eigh(s)[0], np.linalg.svd(a)[1], np.linalg.qr(a)[1],
             np.linalg.lstsq(a[:, :200], a[:, 0], rcond=None)[0], np.linalg.det(a)]
 """
-SHARE = ("import tracecomp as tc, tracecomp.numpy_blas as nb, ctypes\n"
+SHARE = ("import tracecomp as tc, tracecomp.runtime.numpy_blas as nb, ctypes\n"
          "x = np.ones((512, 512), np.float32)\n"
          "tc.trace(lambda p, q: p @ q)(x, x)     # tracecomp's first team: OpenBLAS joins it\n"
          "from tracecomp.runtime import blas_team\n"

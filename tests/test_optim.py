@@ -10,7 +10,7 @@ import pytest
 
 import tracecomp as tc
 import tracecomp.optim as optim
-from tracecomp.errors import ArgumentError
+from tracecomp.core.errors import ArgumentError
 
 torch = pytest.importorskip("torch")
 

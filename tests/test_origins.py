@@ -13,7 +13,7 @@ import numpy as np
 import tracecomp as tc
 from tracecomp.ir.parser import parse_graph
 from tracecomp.ir.printer import print_graph
-from tracecomp.passes import pipeline
+from tracecomp.transforms.pipeline import pipeline
 
 from test_cli import cli
 

@@ -13,16 +13,16 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tracecomp as tc
-from tracecomp.decompose import decompose
-from tracecomp.errors import IRError
+from tracecomp.transforms.decompose import decompose
+from tracecomp.core.errors import IRError
 from tracecomp.ir import Graph, TensorType
 from tracecomp.ir.nx import to_dot, to_networkx, topological_order
 from tracecomp.ir.parser import parse_graph
 from tracecomp.ir.passes import PassManager, cse, dce, fold_constants, simplify
 from tracecomp.ir.printer import print_graph
 from tracecomp.ir.verifier import verify
-from tracecomp.kernels.numpy_kernels import run as numpy_run
-from tracecomp.passes import optimize, pipeline
+from tracecomp.ops.numpy_kernels import run as numpy_run
+from tracecomp.transforms.pipeline import optimize, pipeline
 from tracecomp.runtime.interpreter import run_graph
 
 

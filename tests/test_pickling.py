@@ -13,7 +13,7 @@ import pytest
 
 import tracecomp as tc
 from tracecomp.runtime import compile_worker
-from tracecomp.trace import ShapeDtype
+from tracecomp.transforms.trace import ShapeDtype
 
 cloudpickle = pytest.importorskip("cloudpickle")
 
@@ -118,7 +118,7 @@ def test_a_loaded_library_pickles_as_its_path_and_checks_the_file(tmp_path):
     np.testing.assert_array_equal(np.asarray(copy(x, w)), np.asarray(loaded(x, w)))
     data = pickle.dumps(loaded)
     tc.export(lambda x, w: tc.cos(x) @ w, [x, w], path, name=loaded.name)     # the file changes
-    with pytest.raises(tc.errors.BackendError, match="changed since the function was pickled"):
+    with pytest.raises(tc.core.errors.BackendError, match="changed since the function was pickled"):
         pickle.loads(data)
 
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp.errors import BackendError
-from tracecomp.gpu import nvptx_target
-from tracecomp.gpu.launch import plan_kernel
-from tracecomp.gpu.program import compile_batch, compile_program
-from tracecomp.gpu.ptxas import assemble, find_ptxas, parse_verbose
+from tracecomp.core.errors import BackendError
+from tracecomp.lower.nvptx import target as nvptx_target
+from tracecomp.lower.nvptx.launch import plan_kernel
+from tracecomp.lower.nvptx.program import compile_batch, compile_program
+from tracecomp.runtime.cuda.ptxas import assemble, find_ptxas, parse_verbose
 
 from op_samples import SAMPLES
 
@@ -253,7 +253,7 @@ def _mlir_opt(text: str, *passes: str) -> str:
 @pytest.mark.skipif(__import__("tracecomp.ir.mlir_tool", fromlist=["x"]).find_mlir_opt() is None,
                     reason="mlir-opt not found (not in /usr/lib/llvm-22/bin nor on PATH)")
 def test_gpu_loop_ir_is_accepted_by_mlir_opt_and_maps_to_gpu_launches():
-    from tracecomp.gpu.mlir_print import print_gpu_loops
+    from tracecomp.lower.nvptx.mlir_print import print_gpu_loops
 
     def f(x, w, i, v):
         h = tc.relu(x @ w)

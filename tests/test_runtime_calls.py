@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tracecomp as tc
-from tracecomp import timings
+from tracecomp.core import timings
 from tracecomp.runtime.memory import aligned_empty_at, data_pointer
 
 
@@ -102,7 +102,7 @@ def test_nested_stages_count_once():
 
 
 def test_one_log_line_per_compile(caplog):
-    caplog.set_level(logging.INFO, logger="tracecomp.trace")
+    caplog.set_level(logging.INFO, logger="tracecomp.transforms.trace")
     f = tc.trace(lambda x: x - 1)
     for n in (3, 3, 4):
         f(np.ones(n, np.float32))

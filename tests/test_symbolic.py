@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from tracecomp.symbolic import Dim, DynamicShapeError, evaluate, hint, size_names
+from tracecomp.core.symbolic import Dim, DynamicShapeError, evaluate, hint, size_names
 
 B = Dim.named("batch", 8)
 N = Dim.named("n", 3)

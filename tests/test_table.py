@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from tracecomp.errors import SchemaError, TableError
+from tracecomp.core.errors import SchemaError, TableError
 from tracecomp.ops.schema import parse_schema
 from tracecomp.ops.table import default_table, load_table
 
@@ -112,7 +112,7 @@ def test_bad_tables_name_file_line_and_entry(tmp_path, text, message):
 
 
 def test_every_op_has_semantics_and_a_known_kind():
-    from tracecomp.kernels.numpy_kernels import KERNELS
+    from tracecomp.ops.numpy_kernels import KERNELS
     from tracecomp.ops.rules import RULES
     for op in TABLE.values():
         if op.kind != "composite":

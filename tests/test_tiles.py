@@ -3,8 +3,8 @@ the vector unit, KC and MC from the caches, for the hosts tracecomp runs on and 
 ones; each target's tiles fit its registers and caches."""
 import pytest
 
-from tracecomp import hostcpu
-from tracecomp.dtypes import DType
+from tracecomp.lower import hostcpu
+from tracecomp.core.dtypes import DType
 from tracecomp.lower.schedule import tiles as T
 
 AVX512, AVX2, SSE = T.VectorUnit(64, 32), T.VectorUnit(32, 16), T.VectorUnit(16, 16)

@@ -37,7 +37,7 @@ def test_trace_caches_per_signature_and_retraces_on_change():
 
 def test_retrace_is_logged_with_what_changed(caplog):
     f = tc.trace(lambda x, k: x * k)
-    with caplog.at_level(logging.INFO, logger="tracecomp.trace"):
+    with caplog.at_level(logging.INFO, logger="tracecomp.transforms.trace"):
         f(_f32(2, 3), 2)
         f(_f32(2, 5), 2)
         f(_f32(2, 5), 3)

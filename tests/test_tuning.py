@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-from tracecomp.runtime import target, tuning
+from tracecomp.lower.llvm import target
+from tracecomp.runtime import tuning
 
 PROBE = ("import json, numpy as np, tracecomp as tc\n"
-         "from tracecomp import hostcpu\n"
+         "from tracecomp.lower import hostcpu\n"
          "from tracecomp.runtime import tuning\n"
          "from tracecomp.lower.schedule.tiles import host_tiles\n"
-         "from tracecomp.dtypes import DType\n"
+         "from tracecomp.core.dtypes import DType\n"
          "a, b = np.arange(70 * 90, dtype=np.float32).reshape(70, 90) % 7, np.ones((90, 50), np.float32)\n"
          "f = tc.trace(lambda a, b: a @ b)\n"
          "np.testing.assert_array_equal(np.asarray(f(a, b)), a @ b)\n"

@@ -7,8 +7,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from tracecomp.dtypes import DType
-from tracecomp.errors import IRError
+from tracecomp.core.dtypes import DType
+from tracecomp.core.errors import IRError
 from tracecomp.ir import Graph, Location, TensorType
 from tracecomp.ir.parser import parse_graph
 from tracecomp.ir.verifier import verify

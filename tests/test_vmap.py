@@ -357,7 +357,7 @@ def test_in_place_changes_and_assignment_inside_vmap():
 
 
 def test_an_op_without_a_batching_rule_is_named(monkeypatch):
-    from tracecomp import batching
+    from tracecomp.dispatch import batching
     monkeypatch.delitem(batching.BATCH_RULES, "flip")
     with pytest.raises(tc.VmapError, match=r"flip: tc.vmap has no batching rule for ops of kind 'flip' "
                                            r"\(ops.yaml:\d+\)"):

@@ -5,20 +5,20 @@ dtypes, `tc.trace` to record and compile functions.
 """
 from __future__ import annotations
 
-from .numpy_blas import short_spin_while_numpy_loads as _short_blas_spin
+from .runtime.numpy_blas import short_spin_while_numpy_loads as _short_blas_spin
 
 with _short_blas_spin():        # before anything loads NumPy: see numpy_blas.py
     import numpy as _numpy  # noqa: F401
 
-from .dtypes import DType
-from .dtypes import BOOL as bool, FLOAT32 as float32, FLOAT64 as float64, INT32 as int32, INT64 as int64
-from .errors import (ArgumentError, DTypeError, IndexingError, IndexTypeError, IRError, OutOfMemoryError,
-                     ShapeError, TableError, TraceError, TracecompError)
-from .factories import tensor
-from .logs import configure as _configure_logging
-from .random import manual_seed
-from .tensor import Tensor, from_dlpack
-from .pytree import register_pytree_node, tree_map
+from .core.dtypes import DType
+from .core.dtypes import BOOL as bool, FLOAT32 as float32, FLOAT64 as float64, INT32 as int32, INT64 as int64
+from .core.errors import (ArgumentError, DTypeError, IndexingError, IndexTypeError, IRError,
+                          OutOfMemoryError, ShapeError, TableError, TraceError, TracecompError)
+from .tensors.factories import tensor
+from .core.logs import configure as _configure_logging
+from .core.random import manual_seed
+from .tensors.tensor import Tensor, from_dlpack
+from .tensors.pytree import register_pytree_node, tree_map
 
 __version__ = "0.1.0"
 float = float32        # PyTorch's aliases
@@ -30,11 +30,11 @@ int = int32
 def _install() -> None:
     from . import bindings
     from .autograd.kernels import autograd_kernel, forward_ad_kernel
-    from .batching import batched_kernel
-    from .dispatch import DispatchKey, dispatcher
-    from .kernels.eager import cpu_kernel
+    from .dispatch.batching import batched_kernel
+    from .dispatch.dispatcher import DispatchKey, dispatcher
+    from .dispatch.eager import cpu_kernel
     from .ops.table import default_table
-    from .tracer import trace_kernel
+    from .dispatch.tracer import trace_kernel
     table = default_table()
     for op in table.values():
         dispatcher.register(DispatchKey.CPU, op, cpu_kernel)
@@ -53,16 +53,16 @@ from . import autograd  # noqa: E402
 from .autograd.functional import grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp  # noqa: E402
 from .autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
-from .trace import trace  # noqa: E402
-from .vmap import vmap  # noqa: E402
-from .checkpoint import CheckpointError, load_state, save  # noqa: E402
+from .transforms.trace import trace  # noqa: E402
+from .transforms.vmap import vmap  # noqa: E402
+from .tensors.checkpoint import CheckpointError, load_state, save  # noqa: E402
 from . import utils  # noqa: E402
 from . import optim  # noqa: E402
-from .batching import VmapError  # noqa: E402
+from .dispatch.batching import VmapError  # noqa: E402
 from . import linalg  # noqa: E402
 from . import nn  # noqa: E402
-from .exporting import export  # noqa: E402
-from .runtime.loader import load  # noqa: E402
+from .aot.exporting import export  # noqa: E402
+from .aot.loader import load  # noqa: E402
 from .runtime.cache import settings as compile_cache  # noqa: E402
 
 

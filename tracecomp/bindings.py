@@ -12,14 +12,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import dtypes as dt
-from .dispatch import dispatcher
-from .errors import ArgumentError, TracecompError, add_location
+from .core import dtypes as dt
+from .dispatch.dispatcher import dispatcher
+from .core.errors import ArgumentError, TracecompError, add_location
 from .ops.schema import Argument
-from .assignment import check_fresh, inplace, setitem
+from .library.assignment import check_fresh, inplace, setitem
 from .ops.table import VIEW_KINDS, OpDef
-from .tensor import Tensor, as_tensor, foreign_name, is_foreign
-from .symbolic import Dim
+from .tensors.tensor import Tensor, as_tensor, foreign_name, is_foreign
+from .core.symbolic import Dim
 
 
 class _Mismatch(Exception):
@@ -205,7 +205,7 @@ def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
                         check_fresh(t)
             result = dispatcher.call(op, bound)
         except TracecompError as e:
-            from .tracer import user_location
+            from .dispatch.tracer import user_location
             raise add_location(e, str(user_location())) from None
         if op.kind in VIEW_KINDS:
             for t in result if isinstance(result, (list, tuple)) else (result,):
@@ -214,10 +214,10 @@ def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
             try:
                 result.requires_grad_(bool(requires_grad))
             except TracecompError as e:
-                from .tracer import user_location
+                from .dispatch.tracer import user_location
                 raise add_location(e, str(user_location())) from None
         return result
-    from .tracer import user_location
+    from .dispatch.tracer import user_location
     lines = "\n".join(f"  * {s}\n      {why}" for s, why in reasons)
     err = ArgumentError(f"{name}() received an invalid combination of arguments - got "
                         f"{_describe_call(args, kwargs)}, but expected one of:\n{lines}")
@@ -252,7 +252,7 @@ def _operator(name: str, overloads: list[OpDef], reflected: bool) -> Callable:
 
 
 def _mixed(name: str, other, reflected: bool):
-    from .tracer import user_location
+    from .dispatch.tracer import user_location
     pair = f"{foreign_name(other)} and a tracecomp.Tensor" if reflected else f"tracecomp.Tensor and a {foreign_name(other)}"
     raise add_location(ArgumentError(
         f"{name}: the operands are a {pair}; convert one first: tc.from_dlpack(t) gives a tracecomp.Tensor "
@@ -264,7 +264,7 @@ def _at_user_line(fn: Callable, *args):
     try:
         return fn(*args)
     except TracecompError as e:
-        from .tracer import user_location
+        from .dispatch.tracer import user_location
         raise add_location(e, str(user_location())) from None
 
 
@@ -318,7 +318,7 @@ def _copy_(self, src, non_blocking: bool = False):
 
 
 def _getitem(self, index):
-    from .indexing import getitem
+    from .library.indexing import getitem
     return _at_user_line(getitem, self, index)
 
 

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="the host CPU, its caches and what tracecomp chose for it")
     info.add_argument("--json", action="store_true", help="print it as JSON")
 
-    from tracecomp import demo, demo_cnn, demo_gpt
+    from tracecomp.demo import mlp as demo, cnn as demo_cnn, gpt as demo_gpt
     demo_parser = sub.add_parser("demo", help="train an MLP on 8x8 handwritten digits with a compiled "
                                               "train step; print timings, write pictures "
                                               "(demo cnn, demo gpt: the other demos)")
@@ -224,12 +224,12 @@ def _prepare(args):
 
 def _render(lowered, stage: str, fmt: str, arch: str = "sm_80") -> bytes:
     if stage == "ptx":      # with the launches and ptxas -v figures as a comment header
-        from tracecomp.gpu.program import compile_program
-        from tracecomp.gpu.report import annotated_ptx
+        from tracecomp.lower.nvptx.program import compile_program
+        from tracecomp.runtime.cuda.report import annotated_ptx
         return annotated_ptx(compile_program(lowered.program, arch)).encode()
     if fmt == "text":
         return lowered.as_text(stage).encode()
-    from tracecomp import pictures
+    from tracecomp.demo import pictures
     dot = pictures.stage_dot(lowered, stage)
     if fmt == "dot":
         return dot.encode()
@@ -241,7 +241,7 @@ def _render(lowered, stage: str, fmt: str, arch: str = "sm_80") -> bytes:
 
 def _lower(fn, inputs, spec: str, dynamic: dict | None = None):
     import tracecomp as tc
-    from tracecomp.errors import TracecompError
+    from tracecomp.core.errors import TracecompError
     try:
         if dynamic:
             return tc.trace(fn).lower_dynamic(tuple(inputs), dynamic)
@@ -294,8 +294,8 @@ def _dump(args) -> int:
             extra = f" (+ {stage}.{args.format})"
         print(f"{stage:>16}  {elapsed * 1e3:9.1f} ms  {path}{extra}")
         times[stage] = elapsed
-    from .timings import summary
-    compile_times = lowered.timings      # the pipeline's own stages (tracecomp/timings.py)
+    from .core.timings import summary
+    compile_times = lowered.timings      # the pipeline's own stages (tracecomp/core/timings.py)
     print("compile time per stage: " + summary(compile_times))
     with open(os.path.join(folder, "times.json"), "w") as f:
         json.dump({"seconds": times, "compile_seconds": compile_times, "function": args.function,
@@ -339,7 +339,7 @@ def _export(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tracecomp.errors import TracecompError
+    from tracecomp.core.errors import TracecompError
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(details, indent=2) if args.json else host.report(details))
             return 0
         if args.command == "demo":
-            from tracecomp import demo, demo_cnn, demo_gpt
+            from tracecomp.demo import mlp as demo, cnn as demo_cnn, gpt as demo_gpt
             chosen = {None: demo, "cnn": demo_cnn, "gpt": demo_gpt}[args.demo_model]
             return chosen.main(args)
     except (CliError, TracecompError) as e:

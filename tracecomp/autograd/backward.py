@@ -11,7 +11,7 @@ import collections
 import contextlib
 from typing import Any
 
-from ..errors import TracecompError, add_location
+from ..core.errors import TracecompError, add_location
 from .formulas import evaluate, output_env
 from .grad_mode import set_grad_enabled
 from .helpers import sum_to
@@ -165,7 +165,7 @@ def run_backward(roots: list, grad_roots: list, retain_graph: bool = False,
 @contextlib.contextmanager
 def _backward_phase():
     """Tell an active trace that the ops it records now belong to the backward pass."""
-    from ..tracer import current
+    from ..dispatch.tracer import current
     ctx = current()
     if ctx is not None:
         ctx.backward_depth += 1
@@ -201,7 +201,7 @@ def recorded_at(node: Node | None):
     """Ops an active trace records inside belong to the backward pass of `node`'s forward
     op: they get its origin (its line, the backward phase, the op they differentiate),
     not the frame that happens to run the engine (the `tracecomp` console script, say)."""
-    from ..tracer import current
+    from ..dispatch.tracer import current
     ctx = current()
     origin = node.origin if node is not None else None
     return contextlib.nullcontext() if ctx is None or origin is None else ctx.located(origin)

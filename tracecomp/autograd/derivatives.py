@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TableError
+from ..core.errors import TableError
 from ..ops import formula
 from ..ops.table import OpDef, default_table, read_entries, table_path
 

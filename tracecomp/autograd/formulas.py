@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ArgumentError
+from ..core.errors import ArgumentError
 from ..ops import formula
 from . import helpers
 

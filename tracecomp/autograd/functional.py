@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .. import batching, pytree
-from ..dispatch import level_of
-from ..errors import ArgumentError, add_location
-from ..tensor import Tensor, as_tensor
+from ..dispatch import batching
+from ..tensors import pytree
+from ..dispatch.dispatcher import level_of
+from ..core.errors import ArgumentError, add_location
+from ..tensors.tensor import Tensor, as_tensor
 from .backward import recorded_at, run_backward
 from .grad_mode import differentiating, is_grad_enabled
 from .kernels import primal
@@ -20,7 +21,7 @@ from .kernels import primal
 
 def _error(message: str) -> ArgumentError:
     """An ArgumentError about what the user passed, with the user's line."""
-    from ..tracer import user_location
+    from ..dispatch.tracer import user_location
     return add_location(ArgumentError(message), str(user_location()))
 
 
@@ -289,7 +290,7 @@ def _over_basis(t: Tensor, each: Callable, out_axis: int, shape_of: Callable):
     """each(unit vector) for all unit vectors of t at once (tc.vmap over the basis, stacked
     along out_axis), each result leaf reshaped to shape_of(its shape without that dim)."""
     import tracecomp
-    from ..vmap import vmap
+    from ..transforms.vmap import vmap
     if t.numel() == 0:        # no unit vectors: an empty Jacobian block per result leaf
         leaves, structure = pytree.flatten(each(tracecomp.zeros_like(t)), _is_tracked)
         return pytree.unflatten(structure, [tracecomp.zeros(shape_of(tuple(x.shape)), dtype=x.dtype)

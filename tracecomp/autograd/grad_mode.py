@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..dispatch import state
+from ..dispatch.dispatcher import state
 
 
 def is_grad_enabled() -> bool:

@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import TracecompError
-from ..tensor import Tensor, as_tensor
+from ..core.errors import TracecompError
+from ..tensors.tensor import Tensor, as_tensor
 
 
 class GradcheckError(TracecompError, AssertionError):

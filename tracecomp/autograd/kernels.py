@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..batching import top_level
-from ..dispatch import DispatchKey, dispatcher, level_of
-from ..results import map_tensors, outputs as result_tensors
+from ..dispatch.batching import top_level
+from ..dispatch.dispatcher import DispatchKey, dispatcher, level_of
+from ..tensors.results import map_tensors, outputs as result_tensors
 from ..ops.table import OpDef
 from .derivatives import default_derivatives
 from .formulas import evaluate, output_env
@@ -21,7 +21,7 @@ from .node import AutogradError, node_class
 
 def _slots(op: OpDef, args: dict[str, Any]) -> list[tuple[str, int | None]]:
     """One slot per Tensor passed to a Tensor argument (Tensor[] elements each get one)."""
-    from ..tensor import Tensor
+    from ..tensors.tensor import Tensor
     slots = []
     for a in op.schema.tensor_arguments:
         v = args[a.name]
@@ -39,7 +39,7 @@ def _slot_tensor(args, slot):
 
 def autograd_kernel(op: OpDef, args: dict[str, Any]):
     if op.kind == "composite":
-        from ..composites import run_composite
+        from ..library.composites import run_composite
         return run_composite(op, args)
     derivative = default_derivatives().get(op.full_name)
     slots = _slots(op, args)
@@ -54,7 +54,7 @@ def autograd_kernel(op: OpDef, args: dict[str, Any]):
         raise AutogradError(f"{op.full_name}: no derivative formula in derivatives.yaml, "
                             "but an input requires grad")
     from .backward import gradient_edge
-    from ..tracer import current, user_location
+    from ..dispatch.tracer import current, user_location
     edges = [gradient_edge(_slot_tensor(args, s)) if w else None for s, w in zip(slots, wants)]
     outputs = result_tensors(result)
     ctx = current()       # inside a backward pass being traced, the location it overrides
@@ -70,7 +70,7 @@ def autograd_kernel(op: OpDef, args: dict[str, Any]):
 
 def primal(t):
     """`t` without its tangent (same value and autograd history), for use inside formulas."""
-    from ..tensor import Tensor
+    from ..tensors.tensor import Tensor
     from .backward import gradient_edge
     if t.requires_grad and t.grad_fn is None:
         gradient_edge(t)          # create the leaf's accumulator on `t` itself, then share it
@@ -89,7 +89,7 @@ def _tangent(t, top: int):
 
 def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
     if op.kind == "composite":
-        from ..composites import run_composite
+        from ..library.composites import run_composite
         return run_composite(op, args)
     top = top_level(args)
     stripped = map_tensors(args, lambda t: primal(t) if level_of(t) == top else t)
@@ -121,7 +121,7 @@ def _save_duals(outputs, args, stripped) -> None:
 
 
 def _forward_tangent(op: OpDef, derivative, args, stripped, outputs, top: int):
-    from ..tensor import Tensor
+    from ..tensors.tensor import Tensor
     env = dict(stripped)
     env.update(output_env(op, outputs))
     for k, v in args.items():

@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
-from ..errors import TracecompError
-from ..ir.types import BACKWARD
+from ..core.errors import TracecompError
+from ..core.types import BACKWARD
 from .derivatives import Derivative
 
 
@@ -114,7 +114,7 @@ def _saved_versions(derivative: Derivative, args: dict, outputs: list) -> list:
     """(name, tensor, version) of each tensor the derivative's formulas read: a later
     in-place change to one of them makes this node's backward raise (PyTorch's rule)."""
     from ..ops.formula import free_names
-    from ..tensor import Tensor
+    from ..tensors.tensor import Tensor
     read: set[str] = set()
     for f in derivative.formulas:
         if f.expr is not None:

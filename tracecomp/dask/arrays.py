@@ -27,10 +27,10 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .. import pytree
-from ..errors import ArgumentError, ShapeError
-from ..trace import ShapeDtype, TracedFunction, trace
-from ..vmap import vmap
+from ..tensors import pytree
+from ..core.errors import ArgumentError, ShapeError
+from ..transforms.trace import ShapeDtype, TracedFunction, trace
+from ..transforms.vmap import vmap
 
 
 class BlockCall:
@@ -247,6 +247,6 @@ def _mapped_npy(path: str) -> np.ndarray:
     """The .npy file at `path` memory-mapped, opened through the one reader of user files
     (runtime/safe_files.py): a FIFO or device there is an UnsafeFile error naming it, not
     a wait; a missing file is FileNotFoundError, as from np.load."""
-    from ..runtime.safe_files import descriptor_path, opened_regular
+    from ..core.safe_files import descriptor_path, opened_regular
     with opened_regular(path, follow_links=True) as (fd, _):
         return np.load(descriptor_path(fd, path), mmap_mode="r")   # the mapping outlives fd

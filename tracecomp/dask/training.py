@@ -49,10 +49,10 @@ import dask.array as da
 import numpy as np
 from distributed import Client, Future, wait
 
-from .. import pytree
-from ..errors import ArgumentError, ShapeError, TracecompError
-from ..tensor import Tensor
-from ..trace import restore_source_files, source_files
+from ..tensors import pytree
+from ..core.errors import ArgumentError, ShapeError, TracecompError
+from ..tensors.tensor import Tensor
+from ..transforms.trace import restore_source_files, source_files
 
 log = logging.getLogger("tracecomp.dask")
 MAX_RECOVERIES = 3
@@ -403,7 +403,7 @@ class DataParallel:
             tc.save(dict(zip(self._names, leaves)), self.checkpoint_path, metadata={"step": str(self.steps)})
 
     def _read_checkpoint(self, path, leaves: list) -> tuple[list, int]:
-        from ..checkpoint import CheckpointError, load_metadata, load_state
+        from ..tensors.checkpoint import CheckpointError, load_metadata, load_state
         state, metadata = load_state(path), load_metadata(path)
         missing = [n for n in self._names if n not in state]
         if missing or "step" not in metadata:

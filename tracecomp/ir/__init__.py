@@ -2,7 +2,7 @@
 
 This package knows nothing of tensors, dispatch or backends: a Graph is plain data.
 """
-from .types import Location, TensorType
+from ..core.types import Location, TensorType
 from .graph import CONSTANT, Graph, Op, Value
 
 __all__ = ["CONSTANT", "Graph", "Op", "Value", "TensorType", "Location"]

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .types import Location, TensorType
+from ..core.types import Location, TensorType
 
 CONSTANT = "tc.constant"    # the one op outside ops.yaml: a literal array, attrs {"value": array}
 

@@ -9,7 +9,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import IRError
+from ..core.errors import IRError
 
 _PUNCT = ("->", "(", ")", "{", "}", "[", "]", "<", ">", ",", ":", "=", "-", "#")
 _ID_CHARS = "_$."

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 
-from ..errors import IRError
+from ..core.errors import IRError
 
 KNOWN_LOCATIONS = ("/usr/lib/llvm-22/bin/mlir-opt",)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import networkx
 
-from ..errors import IRError
+from ..core.errors import IRError
 from .graph import Graph, Op, Value
 from .printer import format_attr, value_names
 

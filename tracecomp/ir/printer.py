@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import DType
-from ..errors import IRError
-from ..symbolic import Dim
+from ..core.dtypes import DType
+from ..core.errors import IRError
+from ..core.symbolic import Dim
 from .graph import Graph, Op, Value
-from .types import Location
+from ..core.types import Location
 
 # Arrays up to this many elements print as literal lists; larger ones as hex bytes.
 DENSE_LITERAL_LIMIT = 16

@@ -21,12 +21,12 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..errors import IRError, TracecompError
+from ..core.errors import IRError, TracecompError
 from ..ops import rules
 from ..ops.table import OpDef, by_ir_name
 from .graph import CONSTANT, Graph, Op, Value
 from .printer import print_graph
-from .types import TensorType
+from ..core.types import TensorType
 
 
 def verify(graph: Graph) -> None:

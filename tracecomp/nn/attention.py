@@ -3,7 +3,7 @@ state dicts load across), arguments and mask conventions.  Without attention wei
 return, attention is one scaled_dot_product_attention (the fused kernel)."""
 from __future__ import annotations
 
-from ..errors import ArgumentError, ShapeError
+from ..core.errors import ArgumentError, ShapeError
 from . import functional as F, init
 from .layers import Dropout, LayerNorm, Linear, empty_parameter
 from .module import Module, Parameter

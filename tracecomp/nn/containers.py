@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Iterable, Iterator
 
-from ..errors import ArgumentError
+from ..core.errors import ArgumentError
 from .module import Module
 
 

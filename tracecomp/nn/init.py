@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from .. import random as _random
-from ..errors import ArgumentError
+from ..core import random as _random
+from ..core.errors import ArgumentError
 
 _LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "conv_transpose3d", "sigmoid")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ArgumentError
+from ..core.errors import ArgumentError
 from . import functional as F, init
 from .module import Module, Parameter
 

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .. import pytree
-from ..errors import ArgumentError
-from ..tensor import Tensor, as_tensor
+from ..tensors import pytree
+from ..core.errors import ArgumentError
+from ..tensors.tensor import Tensor, as_tensor
 
 
 class Parameter(Tensor):

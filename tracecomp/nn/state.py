@@ -17,9 +17,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .. import dtypes as dt
-from ..checkpoint import CheckpointError, StateKeys
-from ..tensor import Tensor, as_tensor
+from ..core import dtypes as dt
+from ..tensors.checkpoint import CheckpointError, StateKeys
+from ..tensors.tensor import Tensor, as_tensor
 
 
 class StateDictError(CheckpointError, RuntimeError):

@@ -6,10 +6,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .. import pytree
+from ..tensors import pytree
 from ..autograd.grad_mode import no_grad
-from ..errors import ArgumentError, TracecompError
-from ..tensor import Tensor, as_tensor
+from ..core.errors import ArgumentError, TracecompError
+from ..tensors.tensor import Tensor, as_tensor
 
 # Added to the norm before dividing, as PyTorch does, so that a zero norm divides safely.
 _EPS = 1e-6

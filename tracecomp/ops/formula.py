@@ -14,7 +14,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import TableError
+from ..core.errors import TableError
 
 BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.Div: operator.truediv, ast.Pow: operator.pow, ast.MatMult: operator.matmul,

@@ -12,10 +12,10 @@ import math
 import numpy as np
 from typing import Any, Callable
 
-from .. import dtypes as dt
-from ..dtypes import DType
-from ..errors import ArgumentError, DTypeError, ShapeError
-from ..ir.types import TensorType
+from ..core import dtypes as dt
+from ..core.dtypes import DType
+from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..core.types import TensorType
 from .table import OpDef, per_kind
 
 RULES: dict[str, Callable[[OpDef, dict[str, Any]], list[TensorType]]] = {}
@@ -587,7 +587,7 @@ def _slice_backward(op: OpDef, args):
 def window_counts(op: OpDef, spatial, kernel, dilation, padding, stride) -> tuple[int, ...]:
     """The number of sliding-window positions per spatial dim (im2col's blocks), with
     PyTorch's checks on the window parameters (windows.py, shared with the layers)."""
-    from ..windows import windows
+    from ..library.windows import windows
     return tuple(windows(op.full_name, spatial, kernel, dilation, padding, stride))
 
 

@@ -11,7 +11,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from ..errors import SchemaError
+from ..core.errors import SchemaError
 
 BASE_TYPES = ("Tensor", "Scalar", "int", "float", "bool", "str", "ScalarType", "Device", "MemoryFormat")
 # Accepted for PyTorch compatibility, checked when a call binds, and then dropped: they

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import TableError
+from ..core.errors import TableError
 from . import formula
 from .schema import Schema, parse_schema
 

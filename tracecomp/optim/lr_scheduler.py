@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import ArgumentError
+from ..core.errors import ArgumentError
 from .optimizer import Optimizer
 
 

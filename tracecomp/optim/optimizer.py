@@ -13,11 +13,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .. import pytree
+from ..tensors import pytree
 from ..autograd.grad_mode import enable_grad, no_grad
-from ..dtypes import FLOAT64 as float64
-from ..errors import ArgumentError, TraceError
-from ..tensor import Tensor, as_tensor
+from ..core.dtypes import FLOAT64 as float64
+from ..core.errors import ArgumentError, TraceError
+from ..tensors.tensor import Tensor, as_tensor
 
 _PARAMS = "params"
 # Every tc.optim hyper-parameter: a group naming one its optimizer does not take (betas for
@@ -153,7 +153,7 @@ class Optimizer:
     # ------------------------------------------------------------------ eager step
     def step(self, closure=None):
         """One update of every parameter that has a `.grad`, in place (PyTorch's step)."""
-        from .. import tracer
+        from ..dispatch import tracer
         if tracer.current() is not None:
             # Its buffers would keep traced values past the end of the trace.
             raise TraceError(f"{type(self).__name__}.step() updates tensors and optimizer state in place "

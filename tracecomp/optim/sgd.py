@@ -16,7 +16,7 @@ class SGD(Optimizer):
         for key in ("lr", "momentum", "weight_decay"):
             non_negative(hyper, key, where)
         if hyper["nesterov"] and (hyper["momentum"] <= 0 or hyper["dampening"] != 0):
-            from ..errors import ArgumentError
+            from ..core.errors import ArgumentError
             raise ArgumentError(f"{where}: nesterov momentum requires a momentum > 0 and zero dampening "
                                 f"(got momentum={hyper['momentum']!r}, dampening={hyper['dampening']!r})")
 

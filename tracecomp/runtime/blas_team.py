@@ -53,7 +53,7 @@ import ctypes
 import sys
 import threading
 
-from .. import numpy_blas
+from . import numpy_blas
 
 CALLBACK = "tracecomp_openblas_threads"
 MASK_SLOTS = numpy_blas.SHARED_MAX_THREADS      # slot numbers the i64 mask covers: 64

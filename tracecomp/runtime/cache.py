@@ -78,13 +78,14 @@ from typing import Iterator, Optional, Sequence
 import llvmlite
 import llvmlite.binding as llvm
 
-from .. import hostcpu
-from ..errors import BackendError
+from ..lower import hostcpu
+from ..core.errors import BackendError
 from ..lower.loops.ir import Kernel
 from ..lower.loops.walk import kernel_shape_text
 from ..lower.schedule.tiles import host_tiles
-from . import cache_auth, compile_worker, elf_check, jit, target
-from .safe_files import UnsafeFile, check_private, read_regular
+from . import cache_auth, compile_worker, elf_check, jit
+from ..lower.llvm import target
+from ..core.safe_files import UnsafeFile, check_private, read_regular
 
 log = logging.getLogger("tracecomp.cache")
 

@@ -19,7 +19,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .safe_files import UnsafeFile, read_regular
+from ..core.safe_files import UnsafeFile, read_regular
 
 KEY_ENV = "TRACECOMP_CACHE_KEY"
 KEY_BYTES = 32

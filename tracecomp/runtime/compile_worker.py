@@ -45,7 +45,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from .. import timings
+from ..core import timings
 from ..lower.llvm.codegen import codegen_kernels
 from ..lower.llvm.gemm.nest import define_helpers, helper_names
 from ..lower.llvm.gemm.microkernel import defined_elsewhere_dtypes, helpers_defined_elsewhere
@@ -53,7 +53,8 @@ from ..lower.llvm.math.functions import math_calls
 from ..lower.loops.ir import Kernel, Matmul
 from ..lower.loops.walk import fingerprint, statements
 from ..lower.schedule.tiles import PACKED_DTYPES
-from . import jit, target
+from . import jit
+from ..lower.llvm import target
 
 log = logging.getLogger("tracecomp.compile_worker")
 

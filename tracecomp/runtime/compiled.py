@@ -25,11 +25,11 @@ import threading
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..core.errors import ArgumentError
 from ..lower.llvm.codegen import codegen_kernels
 from ..lower.schedule.index_checks import recorded_error
 from ..lower.schedule.scheduler import Program
-from .. import random as tc_random
+from ..core import random as tc_random
 from .cache import compile_kernels
 from ..lower.schedule.workspace import buffer_nbytes, plan_program
 from .memory import ALIGN, BlockCache, aligned_empty, data_pointer, output_blocks

@@ -18,7 +18,7 @@ import platform
 import struct
 from typing import Sequence
 
-from ..errors import BackendError
+from ..core.errors import BackendError
 
 ET_REL, ET_DYN = 1, 3
 SHT_NOBITS, SHT_DYNSYM = 8, 11

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..hostcpu import TARGET_ENV, caches, cpu_model, target_name
+from ..lower.hostcpu import TARGET_ENV, caches, cpu_model, target_name
 
 VECTOR_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                    "avx512vnni", "avx512bf16", "avx512fp16", "amx-tile", "amx-bf16", "amx-int8")
@@ -27,11 +27,13 @@ def vector_register() -> str:
 
 def describe() -> dict:
     """Everything `tracecomp info` prints, as data."""
-    from .. import numpy_blas
-    from ..hostcpu import tuned
-    from ..dtypes import DType
+    from . import numpy_blas
+    from ..lower.hostcpu import tuned
+    from ..core.dtypes import DType
     from ..lower.schedule.tiles import host_tiles, max_threads, tiles_for
-    from . import cache, jit, target, tuning
+    from . import cache, jit
+    from ..lower.llvm import target
+    from . import tuning
     tuning.ensure_tuned()
     t = target.host_target()
     features = {f[1:] for f in t.features.split(",") if f.startswith("+")}

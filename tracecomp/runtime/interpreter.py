@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BackendError, TracecompError, add_location
+from ..core.errors import BackendError, TracecompError, add_location
 from ..ir import CONSTANT, Graph
-from ..kernels import numpy_kernels
+from ..ops import numpy_kernels
 from ..ops.table import by_ir_name
 
 

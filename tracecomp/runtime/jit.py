@@ -39,9 +39,10 @@ from typing import Iterable, Optional, Sequence, Union
 import llvmlite.binding as llvm
 import llvmlite.ir as lir
 
-from .. import timings
-from ..errors import BackendError
-from . import blas_team, target
+from ..core import timings
+from ..core.errors import BackendError
+from . import blas_team
+from ..lower.llvm import target
 
 ModuleLike = Union[lir.Module, llvm.ModuleRef, str]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import json
 
-from ..errors import BackendError
+from ..core.errors import BackendError
 
 
 class _Bad(Exception):
@@ -80,7 +80,7 @@ def check_metadata(metadata) -> None:
 
 
 def _check_tensor(tensor, where: str, bound: set[str], binds: bool) -> None:
-    from ..dtypes import DType
+    from ..core.dtypes import DType
     _expect(isinstance(tensor, dict), where, "must be a JSON object", tensor)
     dtype = _field(tensor, "dtype", str, where)
     _expect(dtype in DType.__members__, f"{where}['dtype']",
@@ -101,7 +101,7 @@ def _check_tensor(tensor, where: str, bound: set[str], binds: bool) -> None:
 
 def _factors(expression: str, where: str) -> list[str]:
     """The factors of a size expression as loader.evaluate_dim reads it."""
-    from .loader import size_terms
+    from ..aot.loader import size_terms
     factors = [f.strip() for _, term in size_terms(expression) for f in term.split("*")]
     _expect(all(factors), where, "is not a size expression", expression)
     return factors

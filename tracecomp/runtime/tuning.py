@@ -43,7 +43,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import hostcpu
+from ..lower import hostcpu
 from . import cache, jit
 
 log = logging.getLogger("tracecomp.tuning")
@@ -128,7 +128,7 @@ def leave_record(directory) -> None:
 
 
 def load_record(directory=None) -> Optional[dict]:
-    from .safe_files import read_regular
+    from ..core.safe_files import read_regular
     try:          # a regular file only: a FIFO there would block every process's first compile
         choices = json.loads(read_regular(record_path(directory), 1 << 16))
     except (OSError, ValueError):
@@ -160,7 +160,7 @@ def store_record(choices: dict, directory=None) -> dict:
 
 def measure() -> dict:
     """Time the probes with each candidate width; the choices and the times."""
-    from ..trace import trace
+    from ..transforms.trace import trace
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((PROBE_N, PROBE_N)).astype(np.float32) for _ in range(2))
     x = rng.standard_normal(LOOP_PROBE_N).astype(np.float32)

@@ -9,7 +9,7 @@ Shuffling draws one permutation per epoch, when `iter(loader)` is called:
 - from `np.random.default_rng(seed)` made once per loader when `seed=` is given, so the
   k-th epoch's order is the same in every run (and epochs differ from one another);
 - from `generator=` (a np.random.Generator, or anything with `.permutation(n)`) if given;
-- otherwise from tracecomp's global generator (tracecomp/random.py), so `tc.manual_seed`
+- otherwise from tracecomp's global generator (tracecomp/core/random.py), so `tc.manual_seed`
   makes the shuffled order reproducible, as `torch.manual_seed` does for PyTorch's loader.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .. import random as tc_random
-from ..errors import ArgumentError, ShapeError, TracecompError
-from ..tensor import Tensor, as_tensor
+from ..core import random as tc_random
+from ..core.errors import ArgumentError, ShapeError, TracecompError
+from ..tensors.tensor import Tensor, as_tensor
 
 
 class DataError(TracecompError, ValueError):

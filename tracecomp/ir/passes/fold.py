@@ -8,7 +8,7 @@ chains of constant ops fold completely; the constants they consumed may become d
 removes them).  An op the evaluator refuses (a TracecompError, e.g. an index out of
 bounds) stays, so the error still happens when the graph runs.
 
-The evaluator has the signature of `tracecomp.kernels.numpy_kernels.run`:
+The evaluator has the signature of `tracecomp.ops.numpy_kernels.run`:
 `evaluate(opdef, arguments_by_name, result_types) -> list[ndarray]`.  It is a parameter
 because ir/ knows nothing of backends.
 """
@@ -18,11 +18,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...errors import IRError, TracecompError
+from ...core.errors import IRError, TracecompError
 from ...ops.table import OpDef, by_ir_name
-from ...symbolic import Dim
+from ...core.symbolic import Dim
 from ..graph import Graph, Op
-from ..types import TensorType
+from ...core.types import TensorType
 from .rewrite import RuleResult, Rewriter, is_constant, rewrite
 
 Evaluator = Callable[[OpDef, dict[str, Any], list[TensorType]], list[np.ndarray]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
-from ...errors import IRError
+from ...core.errors import IRError
 from ..graph import Graph
 from ..printer import print_graph
 from ..verifier import verify

@@ -18,9 +18,9 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
-from ...errors import IRError
+from ...core.errors import IRError
 from ..graph import CONSTANT, Graph, Op, Value
-from ..types import Location, TensorType
+from ...core.types import Location, TensorType
 
 
 class _Drop:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...pytree import output_paths
+from ...tensors.pytree import output_paths
 from .entry_point import ERR_INDEX_BASE, ERR_INPUT_SHAPE, ERR_OUTPUT_SHAPE
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import llvmlite.ir as ir
 
-from ...errors import ArgumentError, BackendError
+from ...core.errors import ArgumentError, BackendError
 from ..loops.ir import Kernel, Loop, Matmul
 from .emitter import BUFFER_ALIGN, FunctionEmitter, declare_kernel_function
 from .gemm.matmul import cpu_body, emit_matmul

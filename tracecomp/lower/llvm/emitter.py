@@ -42,8 +42,8 @@ from typing import Iterator, Optional, Sequence
 
 import llvmlite.ir as ir
 
-from ...dtypes import DType
-from ...errors import BackendError
+from ...core.dtypes import DType
+from ...core.errors import BackendError
 from . import loop_ids
 from .index_checks import IndexCheckSlots
 from . import scalar as S

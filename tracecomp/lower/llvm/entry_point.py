@@ -21,7 +21,7 @@ from typing import Any
 import llvmlite.ir as ir
 import numpy as np
 
-from ...errors import ArgumentError
+from ...core.errors import ArgumentError
 from ..schedule.workspace import plan_program
 from . import scalar as S
 from .codegen import codegen_kernels

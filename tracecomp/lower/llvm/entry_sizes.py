@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ...symbolic import Dim
+from ...core.symbolic import Dim
 from ..loops import ir as L
 from ..loops.index import dim as loop_dim, symbolic
 from ..loops.walk import size_params

@@ -26,8 +26,8 @@ from typing import Callable, Union
 
 import llvmlite.ir as ir
 
-from ...dtypes import DType
-from ...errors import BackendError
+from ...core.dtypes import DType
+from ...core.errors import BackendError
 from ..loops.ir import INDEX
 
 DTypeLike = Union[DType, str]

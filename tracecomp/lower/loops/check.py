@@ -31,8 +31,8 @@ from typing import Callable, NoReturn, Union
 
 import numpy as np
 
-from ...dtypes import DType
-from ...errors import IRError
+from ...core.dtypes import DType
+from ...core.errors import IRError
 from .ir import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, CheckedIndex, Const, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from .check_matmul import check_matmul
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from ...dtypes import DType
+from ...core.dtypes import DType
 from .ir import INDEX, Const, Matmul, View, Windows
 from .matmul import const_view, index_names, view_extents
 from .walk import buffers_read

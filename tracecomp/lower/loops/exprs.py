@@ -3,14 +3,14 @@
 `X` wraps an Expr of a fixed compute dtype; `x + 1`, `exp(x)`, `where(c, a, b)` build
 Binary/Unary/Select nodes, lifting Python numbers to constants of the compute dtype.
 PRIMITIVES maps ops/scalar.py's primitive names to builders: the lowering's counterpart
-of the NumPy ufunc table in kernels/numpy_kernels.py.
+of the NumPy ufunc table in ops/numpy_kernels.py.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ... import dtypes as dt
-from ...symbolic import Dim
+from ...core import dtypes as dt
+from ...core.symbolic import Dim
 from . import ir as L
 from .index import expr as index_expr
 

@@ -6,7 +6,7 @@ expression is then evaluated at.
 """
 from __future__ import annotations
 
-from ...symbolic import Dim
+from ...core.symbolic import Dim
 from . import ir as L
 
 Index = tuple[L.Expr, ...]

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ... import dtypes as dt
+from ...core import dtypes as dt
 from . import ir as L
 
 
@@ -141,7 +141,7 @@ def _index_op(fn: str, a: int, b: int):
 
 def run_program(program, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Execute a scheduled Program with the interpreter (fills use the global generator)."""
-    from ... import random as tc_random
+    from ...core import random as tc_random
     arrays: dict[str, np.ndarray] = {}
     for name, b in program.buffers.items():
         arrays[name] = np.zeros(b.shape, b.dtype.np)

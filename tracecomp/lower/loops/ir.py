@@ -70,7 +70,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from ...dtypes import DType
+from ...core.dtypes import DType
 
 INDEX = "index"    # the dtype name of loop indices and index arithmetic (64-bit)
 SIZE_PREFIX = "size_"   # Var names of runtime sizes (dynamic dims) in expressions: size_batch

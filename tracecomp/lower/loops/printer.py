@@ -38,8 +38,8 @@ import re
 import struct
 from typing import Callable, Iterable, Union
 
-from ...dtypes import DType
-from ...errors import IRError
+from ...core.dtypes import DType
+from ...core.errors import IRError
 from .ir import (COMPARISONS, INDEX, Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
 from .check import check_kernel, dtype_kind
 from .matmul import expand_matmul, flat_name

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 
-from ... import dtypes as dt
+from ...core import dtypes as dt
 from ...ir import Op
-from ...symbolic import hint, is_dynamic
+from ...core.symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X

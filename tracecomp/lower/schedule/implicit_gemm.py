@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ... import dtypes as dt
+from ...core import dtypes as dt
 from ...ir import Value
-from ...symbolic import is_dynamic
+from ...core.symbolic import is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import const

@@ -25,12 +25,12 @@ from typing import Optional
 
 import numpy as np
 
-from ... import dtypes as dt
-from ...errors import ShapeError, add_location
+from ...core import dtypes as dt
+from ...core.errors import ShapeError, add_location
 from ...ir import CONSTANT, Op, Value
 from ...ops import rules
 from ...ops.table import VIEW_KINDS
-from ...symbolic import is_dynamic
+from ...core.symbolic import is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 

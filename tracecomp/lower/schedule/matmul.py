@@ -31,7 +31,7 @@ import math
 from typing import Optional
 
 from ...ir import Op
-from ...symbolic import hint, is_dynamic
+from ...core.symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.walk import substitute

@@ -12,7 +12,7 @@ import re
 
 from ...ir import Op
 from ...ops.table import by_ir_name
-from ...symbolic import hint, shape_hint
+from ...core.symbolic import hint, shape_hint
 from ..loops import index as I
 from ..loops import ir as L
 from .pointwise import VIEW_KINDS

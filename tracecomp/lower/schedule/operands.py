@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ...errors import BackendError
+from ...core.errors import BackendError
 from ...ir import Value
 from ..loops import index as I
 from ..loops import ir as L

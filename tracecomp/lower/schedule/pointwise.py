@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ... import dtypes as dt
-from ...errors import BackendError
+from ...core import dtypes as dt
+from ...core.errors import BackendError
 from ...ir import CONSTANT, Op, Value
 from ...ops import elementwise, rules
 from ...ops.table import VIEW_KINDS, OpDef, by_ir_name   # VIEW_KINDS: re-exported for the scheduler

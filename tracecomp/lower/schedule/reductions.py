@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 
-from ... import dtypes as dt
+from ...core import dtypes as dt
 from ...ir import Op, Value
 from ...ops import rules
 from ...ops.table import by_ir_name
-from ...symbolic import hint
+from ...core.symbolic import hint
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import cast, const

@@ -24,11 +24,11 @@ from typing import Optional
 
 import numpy as np
 
-from ... import dtypes as dt
+from ...core import dtypes as dt
 from ...ir import CONSTANT, Graph, Op, Value
 from ...ops import elementwise
 from ...ops.table import by_ir_name
-from ...symbolic import DynamicShapeError, hint, is_dynamic
+from ...core.symbolic import DynamicShapeError, hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X, cast, const

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ... import dtypes as dt
+from ...core import dtypes as dt
 from ...ir import Op
-from ...symbolic import DynamicShapeError, is_dynamic
+from ...core.symbolic import DynamicShapeError, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import X, cast

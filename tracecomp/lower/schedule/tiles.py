@@ -34,8 +34,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from ... import hostcpu
-from ...dtypes import DType
+from .. import hostcpu
+from ...core.dtypes import DType
 
 MIN_PACKED_SIDE = 8             # thinner products run faster as vectorized plain loops...
 THIN_PACKED_FLOPS = 1 << 22     # ...unless big enough that reading B once wins (m, n >= 2)

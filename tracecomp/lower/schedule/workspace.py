@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...symbolic import Dim, DynamicShapeError, hint
+from ...core.symbolic import Dim, DynamicShapeError, hint
 
 
 @dataclass

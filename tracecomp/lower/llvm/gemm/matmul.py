@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 import numpy as np
 
-from ....errors import BackendError
+from ....core.errors import BackendError
 from .. import loop_ids
 from .. import scalar as S
 from ..emitter import FunctionEmitter, counted_loop

@@ -38,7 +38,7 @@ from typing import Iterable, Iterator, Optional
 
 import llvmlite.ir as ir
 
-from ....dtypes import DType
+from ....core.dtypes import DType
 from .. import scalar as S
 from ...schedule.tiles import tiles_for
 from ..emitter import counted_loop

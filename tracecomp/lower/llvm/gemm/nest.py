@@ -35,7 +35,7 @@ from typing import Iterable
 
 import llvmlite.ir as ir
 
-from ....dtypes import DType
+from ....core.dtypes import DType
 from .. import scalar as S
 from ..emitter import counted_loop
 from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function,

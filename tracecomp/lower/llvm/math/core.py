@@ -17,7 +17,7 @@ from typing import Sequence, Union
 
 from llvmlite import ir
 
-from .... import hostcpu
+from ... import hostcpu
 
 Value = Union[ir.Value, float, int]
 

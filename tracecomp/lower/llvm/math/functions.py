@@ -49,7 +49,7 @@ from typing import Callable
 
 from llvmlite import ir
 
-from ....errors import BackendError
+from ....core.errors import BackendError
 from .core import FORMATS, Emit
 from .exp import emit_exp, emit_exp2, emit_expm1, emit_sigmoid, emit_tanh
 from .log import emit_log, emit_log1p, emit_log2

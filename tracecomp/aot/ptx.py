@@ -1,0 +1,71 @@
+"""`tc.export(fn, example_inputs, "model.ptx", target="cuda")`: the PTX and a JSON that
+says how a C or C++ host program runs it with the CUDA driver API.
+
+`model.ptx` is the module (load it with cuModuleLoadData); `model.json` (same stem) holds
+  name, tracecomp_version, arch, ptx_isa;
+  inputs / outputs: buffer names in call order, with dtype and shape (dense row-major);
+  output_structure: how the flat outputs nest (as in tc.export's .so metadata);
+  buffers: every device buffer (role input, output, temp, constant, workspace or errors,
+    dtype, shape): allocate each (at least 1 byte), temps and workspaces need no initial
+    value; the "errors" buffer (int64, the kernels' record of computed indices out of
+    range) must be zeroed before each run;
+  constants: name -> dtype, shape and the values (row-major list) to copy in once;
+  index_checks: input name -> [{op, dim, size, allowed, wraps}]: values must lie in [0, size)
+    ([-size, size) when wraps: the graph counts negative ones from the end) or
+  equal `allowed` when it is not null (an ignore_index), check
+    them on the host before launching (kernels do not);
+  computed_index_checks: [{op, dim, size, loc}] for the indices the kernels compute and
+    check: after the launches, element 0 of the "errors" buffer is nonzero when one failed;
+    then check c failed where element 1 + 2c is nonzero, and element 2 + 2c holds the
+    largest offending index (compared as unsigned);
+  launches: in order, each with its entry point, block, grid, static shared memory and
+    params (buffer names whose device pointers, then sizes, form the kernel's arguments;
+    every parameter is 64-bit); launches whose grid has a 0 are skipped.
+Random draws (rand/randn) cannot be exported yet, as with the .so exporter.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Optional, Sequence
+
+from ..core.errors import ArgumentError
+from ..lower.nvptx.target import DEFAULT_ARCH
+from ..lower.nvptx.program import compile_program
+
+
+def export_ptx(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
+               target: str = "cuda", arch: str = DEFAULT_ARCH) -> dict:
+    """Write `path` (PTX) and its JSON description; returns the description."""
+    from .. import __version__
+    from ..tensors.pytree import structure_to_json
+    from .shared_library import lower_for_export
+    if target != "cuda":
+        raise ArgumentError(f"tc.export: unknown target {target!r} (available: cpu, cuda)")
+    lowered, program = lower_for_export(fn, example_inputs)
+    name = name or os.path.splitext(os.path.basename(path))[0]
+    gpu = compile_program(program, arch)
+    described = gpu.describe()
+    described.update({
+        "format": 1, "name": name, "tracecomp_version": __version__,
+        "inputs": [_buffer(program, n) for n in program.inputs],
+        "outputs": [_buffer(program, n) for n in program.outputs],
+        "output_structure": structure_to_json(lowered.out_structure),
+        "constants": {n: {"dtype": str(v.dtype), "shape": list(v.shape), "values": v.reshape(-1).tolist()}
+                      for n, v in program.constants.items()},
+        "index_checks": {n: [{"op": c.op, "dim": c.dim, "size": c.size, "allowed": c.allowed,
+                                 "wraps": c.wraps} for c in cs]
+                         for n, cs in program.index_checks.items()},
+        "computed_index_checks": [{"op": c.op, "dim": c.dim, "size": c.size, "loc": str(c.loc) if c.loc else None}
+                                  for c in program.computed_checks],
+    })
+    with open(path, "w") as f:
+        f.write(gpu.ptx)
+    with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        json.dump(described, f, indent=1)
+    return described
+
+
+def _buffer(program, name: str) -> dict:
+    b = program.buffers[name]
+    return {"buffer": name, "dtype": b.dtype.label, "shape": list(b.shape)}

@@ -1,0 +1,271 @@
+"""Symbolic dimensions: sizes known only at run time, such as an exported model's batch.
+
+A `Dim` is a polynomial with integer coefficients in named sizes (`batch`, `784*batch`,
+`batch + 1`).  It stands in a TensorType's shape where an int would, so the table's shape
+rules, the autograd formulas and the scheduler mostly work on it unchanged:
+
+- `+`, `-`, `*` with ints and Dims give Dims (or an int when the names cancel);
+- `==` is structural (`784*batch == batch*784`), and a Dim never equals an int: the
+  shape rules then treat it as neither 1 (so it does not broadcast) nor any fixed size;
+- `//` and `%` work where the division is exact for every value (`(784*batch) // 784`);
+- ordering comparisons hold when they hold for every size >= 1 (the sizes a library
+  accepts): `batch >= 1` is True, `batch > 8` cannot be decided and raises;
+- `int(d)` raises: code that needs a concrete number must not silently take one.
+
+Every error is a DynamicShapeError naming the size, so a program the dynamic size cannot
+flow through fails at trace/export time with a message, never with wrong code.  Heuristics
+(is this loop big enough for threads?) use `hint(x)`: the example input's size.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Union
+
+from .errors import ShapeError
+
+
+class DynamicShapeError(ShapeError):
+    """A dynamic size reached code that needs a concrete number.  Raised while a function
+    is being traced, it names the user's line."""
+
+    def __init__(self, message: str):
+        from .errors import add_location
+        from ..dispatch.tracer import current, user_location
+        super().__init__(message)
+        self.reason = message
+        if current() is not None:
+            add_location(self, str(user_location()))
+
+
+Monomial = tuple[str, ...]          # sorted names, repeated for powers; () is the constant
+
+
+class Dim:
+    __slots__ = ("terms", "hints")
+
+    def __init__(self, terms: dict[Monomial, int], hints: dict[str, int]):
+        self.terms = {m: c for m, c in sorted(terms.items()) if c}
+        self.hints = hints
+
+    @staticmethod
+    def named(name: str, hint: int) -> "Dim":
+        if not name.isidentifier():
+            raise DynamicShapeError(f"a dynamic size needs a name that is an identifier, got {name!r}")
+        return Dim({(name,): 1}, {name: int(hint)})
+
+    # ------------------------------------------------------------------ arithmetic
+    @staticmethod
+    def _lift(x) -> "Dim":
+        if isinstance(x, Dim):
+            return x
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise TypeError
+        return Dim({(): int(x)}, {})
+
+    def _make(self, terms: dict, other: "Dim") -> Union["Dim", int]:
+        d = Dim(terms, {**self.hints, **other.hints})
+        if not d.terms:
+            return 0
+        if list(d.terms) == [()]:
+            return d.terms[()]
+        return d
+
+    def __add__(self, o):
+        try:
+            o = Dim._lift(o)
+        except TypeError:
+            return NotImplemented
+        terms = dict(self.terms)
+        for m, c in o.terms.items():
+            terms[m] = terms.get(m, 0) + c
+        return self._make(terms, o)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return Dim({m: -c for m, c in self.terms.items()}, self.hints)
+
+    def __sub__(self, o):
+        try:
+            return self + -Dim._lift(o)
+        except TypeError:
+            return NotImplemented
+
+    def __rsub__(self, o):
+        return -self + o
+
+    def __mul__(self, o):
+        try:
+            o = Dim._lift(o)
+        except TypeError:
+            return NotImplemented
+        terms: dict[Monomial, int] = {}
+        for m1, c1 in self.terms.items():
+            for m2, c2 in o.terms.items():
+                m = tuple(sorted(m1 + m2))
+                terms[m] = terms.get(m, 0) + c1 * c2
+        return self._make(terms, o)
+
+    __rmul__ = __mul__
+
+    def _quotient(self, o) -> Union["Dim", int, None]:
+        """self / o when it is a polynomial for every value, else None.  Divisors are ints
+        or single terms (`784`, `batch`, `2*batch`): what shape arithmetic divides by."""
+        o = Dim._lift(o)
+        if len(o.terms) != 1:
+            return None
+        (dm, dc), = o.terms.items()
+        terms = {}
+        for m, c in self.terms.items():
+            rest = list(m)
+            for name in dm:
+                if name not in rest:
+                    return None
+                rest.remove(name)
+            if c % dc:
+                return None
+            terms[tuple(rest)] = c // dc
+        return self._make(terms, o)
+
+    def _exactly(self, o, failure: str):
+        """self / o (_quotient), or NotImplemented for a non-integer o; raises `failure`
+        where the division is not exact for every value."""
+        try:
+            q = self._quotient(o)
+        except TypeError:
+            return NotImplemented
+        if q is None:
+            raise DynamicShapeError(failure)
+        return q
+
+    def __floordiv__(self, o):
+        return self._exactly(o, f"cannot divide the dynamic size {self} by {o} exactly")
+
+    def __mod__(self, o):
+        q = self._exactly(o, f"the remainder of the dynamic size {self} divided by {o} depends on its value")
+        return q if q is NotImplemented else 0
+
+    def _reflected(self, o, op):
+        try:
+            return op(Dim._lift(o), self)
+        except TypeError:
+            return NotImplemented
+
+    def __rfloordiv__(self, o):
+        return self._reflected(o, operator.floordiv)
+
+    def __rmod__(self, o):
+        return self._reflected(o, operator.mod)
+
+    def __truediv__(self, o):
+        raise DynamicShapeError(f"cannot divide the dynamic size {self} by {o} to a float at "
+                                "trace time (divide a tensor by it instead)")
+
+    __rtruediv__ = __truediv__
+
+    # ------------------------------------------------------------------ comparisons
+    def __eq__(self, o):
+        if isinstance(o, Dim):
+            return self.terms == o.terms
+        return False if isinstance(o, int) else NotImplemented
+
+    def __ne__(self, o):
+        r = self.__eq__(o)
+        return r if r is NotImplemented else not r
+
+    def __hash__(self):
+        return hash(tuple(self.terms.items()))
+
+    def _holds(self, o, op: str) -> bool:
+        """Whether `self op o` for every size >= 1, decided from the difference's terms: when
+        every non-constant coefficient has one sign, it is monotone in every size and its
+        value at all sizes 1 bounds it.  Undecidable comparisons raise."""
+        diff = self - o
+        if isinstance(diff, int):
+            return {"<": diff < 0, "<=": diff <= 0, ">": diff > 0, ">=": diff >= 0}[op]
+        varying = [c for m, c in diff.terms.items() if m]
+        at_one = sum(diff.terms.values())
+        rising, falling = all(c >= 0 for c in varying), all(c <= 0 for c in varying)
+        # the difference's range is [at_one, inf) when rising, (-inf, at_one] when falling
+        positive = {">": rising and at_one > 0, ">=": rising and at_one >= 0,
+                    "<": falling and at_one < 0, "<=": falling and at_one <= 0}
+        negated = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
+        if positive[op]:
+            return True
+        if positive[negated[op]]:
+            return False
+        raise DynamicShapeError(f"cannot decide whether {self} {op} {o} for every value of "
+                                f"{', '.join(self.names())}")
+
+    def __lt__(self, o): return self._holds(o, "<")
+    def __le__(self, o): return self._holds(o, "<=")
+    def __gt__(self, o): return self._holds(o, ">")
+    def __ge__(self, o): return self._holds(o, ">=")
+
+    # ------------------------------------------------------------------ no concrete value
+    def _concrete(self, *_):
+        raise DynamicShapeError(f"the dynamic size {self} has no value at trace time; this "
+                                "operation needs a concrete size")
+
+    __int__ = __index__ = __float__ = _concrete
+
+    def __bool__(self):
+        return True                     # sizes are >= 1
+
+    # ------------------------------------------------------------------ inspection
+    def names(self) -> list[str]:
+        return sorted({n for m in self.terms for n in m})
+
+    def hint(self) -> int:
+        return sum(c * _prod(self.hints[n] for n in m) for m, c in self.terms.items())
+
+    def __repr__(self) -> str:
+        parts = []
+        for m, c in sorted(self.terms.items(), key=lambda t: (-len(t[0]), t[0])):
+            body = "*".join(m)
+            text = (body if c == 1 else f"{c}*{body}" if body else str(c)) if c > 0 else \
+                   (f"-{body}" if c == -1 and body else f"{c}*{body}" if body else str(c))
+            parts.append(text)
+        out = parts[0]
+        for p in parts[1:]:
+            out += f" - {p[1:]}" if p.startswith("-") else f" + {p}"
+        return out
+
+    __str__ = __repr__
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def is_dynamic(x) -> bool:
+    return isinstance(x, Dim)
+
+
+def hint(x) -> int:
+    """A concrete stand-in for heuristics only: the example size of a dynamic one."""
+    return x.hint() if isinstance(x, Dim) else x
+
+
+def shape_hint(shape) -> tuple[int, ...]:
+    return tuple(hint(d) for d in shape)
+
+
+def size_names(shapes) -> list[str]:
+    """The names of the dynamic sizes in `shapes`, in order of first appearance."""
+    out: list[str] = []
+    for shape in shapes:
+        for d in shape:
+            if isinstance(d, Dim):
+                out.extend(n for n in d.names() if n not in out)
+    return out
+
+
+def evaluate(x, sizes: dict[str, int]) -> int:
+    """The value of an int or Dim once the sizes are known."""
+    if not isinstance(x, Dim):
+        return x
+    return sum(c * _prod(sizes[n] for n in m) for m, c in x.terms.items())

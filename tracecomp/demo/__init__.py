@@ -1,0 +1,1 @@
+"""The demos (`tracecomp demo [cnn|gpt]`) and the pictures, plots and progress lines they draw."""

@@ -1,0 +1,1 @@
+"""Dispatch: the dispatcher and its keys, the eager CPU kernels, the tracer and the batching key."""

@@ -1,0 +1,110 @@
+"""The dispatcher: ordered dispatch keys, kernels registered per (key, op), redispatch.
+
+A call computes its key set from the arguments (a traced tensor adds Tracer, a tensor
+that requires grad adds Autograd while grad mode is on, a tensor with a tangent ForwardAD,
+a batched tensor of tc.vmap Batched) and from thread-local state (an active trace adds
+Tracer, an active vmap Batched), then runs the kernel of the highest-priority key that has
+one.  Under tc.vmap, only the tensors of the innermost vmap level among the arguments
+count for Autograd and ForwardAD: the others are constants at that level, and their own
+gradients and tangents are handled when Batched calls the op on the whole batches.  A kernel may handle the call entirely or `redispatch` it to the keys below its own,
+as seed 003 describes for PyTorch (Autograd records history, then redispatches to CPU).
+"""
+from __future__ import annotations
+
+import enum
+import threading
+from typing import Any, Callable
+
+from ..core.errors import BackendError
+from ..ops.table import OpDef
+
+
+class DispatchKey(enum.IntEnum):
+    """Higher priority first. New keys (e.g. CUDA) slot in by value.
+
+    Autograd sits above Tracer (unlike PyTorch's tracer, ours computes no values: traced
+    tensors are symbolic, so Tracer acts as their backend); recording autograd history on
+    traced tensors is what turns the eager engine into symbolic differentiation.  Batched
+    (tc.vmap) sits below the autograd keys, so a gradient taken inside a vmap is one per
+    batch item, and above Tracer, so a vmap inside tc.trace records batched ops.
+    """
+    ForwardAD = 0
+    Autograd = 1
+    Batched = 2
+    Tracer = 3
+    CPU = 4
+
+
+Kernel = Callable[[OpDef, dict[str, Any]], Any]
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.included: set[DispatchKey] = set()
+        self.grad_enabled = True
+        self.differentiating = 0      # depth of tc.grad/vjp calls running their function
+
+
+state = _State()
+
+
+def tensor_arguments(args: dict[str, Any]) -> list:
+    """The Tensors among an op's arguments (also inside a Tensor[])."""
+    from ..tensors.tensor import Tensor
+    return [t for v in args.values() for t in (v if isinstance(v, (list, tuple)) else (v,))
+            if isinstance(t, Tensor)]
+
+
+def level_of(t) -> int:
+    """The tc.vmap level a tensor belongs to (batching.py): 0 for a plain tensor."""
+    return t._batch[1] if t._batch is not None else 0
+
+
+class Dispatcher:
+    def __init__(self):
+        self._kernels: dict[DispatchKey, dict[str, Kernel]] = {k: {} for k in DispatchKey}
+        self._fallbacks: dict[DispatchKey, Kernel] = {}
+
+    def register(self, key: DispatchKey, op: OpDef, kernel: Kernel) -> None:
+        self._kernels[key][op.full_name] = kernel
+
+    def register_fallback(self, key: DispatchKey, kernel: Kernel) -> None:
+        """A kernel for every op of `key` that has none of its own."""
+        self._fallbacks[key] = kernel
+
+    def lookup(self, key: DispatchKey, op: OpDef) -> Kernel | None:
+        return self._kernels[key].get(op.full_name) or self._fallbacks.get(key)
+
+    def keys_for(self, args: dict[str, Any]) -> list[DispatchKey]:
+        keys = set(state.included) | {DispatchKey.CPU}
+        tensors = tensor_arguments(args)
+        top = max(map(level_of, tensors), default=0)
+        for t in tensors:
+            if t._value is not None:
+                keys.add(DispatchKey.Tracer)
+            if t._batch is not None:
+                keys.add(DispatchKey.Batched)
+            if level_of(t) != top:
+                continue
+            if t.requires_grad and state.grad_enabled:
+                keys.add(DispatchKey.Autograd)
+            if t._tangent is not None:
+                keys.add(DispatchKey.ForwardAD)
+        return sorted(keys)
+
+    def call(self, op: OpDef, args: dict[str, Any]) -> Any:
+        return self._run(op, args, self.keys_for(args))
+
+    def redispatch(self, op: OpDef, args: dict[str, Any], below: DispatchKey) -> Any:
+        """Run the call again with only the keys of lower priority than `below`."""
+        return self._run(op, args, [k for k in self.keys_for(args) if k > below])
+
+    def _run(self, op: OpDef, args: dict[str, Any], keys: list[DispatchKey]) -> Any:
+        for key in keys:
+            kernel = self.lookup(key, op)
+            if kernel is not None:
+                return kernel(op, args)
+        raise BackendError(f"{op.full_name}: no kernel for dispatch keys {[k.name for k in keys]}")
+
+
+dispatcher = Dispatcher()

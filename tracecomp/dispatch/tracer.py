@@ -1,0 +1,245 @@
+"""The Tracer dispatch key: records each op call into the graph of the active trace.
+
+While a TraceContext is active, every op call (also on eager tensors and factories)
+reaches the Tracer kernel, which turns Tensor arguments into SSA values, the other
+arguments into typed attributes, infers result
+types with the table's shape rules, and appends one op with the user's source location.
+A composite op is recorded as one op (decomposed later), unless it changes one of its
+arguments in place (batch_norm's running statistics, dropout(inplace=True)): its program
+then runs inline, so the change lands on the traced tensor, which tc.trace writes back.
+
+An eager tensor that an op meets becomes a hidden graph input when the traced function
+closes over it (the context's `closure`, closures.py: read again at every call), and a
+`tc.constant` op otherwise (made inside the function, a wrapped NumPy array, or a trace
+for export, which has no closure).  A closed-over tensor changed in place inside the
+function is put back as it was when the function returns (`restore_lifted`); its new
+value is an output that tc.trace writes back at every call.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .dispatcher import DispatchKey, state
+from ..core.errors import TraceError
+from ..ir import CONSTANT, Graph, Location, Value
+from ..core.types import BACKWARD, TensorType
+from ..core.symbolic import DynamicShapeError
+from ..ops import rules
+from ..ops.table import OpDef
+from ..tensors.results import package, type_args
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tracecomp/
+UNKNOWN_LOCATION = Location("<unknown>", 0)   # carries the phase of an op no frame explains
+
+
+def _user_frame(frame):
+    """(the first frame from `frame` outward outside the tracecomp package, its path), or
+    (None, None); and how many frames out from `frame` it lies."""
+    depth = 0
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR + os.sep) and not path.startswith("<frozen"):
+            return frame, path, depth
+        frame, depth = frame.f_back, depth + 1
+    return None, None, depth
+
+
+def user_location() -> Location | None:
+    """The innermost stack frame outside the tracecomp package: the user's call site."""
+    frame, path, _ = _user_frame(sys._getframe(1))
+    if frame is None:
+        return None
+    try:
+        rel = os.path.relpath(path)
+        path = rel if not rel.startswith("..") else path
+    except ValueError:
+        pass
+    return Location(path, frame.f_lineno, 0)
+
+
+def user_stacklevel() -> int:
+    """The stacklevel that makes its caller's warnings.warn name the user's frame."""
+    return _user_frame(sys._getframe(1))[2] + 1
+
+
+class TraceContext:
+    """One graph being recorded; pushed on a thread-local stack while the user's fn runs."""
+
+    def __init__(self, graph: Graph, inline_composites: bool = False, closure=None):
+        self.graph = graph
+        self.inline_composites = inline_composites
+        self.location_override: Location | None = None
+        self.backward_depth = 0            # > 0 while the autograd engine runs
+        self._constants: dict[int, tuple[Any, Value]] = {}
+        self.closure = closure             # closures.Closure of the traced function, or None
+        self.lifted: list[Lifted] = []     # hidden inputs, in order, after the arguments
+        self.baked_arrays: list[tuple[str, Any]] = []   # (name, array) of closed-over NumPy constants
+
+    def record(self, name: str, operands: list, attrs: dict, types: list):
+        loc = self.location()
+        if self.backward_depth:                # every op the engine records is backward
+            loc = (loc or UNKNOWN_LOCATION).derived(BACKWARD)
+        return self.graph.add_op(name, operands, attrs, types, loc)
+
+    @property
+    def backward_ops(self) -> set:
+        """The ops of the backward pass: the engine's, and the seed gradients."""
+        return {op for op in self.graph.ops if op.loc is not None and op.loc.is_backward}
+
+    def location(self) -> Location | None:
+        return self.location_override or user_location()
+
+    @contextlib.contextmanager
+    def located(self, loc: Location | None):
+        """Ops recorded inside get `loc` (None: the user's frame, as outside)."""
+        old, self.location_override = self.location_override, loc
+        try:
+            yield
+        finally:
+            self.location_override = old
+
+    def value_of(self, t) -> Value:
+        if t._value is not None:
+            if t._trace is not self:
+                raise TraceError("a traced tensor was used outside the trace that created it "
+                                 "(did it escape a tc.trace'd function through a global or closure?)")
+            return t._value
+        key = id(t)
+        if key not in self._constants:
+            self._constants[key] = (t, self._capture(t))    # keep t alive so its id stays unique
+        return self._constants[key][1]
+
+    def _capture(self, t) -> Value:
+        """An eager tensor's first use: a hidden input if the function closes over it, else a
+        constant (noting a closed-over NumPy array it wraps)."""
+        from ..transforms import closures
+        source = self.closure.source_of(t) if self.closure is not None else None
+        if source is not None:
+            value = self.graph.add_input(t._type)
+            self.lifted.append(Lifted(t, source, value, closures.snapshot(t)))
+            return value
+        if self.closure is not None:
+            name = self.closure.baked_array(t)
+            if name is not None:
+                self.baked_arrays.append((name, t._data))
+        return self.record(CONSTANT, [], {"value": np.array(t._data)}, [t._type]).result
+
+    def changed_lifted(self) -> list[int]:
+        """Positions (among `lifted`) of the closed-over tensors changed in place so far."""
+        return [i for i, h in enumerate(self.lifted) if h.tensor._version != h.state[-1]]
+
+    def restore_lifted(self) -> None:
+        """Give every closed-over tensor back its eager state: the trace only recorded the
+        change (tc.trace makes it at each call)."""
+        from ..transforms.closures import restore
+        for h in self.lifted:
+            restore(h.tensor, h.state)
+
+    def wrap(self, value: Value):
+        from ..tensors.tensor import Tensor
+        return Tensor(None, value.type, value, self)
+
+    def __enter__(self):
+        _stack.contexts.append(self)
+        state.included.add(DispatchKey.Tracer)
+        return self
+
+    def __exit__(self, *exc):
+        _stack.contexts.pop()
+        if not _stack.contexts:
+            state.included.discard(DispatchKey.Tracer)
+
+
+@dataclass
+class Lifted:
+    """A closed-over tensor made a hidden input: where it lives, its graph input, and its
+    eager state when first met."""
+    tensor: Any
+    source: Any          # closures.Source
+    value: Value
+    state: tuple         # closures.snapshot (its version last)
+
+
+class _Stack(threading.local):
+    def __init__(self):
+        self.contexts: list[TraceContext] = []
+
+
+_stack = _Stack()
+
+
+def current() -> TraceContext | None:
+    return _stack.contexts[-1] if _stack.contexts else None
+
+
+def operands_and_attrs(op: OpDef, args: dict[str, Any], value_of) -> tuple[list, dict]:
+    """Split an op's arguments into SSA operands (Tensors) and attributes (everything else).
+
+    Every argument is kept: a Tensor argument given as a Python scalar, or a Tensor? given
+    as None, becomes an attribute, so the op's text names all of its arguments.
+    """
+    from ..tensors.tensor import Tensor
+    operands, attrs = [], {}
+    for a in op.schema.arguments:
+        if a.binding_only:
+            continue
+        v = args[a.name]
+        if isinstance(v, Tensor):
+            operands.append(value_of(v))
+        elif a.type.is_tensor_list:
+            operands.extend(value_of(t) for t in v if t is not None)
+            if a.type.elem_optional:        # Tensor?[]: which entries are tensors
+                attrs[a.name] = tuple(int(t is not None) for t in v)
+        else:
+            attrs[a.name] = v
+    return operands, attrs
+
+
+def composite_types(op: OpDef, args: dict[str, Any]) -> tuple[list[TensorType], bool]:
+    """A composite's result types: its decomposition traced into a scratch graph; and
+    whether it changed a Tensor argument in place (batch_norm's running statistics)."""
+    from ..library.composites import run_composite
+    from ..tensors.tensor import Tensor
+    scratch = TraceContext(Graph("scratch"), inline_composites=True)
+    stand_ins = []
+
+    def stand_in(v):
+        if isinstance(v, Tensor):
+            stand_ins.append(scratch.wrap(scratch.graph.add_input(v._type)))
+            return stand_ins[-1]
+        if isinstance(v, list) and any(isinstance(t, Tensor) for t in v):
+            return [stand_in(t) for t in v]
+        return v
+    with scratch:
+        result = run_composite(op, {k: stand_in(v) for k, v in args.items()})
+    tensors = list(result) if isinstance(result, (tuple, list)) else [result]
+    return [t._type for t in tensors], any(t._version for t in stand_ins)
+
+
+def trace_kernel(op: OpDef, args: dict[str, Any]):
+    ctx = current()
+    if ctx is None:
+        raise TraceError(f"{op.full_name}: a traced tensor was used after its trace finished")
+    if op.kind == "composite" and ctx.inline_composites:
+        from ..library.composites import run_composite
+        return run_composite(op, args)
+    if op.kind == "composite":
+        out_types, writes = composite_types(op, args)
+        if writes:      # its program runs here, so that the change reaches the traced argument
+            from ..library.composites import run_composite
+            return run_composite(op, args)
+    else:
+        try:
+            out_types = rules.infer(op, type_args(args))
+        except DynamicShapeError as e:
+            raise DynamicShapeError(f"{op.full_name}: {e.reason}") from None
+    operands, attrs = operands_and_attrs(op, args, ctx.value_of)
+    recorded = ctx.record(op.ir_name, operands, attrs, out_types)
+    return package(op, [ctx.wrap(v) for v in recorded.results])

@@ -1,1 +1,0 @@
-"""Reference kernels: every non-composite op of ops.yaml executed on NumPy."""

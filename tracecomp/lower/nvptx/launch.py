@@ -1,0 +1,354 @@
+"""The launch plan: how each top-level statement of a loop-IR kernel maps onto a CUDA grid.
+
+A Kernel's body is a sequence of top-level statements that must run in order (a scatter
+copies, then accumulates), so each becomes its own launch on one stream:
+  elementwise  a Loop nest: the perfectly nested outer loops are flattened into one
+               iteration space that a grid-stride loop walks (one thread per point, any
+               size); a store `buf[i] = buf[i] + v` that iterations may share (scatter)
+               becomes an atomic add;
+  rows         a Loop nest whose innermost body holds a Reduce (or no Loop at all: a
+               full reduction): one block per output point (block-stride over points);
+               the block's threads split the Reduce, combine partials with warp shuffles
+               and shared memory, then thread 0 stores;
+  partials / finish   a rows nest with few long rows: `partials` has several blocks per
+               row, each reducing a chunk into a workspace; `finish` combines the chunks
+               of a row and runs the rest of the row's body;
+  columns      a Loop nest that accumulates into a buffer along some of its loops (a
+               column reduction `out[j] = max(out[j], x[i, j])`): the loops whose points
+               touch disjoint elements (j) are flattened into a grid-stride space, and each
+               thread runs the others (i) in order for its points: no atomics, and a warp
+               reads consecutive elements of each row;
+  matmul       a Matmul: 64x64 output tiles, one block of 16x16 threads each (4x4
+               elements per thread), staged through shared memory;
+  serial       anything whose iterations depend on each other: one thread.
+Grids are fixed numbers (loops stride over what a grid does not cover), so a launch
+configuration never depends on runtime sizes; a grid of 0 blocks means "nothing to do".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from ...core.dtypes import DType
+from ..llvm import scalar as S
+from ..llvm.emitter import monoid_updates
+from ...core.errors import BackendError
+from ..loops.ir import (INDEX, Binary, Buffer, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select,
+                        Store, Var)
+from ..loops.walk import buffers_read, buffers_written, statements, substitute, var_names, walk
+
+ELEMENTWISE_THREADS = 256
+MAX_BLOCKS = 65535             # gridDim.y/z limit; x is capped the same for simplicity
+MATMUL_TILE = 64               # output tile of a matmul block (MATMUL_THREADS^2 threads, 4x4 each)
+MATMUL_THREADS = 16
+MATMUL_K = 16                  # k step staged in shared memory
+THREAD_PER_ROW_MAX = 64        # rows no longer than this: one thread per row, not a block
+SPLIT_MIN_EXTENT = 1 << 16     # rows at least this long are split over several blocks...
+SPLIT_MAX_ROWS = 64            # ...when there are at most this many of them
+SPLIT_TERMS_PER_THREAD = 16
+COLUMNS_MIN_POINTS = 1024      # a columns plan needs this many parallel points to beat atomics
+
+
+@dataclass
+class Workspace:
+    """A device temp the runtime allocates for a launch (a split reduction's partials)."""
+    name: str
+    dtype: DType
+    elements: int
+
+
+@dataclass
+class Launch:
+    name: str                          # the PTX entry point
+    kernel: Kernel                     # the loop-IR kernel it belongs to
+    kind: str                          # see the module docstring
+    stmts: list                        # the loop-IR statements it runs
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    workspaces: list[Workspace] = field(default_factory=list)
+    chunks: int = 1                    # partials/finish: blocks per row
+    shared: set = field(default_factory=set)   # buffers the launch both loads and stores
+    shared_bytes: int = 0              # static shared memory (set by the code generator)
+
+    @property
+    def params(self) -> list[str]:
+        """Argument order of the entry point: buffers, sizes, workspaces."""
+        return ([b.name for b in self.kernel.buffers] + list(self.kernel.sizes)
+                + [w.name for w in self.workspaces])
+
+    @property
+    def empty(self) -> bool:
+        return 0 in self.grid
+
+
+def plan_kernel(kernel: Kernel) -> list[Launch]:
+    """The launches that run `kernel`, in order."""
+    segments = _segments(unrolled(kernel.body))
+    if len(segments) > 1 and any(_defines(seg) for seg in segments[:-1]):
+        # a later statement reads a name a top-level Let/Reduce binds: keep them together
+        return [_serial(kernel, kernel.body, kernel.name)]
+    launches: list[Launch] = []
+    for j, seg in enumerate(segments):
+        name = kernel.name if len(segments) == 1 else f"{kernel.name}_s{j}"
+        launches += _plan_segment(kernel, seg, name)
+    return launches
+
+
+def unrolled(body: list) -> list:
+    """`body` with every top-level Loop that holds a Matmul (the fused attention's loops
+    over batch items and tiles) replaced by its iterations, the loop var a constant in
+    each: a Matmul is a launch of its own, so the host runs that loop, a launch per
+    statement (a grid over the batch items would be the GPU's own way: not done yet)."""
+    out: list = []
+    for s in body:
+        if not (isinstance(s, Loop) and any(isinstance(n, Matmul) for n in statements(s.body))):
+            out.append(s)
+            continue
+        trips = static_extent(s.extent)
+        if trips is None:
+            raise BackendError(f"a loop over products with a run-time trip count ({s.extent!r}) has no PTX lowering")
+        for i in range(trips):
+            value = Const(i, INDEX)
+            out += unrolled(substitute(s.body, lambda n: value if n == Var(s.var, INDEX) else None))
+    return out
+
+
+def static_extent(e) -> Optional[int]:
+    """An extent's value when it is a constant expression (after unrolling), else None."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Binary) and e.fn in _FOLD:
+        a, b = static_extent(e.a), static_extent(e.b)
+        return None if a is None or b is None else _FOLD[e.fn](a, b)
+    return None
+
+
+_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+         "minimum": min, "maximum": max}
+
+
+def _segments(body: list) -> list[list]:
+    """Top-level Loops and Matmuls alone; runs of other statements together."""
+    out: list[list] = []
+    run: list = []
+    for s in body:
+        if isinstance(s, (Loop, Matmul)):
+            if run:
+                out.append(run)
+                run = []
+            out.append([s])
+        else:
+            run.append(s)
+    if run:
+        out.append(run)
+    return out
+
+
+def accesses(stmts: list) -> list[tuple[str, tuple]]:
+    """(buffer, index) of every Load and Store in the statements, nested ones included."""
+    return [(n.buffer, n.index) for n in walk(stmts) if isinstance(n, (Load, Store))]
+
+
+def row_disjoint(stmts: list, dims, shared: set[str]) -> bool:
+    """Does every access to a buffer in `shared` index it with each outer loop var at one
+    fixed position?  Then different points of the outer loops touch disjoint elements and
+    may run on different threads or blocks (a row kernel that stores exp(x) and reads it
+    back for its sum, then divides it in place)."""
+    return all(disjoint_vars(stmts, dims, shared))
+
+
+def disjoint_vars(stmts: list, dims, shared: set[str]) -> list[bool]:
+    """Per loop of `dims`: does every access to a buffer in `shared` index it with that
+    loop's var at one fixed position (so that its iterations touch disjoint elements)?"""
+    indices = {name: [ix for buf, ix in accesses(stmts) if buf == name] for name in shared}
+    out = []
+    for v, _ in dims:
+        var = Var(v, INDEX)
+        out.append(all(set.intersection(*({p for p, e in enumerate(ix) if e == var} for ix in found))
+                       for found in indices.values() if found))
+    return out
+
+
+def iteration_local(loop: Loop, shared: set[str]) -> bool:
+    """Do the loop's accesses to `shared` buffers all use one index that includes the loop
+    var?  Then its iterations may run on different threads."""
+    var = Var(loop.var, INDEX)
+    for name in shared:
+        indices = {ix for buf, ix in accesses([loop]) if buf == name}
+        if len(indices) > 1 or any(var not in ix for ix in indices):
+            return False
+    return True
+
+
+def _defines(seg: list) -> bool:
+    return any(isinstance(s, (Let, Reduce)) for s in seg)
+
+
+def perfect_nest(stmt) -> tuple[list[tuple[str, Union[int, str]]], list]:
+    """The outer loops of a nest while each body is exactly one Loop: ([(var, extent)], body)."""
+    dims = []
+    body = [stmt]
+    while len(body) == 1 and isinstance(body[0], Loop):
+        dims.append((body[0].var, body[0].extent))
+        body = body[0].body
+    return dims, body
+
+
+def static_product(extents) -> Optional[int]:
+    return math.prod(extents) if all(isinstance(e, int) for e in extents) else None
+
+
+def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
+    if isinstance(seg[0], Matmul):
+        return [_matmul(kernel, seg[0], name)]
+    dims, body = perfect_nest(seg[0]) if isinstance(seg[0], Loop) else ([], seg)
+    loads, stores = buffers_read(seg), buffers_written(seg)
+    shared = loads & stores
+    atomic = bool(shared) and all_atomic(seg, shared)
+    if shared and not row_disjoint(seg, dims, shared):      # (no dims: one row)
+        columns, points = _columns(kernel, seg, dims, shared, name)
+        if columns is not None and (not atomic or points is None or points >= COLUMNS_MIN_POINTS):
+            return [columns]
+        if not atomic:
+            return [_serial(kernel, seg, name)]
+    reduces = [s for s in body if isinstance(s, Reduce)]
+    rows = static_product([e for _, e in dims])
+    longest = max((r.extent if isinstance(r.extent, int) else SPLIT_MIN_EXTENT for r in reduces), default=0)
+    if any(map(cooperative, reduces)) and not atomic and (not dims or longest > THREAD_PER_ROW_MAX):
+        threads = min(256, max(32, 1 << (max(longest, 1) - 1).bit_length()))
+        split = None if shared else _split_plan(kernel, seg, body, rows, threads, name)
+        if split is not None:
+            return split
+        grid = min(rows, MAX_BLOCKS) if rows is not None else MAX_BLOCKS
+        return [Launch(name, kernel, "rows", seg, (threads, 1, 1), (grid, 1, 1), shared=shared)]
+    if not dims:
+        return [_serial(kernel, seg, name)]       # a 0-d store or a non-monoid full reduction
+    total = rows
+    blocks = MAX_BLOCKS if total is None else min(-(-total // ELEMENTWISE_THREADS), MAX_BLOCKS)
+    return [Launch(name, kernel, "elementwise", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1))]
+
+
+def _columns(kernel: Kernel, seg: list, dims, shared: set[str], name: str):
+    """(the columns plan of a single loop nest (module docstring), its parallel points or
+    None when they are not static), or (None, None) when none of its loops may run in
+    parallel or its body holds a further Loop or Reduce."""
+    if len(seg) != 1 or not isinstance(seg[0], Loop):
+        return None, None
+    _, body = perfect_nest(seg[0])
+    parallel = disjoint_vars(seg, dims, shared)
+    if not any(parallel) or any(isinstance(s, (Loop, Reduce)) for s in body):
+        return None, None
+    points = static_product([e for (_, e), p in zip(dims, parallel) if p])
+    blocks = MAX_BLOCKS if points is None else min(-(-points // ELEMENTWISE_THREADS), MAX_BLOCKS)
+    launch = Launch(name, kernel, "columns", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1), shared=shared)
+    return launch, points
+
+
+def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], threads: int,
+                name: str) -> Optional[list[Launch]]:
+    """partials + finish for few long rows whose one Reduce threads can share (module doc)."""
+    reduces = [s for s in body if isinstance(s, Reduce)]
+    if rows is None or rows > SPLIT_MAX_ROWS or len(reduces) != 1:
+        return None
+    r = reduces[0]
+    if not isinstance(r.extent, int) or r.extent < SPLIT_MIN_EXTENT or not cooperative(r):
+        return None
+    if any(isinstance(s, (Loop, Reduce)) for s in body[:body.index(r)]):
+        return None
+    chunks = min(-(-r.extent // (threads * SPLIT_TERMS_PER_THREAD)), MAX_BLOCKS)
+    workspaces = [Workspace(f"{name}_part{k}", DType.int64 if a.dtype == INDEX else a.dtype, rows * chunks)
+                  for k, a in enumerate(r.accumulators)]
+    part = Launch(f"{name}_partials", kernel, "partials", seg, (threads, 1, 1), (chunks, rows, 1),
+                  workspaces, chunks)
+    fin = Launch(f"{name}_finish", kernel, "finish", seg, (threads, 1, 1), (rows, 1, 1),
+                 workspaces, chunks)
+    return [part, fin]
+
+
+def _matmul(kernel: Kernel, s: Matmul, name: str) -> Launch:
+    t = MATMUL_TILE
+    ext = [s.n, s.m, static_product(s.batch) if s.batch else 1]
+    grid = tuple(MAX_BLOCKS if not isinstance(e, int) or e is None
+                 else min(-(-e // t) if i < 2 else e, MAX_BLOCKS) for i, e in enumerate(ext))
+    return Launch(name, kernel, "matmul", [s], (MATMUL_THREADS, MATMUL_THREADS, 1), grid)
+
+
+def _serial(kernel: Kernel, stmts: list, name: str) -> Launch:
+    return Launch(name, kernel, "serial", list(stmts), (1, 1, 1), (1, 1, 1))
+
+
+# ---------------------------------------------------------------- statement analysis
+
+def cooperative(s: Reduce) -> bool:
+    """Can a block's threads share `s`?  Monoid updates llvm/scalar.py has for the dtypes, or a
+    first-extreme search (arg_update)."""
+    monoids = monoid_updates(s)
+    if monoids is None:
+        return arg_update(s) is not None
+    return all(fn in S.BINARY.get(S.kind(a.dtype), {}) for (fn, _), a in zip(monoids, s.accumulators))
+
+
+def arg_update(r: Reduce) -> Optional[tuple[str, str, str, Expr]]:
+    """(value acc, index acc, term, take) when `r` searches the first extreme element, as
+    argmax does: its body is one Let `term`, and with one condition `take` that reads only
+    the term and the value accumulator, value = take ? term : value and index = take ? r :
+    index.  Then two partial searches merge by feeding the later one into the earlier."""
+    if len(r.accumulators) != 2 or len(r.body) != 1 or not isinstance(r.body[0], Let):
+        return None
+    best, at = r.accumulators
+    term = r.body[0].name
+    u, v = r.update
+    if at.dtype != INDEX or not (isinstance(u, Select) and isinstance(v, Select)) or u.cond != v.cond:
+        return None
+    if (u.a, u.b) != (Var(term, u.dtype), Var(best.name, best.dtype)) or \
+            (v.a, v.b) != (Var(r.var, INDEX), Var(at.name, INDEX)):
+        return None
+    if not var_names(u.cond) <= {term, best.name}:
+        return None
+    return best.name, at.name, term, u.cond
+
+
+ATOMIC_DTYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
+
+
+def atomic_add_term(s: Store, buffers: dict[str, Buffer]) -> Optional[Expr]:
+    """`v` when `s` is `buf[ix] = buf[ix] + v` (either order) on a dtype atomics can add."""
+    u = s.value
+    if not (isinstance(u, Binary) and u.fn == "add" and buffers[s.buffer].dtype in ATOMIC_DTYPES):
+        return None
+    own = Load(s.buffer, tuple(s.index), buffers[s.buffer].dtype)
+    for mine, term in ((u.a, u.b), (u.b, u.a)):
+        if mine == own:
+            if s.buffer not in buffers_read(term) and s.buffer not in buffers_read(s.index):
+                return term
+    return None
+
+
+def all_atomic(stmts: list, shared: set[str]) -> bool:
+    """Every load of a buffer in `shared` is the read half of an atomic-add Store, which
+    is the nest's only statement touching it (a scatter's accumulation)."""
+    stores = [s for s in statements(stmts) if isinstance(s, Store)]
+    others = [s for s in statements(stmts) if not isinstance(s, (Store, Loop))]
+    for name in shared:
+        mine = [s for s in stores if s.buffer == name]
+        if not mine:
+            return False
+        fake = {name: Buffer(name, _store_dtype(mine[0]), (), "output")}
+        if any(atomic_add_term(s, fake) is None for s in mine):
+            return False
+        for s in stores:
+            if s.buffer != name and name in buffers_read(s):
+                return False
+        for s in others:
+            if name in buffers_read(s):
+                return False
+    return True
+
+
+def _store_dtype(s: Store):
+    return s.value.dtype
+
+

@@ -1,0 +1,79 @@
+"""A scheduled Program compiled for a CUDA architecture: PTX text plus the launches that
+run it, in order (a GpuModule).  Building one needs llvmlite only: no GPU, no driver.
+
+The module is generated once per (program, architecture): launch planning (launch.py),
+code generation (codegen.py), LLVM's O3 pipeline for the NVPTX target, and PTX
+printing.  `describe()` is the JSON-ready description the exporter writes and the CLI
+prints: per launch its entry point, kind, block, grid, static shared memory and
+parameters; per buffer its role, dtype and shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import llvmlite.ir as ir
+
+from ..schedule.scheduler import Program
+from . import target as T
+from .launch import Launch, plan_kernel
+from .kernels import emit_launch
+
+
+@dataclass
+class GpuModule:
+    program: Program
+    arch: str
+    launches: list[Launch]
+    llvm_ir: str              # before optimization
+    ptx: str
+
+    def describe(self) -> dict:
+        p = self.program
+        buffers = {name: {"role": b.role, "dtype": b.dtype.label, "shape": list(b.shape)}
+                   for name, b in p.buffers.items()}
+        for launch in self.launches:
+            for w in launch.workspaces:
+                buffers[w.name] = {"role": "workspace", "dtype": w.dtype.label, "shape": [w.elements]}
+        return {
+            "name": p.name, "arch": self.arch, "ptx_isa": T.ptx_isa(self.arch),
+            "inputs": list(p.inputs), "outputs": list(p.outputs), "buffers": buffers,
+            "launches": [{"entry": l.name, "kernel": l.kernel.name, "kind": l.kind,
+                          "block": list(l.block), "grid": list(l.grid),
+                          "shared_bytes": l.shared_bytes, "params": l.params} for l in self.launches],
+        }
+
+
+def compile_program(program: Program, arch: str = T.DEFAULT_ARCH) -> GpuModule:
+    """PTX for every kernel of `program` and the launches that run them."""
+    module, (launches,) = build_module([program], arch, [""], f"tc_{program.name}_{arch}")
+    text = str(module)
+    return GpuModule(program, arch, launches, text, to_ptx(text, arch, module.name))
+
+
+def compile_batch(programs: Sequence[Program], arch: str = T.DEFAULT_ARCH) -> tuple[str, list[list[Launch]]]:
+    """Several programs in one PTX module (entry points prefixed `p<i>_`): one LLVM run and
+    one ptxas run check them all (the tests use this)."""
+    module, launches = build_module(programs, arch, [f"p{i}_" for i in range(len(programs))], "tc_batch")
+    return to_ptx(str(module), arch, module.name), launches
+
+
+def build_module(programs: Sequence[Program], arch: str, prefixes: Sequence[str],
+                 name: str) -> tuple[ir.Module, list[list[Launch]]]:
+    """One NVPTX module with the launches of every program (names prefixed)."""
+    T.check_arch(arch)
+    module = ir.Module(name=name)
+    module.triple = T.TRIPLE
+    module.data_layout = T.data_layout(arch)
+    out = []
+    for program, prefix in zip(programs, prefixes):
+        launches = [launch for k in program.kernels for launch in plan_kernel(k)]
+        for launch in launches:
+            launch.name = prefix + launch.name
+            emit_launch(module, launch)
+        out.append(launches)
+    return module, out
+
+
+def to_ptx(llvm_ir: str, arch: str, name: str) -> str:
+    return T.emit_ptx(T.optimized_module(llvm_ir, arch, name), arch)

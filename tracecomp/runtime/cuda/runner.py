@@ -1,0 +1,142 @@
+"""A scheduled Program run on a CUDA device: what `tc.trace(fn, device="cuda")` calls.
+
+Built once per traced signature: the driver is checked first (no driver or no GPU raises
+CudaUnavailableError before any compiling), the PTX is generated for the newest
+architecture tracecomp knows that the device can run, and the driver loads it.  Device
+memory for temporaries, workspaces and outputs is allocated once and kept across calls;
+constants are copied once.  A call checks the inputs on the host (shape, dtype, index
+ranges, as the CPU backend does), copies them to the device, fills random buffers on the
+host, launches every non-empty launch in order on the default stream, synchronizes and
+copies the outputs back into fresh NumPy arrays.  Where the program computes indices, its
+error record (loops/ir.py's CheckedIndex) is zeroed before the launches and read after
+them: a failed check raises the ShapeError the CPU backend raises.  Not re-entrant (one
+lock per program).
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Optional
+
+import numpy as np
+
+from ...core import random as tc_random
+from ...core.errors import ArgumentError, BackendError
+from ...lower.schedule.scheduler import Program
+from ...lower.schedule.index_checks import recorded_error
+from ..compiled import check_indices
+from . import driver as cuda_driver
+from ...lower.nvptx.target import PTX_ISA
+from ...lower.nvptx.program import GpuModule, compile_program
+
+
+def arch_for(capability: tuple[int, int]) -> str:
+    """The newest architecture in PTX_ISA (plain sm_NN) the device can run; PTX is forward
+    compatible, so e.g. sm_90 code runs on later GPUs through the driver's JIT."""
+    have = capability[0] * 10 + capability[1]
+    usable = [a for a in PTX_ISA if a[3:].isdigit() and int(a[3:]) <= have]
+    if not usable:
+        raise BackendError(f"the CUDA device has compute capability {capability[0]}.{capability[1]}; "
+                           f"tracecomp's PTX needs 8.0 or newer")
+    return max(usable, key=lambda a: int(a[3:]))
+
+
+class CudaProgram:
+    def __init__(self, program: Program, ctx: Optional[driver.Context] = None):
+        self.ctx = ctx if ctx is not None else cuda_driver.driver().context(0)
+        self.program = program
+        for k in program.kernels:
+            if k.sizes:
+                raise BackendError(f"kernel '{k.name}' has runtime sizes; the CUDA runner needs static shapes")
+        self.gpu: GpuModule = compile_program(program, arch_for(self.ctx.compute_capability))
+        self.module = self.ctx.load(self.gpu)
+        self._lock = threading.Lock()
+        self.device: dict[str, int] = {}
+        for name, b in program.buffers.items():
+            if b.role != "input":
+                self.device[name] = self.ctx.alloc(_nbytes(b.shape, b.dtype.np))
+        for launch in self.gpu.launches:
+            for w in launch.workspaces:
+                self.device[w.name] = self.ctx.alloc(w.elements * w.dtype.itemsize)
+        for name, value in program.constants.items():
+            self.ctx.to_device(self.device[name], value)
+        self.calls = [(self.module.function(l.name), l) for l in self.gpu.launches if not l.empty]
+
+    def check_inputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        p = self.program
+        if len(inputs) != len(p.inputs):
+            raise ArgumentError(f"compiled function @{p.name} takes {len(p.inputs)} inputs, got {len(inputs)}")
+        ready = []
+        for i, (name, a) in enumerate(zip(p.inputs, inputs)):
+            b, a = p.buffers[name], np.asarray(a)
+            if not a.flags.c_contiguous:        # (np.ascontiguousarray would make 0-d arrays 1-d)
+                a = np.ascontiguousarray(a)
+            if a.shape != tuple(b.shape) or a.dtype != b.dtype.np:
+                raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(b.shape)}, "
+                                    f"got {a.dtype}{list(a.shape)}")
+            if name in p.index_checks and a.size:
+                check_indices(a, p.index_checks[name])
+            ready.append(a)
+        return ready
+
+    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        p, ctx = self.program, self.ctx
+        host = dict(zip(p.inputs, self.check_inputs(inputs)))
+        with self._lock:
+            ctx.make_current()
+            inputs_on_device = {}
+            try:
+                for name, a in host.items():
+                    inputs_on_device[name] = ctx.alloc(a.nbytes)
+                    ctx.to_device(inputs_on_device[name], a)
+                pointers = {**self.device, **inputs_on_device}
+                for f in p.fills:
+                    gen = tc_random.generator()
+                    draw = gen.random if f.impl == "uniform" else gen.standard_normal
+                    ctx.to_device(pointers[f.buffer], draw(f.shape, dtype=f.dtype.np))
+                record = self._error_record()
+                if record is not None:
+                    ctx.to_device(pointers[p.index_errors], record)
+                for fn, launch in self.calls:
+                    args = [ctypes.c_uint64(pointers[n]) for n in launch.params]
+                    ctx.launch(fn, launch.grid, launch.block, args)
+                ctx.synchronize()
+                if record is not None:
+                    err = recorded_error(p.computed_checks, ctx.to_host(record, pointers[p.index_errors]))
+                    if err is not None:
+                        raise err
+                return [self._result(name, host, pointers) for name in p.outputs]
+            finally:
+                for ptr in inputs_on_device.values():
+                    ctx.free(ptr)
+
+    def _error_record(self) -> Optional[np.ndarray]:
+        """A zeroed host copy of the program's error record, or None without computed checks."""
+        name = self.program.index_errors
+        return None if name is None else np.zeros(tuple(self.program.buffers[name].shape), np.int64)
+
+    def _result(self, name: str, host: dict, pointers: dict) -> np.ndarray:
+        b = self.program.buffers[name]
+        if b.role == "input":
+            return np.array(host[name], copy=True)
+        if b.role == "constant":
+            return np.array(self.program.constants[name], copy=True)
+        return self.ctx.to_host(np.empty(tuple(b.shape), b.dtype.np), pointers[name])
+
+    def close(self) -> None:
+        """Free the device memory and unload the module (also done at garbage collection)."""
+        device, self.device = getattr(self, "device", {}), {}
+        try:
+            for ptr in device.values():
+                self.ctx.free(ptr)
+            if getattr(self, "module", None) is not None:
+                self.module.unload()
+        except cuda_driver.CudaError:
+            pass            # a dying context: nothing left to free
+
+    def __del__(self):
+        self.close()
+
+
+def _nbytes(shape, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize

@@ -1,0 +1,312 @@
+"""tc.Tensor: an eager tensor (a NumPy array) or a traced one (an SSA value in a graph).
+
+Operator methods are not written here: bindings.py attaches every method, operator and
+property that ops.yaml declares.  This file holds only what is not an op: metadata,
+conversion to NumPy/DLPack, printing, and the errors for using a traced value in Python.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core import dtypes as dt
+from ..core.errors import TraceError, add_location
+from ..core.types import TensorType
+
+
+class Tensor:
+    __slots__ = ("_data", "_type", "_value", "_trace", "requires_grad", "grad", "grad_fn",
+                 "_output_nr", "_accumulator", "_retains_grad", "_tangent", "_version", "_is_view", "_view_of",
+                 "_batch", "__weakref__")
+    __array_priority__ = 1000     # NumPy defers `ndarray + Tensor` to Tensor.__radd__
+    __array_ufunc__ = None
+
+    def __init__(self, data: np.ndarray | None, type: TensorType, value=None, trace=None,
+                 requires_grad: bool = False):
+        self._data = data
+        self._type = type
+        self._value = value       # ir.Value while traced
+        self._trace = trace       # the TraceContext that owns _value
+        self.requires_grad = requires_grad
+        self.grad = None
+        self.grad_fn = None         # the autograd Node that made this tensor (None for leaves)
+        self._output_nr = 0         # which output of grad_fn this tensor is
+        self._accumulator = None    # a leaf's AccumulateGrad node, made on first use
+        self._retains_grad = False
+        self._tangent = None        # forward-mode tangent (tc.jvp)
+        self._version = 0           # bumped by every in-place change (item assignment)
+        self._is_view = False       # made by a view op: assigning into it raises (assignment.py)
+        self._view_of = None        # (base, index, base's version) when made by basic indexing
+        self._batch = None          # (whole batch, level, batched) inside tc.vmap (batching.py)
+
+    def _take_over(self, updated: "Tensor") -> None:
+        """Become `updated` (an in-place change, functionalized): its value, trace value,
+        autograd history and tangent; this tensor's identity and view flag stay."""
+        self._data, self._value, self._trace = updated._data, updated._value, updated._trace
+        # a leaf that requires grad, changed under no_grad (an optimizer's step), stays one
+        keep_leaf = self.requires_grad and self.grad_fn is None and updated.grad_fn is None
+        self.grad_fn, self._output_nr = updated.grad_fn, updated._output_nr
+        self.requires_grad, self._tangent = updated.requires_grad or keep_leaf, updated._tangent
+        if updated._batch is not None or self._batch is not None:
+            from ..dispatch.batching import take_over_batch
+            take_over_batch(self, updated)
+        self._version += 1
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, requires_grad: bool = False) -> "Tensor":
+        array = np.asarray(array)
+        dtype = dt.from_numpy(array.dtype)
+        if array.dtype != dtype.np or not array.flags.writeable:
+            array = array.astype(dtype.np)
+        return cls(array, TensorType(tuple(array.shape), dtype), requires_grad=requires_grad)
+
+    # -------------------------------------------------------------- metadata
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._type.shape
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self._type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._type.ndim
+
+    @property
+    def is_traced(self) -> bool:
+        return self._value is not None
+
+    def dim(self) -> int:
+        return self._type.ndim
+
+    def numel(self) -> int:
+        return self._type.numel
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    __hash__ = object.__hash__      # __eq__ is elementwise, identity hashing as in PyTorch
+
+    # -------------------------------------------------------------- autograd
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def detach(self) -> "Tensor":
+        """The same values (shared, also while traced) with no autograd history."""
+        if self._batch is not None:           # inside tc.vmap: the whole batch loses it too
+            from ..dispatch.batching import wrap
+            return wrap(self._batch[0].detach(), *self._batch[1:])
+        return Tensor(self._data, self._type, self._value, self._trace)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and not self.dtype.is_floating_point:
+            from ..core.errors import DTypeError
+            raise DTypeError(f"only floating point tensors can require gradients, got {self.dtype.label}")
+        if not requires_grad and self.grad_fn is not None:
+            raise RuntimeError("requires_grad can only be turned off on leaf tensors; use detach()")
+        self.requires_grad = requires_grad
+        return self
+
+    def retain_grad(self) -> None:
+        """Keep `.grad` for this non-leaf tensor after backward (leaves always keep it)."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on a tensor that has requires_grad=False")
+        if self.grad_fn is not None:
+            self.grad_fn.retained[self._output_nr] = self
+        self._retains_grad = True
+
+    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's `.grad` (PyTorch semantics)."""
+        from ..autograd.functional import backward
+        backward([self], None if gradient is None else [gradient], retain_graph, create_graph)
+
+    # -------------------------------------------------------------- concrete values
+    def _concrete(self, why: str) -> np.ndarray:
+        from ..library.assignment import check_fresh
+        check_fresh(self)
+        if self._batch is not None:
+            from ..dispatch.batching import VmapError
+            from ..dispatch.tracer import user_location
+            raise add_location(VmapError(
+                f"{why} needs the tensor's value, but inside tc.vmap a tensor stands for a whole "
+                f"batch of values (each of shape {self.shape}, {self.dtype.label}): Python control "
+                "flow and conversions cannot depend on one of them, and ops whose result shape "
+                "depends on the values (nonzero, masked_select, unique) cannot be mapped. Use "
+                "tc.where(...) for data-dependent selection, or move this code out of the mapped "
+                "function."), str(user_location()))
+        if self._data is None:
+            from ..dispatch.tracer import user_location
+            raise add_location(TraceError(
+                f"{why} needs the tensor's value, but inside tc.trace tensors are symbolic "
+                f"(shape {self.shape}, {self.dtype.label}): Python control flow and conversions "
+                "cannot depend on traced values. Use tc.where(...) for data-dependent selection, "
+                "or move this code outside the traced function."), str(user_location()))
+        return self._data
+
+    def numpy(self) -> np.ndarray:
+        return self._concrete("Tensor.numpy()")
+
+    def item(self):
+        data = self._concrete("Tensor.item()")
+        if data.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return data.reshape(()).item()
+
+    def tolist(self):
+        return self._concrete("Tensor.tolist()").tolist()
+
+    def cpu(self) -> "Tensor":
+        """The tensor itself: tracecomp's tensors live in host memory (PyTorch's .cpu() of a
+        CPU tensor is the same tensor)."""
+        return self
+
+    def __array__(self, dtype=None, copy=None):
+        data = self._concrete("np.asarray(tensor)")
+        return data if dtype is None else data.astype(dtype)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._concrete("__dlpack__").__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)   # kDLCPU, device 0
+
+    # -------------------------------------------------------------- pickling and copying
+    def __reduce_ex__(self, protocol):
+        """Pickle the values, dtype, class and requires_grad, as PyTorch does: the autograd
+        history (grad_fn) stays behind, so a tensor computed from a leaf arrives as a leaf
+        that requires grad, and `.grad` is not sent.  A traced tensor has no values to send
+        (TraceError)."""
+        data = self._concrete("pickling a tensor")
+        return _rebuild_tensor, (type(self), np.array(data), self._type, self.requires_grad,
+                                 getattr(self, "__dict__", None))
+
+    def __deepcopy__(self, memo: dict) -> "Tensor":
+        """A copy with its own values and grad.  As in PyTorch, only leaves: a copy of a
+        tensor computed from others could neither keep nor honestly drop its history."""
+        if self.grad_fn is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
+                               f"deepcopy protocol at the moment; this one was computed by "
+                               f"{type(self.grad_fn).__name__} (deepcopy its .detach() instead)")
+        rebuild, args = self.__reduce_ex__(4)
+        copy = memo[id(self)] = rebuild(*args)
+        if self.grad is not None:
+            import copy as copying
+            copy.grad = copying.deepcopy(self.grad, memo)
+        return copy
+
+    def __bool__(self) -> bool:
+        data = self._concrete("bool(tensor) (e.g. `if tensor:`)")
+        if data.size != 1:
+            raise ValueError(f"the truth value of a tensor with {data.size} elements is ambiguous")
+        return bool(data.reshape(()))
+
+    def __float__(self) -> float:
+        return float(self._concrete("float(tensor)").reshape(()))
+
+    def __int__(self) -> int:
+        return int(self._concrete("int(tensor)").reshape(()))
+
+    def __index__(self) -> int:
+        data = self._concrete("using a tensor as an index")
+        if data.dtype.kind not in "iu" or data.size != 1:
+            raise TypeError("only integer tensors with one element can be converted to an index")
+        return int(data.reshape(()))
+
+    # -------------------------------------------------------------- printing
+    def __repr__(self) -> str:
+        extras = []
+        if self.dtype not in (dt.FLOAT32, dt.INT64, dt.BOOL):
+            extras.append(f"dtype={self.dtype!r}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{type(self.grad_fn).__name__}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        if self._batch is not None:
+            what = f"batched: {self._batch[0].shape[0]} items" if self._batch[2] else "unbatched, in tc.vmap"
+            return f"tensor(<{what}>, shape={self.shape}, dtype={self.dtype!r})"
+        if self._data is None:
+            return f"tensor(<traced>, shape={self.shape}, dtype={self.dtype!r})"
+        tail = "".join(", " + e for e in extras)
+        return f"tensor({format_array(self._data, prefix='tensor(')}{tail})"
+
+
+def format_array(data: np.ndarray, prefix: str) -> str:
+    """PyTorch's look: `1., 2.` for whole floats, 4 decimals otherwise."""
+    if data.size and data.dtype.kind == "f":
+        finite = data[np.isfinite(data)]
+        whole = finite.size == 0 or np.all(finite == np.round(finite))
+        mode = "maxprec_equal" if whole else "fixed"
+        return np.array2string(data, separator=", ", prefix=prefix, precision=4, floatmode=mode)
+    if data.dtype.kind == "b":
+        return np.array2string(data, separator=", ", prefix=prefix,
+                               formatter={"bool": lambda b: "True" if b else "False"})
+    return np.array2string(data, separator=", ", prefix=prefix)
+
+
+def foreign_name(x: Any) -> str:
+    """`torch.Tensor` for a PyTorch tensor: the full name of an array type of another library."""
+    t = type(x)
+    return f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def is_foreign(x: Any) -> bool:
+    """An array of another library that shares its memory through DLPack (a torch.Tensor)."""
+    return hasattr(x, "__dlpack__") and not isinstance(x, (Tensor, np.ndarray, np.generic, int, float, bool))
+
+
+def from_dlpack(x: Any) -> Tensor:
+    """The tracecomp Tensor sharing `x`'s memory (zero copy), for any DLPack exporter on the
+    CPU: a torch.Tensor, a NumPy or JAX array.  A torch.Tensor that requires grad refuses:
+    its gradient would be lost, so detach it first, as PyTorch asks before .numpy()."""
+    if isinstance(x, Tensor):
+        return x
+    if getattr(x, "requires_grad", False):
+        from ..core.errors import ArgumentError
+        from ..dispatch.tracer import user_location
+        raise add_location(ArgumentError(
+            f"a {foreign_name(x)} that requires grad cannot be shared with tracecomp (its gradient "
+            f"would be lost): pass x.detach(), or compute the gradient with tracecomp"), str(user_location()))
+    try:
+        return Tensor.from_numpy(np.from_dlpack(x))
+    except (TypeError, RuntimeError, BufferError) as e:
+        from ..core.errors import ArgumentError
+        raise ArgumentError(f"from_dlpack: cannot share the memory of a {foreign_name(x)} ({e}); "
+                            "tracecomp takes CPU arrays") from None
+
+
+def as_tensor(x: Any) -> Tensor:
+    """A Tensor from a Tensor, NumPy array, DLPack/array-protocol object or Python scalar."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return Tensor.from_numpy(x)
+    if is_foreign(x):
+        return from_dlpack(x)
+    if isinstance(x, np.generic):         # NumPy scalars keep their dtype, as in PyTorch
+        return Tensor.from_numpy(np.asarray(x))
+    if isinstance(x, (bool, int, float)):
+        return Tensor.from_numpy(np.asarray(x, dtype=dt.scalar_dtype(x).np))
+    return Tensor.from_numpy(np.asarray(x))
+
+
+def _rebuild_tensor(cls: type, data: np.ndarray, type_: TensorType, requires_grad: bool,
+                    state: dict | None = None) -> Tensor:
+    """A pickled tensor back: a leaf of class `cls` (Tensor, Parameter, ...) holding `data`."""
+    tensor = cls.__new__(cls)
+    Tensor.__init__(tensor, data, type_, requires_grad=requires_grad)
+    if state:
+        tensor.__dict__.update(state)
+    return tensor

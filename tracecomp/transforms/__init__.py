@@ -1,0 +1,1 @@
+"""Transforms of user functions: tc.trace (its closures, pickling and pass pipeline) and tc.vmap."""

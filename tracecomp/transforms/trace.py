@@ -1,0 +1,747 @@
+"""tc.trace: record a function into a graph per input signature, optimize it, run it.
+
+The signature of a call is the pytree structure of its arguments, each tensor leaf's
+shape and dtype, and the value of every non-tensor leaf (Python scalars are static, as
+with torch.compile's specialization, so changing one retraces; NumPy scalars are 0-d
+tensors, as in JAX).  Each new signature is
+traced under the Tracer key, optimized by the pass pipeline and cached; retraces are
+logged with what changed and warn once past `max_retraces`.
+
+Calls whose arguments are all NumPy arrays or concrete Tensors (no kwargs) first look up a
+cheaper key, each argument's shape and dtype (`_fast_key`), filled after the full lookup
+found the signature and took every argument as it was.  Each signature records the time
+of every compile stage (timings.py; `Lowered.timings`), logged when TRACECOMP_LOG is set.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import time
+import uuid
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from . import closures
+from ..tensors import pytree
+from ..core import timings
+from .pickling import portable, rebuild as _rebuild, restore_source_files, source_files  # noqa: F401 - re-exported
+from ..core.dtypes import from_numpy
+from ..core.errors import ArgumentError, TraceError
+from ..ir import Graph, TensorType
+from ..core.symbolic import Dim
+from ..tensors.tensor import Tensor, as_tensor
+from ..dispatch.tracer import TraceContext, user_stacklevel
+
+log = logging.getLogger("tracecomp.transforms.trace")
+
+DEFAULT_MAX_RETRACES = 8
+DEFAULT_CACHE_SIZE = 64      # compiled signatures kept per traced function (least recently used go)
+BACKENDS = ("cpu", "interp")
+DEVICES = ("cpu", "cuda")
+
+
+def _is_array_leaf(x: Any) -> bool:
+    """Tensors, arrays and NumPy scalars (np.float32(0.1): data, as in JAX, so an Adam step
+    whose bias correction changes every call compiles once) are traced; Python numbers,
+    strings and None are static, as in torch.compile: a new value retraces."""
+    if isinstance(x, (Tensor, np.ndarray, np.generic)):
+        return not isinstance(x, (np.str_, np.bytes_, np.void))
+    if isinstance(x, (bool, int, float, str, type(None))):
+        return False
+    return hasattr(x, "__dlpack__") or hasattr(x, "__array__")
+
+
+def _fast_key(args: tuple) -> tuple | None:
+    """A signature key for calls whose arguments are all NumPy arrays or concrete Tensors
+    (None otherwise): cheaper than flattening the arguments and building Tensors."""
+    key = []
+    for a in args:
+        t = type(a)
+        if t is np.ndarray:
+            key.append((a.shape, a.dtype))
+        elif t is Tensor and a._data is not None and not a.requires_grad and a._tangent is None:
+            key.append(a._type)         # (a tensor autograd tracks takes the full path: _is_transformed)
+        else:
+            return None
+    return tuple(key)
+
+
+def _check_donate_argnums(donate_argnums) -> tuple[int, ...]:
+    nums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+    for i in nums:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise ArgumentError(f"tc.trace: donate_argnums must be non-negative argument positions, got {i!r}")
+    return nums
+
+
+class _TimedTraceContext(TraceContext):
+    """A TraceContext that also times the autograd engine: the engine raises backward_depth
+    while it runs, and that time moves from the "trace" stage to "autodiff"."""
+    _depth = 0
+    _since = 0.0
+
+    @property
+    def backward_depth(self) -> int:
+        return self._depth
+
+    @backward_depth.setter
+    def backward_depth(self, depth: int) -> None:
+        if self._depth == 0 and depth > 0:
+            self._since = time.perf_counter()
+        elif self._depth > 0 and depth == 0:
+            timings.add("autodiff", time.perf_counter() - self._since)
+        self._depth = depth
+
+
+def _describe_leaf(x) -> str:
+    return str(x) if isinstance(x, TensorType) else repr(x)
+
+
+class Lowered:
+    """One signature of a traced function: its graphs, its compiled form, its stages as text.
+    Scheduling and native compilation happen on first use (first call or first look)."""
+
+    def __init__(self, graph: Graph, optimized: Graph, out_structure, backward_ops: set,
+                 backend: str = "cpu", device: str = "cpu"):
+        self.graph = graph
+        self.optimized = optimized
+        self.out_structure = out_structure
+        self.backward_ops = backward_ops
+        self.backend = backend
+        self.device = device
+        self.donated_inputs: frozenset = frozenset()  # positions of the graph inputs the caller donated
+        self.reused_inputs: dict[int, int] = {}       # output position -> donated input it was written into
+        self.compile_times: dict[str, float] = {}     # seconds per stage (timings.py)
+        self.fastmath: tuple[str, ...] = ()          # LLVM fast-math flags of the CPU code
+        self.check_indices = True                     # False: computed indices clamped unchecked (unsafe)
+        self.same_leaf = list(range(len(optimized.outputs)))  # per output, the first that is the same object
+        self.mutated_inputs: tuple[int, ...] = ()    # inputs changed in place: their new values end the outputs
+        self.hidden: closures.Reader | None = None    # the closed-over tensors, inputs after the arguments
+        self.read_hidden = None                       # hidden.read, or None: their arrays, now
+        self.mutated_hidden: tuple[int, ...] = ()    # closed-over tensors changed in place: outputs after those
+
+    STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
+
+    @functools.cached_property
+    def program(self):
+        from ..lower.schedule.donation import donate
+        from ..lower.schedule.scheduler import schedule
+        from ..runtime.tuning import ensure_tuned
+        if self.backend == "cpu":
+            ensure_tuned()          # the tiles' measured choices, before anything is scheduled
+        with timings.recording(self.compile_times), timings.stage("lowering"):
+            program = schedule(self.optimized, self.check_indices)
+            if self.donated_inputs and self.backend == "cpu" and self.device == "cpu":
+                self.reused_inputs = donate(program, set(self.donated_inputs))
+        return program
+
+    @property
+    def timings(self) -> dict[str, float]:
+        """Seconds per compile stage of this signature (timings.STAGES), compiling it first if
+        it was not yet: trace, autodiff, passes, lowering, llvm_opt, machine_code, jit_link."""
+        if self.backend == "cpu" and self.device == "cpu":
+            self.compiled
+        return dict(self.compile_times)
+
+    def _log_compile(self) -> None:
+        log.info("compiled %s(%s): %s", self.graph.name, ", ".join(str(v.type) for v in self.graph.inputs),
+                 timings.summary(self.compile_times))
+
+    @functools.cached_property
+    def compiled(self):
+        if self.device == "cuda":
+            from ..runtime.cuda.runner import CudaProgram      # raises at once without a driver or GPU
+            return CudaProgram(self.program)
+        from ..runtime.compiled import CompiledProgram
+        program = self.program
+        if any(k.sizes for k in program.kernels):
+            raise ArgumentError("a trace with dynamic sizes (lower_dynamic) is for tc.export; "
+                                "tc.trace runs each shape it is called with")
+        with timings.recording(self.compile_times), timings.stage("lowering"):
+            compiled = CompiledProgram(program, self.fastmath)
+        self._log_compile()
+        return compiled
+
+    @functools.cached_property
+    def gpu_module(self):
+        """The program as PTX for the default CUDA architecture, with its launches."""
+        from ..lower.nvptx.program import compile_program
+        return compile_program(self.program)
+
+    @property
+    def ptx(self) -> str:
+        return self.gpu_module.ptx
+
+    @property
+    def loops(self) -> str:
+        from ..lower.loops.printer import print_kernels
+        from ..lower.loops.source_notes import source_notes
+        return print_kernels(self.program.kernels, source_notes(self.program))
+
+    @functools.cached_property
+    def cpu_module(self):
+        """The kernels' LLVM module (llvmlite.ir), as the CPU backend compiles it; built
+        without compiling (a dump needs no JIT, and a dynamic trace has none)."""
+        from ..lower.llvm.codegen import codegen_kernels
+        return codegen_kernels(self.program.kernels, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
+
+    def _optimized_cpu_module(self):
+        """(the CPU module optimized for the host, the target machine it was optimized for).
+        The kernels are built first: scheduling installs the measured choices (tuning.py),
+        and the target machine must be built after them, or the first dump of a process
+        gets LLVM's own vector width (256-bit on Intel's AVX-512 CPUs) instead of theirs."""
+        from ..lower.llvm import target
+        text = str(self.cpu_module)
+        tm = target.host_target_machine()
+        return target.optimize(target.parse(text), tm), tm
+
+    @property
+    def llvm(self) -> str:
+        from ..lower.loops.source_notes import annotate, source_notes
+        if self.device == "cuda":      # the NVPTX module the PTX comes from, optimized
+            from ..lower.nvptx.target import optimized_module
+            return str(optimized_module(self.gpu_module.llvm_ir))
+        module, _ = self._optimized_cpu_module()
+        return annotate(str(module), source_notes(self.program), ";")
+
+    @property
+    def asm(self) -> str:
+        from ..lower.loops.source_notes import annotate, source_notes
+        from ..lower.llvm import target
+        if self.device == "cuda":      # a GPU's assembly is its PTX
+            return self.ptx
+        module, tm = self._optimized_cpu_module()
+        text = target.emit_assembly(module, tm)
+        return annotate(text, source_notes(self.program), "#" if tm.triple.startswith(("x86", "i686")) else "//")
+
+    @property
+    def backward(self) -> Graph:
+        """The ops the autograd engine recorded, cut out as a function of the forward values."""
+        from ..ir.subgraph import extract
+        return extract(self.graph, self.backward_ops, self.graph.name + "_backward")
+
+    def as_text(self, stage: str = "optimized") -> str:
+        from ..ir.printer import print_graph
+        if stage not in self.STAGES:
+            raise ArgumentError(f"unknown stage {stage!r}; available: {', '.join(self.STAGES)}")
+        value = getattr(self, stage)
+        return value if isinstance(value, str) else print_graph(value)
+
+    def run(self, inputs: list[np.ndarray], leaves: list | None = None):
+        """The outputs for `inputs`, the arguments' arrays; `leaves` are the caller's arguments
+        (Tensors or arrays) behind them, which receive the function's in-place changes to its
+        inputs.  The closed-over tensors' current arrays follow the arguments (ClosureMoved
+        where one is gone or changed type: tc.trace traces again)."""
+        if self.read_hidden is not None:
+            inputs = inputs + self.read_hidden()
+        if self.backend == "interp":
+            from ..runtime.interpreter import run_graph
+            arrays = list(run_graph(self.optimized, inputs))
+        else:
+            arrays = self.compiled(inputs)       # exactly the outputs' shapes and dtypes
+        if self.mutated_inputs or self.mutated_hidden:
+            count = len(arrays) - len(self.mutated_inputs) - len(self.mutated_hidden)
+            self._write_back(leaves, arrays[count:count + len(self.mutated_inputs)])
+            self._write_back_hidden(arrays[count + len(self.mutated_inputs):])
+            arrays = arrays[:count]
+        if self.out_structure == pytree.LEAF:
+            return Tensor(arrays[0], self._output_types[0])
+        if self._repeated:
+            return pytree.unflatten(self.out_structure, self._distinct(arrays))
+        return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, self._output_types)])
+
+    def _write_back(self, leaves: list, arrays: list[np.ndarray]) -> None:
+        """What eager would have left in the caller's arguments the function assigned into:
+        a Tensor takes the new value over (as an in-place op, so a leaf that requires grad
+        refuses, and a view made by indexing writes into its base); an array is overwritten."""
+        from ..library.assignment import update
+        for i, a in zip(self.mutated_inputs, arrays):
+            leaf = leaves[i]
+            if isinstance(leaf, Tensor):
+                update(leaf, Tensor(a, leaf._type), f"in-place change of argument {i} inside tc.trace")
+            else:
+                try:
+                    np.copyto(leaf, a, casting="unsafe")
+                except (TypeError, ValueError) as e:
+                    raise ArgumentError(f"tc.trace: the function changes argument {i} in place, but "
+                                        f"that argument ({_describe_leaf(leaf)}) cannot be written: {e}") from e
+
+    def _write_back_hidden(self, arrays: list[np.ndarray]) -> None:
+        """The function's in-place changes to the tensors it closes over (a BatchNorm's running
+        statistics in training mode), made on the tensors the sources reach now."""
+        from ..library.assignment import update
+        if not arrays:
+            return
+        tensors = self.hidden.tensors()
+        for i, a in zip(self.mutated_hidden, arrays):
+            t = tensors[i]
+            update(t, Tensor(a, t._type), f"in-place change of closed-over tensor "
+                                          f"{self.hidden.sources[i].where} inside tc.trace")
+
+    def _distinct(self, arrays: list[np.ndarray]) -> list[Tensor]:
+        """The outputs as Tensors when some output Value repeats: an output the passes merged
+        into an earlier one (CSE of `(x * 2, x * 2)`) though the function returned two
+        objects gets its own copy, as eager gives two tensors; the same object returned
+        twice comes back as the same Tensor twice, as eager."""
+        out: list[Tensor] = []
+        for i, (a, t) in enumerate(zip(arrays, self._output_types)):
+            j = self.same_leaf[i]
+            if j != i:
+                out.append(out[j])
+            else:
+                out.append(Tensor(a.copy() if i in self._merged_outputs else a, t))
+        return out
+
+    @functools.cached_property
+    def _repeated(self) -> bool:
+        outputs = self.optimized.outputs[:len(self.same_leaf)]
+        return len(set(outputs)) != len(outputs)
+
+    @functools.cached_property
+    def _output_types(self) -> list[TensorType]:
+        return [v.type for v in self.optimized.outputs[:len(self.same_leaf)]]
+
+    @functools.cached_property
+    def _merged_outputs(self) -> list[int]:
+        """Outputs that are an earlier output's Value though the function returned another
+        object (see _distinct)."""
+        outputs, first = self.optimized.outputs[:len(self.same_leaf)], {}
+        merged = []
+        for i, v in enumerate(outputs):
+            if first.setdefault(v, i) != i and self.same_leaf[i] == i:
+                merged.append(i)
+        return merged
+
+
+class TracedFunction:
+    def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES,
+                 device: str = "cpu", donate_argnums: int | tuple[int, ...] = (), fastmath=False,
+                 cache_size: int = DEFAULT_CACHE_SIZE, check_indices: bool = True):
+        from ..lower.llvm.codegen import fastmath_flags
+        if backend not in BACKENDS:
+            raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
+        if device not in DEVICES:
+            raise ArgumentError(f"tc.trace: unknown device {device!r} (available: {', '.join(DEVICES)})")
+        if device == "cuda" and backend == "interp":
+            raise ArgumentError("tc.trace: backend='interp' runs on the host; it cannot take device='cuda'")
+        self.fn = fn
+        self.backend = backend
+        self.device = device
+        self.donate_argnums = _check_donate_argnums(donate_argnums)
+        self.fastmath = fastmath_flags(fastmath)
+        self._fast: dict[tuple, Lowered] = {}     # _fast_key -> Lowered, for calls of plain arrays
+        self.max_retraces = max_retraces
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise ArgumentError(f"tc.trace: cache_size must be a positive int, got {cache_size!r}")
+        self.cache_size = cache_size
+        self._cache: collections.OrderedDict[Any, Lowered] = collections.OrderedDict()   # LRU order
+        self._history: list[Any] = []
+        self._warned = False
+        self._mapped: dict[tuple, TracedFunction] = {}    # in tc.vmap: the mapped function, per axes
+        self.check_indices = bool(check_indices)
+        self._options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, self.check_indices)
+        self._identity = uuid.uuid4().hex      # the same across pickles (pickling.rebuild)
+        self._warned_arrays: set[str] = set()  # closed-over NumPy arrays warned about
+        functools.update_wrapper(self, fn)
+
+    def __reduce__(self):
+        """Pickled (plain pickle, or cloudpickle as Dask uses) without native code: the
+        function, the options and the signatures traced so far.  The copy compiles on its
+        first call per signature, which is a compile-cache load wherever a cache folder holds
+        the code (a folder shared by a cluster's workers: one compile serves all).  A copy that
+        arrives again carrying other state (a changed global) replaces the earlier one
+        (pickling.rebuild)."""
+        return _rebuild, (portable(self.fn), self._options, self.signatures, self._identity, source_files(self.fn))
+
+    @property
+    def signatures(self) -> list:
+        """The signatures traced so far, oldest first: (argument structure, input types)."""
+        return list(self._history)
+
+    def eval_shape(self, *args, **kwargs):
+        """The outputs' shapes and dtypes (a pytree of `ShapeDtype`) for arguments that need only
+        have `.shape` and `.dtype` (arrays, tensors, Dask arrays, ShapeDtype): a trace at that
+        signature, no compile and no data (JAX's eval_shape)."""
+        leaves, structure = pytree.flatten((args, kwargs), _is_shaped_leaf)
+        types = [_spec_type(x) for x in leaves]
+        lowered = self._trace(structure, [], types)
+        outputs = [ShapeDtype(tuple(t.shape), t.dtype.np) for t in lowered._output_types]
+        return pytree.unflatten(lowered.out_structure, outputs)
+
+    def _signature(self, args: tuple, kwargs: dict, flat: tuple | None = None):
+        """(cache key, structure, tensors, leaves) of a call; `flat` is (args, kwargs) already
+        flattened by the caller."""
+        leaves, structure = flat or pytree.flatten((args, kwargs), _is_array_leaf)
+        tensors = [as_tensor(x) for x in leaves]
+        for t in tensors:
+            if t._data is None:
+                raise TraceError("tc.trace'd functions take concrete tensors, not traced ones "
+                                 "(nested tc.trace inside a traced function is not supported)")
+        key = (pytree.cache_key(structure), tuple(t._type for t in tensors))
+        return key, structure, tensors, leaves
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        return self._lookup(args, kwargs)[0]
+
+    def lower_baked(self, *args, **kwargs) -> Lowered:
+        """The signature of `args` with every closed-over tensor baked in as a constant, at
+        its value now (what tc.export writes: a library has no Python to read it from):
+        the cached signature where the function closes over none, else a fresh trace."""
+        lowered = self._lookup(args, kwargs)[0]
+        if lowered.hidden is None:
+            return lowered
+        _, structure, tensors, _ = self._signature(args, kwargs)
+        return self._trace(structure, tensors, bake=True)
+
+    def lower_dynamic(self, args: tuple, dynamic: dict) -> Lowered:
+        """A fresh trace at `args` with some dims symbolic (symbolic.py), for export:
+        `dynamic` maps an argument (position or parameter name) to {axis: size name}.
+        Closed-over tensors are baked in as constants (lower_baked)."""
+        _, structure, tensors, _ = self._signature(args, {})
+        types = [t._type for t in tensors]
+        for leaf, axes in _dynamic_leaves(self.fn, args, dynamic).items():
+            shape = list(types[leaf].shape)
+            for axis, name in axes.items():
+                shape[axis] = Dim.named(name, shape[axis])
+            types[leaf] = TensorType(tuple(shape), types[leaf].dtype)
+        return self._trace(structure, tensors, types, bake=True)
+
+    def __call__(self, *args, **kwargs):
+        key = None if kwargs else _fast_key(args)
+        lowered = self._fast.get(key) if key is not None else None
+        try:
+            if lowered is not None:
+                self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
+                return lowered.run([a if type(a) is np.ndarray else a._data for a in args], args)
+            flat = pytree.flatten((args, kwargs), _is_array_leaf)
+            if self._is_transformed(flat[0]):
+                return self._call_through(args, kwargs)
+            lowered, tensors, leaves = self._lookup(args, kwargs, flat)     # the signature is computed once per call
+            if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
+                self._fast[key] = lowered     # every argument reached the program as it was
+            return lowered.run([t._data for t in tensors], leaves)
+        except closures.ClosureMoved as moved:
+            return self._trace_again(lowered, moved, args, kwargs)
+
+    def _trace_again(self, lowered: Lowered, moved: closures.ClosureMoved, args: tuple, kwargs: dict):
+        """The call after a closed-over tensor of `lowered` was replaced by one of another
+        shape or dtype, or can no longer be reached: that signature is traced again.  A
+        second miss right after a fresh trace means the function moves its own closure."""
+        why = lowered.hidden.explain(moved)
+        log.info("retracing %s: %s", self.__name__, why)
+        if lowered.cache_key in self._cache:
+            self._evict(lowered.cache_key)
+        lowered, tensors, leaves = self._lookup(args, kwargs)
+        try:
+            return lowered.run([t._data for t in tensors], leaves)
+        except closures.ClosureMoved as again:
+            raise TraceError(f"tc.trace({self.__name__}): {lowered.hidden.explain(again)} right after "
+                             f"it was traced (does the function rebind the tensors it closes over?)") from None
+
+    @staticmethod
+    def _is_transformed(leaves: list) -> bool:
+        """Whether a transform around this call sees its tensors: an outer tc.trace, tc.vmap,
+        or autograd (an input with a tangent, with autograd history, or that requires grad
+        while tc.grad/vjp runs).  A model's parameters, which require grad as leaves outside
+        any of those, are data like any other tensor."""
+        from ..autograd.grad_mode import is_differentiating, is_grad_enabled
+        for x in leaves:
+            if isinstance(x, Tensor) and (x._data is None or x._tangent is not None or x.grad_fn is not None
+                                          or (x.requires_grad and is_grad_enabled() and is_differentiating())):
+                return True
+        return False
+
+    def _call_through(self, args: tuple, kwargs: dict):
+        """A call that a transform around it must see.  Inside tc.vmap, the mapped function is
+        compiled (one signature per batch size, as any other) and called on the whole batches;
+        otherwise, and where autograd must see the ops, fn runs inline: an outer trace records
+        its ops into its own graph (as JAX inlines a nested jit), tc.grad differentiates them."""
+        from ..dispatch.batching import wrap
+        from ..dispatch.dispatcher import level_of
+        from .vmap import is_array
+        leaves, structure = pytree.flatten((args, kwargs), is_array)
+        levels = [level_of(x) if isinstance(x, Tensor) else 0 for x in leaves]
+        level = max(levels, default=0)
+        here = [level and v == level for v in levels]      # the innermost vmap's tensors
+        if not level or any(t.requires_grad or t._tangent is not None or t._batch[0]._value is not None
+                            for t, h in zip(leaves, here) if h):
+            return self.fn(*args, **kwargs)
+        axes = tuple(0 if h and x._batch[2] else None for x, h in zip(leaves, here))
+        mapped = self._mapped.get(axes)
+        if mapped is None:
+            mapped = self._mapped[axes] = self._variant(axes)
+        inner_args, inner_kwargs = pytree.unflatten(
+            structure, [x._batch[0] if h else x for x, h in zip(leaves, here)])
+        out_leaves, out_structure = pytree.flatten(mapped(*inner_args, **inner_kwargs),
+                                                   lambda x: isinstance(x, Tensor))
+        return pytree.unflatten(out_structure, [wrap(t, level) for t in out_leaves])
+
+    def _variant(self, axes: tuple) -> "TracedFunction":
+        """This function mapped over `axes` (one per array leaf of the arguments), traced."""
+        from .vmap import call_mapped
+        fn = self.fn
+
+        def mapped(*args, **kwargs):
+            return call_mapped(fn, args, kwargs, list(axes), 0)
+        mapped.__name__ = f"vmap_{getattr(fn, '__name__', 'fn')}"
+        return TracedFunction(mapped, self.backend, self.max_retraces, self.device, (), self.fastmath,
+                              self.cache_size)
+
+    def _lookup(self, args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[Lowered, list[Tensor], list]:
+        key, structure, tensors, leaves = self._signature(args, kwargs, flat)
+        lowered = self._cache.get(key)
+        if lowered is not None:
+            self._cache.move_to_end(key)
+            return lowered, tensors, leaves
+        self._note_retrace((structure, key[1]))
+        donated = self._donated_leaves(args)
+        lowered = self._cache[key] = self._trace(structure, tensors)
+        lowered.donated_inputs = donated
+        lowered.cache_key = key
+        while len(self._cache) > self.cache_size:
+            self._evict(next(iter(self._cache)))
+        return lowered, tensors, leaves
+
+    def _evict(self, key) -> None:
+        """Drop the least recently used signature; its native code goes with its last user."""
+        gone = self._cache.pop(key)
+        for fast in [k for k, v in self._fast.items() if v is gone]:
+            del self._fast[fast]
+
+    def _donated_leaves(self, args: tuple) -> frozenset:
+        """The positions, among the flattened tensor inputs, of the donated arguments' leaves."""
+        for i in self.donate_argnums:
+            if i >= len(args):
+                raise ArgumentError(f"tc.trace({self.__name__}): donate_argnums has {i}, but the call "
+                                    f"passes {len(args)} positional argument(s)")
+        leaves, start = set(), 0
+        for i, arg in enumerate(args):
+            count = len(pytree.flatten(arg, _is_array_leaf)[0])
+            if i in self.donate_argnums:
+                if count == 0:
+                    raise ArgumentError(f"tc.trace({self.__name__}): argument {i} is donated "
+                                        f"(donate_argnums) but holds no tensor: {arg!r}")
+                leaves.update(range(start, start + count))
+            start += count
+        return frozenset(leaves)
+
+    def _trace(self, structure, tensors: list[Tensor], types: list[TensorType] | None = None,
+               bake: bool = False) -> Lowered:
+        """A fresh trace at `structure` and the tensors' types (or `types`).  The tensors the
+        function closes over become hidden inputs after the arguments, read at every call
+        (closures.py), or constants where `bake` (export: a library has no Python to read
+        them from)."""
+        from .pipeline import optimize
+        graph = Graph(getattr(self.fn, "__name__", "main").replace("<", "").replace(">", "") or "main",
+                      types or [t._type for t in tensors])
+        ctx = _TimedTraceContext(graph, closure=None if bake else closures.find(self.fn))
+        times: dict[str, float] = {}
+        with timings.recording(times), timings.stage("trace"), ctx:
+            traced = [ctx.wrap(v) for v in graph.inputs]
+            args, kwargs = pytree.unflatten(structure, traced)
+            try:
+                result = self.fn(*args, **kwargs)
+                out_leaves, out_structure = pytree.flatten(result, lambda x: isinstance(x, (Tensor, np.ndarray)))
+                graph.outputs = [ctx.value_of(as_tensor(t)) for t in out_leaves]
+                # for each output, the first output that is the very same object
+                same_leaf = [next(j for j, u in enumerate(out_leaves) if u is t) for t in out_leaves]
+                # arguments, then closed-over tensors, changed in place return their new values
+                # too, after the outputs (run)
+                mutated = tuple(i for i, t in enumerate(traced) if t._version != 0)
+                graph.outputs += [ctx.value_of(traced[i]) for i in mutated]
+                mutated_hidden = tuple(ctx.changed_lifted())
+                graph.outputs += [ctx.value_of(ctx.lifted[i].tensor) for i in mutated_hidden]
+            finally:
+                ctx.restore_lifted()
+        self._warn_baked_arrays(ctx.baked_arrays)
+        with timings.recording(times), timings.stage("passes"):
+            optimized = optimize(graph)
+        lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, self.backend, self.device)
+        lowered.compile_times = times
+        lowered.fastmath = self.fastmath
+        lowered.check_indices = self.check_indices
+        lowered.same_leaf = same_leaf
+        lowered.mutated_inputs = mutated
+        if ctx.lifted:
+            lowered.hidden = closures.Reader([h.source for h in ctx.lifted], [h.tensor for h in ctx.lifted])
+            lowered.read_hidden = lowered.hidden.read
+            lowered.mutated_hidden = mutated_hidden
+        if self.backend == "interp":
+            lowered._log_compile()
+        return lowered
+
+    def _warn_baked_arrays(self, arrays: list[tuple[str, Any]]) -> None:
+        """A UserWarning the first time this function bakes a closed-over NumPy array of more
+        than closures.WARN_ELEMENTS elements into a trace: later changes to it are not seen."""
+        for name, array in arrays:
+            if array.size <= closures.WARN_ELEMENTS or name in self._warned_arrays:
+                continue
+            self._warned_arrays.add(name)
+            warnings.warn(f"tc.trace({self.__name__}): the NumPy array {name} (shape {array.shape}, "
+                          f"{array.dtype}) that the function closes over is baked into the trace as a "
+                          "constant: later changes to it are not seen. Pass it as an argument, or hold "
+                          "it in a tc.Tensor (closed-over tensors are read at every call)",
+                          UserWarning, stacklevel=user_stacklevel())
+
+    def _note_retrace(self, key) -> None:
+        if self._history:
+            log.info("retracing %s: %s", self.__name__, _explain_change(self._history[-1], key))
+        self._history.append(key)
+        if self._warned:                  # only the last signature is still needed (the log)
+            del self._history[:-1]
+        if len(self._history) > self.max_retraces and not self._warned:
+            self._warned = True
+            lines = "\n".join([f"  0: {_explain_key(self._history[0])}"] + [
+                f"  {i}: {_explain_change(self._history[i - 1], k)}" for i, k in enumerate(self._history) if i])
+            warnings.warn(f"tc.trace: {self.__name__} was traced {len(self._history)} times "
+                          f"(more than {self.max_retraces}); every new shape, dtype or Python "
+                          f"scalar value retraces (NumPy scalars are data and do not). The first "
+                          f"signature, then what changed at each retrace:\n{lines}", stacklevel=3)
+
+
+def _dynamic_leaves(fn: Callable, args: tuple, dynamic: dict) -> dict[int, dict[int, str]]:
+    """{flattened tensor leaf: {axis: size name}} for `dynamic` = {arg: {axis: name}}, where
+    arg is a position or a parameter name of `fn` and the argument must be one tensor."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    if not isinstance(dynamic, dict):
+        raise ArgumentError(f"dynamic= must be a dict like {{'x': {{0: 'batch'}}}}, got {dynamic!r}")
+    starts, at = [], 0
+    for a in args:
+        starts.append(at)
+        at += len(pytree.flatten(a, _is_array_leaf)[0])
+    out: dict[int, dict[int, str]] = {}
+    seen: dict[str, tuple] = {}           # size name -> (example size, where)
+    for key, axes in dynamic.items():
+        pos = key if isinstance(key, int) and not isinstance(key, bool) else \
+            params.index(key) if key in params else None
+        if pos is None or not 0 <= pos < len(args):
+            known = ", ".join(params[:len(args)]) or f"positions 0..{len(args) - 1}"
+            raise ArgumentError(f"dynamic=: {key!r} is not an argument of {getattr(fn, '__name__', 'fn')} "
+                                f"(arguments: {known})")
+        leaves = pytree.flatten(args[pos], _is_array_leaf)[0]
+        if len(leaves) != 1:
+            raise ArgumentError(f"dynamic=: argument {key!r} must be one tensor, not a "
+                                f"{type(args[pos]).__name__} of {len(leaves)} tensors")
+        shape = np.shape(leaves[0])
+        if not isinstance(axes, dict) or not axes:
+            raise ArgumentError(f"dynamic=: argument {key!r} needs a dict of {{axis: size name}}, got {axes!r}")
+        fixed = {}
+        for axis, name in axes.items():
+            if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+                raise ArgumentError(f"dynamic=: argument {key!r} has shape {shape}; axis {axis!r} "
+                                    "is not one of its dims")
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ArgumentError(f"dynamic=: argument {key!r} axis {axis}: the size name must be "
+                                    f"an identifier, got {name!r}")
+            if shape[axis] < 1:
+                raise ArgumentError(f"dynamic=: argument {key!r} axis {axis}: the example size is "
+                                    f"{shape[axis]}; give an example of size >= 1")
+            size, where = shape[axis], f"{key!r} axis {axis}"
+            if seen.setdefault(name, (size, where))[0] != size:
+                raise ArgumentError(f"dynamic=: size {name!r} is {seen[name][0]} at {seen[name][1]} but "
+                                    f"{size} at {where} in the example inputs; one name is one size")
+            fixed[axis % len(shape)] = name
+        out[starts[pos]] = fixed
+    return out
+
+
+def _signature_items(key) -> list[tuple[str, str]]:
+    structure, types = key
+    paths = pytree.leaf_paths(structure[1][0], "args") + pytree.leaf_paths(structure[1][1], "kwargs")
+    statics, it = [], iter(types)
+
+    def walk(s):
+        if s == pytree.LEAF:
+            statics.append(_describe_leaf(next(it)))
+            return
+        kind, body = s
+        if kind == "static":
+            statics.append(repr(body))
+        elif kind == "dict":
+            for _, v in body:
+                walk(v)
+        else:
+            for v in body:
+                walk(v)
+    walk(structure[1][0])
+    walk(structure[1][1])
+    return list(zip(paths, statics))
+
+
+def _explain_key(key) -> str:
+    return ", ".join(f"{p}: {d}" for p, d in _signature_items(key))
+
+
+def _explain_change(old, new) -> str:
+    a, b = _signature_items(old), _signature_items(new)
+    if [p for p, _ in a] != [p for p, _ in b]:
+        return f"argument structure changed from ({_explain_key(old)}) to ({_explain_key(new)})"
+    changes = [f"{p} changed from {x} to {y}" for (p, x), (_, y) in zip(a, b) if x != y]
+    return "; ".join(changes) or "the same signature again (evicted from the cache, or a closed-over tensor changed)"
+
+
+class ShapeDtype(collections.namedtuple("ShapeDtype", "shape dtype")):
+    """An array's shape and NumPy dtype without its data (TracedFunction.eval_shape)."""
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def _is_shaped_leaf(x: Any) -> bool:
+    return _is_array_leaf(x) or (hasattr(x, "shape") and hasattr(x, "dtype"))   # ShapeDtype, Dask arrays...
+
+
+def _spec_type(x) -> TensorType:
+    if isinstance(x, Tensor):
+        return x._type
+    return TensorType(tuple(int(d) for d in x.shape), from_numpy(np.dtype(x.dtype)))
+
+
+def trace(fn: Callable | None = None, *, backend: str = "cpu",
+          max_retraces: int = DEFAULT_MAX_RETRACES, device: str = "cpu",
+          donate_argnums: int | tuple[int, ...] = (), fastmath=False, cache_size: int = DEFAULT_CACHE_SIZE,
+          check_indices: bool = True):
+    """Compile `fn` on its first call per input signature; usable as @trace or trace(fn).
+    The signature is the pytree structure, each tensor's shape and dtype, and each other
+    value by type and bits (1, 1.0 and True differ; a NaN is one signature).  The last
+    `cache_size` signatures used keep their compiled code; older ones are dropped and
+    compile again if they come back.
+    device="cuda" runs it on the first CUDA GPU (lower/nvptx, runtime/cuda); its "ptx" stage prints
+    without one.
+
+    donate_argnums (JAX's convention): positions of arguments whose memory the caller gives
+    up, so that outputs of the same shape and dtype may be written into it (an SGD step
+    returning updated weights).  Where an output does reuse a donated array, that array now
+    holds the output and shares memory with the returned tensor; where no output can reuse
+    it safely (lowering/donation.py) it is left unchanged.  Either way, treat a donated
+    argument's old values as gone and rebind the name: `w = step(w, x)`.  A donated
+    tc.Tensor is not invalidated (unlike JAX): it simply holds the new values.  Only
+    C-contiguous, writable arrays of the right dtype that share no memory with another
+    argument are written; others are copied first.  The CPU backend reuses memory; the
+    interpreter and device="cuda" ignore donation.
+
+    fastmath (Numba's convention): False (default) keeps IEEE semantics, except that float
+    reductions may sum in any order; True lets LLVM assume no NaN or inf, ignore the sign of
+    zero, use reciprocals, contract to FMA and reassociate everywhere in the CPU code (all
+    its fast-math flags); or a set of those flag names ("nnan", "ninf", "nsz", "arcp",
+    "contract", "afn", "reassoc").  Results may then differ in the last bits, and NaN/inf
+    inputs give undefined results.
+
+    check_indices=False is UNSAFE: indices the function computes (`x[i + 1]`, a gather of
+    `i * k`, an assignment `y[j] = v`) are then clamped into range unchecked, so an index
+    out of range silently reads or writes the nearest element instead of raising ShapeError
+    as it does eagerly.  Index arguments are still checked.  By default (True) the compiled
+    code checks every computed index that is not known to lie in range, at the cost of a
+    compare per index."""
+    options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, check_indices)
+    if fn is None:
+        return lambda f: TracedFunction(f, *options)
+    return TracedFunction(fn, *options)
