@@ -101,8 +101,6 @@ def stage(name: str) -> str:
 
 # Imports that still point up the tree: (importer, imported) -> why it is not cut yet.
 UPWARD: dict[tuple[str, str], str] = {
-    ("tracecomp.aot.ptx", "tracecomp"): "op namespace",
-    ("tracecomp.aot.shared_library", "tracecomp"): "op namespace",
     ("tracecomp.autograd.backward", "tracecomp"): "op namespace",
     ("tracecomp.autograd.derivatives", "tracecomp"): "op namespace",
     ("tracecomp.autograd.formulas", "tracecomp"): "op namespace",
@@ -135,9 +133,7 @@ UPWARD: dict[tuple[str, str], str] = {
     ("tracecomp.optim.adam", "tracecomp"): "op namespace",
     ("tracecomp.optim.optimizer", "tracecomp"): "op namespace",
     ("tracecomp.optim.sgd", "tracecomp"): "op namespace",
-    ("tracecomp.runtime.cache", "tracecomp"): "op namespace",
     ("tracecomp.runtime.host", "tracecomp"): "op namespace",
-    ("tracecomp.runtime.library_metadata", "tracecomp"): "op namespace",
     ("tracecomp.runtime.library_metadata", "tracecomp.aot.loader"): "to cut",
     ("tracecomp.runtime.tuning", "tracecomp.transforms.trace"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.autograd.functional"): "to cut",

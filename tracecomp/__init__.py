@@ -20,7 +20,7 @@ from .core.random import manual_seed
 from .tensors.tensor import Tensor, from_dlpack
 from .tensors.pytree import register_pytree_node, tree_map
 
-__version__ = "0.1.0"
+from .core.version import __version__
 float = float32        # PyTorch's aliases
 double = float64
 long = int64

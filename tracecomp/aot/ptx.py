@@ -30,6 +30,7 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from ..core.errors import ArgumentError
+from ..core.version import __version__
 from ..lower.nvptx.target import DEFAULT_ARCH
 from ..lower.nvptx.program import compile_program
 
@@ -37,7 +38,6 @@ from ..lower.nvptx.program import compile_program
 def export_ptx(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
                target: str = "cuda", arch: str = DEFAULT_ARCH) -> dict:
     """Write `path` (PTX) and its JSON description; returns the description."""
-    from .. import __version__
     from ..tensors.pytree import structure_to_json
     from .shared_library import lower_for_export
     if target != "cuda":

@@ -42,6 +42,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..lower import hostcpu
 from ..core.errors import ArgumentError, BackendError
+from ..core.version import __version__
 from ..lower.llvm.c_header import render_header
 from ..lower.llvm.entry_point import build_module
 from ..lower.llvm.entry_sizes import describe_dim, public_name, size_names
@@ -52,7 +53,6 @@ def export_library(fn: Callable, example_inputs: Sequence[Any], path: str, name:
     """Write the shared library `path`, its header (same stem, `.h`) and its checksum
     (`path`.sha256) for `fn` at the example inputs' shapes and dtypes.  Returns the metadata
     written into the library."""
-    from .. import __version__
     from ..lower.llvm import target
 
     lowered, program = lower_for_export(fn, example_inputs, dynamic)

@@ -80,6 +80,7 @@ import llvmlite.binding as llvm
 
 from ..lower import hostcpu
 from ..core.errors import BackendError
+from ..core.version import __version__
 from ..lower.loops.ir import Kernel
 from ..lower.loops.walk import kernel_shape_text
 from ..lower.schedule.tiles import host_tiles
@@ -214,7 +215,6 @@ class KeyParts:
 def key_parts(kernels: Sequence[Kernel], module_name: str, *, align: Optional[int],
               opt: int = target.OPT_LEVEL, host: Optional[hostcpu.HostTarget] = None,
               fastmath: Sequence[str] = (), texts: Optional[Sequence[str]] = None) -> KeyParts:
-    from .. import __version__
     host = host or target.host_target()
     # Kernels are keyed by what they compute, in order, not by name (kernel_shape_text): a
     # name tells the source line it came from, and a function sent by value to a Dask

@@ -23,6 +23,7 @@ import ctypes
 import json
 
 from ..core.errors import BackendError
+from ..core.version import __version__
 
 
 class _Bad(Exception):
@@ -43,7 +44,6 @@ def read_metadata(library: ctypes.CDLL, name: str, path: str) -> dict:
     except ValueError as e:           # UnicodeDecodeError is one too
         raise BackendError(f"tc.load: {path} has unreadable metadata: {e}") from None
     if isinstance(metadata, dict) and metadata.get("format") != 1:
-        from .. import __version__
         raise BackendError(f"tc.load: {path} has metadata format {metadata.get('format')!r}; "
                            f"tracecomp {__version__} reads format 1")
     try:
@@ -57,7 +57,6 @@ def read_metadata(library: ctypes.CDLL, name: str, path: str) -> dict:
 
 def check_metadata(metadata) -> None:
     """_Bad(where, what) at the first field that is wrong (module docstring)."""
-    from .. import __version__
     _expect(isinstance(metadata, dict), "metadata", "must be a JSON object", metadata)
     if metadata.get("format") != 1:
         raise _Bad("metadata['format']", f"is {metadata.get('format')!r}; tracecomp "
