@@ -33,6 +33,7 @@ from typing import Optional
 import numpy as np
 
 from ..core.errors import ArgumentError, BackendError
+from ..runtime.library_metadata import read_metadata, size_terms
 from ..runtime.private_copies import Mapping, mapped
 
 
@@ -159,18 +160,6 @@ def evaluate_dim(dim, sizes: dict[str, int]) -> int:
     return total
 
 
-def size_terms(text: str):
-    """(sign, product) pairs of a sum written as symbolic.Dim prints it."""
-    sign, out = 1, []
-    for part in text.replace(" - ", " + -").split(" + "):
-        part = part.strip()
-        if part.startswith("-"):
-            out.append((-1, part[1:]))
-        else:
-            out.append((sign, part))
-    return out
-
-
 MAX_LIBRARY_BYTES = 1 << 31
 MAX_CHECKSUM_BYTES = 4096
 CHECKSUM_TRIES = 3             # a mismatch is read again: export may be between two renames
@@ -244,7 +233,6 @@ def _recorded_checksum(path: str) -> Optional[str]:
 def load(path: str, name: Optional[str] = None) -> ExportedFunction:
     """Open a library written by tc.export (see module docstring)."""
     from .shared_library import default_name
-    from ..runtime.library_metadata import read_metadata
     if not os.path.exists(path):
         raise ArgumentError(f"tc.load: no such file: {path}")
     name = name or default_name(path)

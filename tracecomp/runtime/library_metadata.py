@@ -98,9 +98,21 @@ def _check_tensor(tensor, where: str, bound: set[str], binds: bool) -> None:
                         f"uses the size {factor!r}, which no earlier input dim binds", dim)
 
 
+def size_terms(text: str):
+    """(sign, product) pairs of a sum written as symbolic.Dim prints it (here, beside the
+    checks that read it first; the loader evaluates sizes with it)."""
+    sign, out = 1, []
+    for part in text.replace(" - ", " + -").split(" + "):
+        part = part.strip()
+        if part.startswith("-"):
+            out.append((-1, part[1:]))
+        else:
+            out.append((sign, part))
+    return out
+
+
 def _factors(expression: str, where: str) -> list[str]:
     """The factors of a size expression as loader.evaluate_dim reads it."""
-    from ..aot.loader import size_terms
     factors = [f.strip() for _, term in size_terms(expression) for f in term.split("*")]
     _expect(all(factors), where, "is not a size expression", expression)
     return factors
