@@ -126,6 +126,26 @@ def test_closed_over_tensors_are_hidden_inputs_and_tensors_made_inside_are_const
     assert "%arg1" not in baked and "dense<[1.0, 2.0, 3.0]>" in baked
 
 
+def test_a_signature_keeps_its_results_apart_from_the_in_place_changes_it_writes_back():
+    stats = tc.tensor(np.zeros(3, np.float32))
+
+    def f(x, y):
+        y[0] = 5.0                   # an argument changed in place
+        stats.add_(x)                # a closed-over tensor changed in place
+        return x * 2, x.sum()
+
+    x, y = np.ones(3, np.float32), np.zeros(2, np.float32)
+    doubled, total = tc.trace(f)(x, y)
+    assert doubled.numpy().tolist() == [2, 2, 2] and total.item() == 3
+    assert y.tolist() == [5, 0] and stats.numpy().tolist() == [1, 1, 1]
+    lowered = tc.trace(f).lower(x, y)
+    assert (lowered.mutated_inputs, lowered.mutated_hidden) == ((1,), (0,))
+    assert [v.type.shape for v in lowered.result_outputs] == [(3,), ()]
+    assert [v.type.shape for v in lowered.write_backs] == [(2,), (3,)]
+    results, inputs, hidden = lowered.split(["a", "b", "y", "stats"])
+    assert (results, inputs, hidden) == (["a", "b"], ["y"], ["stats"])
+
+
 def test_random_ops_draw_fresh_values_each_call():
     f = tc.trace(lambda x: x + tc.rand(3))
     x = np.zeros(3, np.float32)

@@ -102,26 +102,57 @@ def _describe_leaf(x) -> str:
 
 class Lowered:
     """One signature of a traced function: its graphs, its compiled form, its stages as text.
-    Scheduling and native compilation happen on first use (first call or first look)."""
+    Built whole by TracedFunction._trace; scheduling and native compilation happen on first
+    use (first call or first look).
 
-    def __init__(self, graph: Graph, optimized: Graph, out_structure, backward_ops: set,
-                 backend: str = "cpu", device: str = "cpu"):
+    The graphs' outputs are the function's results, then the new values of the arguments it
+    changed in place, then those of the closed-over tensors it changed in place: `split`
+    is the one place that knows this order (`result_outputs`, `write_backs`)."""
+
+    def __init__(self, graph: Graph, optimized: Graph, out_structure, backward_ops: set, *,
+                 backend: str = "cpu", device: str = "cpu", same_leaf: list[int] | None = None,
+                 mutated_inputs: tuple[int, ...] = (), hidden: closures.Reader | None = None,
+                 mutated_hidden: tuple[int, ...] = (), donated_inputs: frozenset = frozenset(),
+                 fastmath: tuple[str, ...] = (), check_indices: bool = True,
+                 compile_times: dict[str, float] | None = None, cache_key=None):
         self.graph = graph
         self.optimized = optimized
         self.out_structure = out_structure
         self.backward_ops = backward_ops
         self.backend = backend
         self.device = device
-        self.donated_inputs: frozenset = frozenset()  # positions of the graph inputs the caller donated
-        self.reused_inputs: dict[int, int] = {}       # output position -> donated input it was written into
-        self.compile_times: dict[str, float] = {}     # seconds per stage (timings.py)
-        self.fastmath: tuple[str, ...] = ()          # LLVM fast-math flags of the CPU code
-        self.check_indices = True                     # False: computed indices clamped unchecked (unsafe)
-        self.same_leaf = list(range(len(optimized.outputs)))  # per output, the first that is the same object
-        self.mutated_inputs: tuple[int, ...] = ()    # inputs changed in place: their new values end the outputs
-        self.hidden: closures.Reader | None = None    # the closed-over tensors, inputs after the arguments
-        self.read_hidden = None                       # hidden.read, or None: their arrays, now
-        self.mutated_hidden: tuple[int, ...] = ()    # closed-over tensors changed in place: outputs after those
+        self.mutated_inputs = mutated_inputs        # arguments changed in place (flattened positions)
+        self.hidden = hidden                        # the closed-over tensors, inputs after the arguments
+        self.read_hidden = hidden.read if hidden is not None else None    # their arrays, now
+        self.mutated_hidden = mutated_hidden        # closed-over tensors changed in place (among hidden)
+        self._results = len(optimized.outputs) - len(mutated_inputs) - len(mutated_hidden)
+        self.writes_back = bool(mutated_inputs or mutated_hidden)
+        # for each result, the first result that is the same object
+        self.same_leaf = list(range(self._results)) if same_leaf is None else same_leaf
+        self.donated_inputs = donated_inputs        # positions of the graph inputs the caller donated
+        self.reused_inputs: dict[int, int] = {}     # output position -> donated input it was written into (program)
+        self.fastmath = fastmath                    # LLVM fast-math flags of the CPU code
+        self.check_indices = check_indices          # False: computed indices clamped unchecked (unsafe)
+        self.compile_times = {} if compile_times is None else compile_times   # seconds per stage (timings.py)
+        self.cache_key = cache_key                  # its key in the traced function's cache (None: not cached)
+
+    def split(self, outputs: list) -> tuple[list, list, list]:
+        """(results, new values of the mutated arguments, of the mutated closed-over tensors)
+        of `outputs`, the graph's outputs or the arrays computed for them."""
+        inputs_end = self._results + len(self.mutated_inputs)
+        return outputs[:self._results], outputs[self._results:inputs_end], outputs[inputs_end:]
+
+    @property
+    def result_outputs(self) -> list:
+        """The optimized graph's outputs that the function returns."""
+        return self.split(self.optimized.outputs)[0]
+
+    @property
+    def write_backs(self) -> list:
+        """The optimized graph's outputs that run() writes back: the mutated arguments' new
+        values, then the mutated closed-over tensors'."""
+        _, inputs, hidden = self.split(self.optimized.outputs)
+        return inputs + hidden
 
     STAGES = ("graph", "backward", "optimized", "loops", "llvm", "asm", "ptx")
 
@@ -242,16 +273,15 @@ class Lowered:
             arrays = list(run_graph(self.optimized, inputs))
         else:
             arrays = self.compiled(inputs)       # exactly the outputs' shapes and dtypes
-        if self.mutated_inputs or self.mutated_hidden:
-            count = len(arrays) - len(self.mutated_inputs) - len(self.mutated_hidden)
-            self._write_back(leaves, arrays[count:count + len(self.mutated_inputs)])
-            self._write_back_hidden(arrays[count + len(self.mutated_inputs):])
-            arrays = arrays[:count]
+        if self.writes_back:
+            arrays, inputs, hidden = self.split(arrays)
+            self._write_back(leaves, inputs)
+            self._write_back_hidden(hidden)
         if self.out_structure == pytree.LEAF:
-            return Tensor(arrays[0], self._output_types[0])
+            return Tensor(arrays[0], self.result_types[0])
         if self._repeated:
             return pytree.unflatten(self.out_structure, self._distinct(arrays))
-        return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, self._output_types)])
+        return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, self.result_types)])
 
     def _write_back(self, leaves: list, arrays: list[np.ndarray]) -> None:
         """What eager would have left in the caller's arguments the function assigned into:
@@ -287,7 +317,7 @@ class Lowered:
         objects gets its own copy, as eager gives two tensors; the same object returned
         twice comes back as the same Tensor twice, as eager."""
         out: list[Tensor] = []
-        for i, (a, t) in enumerate(zip(arrays, self._output_types)):
+        for i, (a, t) in enumerate(zip(arrays, self.result_types)):
             j = self.same_leaf[i]
             if j != i:
                 out.append(out[j])
@@ -297,18 +327,19 @@ class Lowered:
 
     @functools.cached_property
     def _repeated(self) -> bool:
-        outputs = self.optimized.outputs[:len(self.same_leaf)]
+        outputs = self.result_outputs
         return len(set(outputs)) != len(outputs)
 
     @functools.cached_property
-    def _output_types(self) -> list[TensorType]:
-        return [v.type for v in self.optimized.outputs[:len(self.same_leaf)]]
+    def result_types(self) -> list[TensorType]:
+        """The types of the function's results, flattened."""
+        return [v.type for v in self.result_outputs]
 
     @functools.cached_property
     def _merged_outputs(self) -> list[int]:
         """Outputs that are an earlier output's Value though the function returned another
         object (see _distinct)."""
-        outputs, first = self.optimized.outputs[:len(self.same_leaf)], {}
+        outputs, first = self.result_outputs, {}
         merged = []
         for i, v in enumerate(outputs):
             if first.setdefault(v, i) != i and self.same_leaf[i] == i:
@@ -368,7 +399,7 @@ class TracedFunction:
         leaves, structure = pytree.flatten((args, kwargs), _is_shaped_leaf)
         types = [_spec_type(x) for x in leaves]
         lowered = self._trace(structure, [], types)
-        outputs = [ShapeDtype(tuple(t.shape), t.dtype.np) for t in lowered._output_types]
+        outputs = [ShapeDtype(tuple(t.shape), t.dtype.np) for t in lowered.result_types]
         return pytree.unflatten(lowered.out_structure, outputs)
 
     def _signature(self, args: tuple, kwargs: dict, flat: tuple | None = None):
@@ -498,9 +529,7 @@ class TracedFunction:
             return lowered, tensors, leaves
         self._note_retrace((structure, key[1]))
         donated = self._donated_leaves(args)
-        lowered = self._cache[key] = self._trace(structure, tensors)
-        lowered.donated_inputs = donated
-        lowered.cache_key = key
+        lowered = self._cache[key] = self._trace(structure, tensors, donated=donated, key=key)
         while len(self._cache) > self.cache_size:
             self._evict(next(iter(self._cache)))
         return lowered, tensors, leaves
@@ -529,11 +558,11 @@ class TracedFunction:
         return frozenset(leaves)
 
     def _trace(self, structure, tensors: list[Tensor], types: list[TensorType] | None = None,
-               bake: bool = False) -> Lowered:
+               bake: bool = False, donated: frozenset = frozenset(), key=None) -> Lowered:
         """A fresh trace at `structure` and the tensors' types (or `types`).  The tensors the
         function closes over become hidden inputs after the arguments, read at every call
         (closures.py), or constants where `bake` (export: a library has no Python to read
-        them from)."""
+        them from).  `donated`: the donated inputs' positions; `key`: its cache key, if cached."""
         from .pipeline import optimize
         graph = Graph(getattr(self.fn, "__name__", "main").replace("<", "").replace(">", "") or "main",
                       types or [t._type for t in tensors])
@@ -549,7 +578,7 @@ class TracedFunction:
                 # for each output, the first output that is the very same object
                 same_leaf = [next(j for j, u in enumerate(out_leaves) if u is t) for t in out_leaves]
                 # arguments, then closed-over tensors, changed in place return their new values
-                # too, after the outputs (run)
+                # too, after the results (Lowered.split)
                 mutated = tuple(i for i, t in enumerate(traced) if t._version != 0)
                 graph.outputs += [ctx.value_of(traced[i]) for i in mutated]
                 mutated_hidden = tuple(ctx.changed_lifted())
@@ -559,16 +588,12 @@ class TracedFunction:
         self._warn_baked_arrays(ctx.baked_arrays)
         with timings.recording(times), timings.stage("passes"):
             optimized = optimize(graph)
-        lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, self.backend, self.device)
-        lowered.compile_times = times
-        lowered.fastmath = self.fastmath
-        lowered.check_indices = self.check_indices
-        lowered.same_leaf = same_leaf
-        lowered.mutated_inputs = mutated
-        if ctx.lifted:
-            lowered.hidden = closures.Reader([h.source for h in ctx.lifted], [h.tensor for h in ctx.lifted])
-            lowered.read_hidden = lowered.hidden.read
-            lowered.mutated_hidden = mutated_hidden
+        hidden = closures.Reader([h.source for h in ctx.lifted], [h.tensor for h in ctx.lifted]) \
+            if ctx.lifted else None
+        lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, backend=self.backend,
+                          device=self.device, same_leaf=same_leaf, mutated_inputs=mutated, hidden=hidden,
+                          mutated_hidden=mutated_hidden, donated_inputs=donated, fastmath=self.fastmath,
+                          check_indices=self.check_indices, compile_times=times, cache_key=key)
         if self.backend == "interp":
             lowered._log_compile()
         return lowered
