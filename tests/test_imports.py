@@ -169,7 +169,7 @@ CYCLES: dict[frozenset, str] = {
     frozenset(["tracecomp.autograd.backward", "tracecomp.autograd.node"]): "to cut",
     frozenset(["tracecomp.library.assignment", "tracecomp.library.composites", "tracecomp.library.composites_nn", "tracecomp.library.indexing"]): "to cut",
     frozenset(["tracecomp.runtime.cache", "tracecomp.runtime.tuning"]): "to cut",
-    frozenset(["tracecomp.transforms.closures", "tracecomp.transforms.pickling", "tracecomp.transforms.trace"]): "to cut",
+    frozenset(["tracecomp.transforms.closures", "tracecomp.transforms.pickling", "tracecomp.transforms.stages", "tracecomp.transforms.trace"]): "to cut",
 }
 
 

@@ -52,7 +52,7 @@ from distributed import Client, Future, wait
 from ..tensors import pytree
 from ..core.errors import ArgumentError, ShapeError, TracecompError
 from ..tensors.tensor import Tensor
-from ..transforms.trace import restore_source_files, source_files
+from ..transforms.pickling import restore_source_files, source_files
 
 log = logging.getLogger("tracecomp.dask")
 MAX_RECOVERIES = 3
