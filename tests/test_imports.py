@@ -168,7 +168,6 @@ CYCLES: dict[frozenset, str] = {
     frozenset(["tracecomp.ir.graph", "tracecomp.ir.printer"]): "to cut",
     frozenset(["tracecomp.autograd.backward", "tracecomp.autograd.node"]): "to cut",
     frozenset(["tracecomp.library.assignment", "tracecomp.library.composites", "tracecomp.library.composites_nn", "tracecomp.library.indexing"]): "to cut",
-    frozenset(["tracecomp.runtime.cache", "tracecomp.runtime.tuning"]): "to cut",
     frozenset(["tracecomp.transforms.closures", "tracecomp.transforms.pickling", "tracecomp.transforms.stages", "tracecomp.transforms.trace"]): "to cut",
 }
 

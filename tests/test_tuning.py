@@ -159,3 +159,27 @@ def test_the_first_stored_record_wins(tmp_path, monkeypatch):
     second = tuning.store_record({"matmul_vector_bytes": 32, "loop_vector_bytes": 32})
     assert first == second == tuning.load_record() and first["matmul_vector_bytes"] == 64
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+MOVED = ("import sys, numpy as np, tracecomp as tc\n"
+         "tc.trace(lambda x: x + 1.0)(np.ones(8, np.float32))\n"          # reads the record
+         "tc.compile_cache.directory = sys.argv[1]\n"
+         "tc.trace(lambda x: x * 3.0)(np.ones(8, np.float32))\n")         # compiles into the new folder
+
+
+def test_a_process_that_moves_its_cache_folder_leaves_its_record_there(tmp_path):
+    """The compile cache calls tuning's hook for each folder it uses (cache.folder_used):
+    a folder the process moved to gets the process's choices, so that processes starting
+    there take the same tiles instead of measuring."""
+    needs_avx512()
+    choices = {"matmul_vector_bytes": 32, "loop_vector_bytes": 64}      # no measurement gives this
+    first = tmp_path / "first"
+    record = probe(first, TRACECOMP_TUNE="0")["record"]
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    with open(record, "w") as f:
+        json.dump(choices, f)
+    moved = tmp_path / "moved"
+    out = subprocess.run([sys.executable, "-c", MOVED, str(moved)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRACECOMP_CACHE_DIR": str(first), "TRACECOMP_TUNING_DIR": str(first)})
+    assert out.returncode == 0, out.stderr
+    assert json.loads((moved / os.path.relpath(record, first)).read_text()) == choices

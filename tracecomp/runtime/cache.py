@@ -73,7 +73,7 @@ import stat
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -187,6 +187,9 @@ def switched_on(variable: str) -> bool:
 
 
 settings = CacheSettings()
+# Called with each folder a compile uses the cache in.  tuning.py registers the one that
+# leaves its record there: it reads this module's settings, so this module cannot import it.
+folder_used: list[Callable[[Path], None]] = []
 
 
 # ----------------------------------------------------------------------------- the key
@@ -487,8 +490,8 @@ def _compile_distinct(kernels: list[Kernel], texts: list[str], module_name: str,
     disk = DiskCache.open(settings.directory)
     if disk is None:
         return engine.add_code(compiled())
-    from .tuning import leave_record      # tuning.py reads this module's settings
-    leave_record(disk.directory)
+    for hook in folder_used:
+        hook(disk.directory)
     names = [k.name for k in kernels]
     library = _load(disk, key, engine, names)
     if library is not None:

@@ -112,10 +112,12 @@ def ensure_tuned() -> None:
         hostcpu.set_tuned(choices)
         _installed = choices
         _recorded_in.update((here, host))
+        cache.folder_used.append(leave_record)    # (the cache cannot import this module)
 
 
 def leave_record(directory) -> None:
-    """Called by the compile cache for each folder it uses: a process that moved to another
+    """Called by the compile cache for each folder it uses, once ensure_tuned installed
+    choices (it registers this in cache.folder_used): a process that moved to another
     folder (a cluster's shared one, say) keeps its choices, since all its tiles must agree,
     and leaves them there when the folder has none, so that processes starting on that
     folder need not measure again."""
