@@ -134,7 +134,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("tracecomp.optim.optimizer", "tracecomp"): "op namespace",
     ("tracecomp.optim.sgd", "tracecomp"): "op namespace",
     ("tracecomp.runtime.host", "tracecomp"): "op namespace",
-    ("tracecomp.runtime.tuning", "tracecomp.transforms.trace"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.autograd.functional"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.dispatch.batching"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.dispatch.tracer"): "to cut",

@@ -161,6 +161,34 @@ def test_the_first_stored_record_wins(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.tmp"))
 
 
+def test_the_probes_are_the_programs_tc_trace_makes_of_their_functions():
+    """measure() compiles its probes from graph text (tc.trace lies above runtime/): the
+    text must schedule to the loops tc.trace gives the functions it stands for, or the
+    choice would be measured on other code."""
+    import numpy as np
+
+    import tracecomp as tc
+    from tracecomp.lower.loops.walk import kernel_shape_text
+    square = np.ones((tuning.PROBE_N, tuning.PROBE_N), np.float32)
+    for text, fn, args in ((tuning.MATMUL_PROBE, lambda a, b: a @ b, (square, square)),
+                           (tuning.LOOP_PROBE, lambda x: x * (1.702 * x).sigmoid() + x.sin() * (-x * x).exp(),
+                            (np.ones(tuning.LOOP_PROBE_N, np.float32),))):
+        traced = tc.trace(fn).lower(*args).program.kernels
+        assert [kernel_shape_text(k) for k in tuning.probe_program(text).kernels] == \
+            [kernel_shape_text(k) for k in traced]
+
+
+def test_measuring_puts_the_process_setting_back():
+    """The probes are scheduled and compiled under each candidate width in turn; the
+    process's own choices are untouched afterwards (ensure_tuned installs the measured ones)."""
+    from tracecomp.lower import hostcpu
+    needs_avx512()
+    before = hostcpu.tuned()
+    measured = tuning.measure()
+    assert hostcpu.tuned() == before
+    assert {measured["matmul_vector_bytes"], measured["loop_vector_bytes"]} <= {64, 32}
+
+
 MOVED = ("import sys, numpy as np, tracecomp as tc\n"
          "tc.trace(lambda x: x + 1.0)(np.ones(8, np.float32))\n"          # reads the record
          "tc.compile_cache.directory = sys.argv[1]\n"

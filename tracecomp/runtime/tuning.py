@@ -29,6 +29,16 @@ part of the compile cache's key.
 Nothing is measured with the compile cache off, or with TRACECOMP_TUNE=0 (the ISA's widest
 tiles and LLVM's own loop width then); a stored file that does not hold known choices is
 measured again.
+
+The probes are not compiled with tc.trace, which would enter the whole compiler again in
+the middle of the first compile: they are written as the graphs tc.trace records for them
+(MATMUL_PROBE, LOOP_PROBE), parsed, scheduled and JIT compiled here (`probe_program`,
+CompiledProgram), and timed through the compiled program's own call.  Each candidate width
+is installed with hostcpu.set_tuned while its probe is scheduled and compiled, and the
+setting before is put back afterwards: the scheduler's tiles and LLVM's target machine
+both read that process-wide setting, and passing the width to them instead would thread a
+parameter through tiles, scheduler, code generation and target machine for this one use.
+No other program is compiled meanwhile: the first compile is waiting on this one.
 """
 from __future__ import annotations
 
@@ -43,8 +53,12 @@ from typing import Optional
 
 import numpy as np
 
+from ..ir.parser import parse_graph
+from ..ir.verifier import verify
 from ..lower import hostcpu
+from ..lower.schedule.scheduler import Program, schedule
 from . import cache, jit
+from .compiled import CompiledProgram
 
 log = logging.getLogger("tracecomp.tuning")
 
@@ -59,6 +73,24 @@ _lock = threading.Lock()
 _done = False
 _installed: Optional[dict] = None     # the choices this process uses
 _recorded_in: set = set()             # cache folders known to hold a record
+
+# The probes, as tc.trace records `a @ b` and W1's x * (1.702 * x).sigmoid() + x.sin() * (-x * x).exp()
+MATMUL_PROBE = """func.func @tuning_matmul(%a: SQUARE, %b: SQUARE) -> (SQUARE) {
+  %0 = "tc.matmul"(%a, %b) : (SQUARE, SQUARE) -> SQUARE
+  return %0 : SQUARE
+}""".replace("SQUARE", f"tensor<{PROBE_N}x{PROBE_N}xf32>")
+LOOP_PROBE = """func.func @tuning_loop(%x: ROW) -> (ROW) {
+  %0 = "tc.mul"(%x) {other = 1.702 : f64} : (ROW) -> ROW
+  %1 = "tc.sigmoid"(%0) : (ROW) -> ROW
+  %2 = "tc.mul"(%x, %1) : (ROW, ROW) -> ROW
+  %3 = "tc.sin"(%x) : (ROW) -> ROW
+  %4 = "tc.neg"(%x) : (ROW) -> ROW
+  %5 = "tc.mul"(%4, %x) : (ROW, ROW) -> ROW
+  %6 = "tc.exp"(%5) : (ROW) -> ROW
+  %7 = "tc.mul"(%3, %6) : (ROW, ROW) -> ROW
+  %8 = "tc.add"(%2, %7) {alpha = 1 : i64} : (ROW, ROW) -> ROW
+  return %8 : ROW
+}""".replace("ROW", f"tensor<{LOOP_PROBE_N}xf32>")
 
 
 def cpu_key() -> str:
@@ -98,7 +130,7 @@ def ensure_tuned() -> None:
     with _lock:
         if _done:
             return
-        _done = True        # first: the probe's own programs are scheduled with the candidates
+        _done = True        # first: a measurement that failed is not tried again at every compile
         if not candidates() or not cache.switched_on(TUNE_ENV) or not cache.settings.enabled:
             return
         here, host = cache.settings.directory, host_folder()
@@ -160,32 +192,41 @@ def store_record(choices: dict, directory=None) -> dict:
     return choices
 
 
+def probe_program(text: str) -> Program:
+    """A probe's graph, written as text, scheduled as tc.trace schedules a traced graph."""
+    graph = parse_graph(text, "<probe>")
+    verify(graph)
+    return schedule(graph)
+
+
 def measure() -> dict:
     """Time the probes with each candidate width; the choices and the times."""
-    from ..transforms.trace import trace
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((PROBE_N, PROBE_N)).astype(np.float32) for _ in range(2))
     x = rng.standard_normal(LOOP_PROBE_N).astype(np.float32)
     chosen: dict = {}
     times: dict = {}
-    for name, fn, args in (("matmul_vector_bytes", lambda x, y: x @ y, (a, b)),
-                           ("loop_vector_bytes", lambda x: x * (1.702 * x).sigmoid() + x.sin() * (-x * x).exp(), (x,))):
-        calls = {}
-        with cache.settings.off():          # the probes are compiled once ever: not worth keeping
-            for width in candidates():
-                hostcpu.set_tuned({**chosen, name: width})
-                f = trace(fn)
-                f(*args)                                   # compile (and fault the outputs in)
-                calls[width] = f
-        best = _best_times(calls, args)
-        chosen[name] = decide(best)
-        times[name.replace("_vector_bytes", "")] = {str(w * 8): round(t * 1e3, 4) for w, t in best.items()}
-        log.info("tuning: %s %d-bit (%s)", name, chosen[name] * 8,
-                 ", ".join(f"{w * 8}-bit {t * 1e3:.3f} ms" for w, t in best.items()))
+    before = hostcpu.tuned()
+    try:
+        for name, text, inputs in (("matmul_vector_bytes", MATMUL_PROBE, [a, b]), ("loop_vector_bytes", LOOP_PROBE, [x])):
+            calls = {}
+            with cache.settings.off():          # the probes are compiled once ever: not worth keeping
+                for width in candidates():
+                    # the tiles (at scheduling) and LLVM's target (at compiling) read the width here
+                    hostcpu.set_tuned({**chosen, name: width})
+                    calls[width] = CompiledProgram(probe_program(text))
+                    calls[width](inputs)                   # fault the outputs in
+            best = _best_times(calls, inputs)
+            chosen[name] = decide(best)
+            times[name.replace("_vector_bytes", "")] = {str(w * 8): round(t * 1e3, 4) for w, t in best.items()}
+            log.info("tuning: %s %d-bit (%s)", name, chosen[name] * 8,
+                     ", ".join(f"{w * 8}-bit {t * 1e3:.3f} ms" for w, t in best.items()))
+    finally:
+        hostcpu.set_tuned(before)              # ensure_tuned installs the choices
     return {**chosen, "measured_ms": times}
 
 
-def _best_times(calls: dict, args) -> dict:
+def _best_times(calls: dict, inputs: list) -> dict:
     """Each width's best time per call, on one thread, rounds interleaved so that every
     width sees the same conditions."""
     best = {width: float("inf") for width in calls}
@@ -194,7 +235,7 @@ def _best_times(calls: dict, args) -> dict:
             for width, f in calls.items():
                 t0 = time.thread_time()
                 for _ in range(CALLS):
-                    f(*args)
+                    f(inputs)
                 best[width] = min(best[width], (time.thread_time() - t0) / CALLS)
     return best
 
