@@ -138,8 +138,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("tracecomp.tensors.tensor", "tracecomp.dispatch.batching"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.dispatch.tracer"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.library.assignment"): "to cut",
-    ("tracecomp.transforms.closures", "tracecomp.nn.module"): "to cut",
-    ("tracecomp.transforms.pickling", "tracecomp.nn.module"): "to cut",
     ("tracecomp.transforms.vmap", "tracecomp"): "op namespace",
 }
 
@@ -167,7 +165,6 @@ CYCLES: dict[frozenset, str] = {
     frozenset(["tracecomp.ir.graph", "tracecomp.ir.printer"]): "to cut",
     frozenset(["tracecomp.autograd.backward", "tracecomp.autograd.node"]): "to cut",
     frozenset(["tracecomp.library.assignment", "tracecomp.library.composites", "tracecomp.library.composites_nn", "tracecomp.library.indexing"]): "to cut",
-    frozenset(["tracecomp.transforms.closures", "tracecomp.transforms.pickling", "tracecomp.transforms.stages", "tracecomp.transforms.trace"]): "to cut",
 }
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from ..tensors import pytree
 from ..core.errors import ArgumentError
 from ..tensors.tensor import Tensor, as_tensor
+from ..transforms import closures
 
 
 class Parameter(Tensor):
@@ -339,3 +340,5 @@ def _register(cls: type) -> None:
 
 
 _register(Module)
+# tc.trace's closure walk reads a module's parameters, buffers and submodules by name
+closures.register(Module, closures.Container(tables=_SLOTS))

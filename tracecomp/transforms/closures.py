@@ -15,9 +15,10 @@ their arrays.  Any difference raises `ClosureMoved`, and tc.trace traces again.
 
 What the walk enters: functions (closure cells and default arguments; for code outside the
 libraries also the globals its code names, and the attributes of a module global that its
-code names), bound methods, functools.partial, tc.nn modules (parameters, buffers,
-submodules, attributes, and the globals of a user class's methods), traced functions,
-lists, tuples, dicts and other objects' `__dict__`: at most MAX_OBJECTS objects, at most
+code names), bound methods, functools.partial, the classes registered with `register`
+(tc.nn modules: parameters, buffers, submodules, attributes, and the globals of a user
+class's methods; traced functions: their function), lists, tuples, dicts and other
+objects' `__dict__`: at most MAX_OBJECTS objects, at most
 MAX_DEPTH lookups from a root.  A tensor reached some other way (made inside the function,
 or hidden from the walk) stays a constant, as before.  NumPy arrays stay constants (as in
 JAX); `baked_array` names the closed-over ones so tc.trace can warn about large ones.
@@ -90,6 +91,38 @@ def _module_of(obj) -> str:
     return (getattr(obj, "__module__", None) or "").partition(".")[0]
 
 
+@dataclass(frozen=True)
+class Container:
+    """How the walk enters an instance of a class registered with `register`.  `tables`:
+    attributes holding {name: member} dicts (a Module's parameters, buffers, submodules),
+    walked first as `where.name`; the other attributes and the class's methods follow, as
+    for any object.  `wraps`: instead, the one attribute that holds what the object runs (a
+    traced function's `fn`), walked under the object's own name.  `state`: what
+    pickling.same_state compares between two copies (None: their `__dict__`)."""
+    tables: tuple[str, ...] = ()
+    wraps: str | None = None
+    state: Callable[[Any], Any] | None = None
+
+
+# The classes that later folders define (nn.Module, trace.TracedFunction) register here at
+# import, so that this module, which they import, need not import them.
+_CONTAINERS: dict[type, Container] = {}
+
+
+def register(cls: type, container: Container) -> None:
+    """Enter instances of `cls` (and of its subclasses) as `container` says."""
+    _CONTAINERS[cls] = container
+
+
+def container_of(obj) -> Container | None:
+    """The registration of `obj`'s class or of its nearest registered base."""
+    for klass in type(obj).__mro__:
+        found = _CONTAINERS.get(klass)
+        if found is not None:
+            return found
+    return None
+
+
 class Closure:
     """What a function reaches: tensors by id (with their Source) and NumPy arrays by id."""
 
@@ -129,9 +162,6 @@ def find(fn: Callable) -> Closure:
 
 class _Walk:
     def __init__(self):
-        from ..nn.module import Module
-        from .trace import TracedFunction
-        self.module_class, self.traced_class = Module, TracedFunction    # (imported late: cycles)
         self.closure = Closure()
         self.queue: collections.deque = collections.deque()
         self.seen: dict[int, Any] = {}         # id -> object (kept, so ids stay unique)
@@ -164,16 +194,8 @@ class _Walk:
             self.push(obj.func, obj.func, (), where)
             down("attr", "args", obj.args, f"{where}.args")
             down("attr", "keywords", obj.keywords, f"{where}.keywords")
-        elif isinstance(obj, self.traced_class):
-            down("attr", "fn", obj.fn, where)
-        elif isinstance(obj, self.module_class):
-            for slot in ("_parameters", "_buffers", "_modules"):
-                table = obj.__dict__[slot]
-                path = steps + (Step("attr", slot, type(table)),)
-                for k, v in list(table.items()):
-                    down("item", k, v, f"{where}.{k}", path)
-            self.attributes(obj, root, steps, where, skip=("_parameters", "_buffers", "_modules"))
-            self.methods(type(obj))
+        elif (container := container_of(obj)) is not None:
+            self.container(obj, container, root, steps, where)
         elif isinstance(obj, (list, tuple)):
             for i, v in enumerate(obj[:MAX_ITEMS]):
                 down("item", i, v, f"{where}[{i}]")
@@ -184,6 +206,19 @@ class _Walk:
         elif _module_of(type(obj)) not in _LIBRARIES:
             self.attributes(obj, root, steps, where)
             self.methods(type(obj))
+
+    def container(self, obj, container: Container, root, steps: tuple, where: str) -> None:
+        if container.wraps is not None:
+            value = getattr(obj, container.wraps)
+            self.push(value, root, steps + (Step("attr", container.wraps, type(value)),), where)
+            return
+        for slot in container.tables:
+            table = obj.__dict__[slot]
+            path = steps + (Step("attr", slot, type(table)),)
+            for k, v in list(table.items()):
+                self.push(v, root, path + (Step("item", k, type(v)),), f"{where}.{k}")
+        self.attributes(obj, root, steps, where, skip=container.tables)
+        self.methods(type(obj))
 
     def attributes(self, obj, root, steps: tuple, where: str, skip: tuple = ()) -> None:
         attrs = getattr(obj, "__dict__", None)

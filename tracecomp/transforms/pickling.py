@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .closures import code_names
+from .closures import code_names, container_of
 from ..tensors.tensor import Tensor
 
 log = logging.getLogger("tracecomp.transforms.trace")
@@ -107,12 +107,12 @@ def _load_by_value(data: bytes) -> Callable:
     return cloudpickle.loads(data)
 
 
-def rebuild(fn: Callable, options: tuple, signatures: list, identity: str, files: dict | None = None):
-    """A TracedFunction arriving from a pickle: nothing compiled yet, the signatures known.
+def rebuild(cls: type, fn: Callable, options: tuple, signatures: list, identity: str, files: dict | None = None):
+    """A TracedFunction (`cls`, which the pickle names, as trace.py imports this module)
+    arriving from a pickle: nothing compiled yet, the signatures known.
     A copy of a function that arrived before, carrying the same state, is that earlier copy
     (with its compiled signatures); one whose state differs replaces it.  Invariant: the
     function returned computes with the state that this pickle carried."""
-    from .trace import TracedFunction
     restore_source_files(fn, files)
     traced = _ARRIVED.get(identity)
     if traced is not None and not same_state(traced.fn, fn):
@@ -120,7 +120,7 @@ def rebuild(fn: Callable, options: tuple, signatures: list, identity: str, files
                  getattr(fn, "__name__", "fn"))
         traced = None
     if traced is None:
-        traced = TracedFunction(fn, *options)
+        traced = cls(fn, *options)
         traced._history = list(signatures)
         traced._identity = identity
         _ARRIVED[identity] = traced
@@ -171,8 +171,6 @@ class _Compare:
         return self._compound(a, b)
 
     def _compound(self, a: Any, b: Any) -> bool:
-        from ..nn.module import Module
-        from .trace import TracedFunction
         if isinstance(a, types.FunctionType):
             return self._function(a, b)
         if isinstance(a, types.MethodType):
@@ -192,9 +190,10 @@ class _Compare:
             return list(a) == list(b) and all(self.same(a[k], b[k]) for k in a)
         if isinstance(a, (set, frozenset)):
             return a == b
-        if isinstance(a, TracedFunction):
-            return a._options == b._options and self.same(a.fn, b.fn)
-        if isinstance(a, Module) or isinstance(getattr(a, "__dict__", None), dict):
+        container = container_of(a)         # a traced function, a tc.nn module (closures.register)
+        if container is not None and container.state is not None:
+            return self.same(container.state(a), container.state(b))
+        if isinstance(getattr(a, "__dict__", None), dict):
             return self.same(vars(a), vars(b))
         try:
             return (a == b) is True

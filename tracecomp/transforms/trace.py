@@ -136,7 +136,8 @@ class TracedFunction:
         the code (a folder shared by a cluster's workers: one compile serves all).  A copy that
         arrives again carrying other state (a changed global) replaces the earlier one
         (pickling.rebuild)."""
-        return _rebuild, (portable(self.fn), self._options, self.signatures, self._identity, source_files(self.fn))
+        return _rebuild, (TracedFunction, portable(self.fn), self._options, self.signatures, self._identity,
+                          source_files(self.fn))
 
     @property
     def signatures(self) -> list:
@@ -376,6 +377,11 @@ class TracedFunction:
                           f"(more than {self.max_retraces}); every new shape, dtype or Python "
                           f"scalar value retraces (NumPy scalars are data and do not). The first "
                           f"signature, then what changed at each retrace:\n{lines}", stacklevel=3)
+
+
+# The closure walk enters a traced function through the function it runs (not its compiled
+# signatures), and two pickled copies are the same where their options and functions are.
+closures.register(TracedFunction, closures.Container(wraps="fn", state=lambda t: (t._options, t.fn)))
 
 
 def _dynamic_leaves(fn: Callable, args: tuple, dynamic: dict) -> dict[int, dict[int, str]]:
