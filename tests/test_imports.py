@@ -133,7 +133,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("tracecomp.optim.adam", "tracecomp"): "op namespace",
     ("tracecomp.optim.optimizer", "tracecomp"): "op namespace",
     ("tracecomp.optim.sgd", "tracecomp"): "op namespace",
-    ("tracecomp.runtime.host", "tracecomp"): "op namespace",
     ("tracecomp.tensors.tensor", "tracecomp.autograd.functional"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.dispatch.batching"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.dispatch.tracer"): "to cut",

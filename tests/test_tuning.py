@@ -162,17 +162,19 @@ def test_the_first_stored_record_wins(tmp_path, monkeypatch):
 
 
 def test_the_probes_are_the_programs_tc_trace_makes_of_their_functions():
-    """measure() compiles its probes from graph text (tc.trace lies above runtime/): the
-    text must schedule to the loops tc.trace gives the functions it stands for, or the
-    choice would be measured on other code."""
+    """measure() and `tracecomp info` compile their probes from graph text (tc.trace lies
+    above runtime/): the text must schedule to the loops tc.trace gives the functions it
+    stands for, or they would measure (or report the registers of) other code."""
     import numpy as np
 
     import tracecomp as tc
     from tracecomp.lower.loops.walk import kernel_shape_text
+    from tracecomp.runtime import host
     square = np.ones((tuning.PROBE_N, tuning.PROBE_N), np.float32)
     for text, fn, args in ((tuning.MATMUL_PROBE, lambda a, b: a @ b, (square, square)),
                            (tuning.LOOP_PROBE, lambda x: x * (1.702 * x).sigmoid() + x.sin() * (-x * x).exp(),
-                            (np.ones(tuning.LOOP_PROBE_N, np.float32),))):
+                            (np.ones(tuning.LOOP_PROBE_N, np.float32),)),
+                           (host.REGISTER_PROBE, lambda x: x * 2.0 + 1.0, (np.ones(1 << 14, np.float32),))):
         traced = tc.trace(fn).lower(*args).program.kernels
         assert [kernel_shape_text(k) for k in tuning.probe_program(text).kernels] == \
             [kernel_shape_text(k) for k in traced]

@@ -3,7 +3,9 @@
 The CPU (its model name, LLVM's name for it and the vector features code is generated
 with), its caches (from sysfs), the vector registers the generated loops use (read back
 from a probe kernel: the tuning LLVM picks for a CPU may prefer narrower vectors than the
-ISA has), the matmul's blocking, the threads and the compile cache.
+ISA has), the matmul's blocking, the threads and the compile cache.  The probe is written
+as the graph tc.trace records for it and compiled to assembly here, as tuning.py's probes
+are (tc.trace lies above this stage).
 """
 from __future__ import annotations
 
@@ -14,14 +16,23 @@ from ..lower.hostcpu import TARGET_ENV, caches, cpu_model, target_name
 
 VECTOR_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                    "avx512vnni", "avx512bf16", "avx512fp16", "amx-tile", "amx-bf16", "amx-int8")
+# `x * 2.0 + 1.0` over 2^14 floats, as tc.trace records it: a plain loop LLVM vectorizes
+REGISTER_PROBE = """func.func @register_probe(%x: ROW) -> (ROW) {
+  %0 = "tc.mul"(%x) {other = 2.0 : f64} : (ROW) -> ROW
+  %1 = "tc.add"(%0) {other = 1.0 : f64, alpha = 1 : i64} : (ROW) -> ROW
+  return %1 : ROW
+}""".replace("ROW", "tensor<16384xf32>")
 
 
 def vector_register() -> str:
     """The widest vector registers a plain elementwise loop is compiled with (zmm, ymm, xmm)."""
-    import numpy as np
-
-    import tracecomp as tc
-    asm = tc.trace(lambda x: x * 2.0 + 1.0).lower(np.ones(1 << 14, np.float32)).as_text("asm")
+    from ..lower.llvm import target
+    from ..lower.llvm.codegen import codegen_kernels
+    from . import tuning
+    tuning.ensure_tuned()        # the measured loop width first, as for any program
+    module = codegen_kernels(tuning.probe_program(REGISTER_PROBE).kernels, "tc_register_probe", align=None)
+    tm = target.host_target_machine()      # built after the choices are installed: it reads them
+    asm = target.emit_assembly(target.optimize(target.parse(str(module)), tm), tm)
     return next((r for r in ("zmm", "ymm", "xmm") if re.search(rf"%{r}\d", asm)), "none")
 
 
