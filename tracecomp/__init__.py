@@ -29,6 +29,7 @@ int = int32
 
 def _install() -> None:
     from . import bindings
+    from .dispatch import api
     from .autograd.kernels import autograd_kernel, forward_ad_kernel
     from .dispatch.batching import batched_kernel
     from .dispatch.dispatcher import DispatchKey, dispatcher
@@ -42,7 +43,7 @@ def _install() -> None:
         dispatcher.register(DispatchKey.Autograd, op, autograd_kernel)
         dispatcher.register(DispatchKey.ForwardAD, op, forward_ad_kernel)
         dispatcher.register(DispatchKey.Batched, op, batched_kernel)
-    bindings.install(table, globals())
+    globals().update({name: getattr(api, name) for name in bindings.install(table)})
 
 
 _install()
@@ -51,7 +52,7 @@ _configure_logging()
 # These need the generated API.
 from . import autograd  # noqa: E402
 from .autograd.functional import grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp  # noqa: E402
-from .autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
+from .transforms.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .transforms.trace import trace  # noqa: E402
 from .transforms.vmap import vmap  # noqa: E402

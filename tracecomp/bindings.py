@@ -20,6 +20,7 @@ from .library.assignment import check_fresh, inplace, setitem
 from .ops.table import VIEW_KINDS, OpDef
 from .tensors.tensor import Tensor, as_tensor, foreign_name, is_foreign
 from .core.symbolic import Dim
+from .dispatch import api as tc
 
 
 class _Mismatch(Exception):
@@ -279,7 +280,6 @@ _INPLACE = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv
 
 def _inplace_operator(dunder: str, name: str) -> Callable:
     def method(self, other):
-        import tracecomp as tc
         return _at_user_line(lambda: inplace(self, getattr(tc, name)(self, other), f"{name}_"))
     method.__name__ = dunder
     return method
@@ -297,7 +297,6 @@ def _inplace_method(name: str, overloads: list[OpDef]) -> Callable:
 def _written(self, src, what: str):
     """src (a tensor or a number) cast to self's dtype (any cast, as PyTorch's copy_ and
     fill_) and broadcast to its shape, written into self."""
-    import tracecomp as tc
     src = src if isinstance(src, Tensor) else tc.tensor(np.asarray(src))    # a number at full precision
     return _at_user_line(lambda: inplace(self, tc.broadcast_to(src.to(self.dtype), list(self.shape)), what))
 
@@ -329,11 +328,14 @@ def group_by_name(table: dict[str, OpDef]) -> dict[str, list[OpDef]]:
     return groups
 
 
-def install(table: dict[str, OpDef], namespace: dict[str, Any]) -> None:
-    """Attach the generated functions to `namespace` (the tracecomp module) and to Tensor."""
+def install(table: dict[str, OpDef]) -> list[str]:
+    """Attach the generated functions to the op namespace (dispatch/api.py) and to Tensor;
+    the names of the functions, for the package root to re-export."""
+    names = []
     for name, overloads in group_by_name(table).items():
         if any("function" in op.variants for op in overloads):
-            namespace[name] = _function(name, [op for op in overloads if "function" in op.variants])
+            setattr(tc, name, _function(name, [op for op in overloads if "function" in op.variants]))
+            names.append(name)
         methods = [op for op in overloads if "method" in op.variants]
         if methods:
             setattr(Tensor, name, _method(name, methods))
@@ -352,3 +354,5 @@ def install(table: dict[str, OpDef], namespace: dict[str, Any]) -> None:
     for dunder, name in _INPLACE.items():
         setattr(Tensor, dunder, _inplace_operator(dunder, name))
     Tensor.zero_, Tensor.fill_, Tensor.copy_ = _zero_, _fill_, _copy_
+    tc.__all__ += names
+    return names

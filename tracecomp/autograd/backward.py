@@ -16,11 +16,11 @@ from .formulas import evaluate, output_env
 from .grad_mode import set_grad_enabled
 from .helpers import sum_to
 from .node import AccumulateGrad, AutogradError, Edge, FormulaNode, Node
+from ..dispatch import api as tc
 
 
 def _zeros_like(t):
-    import tracecomp
-    return tracecomp.zeros_like(t)
+    return tc.zeros_like(t)
 
 
 def apply_formulas(node: FormulaNode, grads: list) -> list:

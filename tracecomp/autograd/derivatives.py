@@ -18,6 +18,7 @@ from pathlib import Path
 from ..core.errors import TableError
 from ..ops import formula
 from ..ops.table import OpDef, default_table, read_entries, table_path
+from ..dispatch import api as tc
 
 RESERVED = {"name", "non_differentiable", "output_differentiability", "result", "dispatch"}
 AUTO_FORWARD = ("auto_linear", "auto_element_wise")
@@ -182,7 +183,6 @@ def uncovered_ops(ops: dict[str, OpDef], derivatives: dict[str, Derivative]) -> 
 @functools.cache
 def default_derivatives() -> dict[str, Derivative]:
     from . import helpers
-    import tracecomp
-    functions = set(helpers.HELPERS) | {n for n in dir(tracecomp) if callable(getattr(tracecomp, n))}
+    functions = set(helpers.HELPERS) | {n for n in dir(tc) if callable(getattr(tc, n))}
     ops = default_table()
     return load_derivatives(table_path("derivatives.yaml"), ops, functions)

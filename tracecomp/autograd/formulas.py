@@ -12,13 +12,13 @@ from typing import Any
 from ..core.errors import ArgumentError
 from ..ops import formula
 from . import helpers
+from ..dispatch import api as tc
 
 
 def call_function(name: str, args: list, kwargs: dict):
     fn = helpers.HELPERS.get(name)
     if fn is None:
-        import tracecomp
-        fn = getattr(tracecomp, name, None)
+        fn = getattr(tc, name, None)
         if fn is None:
             raise ArgumentError(f"derivative formula calls unknown function '{name}'")
     return fn(*args, **kwargs)

@@ -17,6 +17,7 @@ from ..tensors.tensor import Tensor, as_tensor
 from .backward import recorded_at, run_backward
 from .grad_mode import differentiating, is_grad_enabled
 from .kernels import primal
+from ..dispatch import api as tc
 
 
 def _error(message: str) -> ArgumentError:
@@ -34,9 +35,8 @@ def _type_name(x) -> str:
 def _ones_like(t):
     """The seed gradient of `t`, recorded (when tracing) as part of the backward pass of
     the op that made `t`."""
-    import tracecomp
     with recorded_at(t.grad_fn):
-        return tracecomp.ones_like(t)
+        return tc.ones_like(t)
 
 
 def _root_grads(tensors: list, grads: Sequence | None) -> list:
@@ -182,8 +182,7 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool
 
 
 def _zeros_like(t):
-    import tracecomp
-    return tracecomp.zeros_like(t)
+    return tc.zeros_like(t)
 
 
 def _split_aux(out, has_aux: bool):
@@ -282,18 +281,16 @@ def _selecting(fn: Callable, args: tuple, argnums, has_aux: bool) -> tuple[list,
 
 def _basis(t: Tensor):
     """The numel(t) unit vectors shaped like t, stacked: (numel, *t.shape)."""
-    import tracecomp
-    return tracecomp.eye(t.numel(), dtype=t.dtype).reshape([t.numel()] + list(t.shape))
+    return tc.eye(t.numel(), dtype=t.dtype).reshape([t.numel()] + list(t.shape))
 
 
 def _over_basis(t: Tensor, each: Callable, out_axis: int, shape_of: Callable):
     """each(unit vector) for all unit vectors of t at once (tc.vmap over the basis, stacked
     along out_axis), each result leaf reshaped to shape_of(its shape without that dim)."""
-    import tracecomp
     from ..transforms.vmap import vmap
     if t.numel() == 0:        # no unit vectors: an empty Jacobian block per result leaf
-        leaves, structure = pytree.flatten(each(tracecomp.zeros_like(t)), _is_tracked)
-        return pytree.unflatten(structure, [tracecomp.zeros(shape_of(tuple(x.shape)), dtype=x.dtype)
+        leaves, structure = pytree.flatten(each(tc.zeros_like(t)), _is_tracked)
+        return pytree.unflatten(structure, [tc.zeros(shape_of(tuple(x.shape)), dtype=x.dtype)
                                             for x in leaves])
     leaves, structure = pytree.flatten(vmap(each, out_axes=out_axis)(_basis(t)), _is_tracked)
     return pytree.unflatten(structure, [x.reshape(shape_of(_without(tuple(x.shape), out_axis % x.ndim)))

@@ -14,15 +14,12 @@ import math
 import numbers
 from typing import Any, Callable
 
+from ..dispatch import api as tc
+
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 SQRT1_2 = math.sqrt(0.5)
 GELU_BETA = math.sqrt(2.0 / math.pi)
 GELU_KAPPA = 0.044715
-
-
-def _tc():
-    import tracecomp
-    return tracecomp
 
 
 def _is_number(x) -> bool:
@@ -78,7 +75,6 @@ def mean_backward(grad, shape: tuple[int, ...], dim, keepdim: bool):
 def _max_mask(self, result, dim, keepdim: bool, nan_matches: bool = False):
     """Where `self` equals its reduction's (restored) `result`; with nan_matches, NaN
     elements also match a NaN result."""
-    tc = _tc()
     r = unsqueeze_reduced(result, self.shape, dim, keepdim)
     mask = self == r
     return tc.logical_or(mask, tc.logical_and(self != self, r != r)) if nan_matches else mask
@@ -87,7 +83,6 @@ def _max_mask(self, result, dim, keepdim: bool, nan_matches: bool = False):
 def amax_backward(grad, self, result, dim, keepdim: bool):
     """amax/amin: the gradient is split evenly among the tied extreme elements, as PyTorch
     does (scale_grad_by_count: the subgradient that treats ties symmetrically)."""
-    tc = _tc()
     mask = _max_mask(self, result, dim, keepdim)
     count = mask.sum(reduced_dims(self.shape, dim), keepdim=True)
     return tc.where(mask, unsqueeze_reduced(grad, self.shape, dim, keepdim) / count, 0)
@@ -96,14 +91,12 @@ def amax_backward(grad, self, result, dim, keepdim: bool):
 def evenly_distribute_backward(grad, self, result):
     """max()/min() of all elements: like amax, and a NaN result's gradient is shared by the
     NaN elements (PyTorch's evenly_distribute_backward)."""
-    tc = _tc()
     mask = _max_mask(self, result, None, False, nan_matches=True)
     return tc.where(mask, grad / mask.sum(), 0)
 
 
 def amax_jvp(self_p, self_t, result, dim, keepdim: bool):
     """Forward mode of amax/amin/max()/min(): the mean of the tangents of the tied extreme elements."""
-    tc = _tc()
     mask = _max_mask(self_p, result, dim, keepdim)
     dims = reduced_dims(self_p.shape, dim)
     return tc.where(mask, self_t, 0).sum(dims, keepdim=keepdim) / mask.sum(dims, keepdim=keepdim)
@@ -118,7 +111,6 @@ def prod_backward(grad, self, dim, keepdim: bool):
     gradient reaches that element, so the formula differentiates again exactly: first and
     second derivatives are exact everywhere; third and higher ones are exact except where
     a reduced group holds three or more zeros (there they come out as 0)."""
-    tc = _tc()
     dims = reduced_dims(self.shape, dim)
     is_zero = self == 0
     safe = tc.where(is_zero, 1, self)
@@ -134,7 +126,6 @@ def prod_backward(grad, self, dim, keepdim: bool):
 def prod_jvp(self_p, self_t, result, dim, keepdim: bool):
     """Forward mode of prod: sum over the reduced dims of (d prod / d x_i) * x_t_i, in the
     result's dtype (prod(x, dtype=...))."""
-    tc = _tc()
     dims = reduced_dims(self_p.shape, dim)
     ones = tc.ones(unsqueeze_reduced_shape(self_p.shape, dims, keepdim), dtype=self_t.dtype)
     out = (prod_backward(ones, self_p, dim, keepdim) * self_t).sum(dims, keepdim=keepdim)
@@ -158,7 +149,6 @@ def cumprod_backward(grad, self, result, dim: int):
     """cumprod: d out_i / d x_k = prod_{j <= i, j != k} x_j for k <= i, without dividing by
     zero.  Before the first zero z, that is out_i / x_k (exact: x_k != 0); at z it is
     cumprod of x with x_z replaced by 1, at i; after z it is 0 (x_z is a factor)."""
-    tc = _tc()
     if self.ndim == 0:
         return grad
     before, first = _zero_positions(self, dim)
@@ -170,7 +160,6 @@ def cumprod_backward(grad, self, result, dim: int):
 def cumprod_jvp(self_p, self_t, result, dim: int):
     """Forward mode of cumprod: out_i * cumsum(t / x)_i before the first zero z; after it,
     only x_z's tangent moves out_i: t_z * cumprod(x with x_z replaced by 1)_i."""
-    tc = _tc()
     if self_p.ndim == 0:
         return self_t
     before, first = _zero_positions(self_p, dim)
@@ -183,7 +172,6 @@ def _signed_logcumsumexp(log_magnitude, weights, dim: int, reverse: bool):
     """sum over a running window of weights * exp(log_magnitude), in log space for the
     positive and the negative weights separately (no overflow): (log of the positive
     part, log of the negative part)."""
-    tc = _tc()
 
     def running(w):
         logs = tc.where(w > 0, log_magnitude + tc.log(tc.where(w > 0, w, 1)), float("-inf"))
@@ -197,7 +185,6 @@ def logcumsumexp_backward(grad, self, result, dim: int):
     cancels to a small exponent, so float32's rounding of the two (5e-4 at 1e4, OpInfo's
     sample) became an error of the gradient (1e-3 relative; PyTorch's float32 has it too).
     PyTorch's CPU kernels accumulate float32 in double likewise."""
-    tc = _tc()
     if self.ndim == 0:
         return grad
     x, out, g = _wide(self, result, grad)
@@ -208,7 +195,6 @@ def logcumsumexp_backward(grad, self, result, dim: int):
 def logcumsumexp_jvp(self_p, self_t, result, dim: int):
     """Forward mode: out_t_i = sum_{k <= i} t_k exp(x_k - out_i), summed in log space, in
     float64 for the reason logcumsumexp_backward gives."""
-    tc = _tc()
     if self_p.ndim == 0:
         return self_t
     x, t, out = _wide(self_p, self_t, result)
@@ -218,7 +204,6 @@ def logcumsumexp_jvp(self_p, self_t, result, dim: int):
 
 def _wide(*tensors):
     """The tensors in float64 (the float64 ones as they are)."""
-    tc = _tc()
     return [t if t.dtype == tc.float64 else t.to(tc.float64) for t in tensors]
 
 
@@ -251,7 +236,6 @@ def var_jvp(self_p, self_t, dim, correction, keepdim: bool):
 
 def _safe_half_over(grad, result):
     """grad / (2 * result), 0 where result == 0 (PyTorch's std_backward masks those)."""
-    tc = _tc()
     is_zero = result == 0
     return tc.where(is_zero, 0, grad / (2 * tc.where(is_zero, 1, result)))
 
@@ -267,7 +251,6 @@ def std_jvp(self_p, self_t, result, dim, correction, keepdim: bool):
 
 def value_selecting_reduction_backward(grad, dim: int, indices, shape: tuple[int, ...], keepdim: bool):
     """max.dim/min.dim: the gradient goes to the selected element (scatter at `indices`)."""
-    tc = _tc()
     if len(shape) == 0:
         return grad
     if not keepdim:
@@ -277,7 +260,6 @@ def value_selecting_reduction_backward(grad, dim: int, indices, shape: tuple[int
 
 def gather_with_keepdimed_indices(self_t, dim: int, indices, keepdim: bool):
     """Forward mode of max.dim/min.dim: the tangent at the selected elements."""
-    tc = _tc()
     if self_t.ndim == 0:
         return self_t
     if keepdim:
@@ -290,7 +272,6 @@ def gather_with_keepdimed_indices(self_t, dim: int, indices, keepdim: bool):
 def pow_backward_self(grad, self, exponent):
     """d x**e / dx = e * x**(e-1); 0 where e == 0 (so 0**0 has gradient 0, not nan).
     `self` may be a Python number (`2 ** x`) and `exponent` a Python number (`x ** 2`)."""
-    tc = _tc()
     if _is_number(exponent):
         return grad * 0 if exponent == 0 else grad * exponent * tc.pow(self, exponent - 1)
     return tc.where(exponent == 0, 0, grad * exponent * tc.pow(self, exponent - 1))
@@ -299,7 +280,6 @@ def pow_backward_self(grad, self, exponent):
 def pow_backward_exponent(grad, self, exponent, result):
     """d x**e / de = x**e * log(x); 0 where x == 0 and e >= 0 (PyTorch's convention), computed
     without log(0) so that second derivatives stay finite.  `self` may be a Python number."""
-    tc = _tc()
     if _is_number(self):
         return grad * 0 if self == 0 else grad * result * math.log(self)
     cond = tc.logical_and(self == 0, exponent >= 0)
@@ -319,7 +299,6 @@ def pow_jvp(self_p, self_t, exponent_p, exponent_t, result):
 def _split_ties(grad, self, other, chosen_if_greater: bool):
     """maximum/minimum's gradient for `self`: none where self loses, half on ties, else all
     of it (PyTorch's masks: so where a NaN is involved both inputs get the gradient)."""
-    tc = _tc()
     loses = self < other if chosen_if_greater else self > other
     return tc.where(self == other, grad / 2, tc.where(loses, 0, grad))
 
@@ -338,7 +317,6 @@ def minimum_backward(grad, self, other, grad_input_mask):
 
 def maximum_jvp(self_p, self_t, other_p, other_t, greater: bool = True):
     """Forward mode of maximum (minimum with greater=False): the winner's tangent, the mean on ties."""
-    tc = _tc()
     wins = self_p > other_p if greater else self_p < other_p
     weight = tc.where(self_p == other_p, 0.5, tc.where(wins, 1.0, 0.0))
     return other_t + weight * (self_t - other_t)
@@ -354,7 +332,6 @@ def atan2_backward(grad, self, other, grad_input_mask):
 def _clamp_masks(self, min, max):
     """(self kept, min chosen, max chosen) for minimum(maximum(self, min), max), as PyTorch:
     ties go to self; if min > max the result is max everywhere."""
-    tc = _tc()
     if min is not None and max is not None:
         keep = tc.logical_and(self >= min, self <= max)
         min_chosen = tc.logical_and(self < min, min < max)
@@ -370,7 +347,6 @@ def _clamp_masks(self, min, max):
 def clamp_backward(grad, self, min, max, grad_input_mask):
     """clamp with optional (Tensor or number) bounds: each element's gradient goes to whichever
     of self, min, max the result took it from."""
-    tc = _tc()
     keep, min_chosen, max_chosen = _clamp_masks(self, min, max)
     out = [None, None, None]
     if grad_input_mask[0]:
@@ -385,7 +361,6 @@ def clamp_backward(grad, self, min, max, grad_input_mask):
 def clamp_jvp(self_p, self_t, min_p, min_t, max_p, max_t):
     """Forward mode of clamp: the tangent of whichever of self, min, max was chosen
     (Python-number arguments have the tangent 0 and add no term)."""
-    tc = _tc()
     keep, min_chosen, max_chosen = _clamp_masks(self_p, min_p, max_p)
     terms = []
     if not _is_number(self_t):
@@ -402,7 +377,6 @@ def clamp_jvp(self_p, self_t, min_p, min_t, max_p, max_t):
 
 def where_backward(grad, condition, grad_input_mask):
     """where(condition, self, other): the chosen side gets the gradient."""
-    tc = _tc()
     return (tc.where(condition, grad, 0) if grad_input_mask[0] else None,
             tc.where(condition, 0, grad) if grad_input_mask[1] else None)
 
@@ -410,7 +384,6 @@ def where_backward(grad, condition, grad_input_mask):
 def gelu_backward(grad, self, approximate: str):
     """gelu: exact, Phi(x) + x phi(x); with approximate='tanh', PyTorch's derivative of the
     tanh formula."""
-    tc = _tc()
     if approximate == "tanh":
         x_sq = self * self
         inner = GELU_BETA * (self + GELU_KAPPA * x_sq * self)
@@ -425,7 +398,6 @@ def gelu_backward(grad, self, approximate: str):
 
 def silu_backward(grad, self):
     """silu = x sigmoid(x): sigmoid(x) (1 + x (1 - sigmoid(x)))."""
-    tc = _tc()
     s = tc.sigmoid(self)
     return grad * s * (1 + self * (1 - s))
 
@@ -436,7 +408,6 @@ def matmul_backward(grad, self, other, grad_input_mask):
     """torch.matmul's backward for every rank combination: 1-D operands are a row (self) or a
     column (other) vector, batch dims broadcast (the engine sums the gradient back to each
     input's shape)."""
-    tc = _tc()
     need_self, need_other = grad_input_mask[0], grad_input_mask[1]
     if self.ndim == 1 and other.ndim == 1:                      # dot product, 0-d result
         return (grad * other if need_self else None, grad * self if need_other else None)
@@ -466,7 +437,6 @@ def permute_backwards(grad, dims):
 def cat_backward(grad, tensors, dim: int):
     """cat: each input gets its slice of the gradient along `dim`."""
     from ..ops.rules import cat_kept
-    tc = _tc()
     kept = cat_kept([t.shape for t in tensors])
     pieces = iter(tc.split(grad, [tensors[i].shape[dim] for i in kept], dim))
     return [next(pieces) if i in kept else tc.zeros((0,), dtype=grad.dtype) for i in range(len(tensors))]
@@ -474,7 +444,6 @@ def cat_backward(grad, tensors, dim: int):
 
 def split_backward(grads, dim: int):
     """split: concatenate the pieces' gradients (the engine supplies zeros for unused pieces)."""
-    tc = _tc()
     return tc.cat(list(grads), dim)
 
 
@@ -485,7 +454,6 @@ def _normalize_dim(dim: int, ndim: int) -> int:
 def slice_grad(grad, shape: tuple[int, ...], dim: int, start, end, step: int):
     """slice: zeros of the input's shape with the gradient written into the slice
     (`slice_backward` with the bounds normalized the way slice applies them)."""
-    tc = _tc()
     d = _normalize_dim(dim, len(shape))
     start, end, _ = slice(start, end, step).indices(shape[d])
     return tc.slice_backward(grad, tuple(shape), d, start, max(end, start), step)
@@ -493,14 +461,12 @@ def slice_grad(grad, shape: tuple[int, ...], dim: int, start, end, step: int):
 
 def select_grad(grad, shape: tuple[int, ...], dim: int, index: int):
     """select: zeros of the input's shape with the gradient written at `index`."""
-    tc = _tc()
     d = _normalize_dim(dim, len(shape))
     return tc.select_backward(grad, tuple(shape), d, index % shape[d])
 
 
 def index_select_backward(grad, shape: tuple[int, ...], dim: int, index):
     """index_select: add each selected slice's gradient back at its index (repeats add up)."""
-    tc = _tc()
     if len(shape) == 0:
         return grad
     return tc.index_add(tc.zeros(tuple(shape), dtype=grad.dtype), dim, index, grad)
@@ -508,7 +474,6 @@ def index_select_backward(grad, shape: tuple[int, ...], dim: int, index):
 
 def gather_backward(grad, shape: tuple[int, ...], dim: int, index):
     """gather: scatter-add the gradient back to the gathered positions (repeats add up)."""
-    tc = _tc()
     if len(shape) == 0:
         return grad
     return tc.scatter_add(tc.zeros(tuple(shape), dtype=grad.dtype), dim, index, grad)
@@ -516,7 +481,6 @@ def gather_backward(grad, shape: tuple[int, ...], dim: int, index):
 
 def pad_to(grad, shape: tuple[int, ...]):
     """`grad` written into the leading corner of zeros of `shape` (each dim at least as large)."""
-    tc = _tc()
     for d, (have, want) in enumerate(zip(grad.shape, shape)):
         if have != want:
             target = tuple(grad.shape[:d]) + (want,) + tuple(grad.shape[d + 1:])
@@ -527,7 +491,6 @@ def pad_to(grad, shape: tuple[int, ...]):
 def scatter_add_src_backward(grad, dim: int, index, src):
     """scatter_add: src's gradient is gathered at the index (src may be larger than the index
     in any dim; its elements beyond the index were not used and get zeros)."""
-    tc = _tc()
     if grad.ndim == 0:
         return grad if src.ndim == 0 else grad.reshape(src.shape)
     return pad_to(tc.gather(grad, dim, index), tuple(src.shape))
@@ -547,7 +510,6 @@ def scatter_prod_backward(grad, self, dim: int, index, src, result, grad_input_m
     """scatter_prod: d out / d self is the product of the src elements that landed there;
     d out / d src_j is out / src_j, or, for a zero src_j, self times the other (nonzero)
     src elements at its position when it is the only zero there (else 0).  No division by 0."""
-    tc = _tc()
     used = _used_src(src, index)
     g_self = g_src = None
     if grad_input_mask[0]:
@@ -560,7 +522,6 @@ def scatter_prod_backward(grad, self, dim: int, index, src, result, grad_input_m
 
 def _scatter_prod_src_factor(self, dim: int, index, used, result):
     """d out / d src_j of scatter_prod, gathered at each src element (see below)."""
-    tc = _tc()
     zero = used == 0
     others = tc.scatter_prod(self, dim, index, tc.where(zero, 1, used))
     zeros = tc.scatter_add(tc.zeros_like(self), dim, index, zero.to(self.dtype))
@@ -571,7 +532,6 @@ def _scatter_prod_src_factor(self, dim: int, index, used, result):
 def scatter_prod_jvp(self_p, self_t, dim: int, index, src_p, src_t, result):
     """Forward mode of scatter_prod: self_t times the product of what landed, plus each
     src tangent times d out / d src_j, summed at its position."""
-    tc = _tc()
     used, used_t = _used_src(src_p, index), _used_src(src_t, index)
     out = self_t * tc.scatter_prod(tc.ones_like(self_p), dim, index, used)
     factor = _scatter_prod_src_factor(self_p, dim, index, used, result)
@@ -580,7 +540,6 @@ def scatter_prod_jvp(self_p, self_t, dim: int, index, src_p, src_t, result):
 
 def scatter_extreme_jvp(self_p, self_t, dim: int, index, src_p, src_t, result):
     """Forward mode of scatter_amax/amin: the mean tangent of the elements equal to the result."""
-    tc = _tc()
     used, used_t = _used_src(src_p, index), _used_src(src_t, index)
     self_ties = (self_p == result).to(result.dtype)
     src_ties = (used == tc.gather(result, dim, index)).to(result.dtype)
@@ -591,7 +550,6 @@ def scatter_extreme_jvp(self_p, self_t, dim: int, index, src_p, src_t, result):
 def scatter_extreme_backward(grad, self, dim: int, index, src, result, grad_input_mask):
     """scatter_amax/amin: the gradient is shared evenly among the elements equal to the
     result at each position (self's and the src elements that landed there)."""
-    tc = _tc()
     used = _used_src(src, index)
     self_ties = (self == result).to(grad.dtype)
     src_ties = (used == tc.gather(result, dim, index)).to(grad.dtype)
@@ -606,7 +564,6 @@ def scatter_extreme_backward(grad, self, dim: int, index, src, result, grad_inpu
 
 def index_add_source_backward(grad, dim: int, index, source, alpha):
     """index_add: source's gradient is the output gradient at the index, times alpha."""
-    tc = _tc()
     g = grad if grad.ndim == 0 else tc.index_select(grad, dim, index)
     g = g.reshape(source.shape) if tuple(g.shape) != tuple(source.shape) else g
     return g if alpha == 1 else g * alpha
@@ -623,7 +580,6 @@ def _attention_scale(query, scale) -> float:
 
 
 def _attention_scores(query, key, is_causal: bool, attn_mask, scale):
-    tc = _tc()
     scores = tc.matmul(query, key.mT) * _attention_scale(query, scale)
     if is_causal:
         attn_mask = tc.tril(tc.ones([query.shape[-2], key.shape[-2]], dtype=tc.bool))
@@ -636,7 +592,6 @@ def _attention_scores(query, key, is_causal: bool, attn_mask, scale):
 
 def _probabilities(scores, logsumexp):
     """exp(scores - logsumexp), 0 in a row masked throughout (logsumexp -inf)."""
-    tc = _tc()
     lse = logsumexp.unsqueeze(-1)
     empty = lse == float("-inf")
     return tc.where(empty, 0.0, tc.exp(scores - tc.where(empty, 0.0, lse)))
@@ -644,7 +599,6 @@ def _probabilities(scores, logsumexp):
 
 def attention_math(query, key, value, is_causal: bool, attn_mask, scale):
     """(output, logsumexp) of the fused attention."""
-    tc = _tc()
     scores = _attention_scores(query, key, is_causal, attn_mask, scale)
     lse = tc.logsumexp(scores, -1)
     return tc.matmul(_probabilities(scores, lse), value), lse
@@ -652,7 +606,6 @@ def attention_math(query, key, value, is_causal: bool, attn_mask, scale):
 
 def attention_backward_math(grad_out, query, key, value, out, logsumexp, is_causal: bool, attn_mask, scale):
     """The fused backward's (grad_query, grad_key, grad_value): probabilities from logsumexp."""
-    tc = _tc()
     p = _probabilities(_attention_scores(query, key, is_causal, attn_mask, scale), logsumexp)
     ds = p * (tc.matmul(grad_out, value.mT) - (grad_out * out).sum(-1, keepdim=True)) * _attention_scale(query, scale)
     return tc.matmul(ds, key), tc.matmul(ds.mT, query), tc.matmul(p.mT, grad_out)
@@ -674,7 +627,6 @@ def attention_backward(grads, grads_defined, query, key, value, output, logsumex
                        attn_mask, scale, grad_input_mask):
     """The fused op's gradients (query, key, value, attn_mask): the fused backward op, unless
     logsumexp has a gradient too or a float mask wants one; then the VJP of attention_math."""
-    tc = _tc()
     wants_mask = bool(grad_input_mask[3]) and _float_mask(attn_mask)
     if not grads_defined[1] and not wants_mask:
         dq, dk, dv = tc._scaled_dot_product_flash_attention_for_cpu_backward(
@@ -682,7 +634,8 @@ def attention_backward(grads, grads_defined, query, key, value, output, logsumex
         return dq, dk, dv, None
     fn, wrt = _with_mask(lambda q, k, v, m: attention_math(q, k, v, is_causal, m, scale), [query, key, value],
                          attn_mask, wants_mask)
-    found = tc.vjp(fn, *wrt)[1]((grads[0], grads[1]))
+    from .functional import vjp      # (a cycle: formulas -> helpers -> functional -> backward -> formulas)
+    found = vjp(fn, *wrt)[1]((grads[0], grads[1]))
     return tuple(found[:3]) + (found[3] if wants_mask else None,)
 
 
@@ -690,11 +643,11 @@ def attention_double_backward(grads, grad_out, query, key, value, out, logsumexp
                               grad_input_mask):
     """The fused backward's gradients (grad_out, query, key, value, out, logsumexp, attn_mask):
     the VJP of attention_backward_math."""
-    tc = _tc()
     wants_mask = bool(grad_input_mask[6]) and _float_mask(attn_mask)
     fn, wrt = _with_mask(lambda g, q, k, v, o, l, m: attention_backward_math(g, q, k, v, o, l, is_causal, m, scale),
                          [grad_out, query, key, value, out, logsumexp], attn_mask, wants_mask)
-    found = tc.vjp(fn, *wrt)[1](tuple(grads))
+    from .functional import vjp      # the VJP of the math, as above
+    found = vjp(fn, *wrt)[1](tuple(grads))
     return tuple(found[:6]) + (found[6] if wants_mask else None,)
 
 
@@ -704,23 +657,23 @@ def _mask_tangent(attn_mask, attn_mask_t):
 
 def attention_jvp(query_p, query_t, key_p, key_t, value_p, value_t, is_causal: bool, attn_mask, attn_mask_t, scale):
     """Forward mode of the fused op: (the output's tangent, logsumexp's)."""
-    tc = _tc()
     wants_mask = _mask_tangent(attn_mask, attn_mask_t)
     fn, primals = _with_mask(lambda q, k, v, m: attention_math(q, k, v, is_causal, m, scale), [query_p, key_p, value_p],
                              attn_mask, wants_mask)
     tangents = [query_t, key_t, value_t] + ([attn_mask_t] if wants_mask else [])
-    return tuple(tc.jvp(fn, primals, tangents)[1])
+    from .functional import jvp      # the JVP of the math: forward mode runs the engine's own transform
+    return tuple(jvp(fn, primals, tangents)[1])
 
 
 def attention_backward_jvp(grad_out_p, grad_out_t, query_p, query_t, key_p, key_t, value_p, value_t, out_p, out_t,
                            logsumexp_p, logsumexp_t, is_causal: bool, attn_mask, attn_mask_t, scale):
     """Forward mode of the fused backward: the tangents of (grad_query, grad_key, grad_value)."""
-    tc = _tc()
     wants_mask = _mask_tangent(attn_mask, attn_mask_t)
     fn, primals = _with_mask(lambda g, q, k, v, o, l, m: attention_backward_math(g, q, k, v, o, l, is_causal, m, scale),
                              [grad_out_p, query_p, key_p, value_p, out_p, logsumexp_p], attn_mask, wants_mask)
     tangents = [grad_out_t, query_t, key_t, value_t, out_t, logsumexp_t] + ([attn_mask_t] if wants_mask else [])
-    return tuple(tc.jvp(fn, primals, tangents)[1])
+    from .functional import jvp      # the JVP of the math: forward mode runs the engine's own transform
+    return tuple(jvp(fn, primals, tangents)[1])
 
 
 HELPERS: dict[str, Callable[..., Any]] = {

@@ -17,6 +17,7 @@ from ..ops.table import OpDef
 from .derivatives import default_derivatives
 from .formulas import evaluate, output_env
 from .node import AutogradError, node_class
+from ..dispatch import api as tc
 
 
 def _slots(op: OpDef, args: dict[str, Any]) -> list[tuple[str, int | None]]:
@@ -83,8 +84,7 @@ def primal(t):
 def _tangent(t, top: int):
     """t's tangent at this level (a tensor of an outer tc.vmap level is a constant here:
     its tangent is handled when the op runs on the whole batch)."""
-    import tracecomp
-    return t._tangent if t._tangent is not None and level_of(t) == top else tracecomp.zeros_like(t)
+    return t._tangent if t._tangent is not None and level_of(t) == top else tc.zeros_like(t)
 
 
 def forward_ad_kernel(op: OpDef, args: dict[str, Any]):

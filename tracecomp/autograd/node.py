@@ -94,7 +94,7 @@ class FormulaNode(Node):
         self.saved = self.saved_outputs = None
 
     def apply(self, grads: list) -> list:
-        from .backward import apply_formulas
+        from .backward import apply_formulas     # (the engine imports nodes: applying is its job)
         for name, t, version in self.versions:
             if t._version != version:
                 raise AutogradError(

@@ -27,6 +27,7 @@ from ..core.types import TensorType
 from ..ops import rules
 from ..ops.table import OpDef, default_table, per_kind
 from ..tensors.results import outputs, package, type_args
+from . import api as tc
 
 
 class VmapError(TracecompError, ValueError):
@@ -206,34 +207,29 @@ def _op(name: str) -> OpDef:
     return default_table()[name]
 
 
-def _tc():
-    import tracecomp
-    return tracecomp
-
-
 def _whole(v, size: int):
     """The batch of `v`: its own if batched, else `v` repeated (a broadcast, no copy when traced)."""
     if isinstance(v, _Batched):
         return v.t
-    return _tc().unsqueeze(v, 0).expand((size,) + tuple(v.shape))
+    return tc.unsqueeze(v, 0).expand((size,) + tuple(v.shape))
 
 
 def _whole_vector(v, size: int):
     """The batch of `v`, a 0-d item as a one-element vector (for the index rules)."""
     whole = _whole(v, size)
-    return whole if v.ndim else _tc().reshape(whole, (size, 1))
+    return whole if v.ndim else tc.reshape(whole, (size, 1))
 
 
 def _lift(v: _Batched, rank: int):
     """The batch of `v` with 1s after the batch dim up to `rank` item dims, so that it
     broadcasts against unbatched tensors of that rank as the item would."""
     extra = rank - v.ndim
-    return v.t if extra <= 0 else _tc().reshape(v.t, (v.t.shape[0],) + (1,) * extra + v.shape)
+    return v.t if extra <= 0 else tc.reshape(v.t, (v.t.shape[0],) + (1,) * extra + v.shape)
 
 
 def _reshaped(result, size: int, want: list):
     """Results reshaped to the batch of the item types (the rules that flattened items)."""
-    shaped = [_tc().reshape(o, (size,) + tuple(w.shape)) for o, w in zip(outputs(result), want)]
+    shaped = [tc.reshape(o, (size,) + tuple(w.shape)) for o, w in zip(outputs(result), want)]
     return shaped if isinstance(result, (tuple, list)) else shaped[0]
 
 
@@ -267,7 +263,7 @@ def _types(args: dict) -> dict:
 
 def _as_vector(x: _Batched) -> _Batched:
     """A 0-d item as a one-element vector (the rules below then reduce, scan or index dim 0)."""
-    return _Batched(_tc().reshape(x.t, (x.t.shape[0], 1))) if x.ndim == 0 else x
+    return _Batched(tc.reshape(x.t, (x.t.shape[0], 1))) if x.ndim == 0 else x
 
 
 @batch_rule("reduction", "variance")
@@ -287,7 +283,7 @@ def _reduction(op, args, size, want):
 def _arg_reduction(op, args, size, want):
     x = args["self"]
     if args.get("dim") is None:                       # argmax over every element
-        flat = _Batched(_tc().reshape(x.t, (size, -1)))
+        flat = _Batched(tc.reshape(x.t, (size, -1)))
         return _reshaped(_call(op, args, self=flat, dim=1, keepdim=False), size, want)
     d = rules.normalize_dim(op, args["dim"], x.shape)
     if x.ndim == 0:
@@ -313,7 +309,7 @@ def _squeeze(op, args, size, want):
     else:
         dims = [d for d in rules.normalize_dims(op, given, x.shape) if x.shape[d] == 1]
     if not dims:
-        return _tc().reshape(x.t, tuple(x.t.shape))        # a new tensor, as squeeze gives
+        return tc.reshape(x.t, tuple(x.t.shape))        # a new tensor, as squeeze gives
     return _call(op, args, dim=tuple(d + 1 for d in dims))
 
 
@@ -359,7 +355,6 @@ def _same(op, args, size, want):
 @batch_rule("matmul")
 def _matmul(op, args, size, want):
     a, b = args["self"], args["other"]
-    tc = _tc()
     if isinstance(a, _Batched) and not isinstance(b, _Batched) and b.ndim <= 2:
         # the batch dim is more rows of one product (a GEMM), not one product per item
         rows = tc.reshape(a.t, (size * math.prod(a.shape[:-1]), a.shape[-1]))
@@ -395,11 +390,11 @@ def _index_select(op, args, size, want):
     # Each item has its own index: gather along dim with the index spread over the other dims.
     whole = _whole_vector(x, size)
     shape = tuple(whole.shape[1:])
-    idx = _tc().reshape(index.t, (size, -1))
+    idx = tc.reshape(index.t, (size, -1))
     k = idx.shape[1]
-    idx = _tc().reshape(idx, (size,) + (1,) * d + (k,) + (1,) * (len(shape) - d - 1))
+    idx = tc.reshape(idx, (size,) + (1,) * d + (k,) + (1,) * (len(shape) - d - 1))
     idx = idx.expand((size,) + shape[:d] + (k,) + shape[d + 1:])
-    return _reshaped(_tc().gather(whole, d + 1, idx), size, want)
+    return _reshaped(tc.gather(whole, d + 1, idx), size, want)
 
 
 @batch_rule("gather")
@@ -408,7 +403,7 @@ def _gather(op, args, size, want):
     d = rules.normalize_dim(op, args["dim"], x.shape)
     if x.ndim == 0:
         return _reshaped(dispatcher.call(op, {"self": _whole_vector(x, size), "dim": 1,
-                                               "index": _tc().reshape(_whole(index, size), (size, -1))}),
+                                               "index": tc.reshape(_whole(index, size), (size, -1))}),
                          size, want)
     return dispatcher.call(op, {"self": _whole(x, size), "dim": d + 1, "index": _whole(index, size)})
 
@@ -419,7 +414,7 @@ def _scatter(op, args, size, want):
     d = rules.normalize_dim(op, args["dim"], x.shape)
     parts = {n: _whole(args[n], size) for n in ("self", "index", "src")}
     if x.ndim == 0:
-        parts = {n: _tc().reshape(t, (size, -1)) for n, t in parts.items()}
+        parts = {n: tc.reshape(t, (size, -1)) for n, t in parts.items()}
     return _reshaped(dispatcher.call(op, {**parts, "dim": d + 1}), size, want)
 
 
@@ -430,16 +425,16 @@ def _index_add(op, args, size, want):
     whole = _whole_vector(x, size)
     shape = list(whole.shape[1:])
     shape[d] = index.shape[0] if index.ndim else 1      # the source's item shape (a 0-d one as a vector)
-    source = _tc().reshape(_whole(args["source"], size), (size, *shape))
+    source = tc.reshape(_whole(args["source"], size), (size, *shape))
     if not isinstance(index, _Batched):
         return _reshaped(dispatcher.call(op, {"self": whole, "dim": d + 1, "index": index,
                                               "source": source, "alpha": alpha}), size, want)
     # Each item has its own index: scatter-add the source, the index spread over its other dims.
-    idx = _tc().reshape(index.t, (size,) + (1,) * d + (-1,) + (1,) * (len(shape) - d - 1))
+    idx = tc.reshape(index.t, (size,) + (1,) * d + (-1,) + (1,) * (len(shape) - d - 1))
     idx = idx.expand((size, *shape))
     if alpha != 1:
         source = source * alpha
-    return _reshaped(_tc().scatter_add(whole, d + 1, idx, source), size, want)
+    return _reshaped(tc.scatter_add(whole, d + 1, idx, source), size, want)
 
 
 @batch_rule("search")
@@ -450,7 +445,7 @@ def _search(op, args, size, want):
     seqs = _whole(seq, size)
     sorters = None if sorter is None else _whole(sorter, size)
     if seq.ndim == 1:                         # one sequence per item: the values as a row each
-        vals = _tc().reshape(_whole(values, size), (size, -1))
+        vals = tc.reshape(_whole(values, size), (size, -1))
     else:
         vals = _whole(values, size)
     return _reshaped(_call(op, args, sorted_sequence=seqs, self=vals, sorter=sorters), size, want)
@@ -469,7 +464,7 @@ def _leading_merged(op, args, size, want, item_rank: int):
     if x.ndim == item_rank:                  # (C, H, W): the vmap's batch is the op's
         return _call(op, args)
     n = x.shape[0]
-    merged = _tc().reshape(x.t, (size * n,) + x.shape[1:])
+    merged = tc.reshape(x.t, (size * n,) + x.shape[1:])
     return _reshaped(_call(op, args, self=merged), size, want)
 
 

@@ -110,5 +110,5 @@ class Graph:
     __hash__ = None  # mutable
 
     def __str__(self) -> str:
-        from .printer import print_graph
+        from .printer import print_graph      # (the printer imports this module: a cycle by nature)
         return print_graph(self)

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..core import dtypes as dt
 from ..core.errors import ArgumentError, ShapeError
+from ..dispatch import api as tc
 
 
 def check_fresh(t) -> None:
@@ -90,7 +91,6 @@ def inplace(t, result, what: str):
 
 
 def setitem(t, index, value) -> None:
-    import tracecomp as tc
     from ..tensors.tensor import Tensor
     _check_writable(t, "item assignment")
     if isinstance(value, Tensor) and value._view_of == (t, index, t._version) and value._view_of[1] is index:
@@ -112,7 +112,6 @@ def put(t, index, values, accumulate: bool = False, drop_leading_ones: bool = Fa
     same value is a `where` instead, whose shape does not depend on the mask's values, so it
     traces (`x[x < 0] = 0`).  drop_leading_ones: values may have more dims than t[index]
     if the extra leading ones have size 1 (item assignment allows it, index_put does not)."""
-    import tracecomp as tc
     masked = _masked_values(t, index, values)
     if masked is not None:
         mask, values = masked
@@ -134,7 +133,6 @@ def _without_leading_ones(values, ndim: int):
 
 
 def _broadcast_value(values, shape: list):
-    import tracecomp as tc
     try:
         return tc.broadcast_to(values, shape)
     except ShapeError:

@@ -21,6 +21,7 @@ from ..ops import formula
 from ..ops.rules import broadcast_shapes
 from ..ops.table import OpDef
 from ..tensors.results import package
+from ..dispatch import api as tc
 
 
 def _trailing_dims(x, normalized_shape, name: str = "layer_norm") -> list[int]:
@@ -301,7 +302,6 @@ def _row_major_strides(shape) -> list[int]:
 
 def _unique_values(x, return_inverse: bool, return_counts: bool, dim):
     """torch.unique: the values (a tensor), or a tuple with the inverse and/or the counts."""
-    import tracecomp as tc
     values = values_for("unique", x)
     axis = None if dim is None else _dim("unique", x.ndim, dim)
     found, inverse, counts = np.unique(values, return_inverse=True, return_counts=True, axis=axis)
@@ -360,7 +360,6 @@ def _start_index(name: str, x, dim: int, start, length: int):
 
 def wrapped(index, n):
     """Negative indices counted from the end (index + n), by a `where`: the values may be symbolic."""
-    import tracecomp as tc
     return tc.where(index < 0, index + n, index)
 
 
@@ -505,7 +504,6 @@ def _weak_scalar(value, like):
     """A Python number as the 0-d tensor that promotes with `like` as the number would: in
     like's dtype when the number's category fits it (so a float beside a float64 tensor is
     not rounded to float32 first)."""
-    import tracecomp as tc
     if isinstance(value, float) and not like.dtype.is_floating_point:
         dtype = dt.FLOAT32                   # an integer or bool tensor beside a float
     elif isinstance(value, int) and not isinstance(value, bool) and like.dtype is dt.BOOL:
@@ -548,8 +546,7 @@ HELPERS = {
 def _call(name: str, args: list, kwargs: dict):
     if name in HELPERS:
         return HELPERS[name](*args, **kwargs)
-    import tracecomp
-    fn = getattr(tracecomp, name, None)
+    fn = getattr(tc, name, None)
     if fn is None:
         raise ArgumentError(f"composite program calls unknown function '{name}'")
     return fn(*args, **kwargs)

@@ -20,6 +20,7 @@ import math
 import string
 
 from ..core.errors import ShapeError
+from ..dispatch import api as tc
 
 
 def _letters_of(term: str, ndim: int, fresh: str, where: str) -> str:
@@ -79,7 +80,6 @@ def _sizes(inputs: list[str], shapes: list[tuple]) -> dict[str, int]:
 
 
 def contract(equation: str, operands: list):
-    import tracecomp as tc
     inputs, output = parse(equation, [t.ndim for t in operands])
     sizes = _sizes(inputs, [tuple(t.shape) for t in operands])
     terms = []

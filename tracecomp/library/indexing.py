@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from ..core.errors import IndexingError, IndexTypeError, ShapeError
+from ..dispatch import api as tc
 
 _SEQUENCES = (list, tuple, range, str, np.ndarray)
 _LIST_AS_TUPLE_LIMIT = 32       # a longer list is always one index array (PyTorch, NumPy)
@@ -55,7 +56,6 @@ def _as_tuple(index) -> tuple:
 
 
 def _entry(i):
-    import tracecomp as tc
     from ..tensors.tensor import Tensor
     if i is None or i is Ellipsis or isinstance(i, slice):
         return i
@@ -91,7 +91,6 @@ def _index_array(i) -> np.ndarray:
 
 
 def _is_mask(i) -> bool:
-    import tracecomp as tc
     from ..tensors.tensor import Tensor
     return isinstance(i, Tensor) and i.dtype is tc.bool
 
@@ -129,7 +128,6 @@ def getitem(t, index):
 def _basic(t, index: tuple):
     """None, slices and ints applied in order; the rest returned as (dim of the result,
     tensor).  A mask over k dims covers dims dim..dim+k-1; a 0-d mask covers a new dim."""
-    import tracecomp as tc
     dim, advanced = 0, []
     for position, i in enumerate(index):
         if i is None:
@@ -149,7 +147,6 @@ def _basic(t, index: tuple):
 
 
 def _slice(t, dim: int, i: slice):
-    import tracecomp as tc
     if i == slice(None):
         return t
     step = 1 if i.step is None else i.step
@@ -189,7 +186,6 @@ def _dims(shape) -> str:
 def _masks_as_indices(advanced: list) -> list:
     """Masks replaced by the index tensors of their nonzero positions (which reads their
     values).  A lone 0-d True is only the new dim that _basic added: the result stays a view."""
-    import tracecomp as tc
     from .composites import values_for
     if len(advanced) == 1 and _is_mask(advanced[0][1]) and advanced[0][1].ndim == 0:
         if bool(values_for("x[mask]", advanced[0][1])):
@@ -209,7 +205,6 @@ def _masks_as_indices(advanced: list) -> list:
 def _backwards(t, dim: int, i: slice):
     """`t[a:b:-s]` along dim, as NumPy and JAX read it (PyTorch refuses negative steps): the
     dim flipped, then a forward slice of the same elements."""
-    import tracecomp as tc
     n = t.shape[dim]
     if i.step == 0:
         raise ShapeError("slice step cannot be zero")
@@ -246,7 +241,6 @@ def _check_known_values(t, advanced: list) -> None:
 
 
 def _advanced(t, advanced: list):
-    import tracecomp as tc
     from .composites import wrapped
     _check_known_values(t, advanced)
     dims = [d for d, _ in advanced]

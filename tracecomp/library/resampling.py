@@ -14,17 +14,13 @@ import math
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..dispatch import api as tc
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 # reflect, replicate, circular: padded dims -> input ranks (without, with a batch dim)
 PAD_RANKS = {1: (2, 3), 2: (3, 4), 3: (4, 5)}
 INTERPOLATE_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear", "area")
 LINEAR_RANKS = {"linear": 3, "bilinear": 4, "trilinear": 5}
-
-
-def _tc():
-    import tracecomp
-    return tracecomp
 
 
 def _ints(v) -> tuple:
@@ -80,7 +76,6 @@ def check_pad(x, pad, mode: str, value) -> list[tuple[int, int, int]]:
 
 def pad_by_index(x, pad, mode: str, value):
     """reflect, replicate or circular padding: one index_select per padded dim."""
-    tc = _tc()
     for d, lo, hi in check_pad(x, pad, mode, value):
         x = tc.index_select(x, d, tc.tensor(_source_positions(mode, x.shape[d], lo, hi)))
     return x
@@ -179,7 +174,6 @@ def _check_interpolate(x, mode: str, align_corners, antialias: bool) -> None:
 def interpolated(x, size, scale_factor, mode: str, align_corners, recompute_scale_factor, antialias: bool):
     """F.interpolate: nearest modes pick with index_select; linear ones blend two picks per
     spatial dim with constant weights; area is adaptive average pooling."""
-    tc = _tc()
     _check_interpolate(x, mode, align_corners, antialias)
     sizes, scales = _output_sizes(x, size, scale_factor, recompute_scale_factor)
     if mode == "area":
@@ -227,7 +221,6 @@ def _pool_sizes(name: str, x, output_size, spatial: int) -> list[int]:
 def adaptive_average(name: str, x, output_size, spatial: int):
     """Each of the last `spatial` dims averaged over its windows: a matmul with a constant
     (n_out, n_in) averaging matrix."""
-    tc = _tc()
     sizes = _pool_sizes(name, x, output_size, spatial)
     for k, n_out in enumerate(sizes):
         d = x.ndim - spatial + k
@@ -257,7 +250,6 @@ def _window_positions(n_in: int, n_out: int) -> np.ndarray:
 def adaptive_maximum(name: str, x, output_size, return_indices: bool, spatial: int):
     """Each window's elements gathered into a last dim (one index_select per pooled dim),
     then max over it; the indices are flat positions in the input's pooled plane."""
-    tc = _tc()
     sizes = _pool_sizes(name, x, output_size, spatial)
     plane = tuple(x.shape[-spatial:])
     batch = tuple(x.shape[:-spatial])

@@ -11,6 +11,7 @@ import numpy as np
 from ..core import dtypes as dt
 from ..core.errors import ArgumentError, DTypeError, ShapeError
 from ..ops.rules import broadcast_shapes
+from ..dispatch import api as tc
 
 
 def _shape(x) -> tuple[int, ...]:
@@ -130,7 +131,6 @@ def pool_plan(name: str, x, kernel, stride, padding, dilation, ceil_mode: bool):
 def padded_after(x, extra, value=0):
     """x with extra[i] elements of `value` after each of its last len(extra) dims: one
     constant_pad_nd (it inlines into its reader; its gradient crops)."""
-    import tracecomp as tc
     if not any(extra):
         return x
     pad = [p for e in reversed(list(extra)) for p in (0, e)]      # (before, after) from the last dim
@@ -142,7 +142,6 @@ def window_rows(x, kernel, dilation, padding, stride, counts, fill=0):
     tile the input (stride = kernel, no padding or dilation: most pooling) are a view of
     it, reshapes and a permute, so their gradient moves values instead of summing them
     back (col2im); other windows come from im2col."""
-    import tracecomp as tc
     n, c = x.shape[0], x.shape[1]
     (kh, kw), (oh, ow) = kernel, counts
     if tuple(stride) == tuple(kernel) and not any(padding) and all(d == 1 for d in dilation):

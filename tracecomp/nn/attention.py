@@ -7,18 +7,13 @@ from ..core.errors import ArgumentError, ShapeError
 from . import functional as F, init
 from .layers import Dropout, LayerNorm, Linear, empty_parameter
 from .module import Module, Parameter
-
-
-def _tc():
-    import tracecomp
-    return tracecomp
+from ..dispatch import api as tc
 
 
 def _sdpa_mask(attn_mask, key_padding_mask, n: int, heads: int, L: int, S: int, dtype):
     """PyTorch MHA's masks (bool: True means *not* allowed; float: added) as one mask for
     scaled_dot_product_attention (bool: True means allowed), shaped to broadcast against
     the scores (N, H, L, S); None when there is none."""
-    tc = _tc()
 
     def additive(m):
         if m.dtype == tc.bool:
@@ -79,7 +74,7 @@ class MultiheadAttention(Module):
                 init.xavier_uniform_(getattr(self, name))
             self.register_parameter("in_proj_weight", None)
         if bias:
-            self.in_proj_bias = Parameter(_tc().zeros(3 * embed_dim, dtype=dtype or _tc().float32))
+            self.in_proj_bias = Parameter(tc.zeros(3 * embed_dim, dtype=dtype or tc.float32))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
@@ -95,7 +90,6 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True, attn_mask=None,
                 average_attn_weights: bool = True, is_causal: bool = False):
-        tc = _tc()
         unbatched = query.ndim == 2
         if unbatched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)

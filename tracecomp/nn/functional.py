@@ -5,7 +5,7 @@ offers under both `torch.<name>` and `torch.nn.functional.<name>`, listed in ALS
 Nothing here is a second implementation."""
 from __future__ import annotations
 
-import tracecomp as _tc
+from ..dispatch import api
 from ..ops.table import default_table
 
 ALSO = ("relu", "sigmoid", "tanh", "softmax", "log_softmax")
@@ -20,4 +20,4 @@ def _ops() -> dict[str, str]:
 
 _OPS = _ops()
 __all__ = list(_OPS)
-globals().update({name: getattr(_tc, op) for name, op in _OPS.items()})
+globals().update({name: getattr(api, op) for name, op in _OPS.items()})

@@ -8,11 +8,7 @@ import math
 from ..core.errors import ArgumentError
 from . import functional as F, init
 from .module import Module, Parameter
-
-
-def _tc():
-    import tracecomp
-    return tracecomp
+from ..dispatch import api as tc
 
 
 def _pair(v, n: int, what: str) -> tuple:
@@ -23,7 +19,7 @@ def _pair(v, n: int, what: str) -> tuple:
 
 
 def empty_parameter(*shape, dtype=None) -> Parameter:
-    return Parameter(_tc().empty(shape, dtype=dtype or _tc().float32))
+    return Parameter(tc.empty(shape, dtype=dtype or tc.float32))
 
 
 def _fan_in_uniform_(t, fan_in: int) -> None:
@@ -34,7 +30,6 @@ def _fan_in_uniform_(t, fan_in: int) -> None:
 def _affine(m: Module, shape, weight: bool, bias: bool, dtype) -> None:
     """A normalization's `weight` (ones) and `bias` (zeros) of `shape`, or None for each it
     does not have (registered, so state dicts name them as PyTorch's do)."""
-    tc = _tc()
     for name, wanted, fill in (("weight", weight, tc.ones), ("bias", bias, tc.zeros)):
         if wanted:
             setattr(m, name, Parameter(fill(shape, dtype=dtype or tc.float32)))
@@ -98,7 +93,7 @@ class Bilinear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x1, x2):
-        y = _tc().einsum("...i,oij,...j->...o", x1, self.weight, x2)
+        y = tc.einsum("...i,oij,...j->...o", x1, self.weight, x2)
         return y + self.bias if self.bias is not None else y
 
     def extra_repr(self) -> str:
@@ -112,7 +107,7 @@ class Flatten(Module):
         self.start_dim, self.end_dim = start_dim, end_dim
 
     def forward(self, x):
-        return _tc().flatten(x, self.start_dim, self.end_dim)
+        return tc.flatten(x, self.start_dim, self.end_dim)
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
@@ -251,7 +246,6 @@ class _BatchNorm(Module):
         _positive(num_features, f"{type(self).__name__}: num_features")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        tc = _tc()
         _affine(self, (num_features,), affine, affine, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", tc.zeros(num_features, dtype=dtype or tc.float32))

@@ -21,6 +21,7 @@ from ..tensors import pytree
 from ..core.errors import ArgumentError
 from ..tensors.tensor import Tensor, as_tensor
 from ..transforms import closures
+from ..dispatch import api as tc
 
 
 class Parameter(Tensor):
@@ -225,10 +226,9 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        import tracecomp
         for p in self.parameters():
             if p.grad is not None:
-                p.grad = None if set_to_none else tracecomp.zeros_like(p.grad)
+                p.grad = None if set_to_none else tc.zeros_like(p.grad)
 
     # ------------------------------------------------------------ state dicts
     def state_dict(self, prefix: str = "", keep_vars: bool = False) -> "collections.OrderedDict[str, Tensor]":
@@ -273,12 +273,10 @@ class Module:
         return self
 
     def float(self) -> "Module":
-        import tracecomp
-        return self.to(tracecomp.float32)
+        return self.to(tc.float32)
 
     def double(self) -> "Module":
-        import tracecomp
-        return self.to(tracecomp.float64)
+        return self.to(tc.float64)
 
     # ------------------------------------------------------------ calling and printing
     def forward(self, *args, **kwargs):

@@ -10,6 +10,7 @@ from ..tensors import pytree
 from ..autograd.grad_mode import no_grad
 from ..core.errors import ArgumentError, TracecompError
 from ..tensors.tensor import Tensor, as_tensor
+from ..dispatch import api as tc
 
 # Added to the norm before dividing, as PyTorch does, so that a zero norm divides safely.
 _EPS = 1e-6
@@ -35,12 +36,11 @@ def get_total_norm(tensors: Any, norm_type: float = 2.0, error_if_nonfinite: boo
     """The norm of all `tensors` together, as if concatenated into one vector (the norm of
     their norms, as PyTorch computes it).  Works on traced tensors too (error_if_nonfinite
     needs values, so it is for eager use)."""
-    from .. import linalg, stack
     tensors = [as_tensor(t) for t in ([tensors] if isinstance(tensors, Tensor) else tensors)]
     if not tensors:
         return as_tensor(np.float32(0.0))
     norm_type = float(norm_type)
-    total = linalg.vector_norm(stack([linalg.vector_norm(t, norm_type) for t in tensors]), norm_type)
+    total = tc.linalg_vector_norm(tc.stack([tc.linalg_vector_norm(t, norm_type) for t in tensors]), norm_type)
     if error_if_nonfinite and not bool(total.isfinite().item()):
         raise NonFiniteNormError(f"the total norm of order {norm_type} of the gradients is {total.item()}, so "
                                  "they cannot be clipped; pass error_if_nonfinite=False to clip anyway")
@@ -48,9 +48,8 @@ def get_total_norm(tensors: Any, norm_type: float = 2.0, error_if_nonfinite: boo
 
 
 def _clip_coefficient(total: Tensor, max_norm: float) -> Tensor:
-    from .. import clamp
     # Clamping (instead of `if coef < 1`) keeps the step free of data-dependent branches.
-    return clamp(float(max_norm) / (total + _EPS), max=1.0)
+    return tc.clamp(float(max_norm) / (total + _EPS), max=1.0)
 
 
 def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,

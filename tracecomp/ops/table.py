@@ -221,7 +221,7 @@ def _build(entry: dict, file: str) -> OpDef:
 
 def _check_references(ops: dict[str, OpDef]) -> None:
     """Elementwise expressions may call scalar primitives or other elementwise ops."""
-    from .elementwise import BUILTINS, CONSTANTS
+    from .elementwise import BUILTINS, CONSTANTS   # (derived from the table: imported once it is read)
     from .special import SPECIAL
     from .scalar import PRIMITIVES   # names every backend implements
     elementwise = {op.name for op in ops.values() if op.kind == "elementwise"}

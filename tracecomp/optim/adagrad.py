@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .optimizer import Optimizer, non_negative, coef
+from ..dispatch import api as tc
 
 
 class Adagrad(Optimizer):
@@ -21,8 +22,7 @@ class Adagrad(Optimizer):
         return ("sum",)
 
     def _init_buffer(self, name, param, group):
-        from .. import full_like
-        return full_like(param, group["initial_accumulator_value"])
+        return tc.full_like(param, group["initial_accumulator_value"])
 
     def _rule(self, param, grad, buffers, step, lr, group):
         g = -grad if group["maximize"] else grad

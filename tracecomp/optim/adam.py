@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .optimizer import Optimizer, check_betas, non_negative, coef, lerp
+from ..dispatch import api as tc
 
 
 class Adam(Optimizer):
@@ -44,8 +45,7 @@ class Adam(Optimizer):
         bias_correction2_sqrt = (1 - beta2 ** t).sqrt()
         second_moment = exp_avg_sq
         if group["amsgrad"]:
-            from .. import maximum
-            second_moment = new_buffers["max_exp_avg_sq"] = maximum(buffers["max_exp_avg_sq"], exp_avg_sq)
+            second_moment = new_buffers["max_exp_avg_sq"] = tc.maximum(buffers["max_exp_avg_sq"], exp_avg_sq)
         denom = second_moment.sqrt() / coef(bias_correction2_sqrt, param) + group["eps"]
         return param - coef(step_size, param) * (exp_avg / denom), new_buffers
 

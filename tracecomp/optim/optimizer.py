@@ -18,6 +18,7 @@ from ..autograd.grad_mode import enable_grad, no_grad
 from ..core.dtypes import FLOAT64 as float64
 from ..core.errors import ArgumentError, TraceError
 from ..tensors.tensor import Tensor, as_tensor
+from ..dispatch import api as tc
 
 _PARAMS = "params"
 # Every tc.optim hyper-parameter: a group naming one its optimizer does not take (betas for
@@ -104,8 +105,7 @@ class Optimizer:
         return ()
 
     def _init_buffer(self, name: str, param: Tensor, group: dict[str, Any]) -> Tensor:
-        from .. import zeros_like
-        return zeros_like(param)
+        return tc.zeros_like(param)
 
     def _rule(self, param: Tensor, grad: Tensor, buffers: dict[str, Tensor], step: Tensor,
               lr: Tensor, group: dict[str, Any]) -> tuple[Tensor, dict[str, Tensor]]:

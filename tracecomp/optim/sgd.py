@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .optimizer import Optimizer, non_negative, coef
+from ..dispatch import api as tc
 
 
 class SGD(Optimizer):
@@ -32,8 +33,7 @@ class SGD(Optimizer):
             buf = buffers["momentum_buffer"] * momentum + (g if dampening == 0 else (1 - dampening) * g)
             if dampening != 0:
                 # PyTorch's first step starts the buffer at the gradient itself, undampened.
-                from .. import where
-                buf = where(step == 1, g, buf)
+                buf = tc.where(step == 1, g, buf)
             buffers = {"momentum_buffer": buf}
             g = g + momentum * buf if group["nesterov"] else buf
         return param - coef(lr, param) * g, buffers

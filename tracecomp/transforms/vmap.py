@@ -29,6 +29,7 @@ from ..dispatch.batching import VmapError
 from ..core.errors import add_location
 from ..dispatch.tracer import user_location
 from ..tensors.tensor import Tensor, as_tensor
+from ..dispatch import api as tc
 
 RANDOMNESS = ("error", "different", "same")
 
@@ -132,7 +133,6 @@ def call_mapped(fn: Callable, args: tuple, kwargs: dict, axes: list, out_axes: A
                 randomness: str = "error"):
     """fn(*args, **kwargs) with the array leaves of (args, kwargs) mapped over `axes` (one
     int or None per leaf, in flattening order)."""
-    import tracecomp
     leaves, structure = pytree.flatten((args, kwargs), is_array)
     paths = pytree.array_paths(structure, "")
     paths = [("args" + p[3:]) if p.startswith("[0]") else ("kwargs" + p[3:]) for p in paths]
@@ -157,7 +157,7 @@ def call_mapped(fn: Callable, args: tuple, kwargs: dict, axes: list, out_axes: A
     try:
         new = list(leaves)
         for i, t, a in mapped:
-            whole = t if a % t.ndim == 0 else tracecomp.movedim(t, a % t.ndim, 0)
+            whole = t if a % t.ndim == 0 else tc.movedim(t, a % t.ndim, 0)
             new[i] = batching.wrap(whole, frame.level)
         args, kwargs = pytree.unflatten(structure, new)
         out = fn(*args, **kwargs)
@@ -168,7 +168,6 @@ def call_mapped(fn: Callable, args: tuple, kwargs: dict, axes: list, out_axes: A
 
 def _unmapped(out: Any, out_axes: Any, frame, fn) -> Any:
     """fn's outputs with their batch dim at out_axes (outputs that do not vary broadcast)."""
-    import tracecomp
     leaves, structure = pytree.flatten(out, is_array)
     axes = leaf_axes(out_axes, structure, "output", "out_axes")
     paths = pytree.array_paths(structure, "output")
@@ -183,7 +182,7 @@ def _unmapped(out: Any, out_axes: Any, frame, fn) -> Any:
                                     "over the mapped axis; give it an axis")
                 whole = b[0]
                 dst = _axis(a, whole.ndim, path)
-                done.append(whole if dst == 0 else tracecomp.movedim(whole, 0, dst))
+                done.append(whole if dst == 0 else tc.movedim(whole, 0, dst))
                 continue
             t = b[0]                # lifted: the same for every item
         if a is None:
@@ -192,7 +191,7 @@ def _unmapped(out: Any, out_axes: Any, frame, fn) -> Any:
         dst = _axis(a, t.ndim + 1, path)
         shape = list(t.shape)
         shape.insert(dst, frame.size)
-        done.append(tracecomp.unsqueeze(t, dst).expand(shape))
+        done.append(tc.unsqueeze(t, dst).expand(shape))
     return pytree.unflatten(structure, done)
 
 

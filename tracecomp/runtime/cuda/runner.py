@@ -25,7 +25,7 @@ from ...core.errors import ArgumentError, BackendError
 from ...lower.schedule.scheduler import Program
 from ...lower.schedule.index_checks import recorded_error
 from ..compiled import check_indices
-from . import driver as cuda_driver
+from . import driver
 from ...lower.nvptx.target import PTX_ISA
 from ...lower.nvptx.program import GpuModule, compile_program
 
@@ -43,7 +43,7 @@ def arch_for(capability: tuple[int, int]) -> str:
 
 class CudaProgram:
     def __init__(self, program: Program, ctx: Optional[driver.Context] = None):
-        self.ctx = ctx if ctx is not None else cuda_driver.driver().context(0)
+        self.ctx = ctx if ctx is not None else driver.driver().context(0)
         self.program = program
         for k in program.kernels:
             if k.sizes:
@@ -131,7 +131,7 @@ class CudaProgram:
                 self.ctx.free(ptr)
             if getattr(self, "module", None) is not None:
                 self.module.unload()
-        except cuda_driver.CudaError:
+        except driver.CudaError:
             pass            # a dying context: nothing left to free
 
     def __del__(self):

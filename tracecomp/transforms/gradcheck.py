@@ -14,6 +14,8 @@ import numpy as np
 
 from ..core.errors import TracecompError
 from ..tensors.tensor import Tensor, as_tensor
+from ..autograd.functional import vjp
+from .trace import trace
 
 
 class GradcheckError(TracecompError, AssertionError):
@@ -66,7 +68,6 @@ def _float_outputs(out):
 
 def _vjp_function(fn, arrays, diff, traced: bool) -> Callable:
     """(cotangents per float output) -> gradients per differentiable input."""
-    from .functional import vjp
 
     def run(*args):
         xs, cts = list(args[:len(diff)]), list(args[len(diff):])
@@ -80,8 +81,7 @@ def _vjp_function(fn, arrays, diff, traced: bool) -> Callable:
         out, pullback = vjp(f, *xs)
         return pullback(*cts)
     if traced:
-        import tracecomp
-        return tracecomp.trace(run)
+        return trace(run)
     return run
 
 
@@ -127,7 +127,6 @@ def gradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float = 1
 def gradgradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float = 1e-5,
                   rtol: float = 1e-3, seed: int = 0, traced: bool = False) -> bool:
     """gradcheck of the vjp of fn with a fixed random cotangent: second derivatives."""
-    from .functional import vjp
     arrays, diff = _split(inputs)
     out = fn(*[as_tensor(a) for a in arrays])
     outs = [o for o in ([out] if isinstance(out, Tensor) else list(out)) if o.dtype.is_floating_point]
