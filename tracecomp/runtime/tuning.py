@@ -9,7 +9,7 @@ fewer ports, or lowers the clock, and LLVM tunes rocketlake's loops for 256-bit 
 So the question is asked twice, of the matmul's tiles (`matmul_vector_bytes`) and of the
 elementwise and row loops LLVM vectorizes (`loop_vector_bytes`, given to LLVM as its
 prefer-256-bit feature, hostcpu.host_target).  On an AVX-512 target, the first program
-scheduled in a process (`ensure_tuned`, called from trace.Lowered.program) looks for
+scheduled in a process (`ensure_tuned`, called from stages.Lowered.program) looks for
 `<cache folder>/tuning-v2/<cpu key>.json`, then for the same file in the host's tuning
 folder (`$TRACECOMP_TUNING_DIR`, else the default compile cache folder's, so a process
 on a fresh cache folder, a test's or a project's, does not measure again: that was most
