@@ -108,7 +108,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("tracecomp.dispatch.eager", "tracecomp.library.composites"): "composites in the dispatcher",
     ("tracecomp.dispatch.tracer", "tracecomp.library.composites"): "composites in the dispatcher",
     ("tracecomp.dispatch.tracer", "tracecomp.transforms.closures"): "to cut",
-    ("tracecomp.ops.rules", "tracecomp.library.windows"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.autograd.functional"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.dispatch.batching"): "to cut",
     ("tracecomp.tensors.tensor", "tracecomp.dispatch.tracer"): "to cut",

@@ -17,6 +17,7 @@ from ..core.dtypes import DType
 from ..core.errors import ArgumentError, DTypeError, ShapeError
 from ..core.types import TensorType
 from .table import OpDef, per_kind
+from .windows import windows
 
 RULES: dict[str, Callable[[OpDef, dict[str, Any]], list[TensorType]]] = {}
 
@@ -586,8 +587,7 @@ def _slice_backward(op: OpDef, args):
 
 def window_counts(op: OpDef, spatial, kernel, dilation, padding, stride) -> tuple[int, ...]:
     """The number of sliding-window positions per spatial dim (im2col's blocks), with
-    PyTorch's checks on the window parameters (windows.py, shared with the layers)."""
-    from ..library.windows import windows
+    PyTorch's checks on the window parameters (ops/windows.py, shared with the layers)."""
     return tuple(windows(op.full_name, spatial, kernel, dilation, padding, stride))
 
 
