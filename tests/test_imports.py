@@ -103,15 +103,10 @@ def stage(name: str) -> str:
 UPWARD: dict[tuple[str, str], str] = {
     ("tracecomp.autograd.functional", "tracecomp.transforms.vmap"): "to cut",
     ("tracecomp.autograd.kernels", "tracecomp.library.composites"): "composites in the dispatcher",
-    ("tracecomp.core.symbolic", "tracecomp.dispatch.tracer"): "to cut",
     ("tracecomp.dispatch.batching", "tracecomp.library.composites"): "composites in the dispatcher",
     ("tracecomp.dispatch.eager", "tracecomp.library.composites"): "composites in the dispatcher",
     ("tracecomp.dispatch.tracer", "tracecomp.library.composites"): "composites in the dispatcher",
     ("tracecomp.dispatch.tracer", "tracecomp.transforms.closures"): "to cut",
-    ("tracecomp.tensors.tensor", "tracecomp.autograd.functional"): "to cut",
-    ("tracecomp.tensors.tensor", "tracecomp.dispatch.batching"): "to cut",
-    ("tracecomp.tensors.tensor", "tracecomp.dispatch.tracer"): "to cut",
-    ("tracecomp.tensors.tensor", "tracecomp.library.assignment"): "to cut",
 }
 
 

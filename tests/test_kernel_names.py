@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 import tracecomp as tc
-from tracecomp.core.types import Location
+from tracecomp.core.locations import Location
 from tracecomp.lower.schedule.nests import kernel_name, short_location
 
 HERE = "test_kernel_name_py"      # the file stem, cut to 16 characters

@@ -59,7 +59,7 @@ from .transforms.vmap import vmap  # noqa: E402
 from .tensors.checkpoint import CheckpointError, load_state, save  # noqa: E402
 from . import utils  # noqa: E402
 from . import optim  # noqa: E402
-from .dispatch.batching import VmapError  # noqa: E402
+from .core.errors import VmapError  # noqa: E402
 from . import linalg  # noqa: E402
 from . import nn  # noqa: E402
 from .aot.exporting import export  # noqa: E402

@@ -12,13 +12,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .core.locations import user_location
 from .core import dtypes as dt
 from .dispatch.dispatcher import dispatcher
 from .core.errors import ArgumentError, TracecompError, add_location
 from .ops.schema import Argument
-from .library.assignment import check_fresh, inplace, setitem
+from .library.assignment import inplace, setitem
 from .ops.table import VIEW_KINDS, OpDef
-from .tensors.tensor import Tensor, as_tensor, foreign_name, is_foreign
+from .tensors.tensor import Tensor, as_tensor, check_fresh, foreign_name, is_foreign
 from .core.symbolic import Dim
 from .dispatch import api as tc
 
@@ -206,7 +207,6 @@ def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
                         check_fresh(t)
             result = dispatcher.call(op, bound)
         except TracecompError as e:
-            from .dispatch.tracer import user_location
             raise add_location(e, str(user_location())) from None
         if op.kind in VIEW_KINDS:
             for t in result if isinstance(result, (list, tuple)) else (result,):
@@ -215,10 +215,8 @@ def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
             try:
                 result.requires_grad_(bool(requires_grad))
             except TracecompError as e:
-                from .dispatch.tracer import user_location
                 raise add_location(e, str(user_location())) from None
         return result
-    from .dispatch.tracer import user_location
     lines = "\n".join(f"  * {s}\n      {why}" for s, why in reasons)
     err = ArgumentError(f"{name}() received an invalid combination of arguments - got "
                         f"{_describe_call(args, kwargs)}, but expected one of:\n{lines}")
@@ -253,7 +251,6 @@ def _operator(name: str, overloads: list[OpDef], reflected: bool) -> Callable:
 
 
 def _mixed(name: str, other, reflected: bool):
-    from .dispatch.tracer import user_location
     pair = f"{foreign_name(other)} and a tracecomp.Tensor" if reflected else f"tracecomp.Tensor and a {foreign_name(other)}"
     raise add_location(ArgumentError(
         f"{name}: the operands are a {pair}; convert one first: tc.from_dlpack(t) gives a tracecomp.Tensor "
@@ -265,7 +262,6 @@ def _at_user_line(fn: Callable, *args):
     try:
         return fn(*args)
     except TracecompError as e:
-        from .dispatch.tracer import user_location
         raise add_location(e, str(user_location())) from None
 
 

@@ -22,7 +22,7 @@ from ..dispatch import api as tc
 
 def _error(message: str) -> ArgumentError:
     """An ArgumentError about what the user passed, with the user's line."""
-    from ..dispatch.tracer import user_location
+    from ..core.locations import user_location
     return add_location(ArgumentError(message), str(user_location()))
 
 
@@ -351,3 +351,12 @@ def hessian(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     h = jacfwd(jacrev(fn, argnums), argnums)
     h.__name__ = f"hessian_{getattr(fn, '__name__', 'fn')}"
     return h
+
+
+def _tensor_backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
+    """Accumulate d(self)/d(leaf) into every leaf's `.grad` (PyTorch semantics)."""
+    backward([self], None if gradient is None else [gradient], retain_graph, create_graph)
+
+
+_tensor_backward.__name__ = _tensor_backward.__qualname__ = "backward"
+Tensor.backward = _tensor_backward      # installed here, beside the engine (tensors/ come first)

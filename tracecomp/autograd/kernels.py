@@ -4,7 +4,8 @@ Autograd: when a differentiable input requires grad, run the op below this key, 
 its outputs a FormulaNode (grad_fn) whose next edges lead to the inputs' nodes.
 ForwardAD: when an input carries a tangent, run the op below this key, then compute the
 output's tangent from the op's `result:` formula (or auto_linear / auto_element_wise).
-Composite ops run their decomposition at these keys, so both see only primitive ops.
+Composite ops never get here: the dispatcher runs their programs, so both see only their
+primitive ops.
 """
 from __future__ import annotations
 
@@ -39,9 +40,6 @@ def _slot_tensor(args, slot):
 
 
 def autograd_kernel(op: OpDef, args: dict[str, Any]):
-    if op.kind == "composite":
-        from ..library.composites import run_composite
-        return run_composite(op, args)
     derivative = default_derivatives().get(op.full_name)
     slots = _slots(op, args)
     non_diff = set(derivative.non_differentiable) if derivative else set()
@@ -55,7 +53,8 @@ def autograd_kernel(op: OpDef, args: dict[str, Any]):
         raise AutogradError(f"{op.full_name}: no derivative formula in derivatives.yaml, "
                             "but an input requires grad")
     from .backward import gradient_edge
-    from ..dispatch.tracer import current, user_location
+    from ..dispatch.tracer import current
+    from ..core.locations import user_location
     edges = [gradient_edge(_slot_tensor(args, s)) if w else None for s, w in zip(slots, wants)]
     outputs = result_tensors(result)
     ctx = current()       # inside a backward pass being traced, the location it overrides
@@ -88,9 +87,6 @@ def _tangent(t, top: int):
 
 
 def forward_ad_kernel(op: OpDef, args: dict[str, Any]):
-    if op.kind == "composite":
-        from ..library.composites import run_composite
-        return run_composite(op, args)
     top = top_level(args)
     stripped = map_tensors(args, lambda t: primal(t) if level_of(t) == top else t)
     result = dispatcher.call(op, stripped)

@@ -12,7 +12,7 @@ import functools
 from typing import Any, NamedTuple
 
 from ..core.errors import TracecompError
-from ..core.types import BACKWARD
+from ..core.locations import BACKWARD
 from .derivatives import Derivative
 
 

@@ -55,6 +55,11 @@ class TraceError(TracecompError, RuntimeError):
     """A traced function did something tracing cannot record (e.g. Python control flow on a traced value)."""
 
 
+class VmapError(TracecompError, ValueError):
+    """tc.vmap cannot map this (an op without a batching rule, a data-dependent shape,
+    inconsistent batch sizes, a batched tensor used outside its vmap)."""
+
+
 class IRError(TracecompError, ValueError):
     """Malformed IR text (names line and column) or a graph that fails verification."""
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import operator
 from typing import Union
 
-from .errors import ShapeError
+from .locations import user_location
+from .errors import ShapeError, add_location
 
 
 class DynamicShapeError(ShapeError):
@@ -29,12 +30,11 @@ class DynamicShapeError(ShapeError):
     is being traced, it names the user's line."""
 
     def __init__(self, message: str):
-        from .errors import add_location
-        from ..dispatch.tracer import current, user_location
         super().__init__(message)
         self.reason = message
-        if current() is not None:
-            add_location(self, str(user_location()))
+        where = user_location()     # dynamic sizes exist only while tracing: the user's traced line
+        if where is not None:
+            add_location(self, str(where))
 
 
 Monomial = tuple[str, ...]          # sorted names, repeated for powers; () is the constant

@@ -8,7 +8,7 @@ at the innermost level into its whole batch, runs the kind's rule below (one op 
 batches, never a Python loop over items) and wraps the results back.  Arguments of outer
 levels, and unbatched ones, are passed as they are: the op called on the whole batches
 dispatches again, so nested vmaps peel one level each, and autograd and tracing see
-ordinary ops.  Composite ops run their decomposition here, as at the autograd keys.
+ordinary ops.  Composite ops never get here: the dispatcher runs their programs.
 
 Each rule gets the arguments with the batched ones as `_Batched` (whole batch, batch dim
 0) and returns the op's results with the batch dim first; the kernel checks those against
@@ -22,17 +22,12 @@ import threading
 from typing import Any, Callable
 
 from .dispatcher import DispatchKey, dispatcher, level_of, state, tensor_arguments
-from ..core.errors import TracecompError
+from ..core.errors import VmapError
 from ..core.types import TensorType
 from ..ops import rules
 from ..ops.table import OpDef, default_table, per_kind
 from ..tensors.results import outputs, package, type_args
 from . import api as tc
-
-
-class VmapError(TracecompError, ValueError):
-    """tc.vmap cannot map this (an op without a batching rule, a data-dependent shape,
-    inconsistent batch sizes, a batched tensor used outside its vmap)."""
 
 
 # ---------------------------------------------------------------- levels
@@ -159,9 +154,6 @@ def batched_kernel(op: OpDef, args: dict[str, Any]):
     if not any(isinstance(v, _Batched) for v in _flat(inner)):    # only lifted tensors at this level
         result = dispatcher.call(op, inner)
         return package(op, [wrap(o, level, batched=False) for o in outputs(result)])
-    if op.kind == "composite":
-        from ..library.composites import run_composite
-        return run_composite(op, args)
     rule = BATCH_RULES.get(op.kind)
     if rule is None:
         raise VmapError(f"{op.full_name}: tc.vmap has no batching rule for ops of kind '{op.kind}' "

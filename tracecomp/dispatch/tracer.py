@@ -18,8 +18,6 @@ value is an output that tc.trace writes back at every call.
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,46 +25,17 @@ from typing import Any
 import numpy as np
 
 from .dispatcher import DispatchKey, state
+from ..core.locations import user_location
 from ..core.errors import TraceError
 from ..ir import CONSTANT, Graph, Location, Value
-from ..core.types import BACKWARD, TensorType
+from ..core.types import TensorType
+from ..core.locations import BACKWARD
 from ..core.symbolic import DynamicShapeError
 from ..ops import rules
 from ..ops.table import OpDef
 from ..tensors.results import package, type_args
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tracecomp/
 UNKNOWN_LOCATION = Location("<unknown>", 0)   # carries the phase of an op no frame explains
-
-
-def _user_frame(frame):
-    """(the first frame from `frame` outward outside the tracecomp package, its path), or
-    (None, None); and how many frames out from `frame` it lies."""
-    depth = 0
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PACKAGE_DIR + os.sep) and not path.startswith("<frozen"):
-            return frame, path, depth
-        frame, depth = frame.f_back, depth + 1
-    return None, None, depth
-
-
-def user_location() -> Location | None:
-    """The innermost stack frame outside the tracecomp package: the user's call site."""
-    frame, path, _ = _user_frame(sys._getframe(1))
-    if frame is None:
-        return None
-    try:
-        rel = os.path.relpath(path)
-        path = rel if not rel.startswith("..") else path
-    except ValueError:
-        pass
-    return Location(path, frame.f_lineno, 0)
-
-
-def user_stacklevel() -> int:
-    """The stacklevel that makes its caller's warnings.warn name the user's frame."""
-    return _user_frame(sys._getframe(1))[2] + 1
 
 
 class TraceContext:

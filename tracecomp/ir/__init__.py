@@ -2,7 +2,8 @@
 
 This package knows nothing of tensors, dispatch or backends: a Graph is plain data.
 """
-from ..core.types import Location, TensorType
+from ..core.types import TensorType
+from ..core.locations import Location
 from .graph import CONSTANT, Graph, Op, Value
 
 __all__ = ["CONSTANT", "Graph", "Op", "Value", "TensorType", "Location"]

@@ -11,7 +11,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..core.types import Location, TensorType
+from ..core.types import TensorType
+from ..core.locations import Location
 
 CONSTANT = "tc.constant"    # the one op outside ops.yaml: a literal array, attrs {"value": array}
 

@@ -27,7 +27,8 @@ from ..core.dtypes import DType, from_mlir
 from ..core.errors import DTypeError, IRError
 from .graph import Graph, Value
 from .lexer import Lexer, Token, located_error
-from ..core.types import Location, TensorType, parse_label
+from ..core.types import TensorType
+from ..core.locations import Location, parse_label
 
 _DTYPE_NAMES = {d.mlir for d in DType}
 # Limits on hostile text: nesting deeper than this would exhaust Python's stack, and a

@@ -24,7 +24,7 @@ from ..core.dtypes import DType
 from ..core.errors import IRError
 from ..core.symbolic import Dim
 from .graph import Graph, Op, Value
-from ..core.types import Location
+from ..core.locations import Location
 
 # Arrays up to this many elements print as literal lists; larger ones as hex bytes.
 DENSE_LITERAL_LIMIT = 16

@@ -29,24 +29,8 @@ import numpy as np
 from ..core import dtypes as dt
 from ..core.errors import ArgumentError, ShapeError
 from ..dispatch import api as tc
-
-
-def check_fresh(t) -> None:
-    """Raise if t was indexed from a tensor that has changed in place since."""
-    view = t._view_of
-    if view is None:
-        return
-    base, index, version = view
-    if base._version != version:
-        raise ArgumentError(
-            f"this tensor was taken from another by indexing ({_describe(index)}), which has been "
-            "changed in place since; PyTorch's view would show the change, tracecomp's copy does "
-            "not. Index the changed tensor again")
-    check_fresh(base)
-
-
-def _describe(index) -> str:
-    return "x[" + ", ".join(map(repr, index if isinstance(index, tuple) else (index,))) + "]"
+from ..dispatch.batching import take_over_batch
+from ..tensors.tensor import check_fresh
 
 
 def _check_writable(t, what: str) -> None:
@@ -67,6 +51,8 @@ def _check_writable(t, what: str) -> None:
 def update(t, updated, what: str) -> None:
     """t becomes `updated`; a view made by indexing writes it back into its base first."""
     _check_writable(t, what)
+    if updated._batch is not None or t._batch is not None:
+        take_over_batch(t, updated)         # (vmap's state: a batched value needs a batched tensor)
     t._take_over(updated)
     if t._view_of is not None:
         base, index, _ = t._view_of

@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from ..core.locations import user_location
 from ..core import dtypes as dt
-from ..core.errors import TraceError, add_location
+from ..core.errors import ArgumentError, TraceError, VmapError, add_location
 from ..core.types import TensorType
 
 
@@ -42,15 +43,13 @@ class Tensor:
 
     def _take_over(self, updated: "Tensor") -> None:
         """Become `updated` (an in-place change, functionalized): its value, trace value,
-        autograd history and tangent; this tensor's identity and view flag stay."""
+        autograd history and tangent; this tensor's identity and view flag stay (and its
+        batch under tc.vmap: assignment.update hands that over)."""
         self._data, self._value, self._trace = updated._data, updated._value, updated._trace
         # a leaf that requires grad, changed under no_grad (an optimizer's step), stays one
         keep_leaf = self.requires_grad and self.grad_fn is None and updated.grad_fn is None
         self.grad_fn, self._output_nr = updated.grad_fn, updated._output_nr
         self.requires_grad, self._tangent = updated.requires_grad or keep_leaf, updated._tangent
-        if updated._batch is not None or self._batch is not None:
-            from ..dispatch.batching import take_over_batch
-            take_over_batch(self, updated)
         self._version += 1
 
     @classmethod
@@ -107,8 +106,10 @@ class Tensor:
     def detach(self) -> "Tensor":
         """The same values (shared, also while traced) with no autograd history."""
         if self._batch is not None:           # inside tc.vmap: the whole batch loses it too
-            from ..dispatch.batching import wrap
-            return wrap(self._batch[0].detach(), *self._batch[1:])
+            whole, level, batched = self._batch
+            item = Tensor(None, self._type)
+            item._batch = (whole.detach(), level, batched)
+            return item
         return Tensor(self._data, self._type, self._value, self._trace)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -128,18 +129,13 @@ class Tensor:
             self.grad_fn.retained[self._output_nr] = self
         self._retains_grad = True
 
-    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
-        """Accumulate d(self)/d(leaf) into every leaf's `.grad` (PyTorch semantics)."""
-        from ..autograd.functional import backward
-        backward([self], None if gradient is None else [gradient], retain_graph, create_graph)
+    # backward(gradient=None, retain_graph=None, create_graph=False) is installed by
+    # autograd/functional.py, where the engine lives.
 
     # -------------------------------------------------------------- concrete values
     def _concrete(self, why: str) -> np.ndarray:
-        from ..library.assignment import check_fresh
         check_fresh(self)
         if self._batch is not None:
-            from ..dispatch.batching import VmapError
-            from ..dispatch.tracer import user_location
             raise add_location(VmapError(
                 f"{why} needs the tensor's value, but inside tc.vmap a tensor stands for a whole "
                 f"batch of values (each of shape {self.shape}, {self.dtype.label}): Python control "
@@ -148,7 +144,6 @@ class Tensor:
                 "tc.where(...) for data-dependent selection, or move this code out of the mapped "
                 "function."), str(user_location()))
         if self._data is None:
-            from ..dispatch.tracer import user_location
             raise add_location(TraceError(
                 f"{why} needs the tensor's value, but inside tc.trace tensors are symbolic "
                 f"(shape {self.shape}, {self.dtype.label}): Python control flow and conversions "
@@ -275,7 +270,6 @@ def from_dlpack(x: Any) -> Tensor:
         return x
     if getattr(x, "requires_grad", False):
         from ..core.errors import ArgumentError
-        from ..dispatch.tracer import user_location
         raise add_location(ArgumentError(
             f"a {foreign_name(x)} that requires grad cannot be shared with tracecomp (its gradient "
             f"would be lost): pass x.detach(), or compute the gradient with tracecomp"), str(user_location()))
@@ -310,3 +304,21 @@ def _rebuild_tensor(cls: type, data: np.ndarray, type_: TensorType, requires_gra
     if state:
         tensor.__dict__.update(state)
     return tensor
+
+
+def check_fresh(t) -> None:
+    """Raise if t was indexed from a tensor that has changed in place since."""
+    view = t._view_of
+    if view is None:
+        return
+    base, index, version = view
+    if base._version != version:
+        raise ArgumentError(
+            f"this tensor was taken from another by indexing ({_describe(index)}), which has been "
+            "changed in place since; PyTorch's view would show the change, tracecomp's copy does "
+            "not. Index the changed tensor again")
+    check_fresh(base)
+
+
+def _describe(index) -> str:
+    return "x[" + ", ".join(map(repr, index if isinstance(index, tuple) else (index,))) + "]"

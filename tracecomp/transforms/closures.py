@@ -356,7 +356,7 @@ class _Emitter:
     """The reader's lines and globals; each lookup prefix (root and steps) is emitted once."""
 
     def __init__(self):
-        from ..library.assignment import check_fresh
+        from ..tensors.tensor import check_fresh
         self.env: dict[str, Any] = {"ClosureMoved": ClosureMoved, "Tensor": Tensor, "isinstance": isinstance,
                                     "check_fresh": check_fresh, "TracecompError": TracecompError}
         self.lines: list[str] = []

@@ -35,7 +35,8 @@ from ..core.errors import ArgumentError, TraceError
 from ..ir import Graph, TensorType
 from ..core.symbolic import Dim
 from ..tensors.tensor import Tensor, as_tensor
-from ..dispatch.tracer import TraceContext, user_stacklevel
+from ..dispatch.tracer import TraceContext
+from ..core.locations import user_stacklevel
 
 log = logging.getLogger("tracecomp.transforms.trace")
 

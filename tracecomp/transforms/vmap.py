@@ -25,9 +25,9 @@ import numpy as np
 
 from ..dispatch import batching
 from ..tensors import pytree
-from ..dispatch.batching import VmapError
+from ..core.errors import VmapError
 from ..core.errors import add_location
-from ..dispatch.tracer import user_location
+from ..core.locations import user_location
 from ..tensors.tensor import Tensor, as_tensor
 from ..dispatch import api as tc
 

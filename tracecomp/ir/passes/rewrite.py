@@ -20,7 +20,8 @@ import numpy as np
 
 from ...core.errors import IRError
 from ..graph import CONSTANT, Graph, Op, Value
-from ...core.types import Location, TensorType
+from ...core.types import TensorType
+from ...core.locations import Location
 
 
 class _Drop:
