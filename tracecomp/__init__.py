@@ -29,6 +29,7 @@ int = int32
 
 def _install() -> None:
     from . import bindings
+    from .library import composites  # noqa: F401  (registers how the dispatcher runs composite ops)
     from .dispatch import api
     from .autograd.kernels import autograd_kernel, forward_ad_kernel
     from .dispatch.batching import batched_kernel

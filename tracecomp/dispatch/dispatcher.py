@@ -8,6 +8,10 @@ one.  Under tc.vmap, only the tensors of the innermost vmap level among the argu
 count for Autograd and ForwardAD: the others are constants at that level, and their own
 gradients and tangents are handled when Batched calls the op on the whole batches.  A kernel may handle the call entirely or `redispatch` it to the keys below its own,
 as seed 003 describes for PyTorch (Autograd records history, then redispatches to CPU).
+
+A composite op reaches no key: the call runs its program through the public ops, so every
+key sees only the ops it decomposes into (PyTorch's CompositeImplicitAutograd), and a trace
+records those.  library/composites.py registers that runner (library comes after dispatch).
 """
 from __future__ import annotations
 
@@ -60,10 +64,20 @@ def level_of(t) -> int:
     return t._batch[1] if t._batch is not None else 0
 
 
+def _no_composite_runner(op: OpDef, args: dict[str, Any]) -> Any:
+    raise BackendError(f"{op.full_name}: composite ops run once library/composites.py registered "
+                       "its runner (import tracecomp)")
+
+
 class Dispatcher:
     def __init__(self):
         self._kernels: dict[DispatchKey, dict[str, Kernel]] = {k: {} for k in DispatchKey}
         self._fallbacks: dict[DispatchKey, Kernel] = {}
+        self._composite: Kernel = _no_composite_runner
+
+    def register_composite(self, runner: Kernel) -> None:
+        """How every composite op runs, whatever the keys: `runner(op, args)`."""
+        self._composite = runner
 
     def register(self, key: DispatchKey, op: OpDef, kernel: Kernel) -> None:
         self._kernels[key][op.full_name] = kernel
@@ -93,6 +107,8 @@ class Dispatcher:
         return sorted(keys)
 
     def call(self, op: OpDef, args: dict[str, Any]) -> Any:
+        if op.kind == "composite":
+            return self._composite(op, args)
         return self._run(op, args, self.keys_for(args))
 
     def redispatch(self, op: OpDef, args: dict[str, Any], below: DispatchKey) -> Any:

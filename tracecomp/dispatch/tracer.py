@@ -4,9 +4,10 @@ While a TraceContext is active, every op call (also on eager tensors and factori
 reaches the Tracer kernel, which turns Tensor arguments into SSA values, the other
 arguments into typed attributes, infers result
 types with the table's shape rules, and appends one op with the user's source location.
-A composite op is recorded as one op (decomposed later), unless it changes one of its
-arguments in place (batch_norm's running statistics, dropout(inplace=True)): its program
-then runs inline, so the change lands on the traced tensor, which tc.trace writes back.
+A composite op never gets here: the dispatcher runs its program, so the trace records the
+ops it decomposes into, each located at the composite's call and naming it as its source
+(library/composites.py), and an argument it changes in place (batch_norm's running
+statistics) is changed on the traced tensor, which tc.trace writes back.
 
 An eager tensor that an op meets becomes a hidden graph input when the traced function
 closes over it (the context's `closure`, closures.py: read again at every call), and a
@@ -28,7 +29,6 @@ from .dispatcher import DispatchKey, state
 from ..core.locations import user_location
 from ..core.errors import TraceError
 from ..ir import CONSTANT, Graph, Location, Value
-from ..core.types import TensorType
 from ..core.locations import BACKWARD
 from ..core.symbolic import DynamicShapeError
 from ..ops import rules
@@ -41,9 +41,8 @@ UNKNOWN_LOCATION = Location("<unknown>", 0)   # carries the phase of an op no fr
 class TraceContext:
     """One graph being recorded; pushed on a thread-local stack while the user's fn runs."""
 
-    def __init__(self, graph: Graph, inline_composites: bool = False, closure=None):
+    def __init__(self, graph: Graph, closure=None):
         self.graph = graph
-        self.inline_composites = inline_composites
         self.location_override: Location | None = None
         self.backward_depth = 0            # > 0 while the autograd engine runs
         self._constants: dict[int, tuple[Any, Value]] = {}
@@ -171,44 +170,14 @@ def operands_and_attrs(op: OpDef, args: dict[str, Any], value_of) -> tuple[list,
     return operands, attrs
 
 
-def composite_types(op: OpDef, args: dict[str, Any]) -> tuple[list[TensorType], bool]:
-    """A composite's result types: its decomposition traced into a scratch graph; and
-    whether it changed a Tensor argument in place (batch_norm's running statistics)."""
-    from ..library.composites import run_composite
-    from ..tensors.tensor import Tensor
-    scratch = TraceContext(Graph("scratch"), inline_composites=True)
-    stand_ins = []
-
-    def stand_in(v):
-        if isinstance(v, Tensor):
-            stand_ins.append(scratch.wrap(scratch.graph.add_input(v._type)))
-            return stand_ins[-1]
-        if isinstance(v, list) and any(isinstance(t, Tensor) for t in v):
-            return [stand_in(t) for t in v]
-        return v
-    with scratch:
-        result = run_composite(op, {k: stand_in(v) for k, v in args.items()})
-    tensors = list(result) if isinstance(result, (tuple, list)) else [result]
-    return [t._type for t in tensors], any(t._version for t in stand_ins)
-
-
 def trace_kernel(op: OpDef, args: dict[str, Any]):
     ctx = current()
     if ctx is None:
         raise TraceError(f"{op.full_name}: a traced tensor was used after its trace finished")
-    if op.kind == "composite" and ctx.inline_composites:
-        from ..library.composites import run_composite
-        return run_composite(op, args)
-    if op.kind == "composite":
-        out_types, writes = composite_types(op, args)
-        if writes:      # its program runs here, so that the change reaches the traced argument
-            from ..library.composites import run_composite
-            return run_composite(op, args)
-    else:
-        try:
-            out_types = rules.infer(op, type_args(args))
-        except DynamicShapeError as e:
-            raise DynamicShapeError(f"{op.full_name}: {e.reason}") from None
+    try:
+        out_types = rules.infer(op, type_args(args))
+    except DynamicShapeError as e:
+        raise DynamicShapeError(f"{op.full_name}: {e.reason}") from None
     operands, attrs = operands_and_attrs(op, args, ctx.value_of)
     recorded = ctx.record(op.ir_name, operands, attrs, out_types)
     return package(op, [ctx.wrap(v) for v in recorded.results])

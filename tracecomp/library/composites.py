@@ -2,8 +2,10 @@
 
 Calls in the program go to the public API (`tracecomp.<name>`), methods to Tensor, so
 the decomposition is dispatched like user code: eagerly it computes, under the Tracer
-it records primitive ops.  The helpers below are the only non-op functions programs may
-call; each is a small pure function on Python values (shapes, dims).
+it records primitive ops.  The dispatcher runs every composite op through `run_composite`
+(registered at the end), whatever the dispatch keys.  The helpers below are the only
+non-op functions programs may call; each is a small pure function on Python values
+(shapes, dims).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ..ops.rules import broadcast_shapes
 from ..ops.table import OpDef
 from ..tensors.results import package
 from ..dispatch import api as tc
+from ..dispatch.dispatcher import dispatcher
 
 
 def _trailing_dims(x, normalized_shape, name: str = "layer_norm") -> list[int]:
@@ -583,7 +586,13 @@ def run_composite(op: OpDef, args: dict[str, Any]):
 def _derived_from(op: OpDef):
     """While a trace records a composite's program, its ops name the composite as their
     source (the outermost one, when composites nest)."""
-    from ..dispatch.tracer import current
+    from ..dispatch.tracer import UNKNOWN_LOCATION, current
     ctx = current()
-    loc = ctx.location() if ctx is not None else None
+    if ctx is None:
+        return contextlib.nullcontext()
+    # a backward op gets a location even when no frame explains it: name the composite there too
+    loc = ctx.location() or (UNKNOWN_LOCATION if ctx.backward_depth else None)
     return contextlib.nullcontext() if loc is None else ctx.located(loc.derived(source=op.ir_name))
+
+
+dispatcher.register_composite(run_composite)     # every dispatch key sees the program's ops

@@ -3,6 +3,9 @@
 Before: any ops of the table.  After: no op whose table entry is `composite`; each new op
 carries the location of the composite it came from.  It lives beside the tracer, not in
 ir/, because composite programs are written against the tensor API and are re-traced.
+
+A traced graph holds no composite op (the dispatcher runs their programs while the trace
+records), so this pass only copies it; graphs parsed from text may still hold some.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def decompose(graph: Graph) -> Graph:
     table = by_ir_name()
     new = Graph(graph.name, [v.type for v in graph.inputs])
     mapping = dict(zip(graph.inputs, new.inputs))
-    ctx = TraceContext(new, inline_composites=True)
+    ctx = TraceContext(new)
     with ctx:
         for op in graph.ops:
             operands = [mapping[v] for v in op.operands]
