@@ -102,10 +102,6 @@ def stage(name: str) -> str:
 # Imports that still point up the tree: (importer, imported) -> why it is not cut yet.
 UPWARD: dict[tuple[str, str], str] = {
     ("tracecomp.autograd.functional", "tracecomp.transforms.vmap"): "to cut",
-    ("tracecomp.autograd.kernels", "tracecomp.library.composites"): "composites in the dispatcher",
-    ("tracecomp.dispatch.batching", "tracecomp.library.composites"): "composites in the dispatcher",
-    ("tracecomp.dispatch.eager", "tracecomp.library.composites"): "composites in the dispatcher",
-    ("tracecomp.dispatch.tracer", "tracecomp.library.composites"): "composites in the dispatcher",
     ("tracecomp.dispatch.tracer", "tracecomp.transforms.closures"): "to cut",
 }
 
