@@ -101,8 +101,6 @@ def stage(name: str) -> str:
 
 # Imports that still point up the tree: (importer, imported) -> why it is not cut yet.
 UPWARD: dict[tuple[str, str], str] = {
-    ("tracecomp.autograd.functional", "tracecomp.transforms.vmap"): "to cut",
-    ("tracecomp.dispatch.tracer", "tracecomp.transforms.closures"): "to cut",
 }
 
 

@@ -52,7 +52,8 @@ _configure_logging()
 
 # These need the generated API.
 from . import autograd  # noqa: E402
-from .autograd.functional import grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp  # noqa: E402
+from .autograd.functional import grad, jvp, value_and_grad, vjp  # noqa: E402
+from .transforms.jacobians import hessian, jacfwd, jacrev  # noqa: E402
 from .transforms.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .transforms.trace import trace  # noqa: E402

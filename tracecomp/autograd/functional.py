@@ -77,7 +77,7 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None 
     return tuple(grads)
 
 
-def _argnums(argnums, nargs: int) -> tuple[int, ...]:
+def chosen_argnums(argnums, nargs: int) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     for n in nums:
         if not isinstance(n, int) or not -nargs <= n < nargs:
@@ -107,7 +107,7 @@ def _differentiable_input(x, where: str) -> Tensor:
     return leaf
 
 
-def _is_tracked(x) -> bool:
+def is_tracked(x) -> bool:
     return isinstance(x, Tensor)
 
 
@@ -148,11 +148,11 @@ class Differentiated:
 def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """fn -> (value, gradient(s)) of its scalar result w.r.t. the arguments in `argnums`."""
     def wrapped(*args, **kwargs):
-        nums = _argnums(argnums, len(args))
+        nums = chosen_argnums(argnums, len(args))
         args = list(args)
         diff = Differentiated([args[i] for i in nums], [f"argument {i}" for i in nums])
         inputs = diff.leaves
-        nested = any(x.requires_grad for i in nums for x in pytree.flatten(args[i], _is_tracked)[0]) \
+        nested = any(x.requires_grad for i in nums for x in pytree.flatten(args[i], is_tracked)[0]) \
             and is_grad_enabled()
         for i, tree in zip(nums, diff.trees):
             args[i] = tree
@@ -208,11 +208,11 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) 
 def vjp(fn: Callable, *primals) -> tuple[Any, Callable]:
     """(fn(*primals), vjp_fn): vjp_fn(cotangents shaped like the output) gives one gradient
     pytree per primal.  Primals, outputs and cotangents may be pytrees."""
-    nested = is_grad_enabled() and any(t.requires_grad for t in pytree.flatten(primals, _is_tracked)[0])
+    nested = is_grad_enabled() and any(t.requires_grad for t in pytree.flatten(primals, is_tracked)[0])
     diff = Differentiated(list(primals), [f"primal {i}" for i in range(len(primals))])
     with differentiating():
         out = fn(*diff.trees)
-    outs, out_structure = pytree.flatten(out, _is_tracked)
+    outs, out_structure = pytree.flatten(out, is_tracked)
 
     def vjp_fn(*cotangents):
         tree = cotangents[0] if len(cotangents) == 1 else cotangents
@@ -254,103 +254,10 @@ def jvp(fn: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
         dual._tangent = t
         duals.append(dual)
     out = fn(*pytree.unflatten(structure, duals))
-    outs, out_structure = pytree.flatten(out, _is_tracked)
+    outs, out_structure = pytree.flatten(out, is_tracked)
     tangent_outs = [o._tangent if o._tangent is not None else _zeros_like(o) for o in outs]
     return (pytree.unflatten(out_structure, [primal(o) for o in outs]),
             pytree.unflatten(out_structure, tangent_outs))
-
-
-# ---------------------------------------------------------------- Jacobians and Hessians
-# JAX's jacrev/jacfwd/hessian over pytrees: a Jacobian leaf for output leaf o and input
-# leaf x has shape o.shape + x.shape; the output's structure is outside, the inputs'
-# inside (one pytree per argnum, or the argnum's own pytree for an int).  The basis
-# vectors are one tc.vmap: all VJPs (jacrev) or JVPs (jacfwd) run as one batched program,
-# and under tc.trace the graph does not grow with the number of elements.
-
-def _selecting(fn: Callable, args: tuple, argnums, has_aux: bool) -> tuple[list, Callable, Callable]:
-    """(the arguments at argnums, fn of those only (the others fixed), that without its aux)."""
-    nums = _argnums(argnums, len(args))
-
-    def f(*chosen):
-        full = list(args)
-        for i, x in zip(nums, chosen):
-            full[i] = x
-        return fn(*full)
-    return [args[i] for i in nums], f, ((lambda *a: f(*a)[0]) if has_aux else f)
-
-
-def _basis(t: Tensor):
-    """The numel(t) unit vectors shaped like t, stacked: (numel, *t.shape)."""
-    return tc.eye(t.numel(), dtype=t.dtype).reshape([t.numel()] + list(t.shape))
-
-
-def _over_basis(t: Tensor, each: Callable, out_axis: int, shape_of: Callable):
-    """each(unit vector) for all unit vectors of t at once (tc.vmap over the basis, stacked
-    along out_axis), each result leaf reshaped to shape_of(its shape without that dim)."""
-    from ..transforms.vmap import vmap
-    if t.numel() == 0:        # no unit vectors: an empty Jacobian block per result leaf
-        leaves, structure = pytree.flatten(each(tc.zeros_like(t)), _is_tracked)
-        return pytree.unflatten(structure, [tc.zeros(shape_of(tuple(x.shape)), dtype=x.dtype)
-                                            for x in leaves])
-    leaves, structure = pytree.flatten(vmap(each, out_axes=out_axis)(_basis(t)), _is_tracked)
-    return pytree.unflatten(structure, [x.reshape(shape_of(_without(tuple(x.shape), out_axis % x.ndim)))
-                                        for x in leaves])
-
-
-def _without(shape: tuple, axis: int) -> tuple:
-    return shape[:axis] + shape[axis + 1:]
-
-
-def jacrev(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian of fn w.r.t. the arguments at argnums, by reverse mode (the VJPs of all
-    of the output's unit vectors, vmapped)."""
-    def wrapped(*args):
-        primals, f, g = _selecting(fn, args, argnums, has_aux)
-        out, pull = vjp(g, *primals)
-        outs, out_structure = pytree.flatten(out, _is_tracked)
-        per_output = []
-        for o in outs:
-            def row(ct, o=o):
-                grads = pull(pytree.unflatten(out_structure, [ct if p is o else _zeros_like(p) for p in outs]))
-                return grads[0] if isinstance(argnums, int) else tuple(grads)
-            per_output.append(_over_basis(o, row, 0, lambda item, o=o: list(o.shape) + list(item)))
-        jac = pytree.unflatten(out_structure, per_output)
-        return (jac, f(*primals)[1]) if has_aux else jac
-    wrapped.__name__ = f"jacrev_{getattr(fn, '__name__', 'fn')}"
-    return wrapped
-
-
-def jacfwd(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian of fn w.r.t. the arguments at argnums, by forward mode (the JVPs of all
-    of the inputs' unit vectors, vmapped)."""
-    def wrapped(*args):
-        primals, f, g = _selecting(fn, args, argnums, has_aux)
-        p_leaves, p_structure = pytree.flatten(tuple(primals), pytree.is_array_or_number)
-        p_leaves = [as_tensor(x) for x in p_leaves]
-        columns = []            # per input leaf: the output pytree of o.shape + x.shape leaves
-        for j, x in enumerate(p_leaves):
-            def column(t, j=j):
-                tangents = [t if i == j else _zeros_like(y) for i, y in enumerate(p_leaves)]
-                return jvp(g, tuple(primals), pytree.unflatten(p_structure, tangents))[1]
-            columns.append(_over_basis(x, column, -1, lambda item, x=x: list(item) + list(x.shape)))
-        # regroup: output structure outside, input structure inside
-        out_leaves = [pytree.flatten(c, _is_tracked) for c in columns]
-        out_structure = out_leaves[0][1] if out_leaves else pytree.flatten(g(*primals), _is_tracked)[1]
-        per_output = []
-        for m in range(len(out_leaves[0][0]) if out_leaves else 0):
-            inner = pytree.unflatten(p_structure, [ls[m] for ls, _ in out_leaves])
-            per_output.append(inner[0] if isinstance(argnums, int) else inner)
-        jac = pytree.unflatten(out_structure, per_output)
-        return (jac, f(*primals)[1]) if has_aux else jac
-    wrapped.__name__ = f"jacfwd_{getattr(fn, '__name__', 'fn')}"
-    return wrapped
-
-
-def hessian(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
-    """The Hessian of a scalar fn: jacfwd of jacrev, as JAX defines it."""
-    h = jacfwd(jacrev(fn, argnums), argnums)
-    h.__name__ = f"hessian_{getattr(fn, '__name__', 'fn')}"
-    return h
 
 
 def _tensor_backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False) -> None:

@@ -34,6 +34,7 @@ from ..core.symbolic import DynamicShapeError
 from ..ops import rules
 from ..ops.table import OpDef
 from ..tensors.results import package, type_args
+from ..tensors.tensor import restore, snapshot
 
 UNKNOWN_LOCATION = Location("<unknown>", 0)   # carries the phase of an op no frame explains
 
@@ -46,7 +47,7 @@ class TraceContext:
         self.location_override: Location | None = None
         self.backward_depth = 0            # > 0 while the autograd engine runs
         self._constants: dict[int, tuple[Any, Value]] = {}
-        self.closure = closure             # closures.Closure of the traced function, or None
+        self.closure = closure             # transforms/closures.py's Closure of the traced function, or None
         self.lifted: list[Lifted] = []     # hidden inputs, in order, after the arguments
         self.baked_arrays: list[tuple[str, Any]] = []   # (name, array) of closed-over NumPy constants
 
@@ -87,11 +88,10 @@ class TraceContext:
     def _capture(self, t) -> Value:
         """An eager tensor's first use: a hidden input if the function closes over it, else a
         constant (noting a closed-over NumPy array it wraps)."""
-        from ..transforms import closures
         source = self.closure.source_of(t) if self.closure is not None else None
         if source is not None:
             value = self.graph.add_input(t._type)
-            self.lifted.append(Lifted(t, source, value, closures.snapshot(t)))
+            self.lifted.append(Lifted(t, source, value, snapshot(t)))
             return value
         if self.closure is not None:
             name = self.closure.baked_array(t)
@@ -106,7 +106,6 @@ class TraceContext:
     def restore_lifted(self) -> None:
         """Give every closed-over tensor back its eager state: the trace only recorded the
         change (tc.trace makes it at each call)."""
-        from ..transforms.closures import restore
         for h in self.lifted:
             restore(h.tensor, h.state)
 
@@ -130,9 +129,9 @@ class Lifted:
     """A closed-over tensor made a hidden input: where it lives, its graph input, and its
     eager state when first met."""
     tensor: Any
-    source: Any          # closures.Source
+    source: Any          # transforms/closures.py's Source
     value: Value
-    state: tuple         # closures.snapshot (its version last)
+    state: tuple         # tensor.snapshot (its version last)
 
 
 class _Stack(threading.local):

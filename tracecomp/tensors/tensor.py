@@ -322,3 +322,15 @@ def check_fresh(t) -> None:
 
 def _describe(index) -> str:
     return "x[" + ", ".join(map(repr, index if isinstance(index, tuple) else (index,))) + "]"
+
+
+# A closed-over tensor changed in place inside a trace gets its eager state back (the
+# tracer's restore_lifted): the fields Tensor._take_over replaces, and the version.
+def snapshot(t: Tensor) -> tuple:
+    """What an in-place change inside a trace replaces on an eager tensor (Tensor._take_over)."""
+    return (t._data, t._value, t._trace, t.grad_fn, t._output_nr, t.requires_grad, t._tangent, t._batch, t._version)
+
+
+def restore(t: Tensor, state: tuple) -> None:
+    (t._data, t._value, t._trace, t.grad_fn, t._output_nr, t.requires_grad, t._tangent, t._batch,
+     t._version) = state

@@ -392,13 +392,3 @@ class _Emitter:
                 self.line(f"if {var}.__class__ is not {self.const(step.cls)}: raise ClosureMoved({i})")
             prev = var
         return prev
-
-
-def snapshot(t: Tensor) -> tuple:
-    """What an in-place change inside a trace replaces on an eager tensor (Tensor._take_over)."""
-    return (t._data, t._value, t._trace, t.grad_fn, t._output_nr, t.requires_grad, t._tangent, t._batch, t._version)
-
-
-def restore(t: Tensor, state: tuple) -> None:
-    (t._data, t._value, t._trace, t.grad_fn, t._output_nr, t.requires_grad, t._tangent, t._batch,
-     t._version) = state
