@@ -35,6 +35,28 @@ import numpy as np
 from ..core.errors import IndexingError, IndexTypeError, ShapeError
 from ..dispatch import api as tc
 
+_ROWS_HINT = "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where"
+_MASK_HINT = "for a static shape keep {}'s shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)"
+_STATIC_HINTS = {
+    "nonzero": _ROWS_HINT, "argwhere": _ROWS_HINT,
+    "masked_select": _MASK_HINT.format("self"), "x[mask]": _MASK_HINT.format("x"),
+    "unique": "there is no static-shape form: call it outside the traced function",
+    "one_hot": "pass num_classes to fix the number of classes",
+}
+
+
+def values_for(name: str, x) -> np.ndarray:
+    """x's values, which `name`'s result shape depends on: inside tc.trace, a TraceError at
+    the user's line that says how to keep the shape static."""
+    what = name if name.startswith("x[") else f"tc.{name}"
+    return x._concrete(f"{what} (its result's shape depends on the values; {_STATIC_HINTS[name]})")
+
+
+def wrapped(index, n):
+    """Negative indices counted from the end (index + n), by a `where`: the values may be symbolic."""
+    return tc.where(index < 0, index + n, index)
+
+
 _SEQUENCES = (list, tuple, range, str, np.ndarray)
 _LIST_AS_TUPLE_LIMIT = 32       # a longer list is always one index array (PyTorch, NumPy)
 
@@ -186,7 +208,6 @@ def _dims(shape) -> str:
 def _masks_as_indices(advanced: list) -> list:
     """Masks replaced by the index tensors of their nonzero positions (which reads their
     values).  A lone 0-d True is only the new dim that _basic added: the result stays a view."""
-    from .composites import values_for
     if len(advanced) == 1 and _is_mask(advanced[0][1]) and advanced[0][1].ndim == 0:
         if bool(values_for("x[mask]", advanced[0][1])):
             return []
@@ -241,7 +262,6 @@ def _check_known_values(t, advanced: list) -> None:
 
 
 def _advanced(t, advanced: list):
-    from .composites import wrapped
     _check_known_values(t, advanced)
     dims = [d for d, _ in advanced]
     shape = _broadcast_indices(advanced)
