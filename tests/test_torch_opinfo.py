@@ -118,7 +118,7 @@ OPS = {
     # issue 12, sliding windows
     **{f"nn.functional.{n}": f"tc.nn.functional.{n}" for n in (
         "conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "unfold", "scaled_dot_product_attention")},
-    # issue 12 (dropout's draws cannot match PyTorch's: tests/test_dropout.py)
+    # issue 12 (dropout's draws cannot match PyTorch's: tests/library/test_dropout.py)
     **{f"nn.functional.{n}": f"tc.{n}" for n in ("batch_norm", "instance_norm", "group_norm", "rms_norm", "one_hot")},
     "nn.functional.embedding": lambda weight, indices, **k: tc.embedding(indices, weight, **k),   # OpInfo's order
     # issue 12: padding, resizing, adaptive pooling
@@ -366,7 +366,7 @@ def _torch_grad_via_float64(info, sample, wrt: list[int], cotangents: list) -> l
 
 
 # Samples that draw random numbers (tracecomp's generator cannot reproduce PyTorch's draws);
-# tests/test_dropout.py checks those paths against the same program with the same seed.
+# tests/library/test_dropout.py checks those paths against the same program with the same seed.
 RANDOM_SAMPLES = {"nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0.0) > 0}
 
 

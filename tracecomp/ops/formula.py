@@ -14,6 +14,8 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from ..core.errors import TableError
 
 BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -295,7 +297,12 @@ class Evaluator:
         return self.call_fn(e.func, args, kwargs)
 
     def _BinOp(self, e):
-        return e.op(self.eval(e.left), self.eval(e.right))
+        left, right = self.eval(e.left), self.eval(e.right)
+        try:
+            return e.op(left, right)
+        except ZeroDivisionError:   # Python numbers folded (a scalar argument): IEEE's inf or nan, as kernels give
+            with np.errstate(all="ignore"):
+                return float(e.op(np.float64(left), np.float64(right)))
 
     def _Unary(self, e):
         return e.op(self.eval(e.operand))

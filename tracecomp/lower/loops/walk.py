@@ -4,7 +4,7 @@ written, Var names, substitution, renaming a buffer), and a fingerprint for cach
 
 Passes decide buffer roles, donation safety and atomics from these walks, so a walk that
 missed a field would be a silent miscompile.  CHILDREN is therefore the only place that
-lists fields: a new node kind or field is added here once, and tests/test_loops_walk.py
+lists fields: a new node kind or field is added here once, and tests/lower/test_loops_walk.py
 fails for any field of a node type that holds a node but is not listed.
 """
 from __future__ import annotations

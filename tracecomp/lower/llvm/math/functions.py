@@ -16,8 +16,8 @@ The algorithms need IEEE semantics where they are inlined: callers must not put 
 flags on these instructions or "unsafe-fp-math"/"no-nans-fp-math" attributes on the
 calling function, and subnormal results assume the CPU does not flush to zero (FTZ/DAZ).
 
-Measured accuracy, max error in ulps (tests/test_llvm_math.py; `python
-tests/test_llvm_math.py --big` reprints it). f32: distance in ulps from numpy's float64
+Measured accuracy, max error in ulps (tests/lower/test_llvm_math.py; `python
+tests/lower/test_llvm_math.py --big` reprints it). f32: distance in ulps from numpy's float64
 result rounded to float32 (so 0 = correctly rounded at every point tried), over every
 257th float32 bit pattern (16.7 M points covering the whole range, subnormals, inf, NaN)
 plus special and boundary values. Every one-argument f32 function but erf was also run
@@ -75,7 +75,7 @@ ACCURACY: dict[str, tuple[float, float]] = {
     "log1p": (1, 0.82), "sin": (1, 0.75), "cos": (1, 0.75), "tan": (0, 2.03), "tanh": (2, 2.46),
     "sigmoid": (2, 2.29), "erf": (1, 0.92), "atan": (2, 2.10), "atan2": (2, 2.23), "pow": (0, 1.13),
 }
-"""Max error in ulps (f32, f64) as measured by tests/test_llvm_math.py (see the docstring)."""
+"""Max error in ulps (f32, f64) as measured by tests/lower/test_llvm_math.py (see the docstring)."""
 
 
 def math_calls(root) -> int:

@@ -6,7 +6,7 @@ format, with numpy's float64 result rounded to float32 (the correctly rounded va
 a rare double rounding); float64 results with long double (x87, 64-bit significand) libm.
 The default run sweeps ~1 M float32 bit patterns per function; with TRACECOMP_SLOW=1 the
 slow tests sweep every 257th pattern (16.7 M) and larger float64 samples.
-`python tests/test_llvm_math.py [--big]` prints the table of measured errors that the
+`python tests/lower/test_llvm_math.py [--big]` prints the table of measured errors that the
 module docstring quotes; `--exhaustive NAME...` checks one-argument f32 functions over
 all 2^32 inputs.
 """
@@ -26,7 +26,7 @@ from llvmlite import ir
 
 from tracecomp.core.errors import BackendError
 from tracecomp.lower.llvm.math.functions import ARITY, MATH_FUNCTIONS, get_math_function
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))     # the offline fitter
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))     # the offline fitter
 from llvm_math_fit import erf_ld  # noqa: E402
 
 LD = np.longdouble
@@ -401,7 +401,7 @@ def exhaustive_f32(name: str) -> tuple[float, float]:
 
 
 if __name__ == "__main__":
-    if "--exhaustive" in sys.argv:   # python tests/test_llvm_math.py --exhaustive sin cos ...
+    if "--exhaustive" in sys.argv:   # python tests/lower/test_llvm_math.py --exhaustive sin cos ...
         for name in sys.argv[sys.argv.index("--exhaustive") + 1:]:
             print(name, "f32 over all inputs: max ulp %g at %r" % exhaustive_f32(name), flush=True)
         sys.exit()

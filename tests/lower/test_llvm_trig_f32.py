@@ -2,7 +2,7 @@
 bucket constants, and the inputs where it changes hands or is hardest.
 
 Results are compared with numpy's float64 result rounded to float32, in ulps, as in
-tests/test_llvm_math.py. The reduction tests allow 1 ulp (sin and cos measure at most 1
+tests/lower/test_llvm_math.py. The reduction tests allow 1 ulp (sin and cos measure at most 1
 over every float32, tan 0): a wrong quadrant or a reduction that lost bits shows up as
 many ulps or a wrong sign.
 """

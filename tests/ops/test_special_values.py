@@ -2,7 +2,7 @@
 eagerly and compiled, against PyTorch (the oracle for NaN rules: NaN propagates through
 max/min/clamp/relu and their reductions; sign(NaN) is 0; a float -> int cast of NaN gives
 INT_MIN).  Without PyTorch, the same values are checked against the written rules by the
-edge-value samples of tests/op_samples.py.  The ops are taken from the table, so a new
+edge-value samples of tests/tables/op_samples.py.  The ops are taken from the table, so a new
 elementwise op or reduction is checked here without an edit."""
 from __future__ import annotations
 
@@ -129,3 +129,16 @@ def test_row_functions(name):
 def test_casts(to, dtype):
     x = np.array(SPECIAL + [1e10, -1e10, 2.0 ** 31, -2.0 ** 31, 2.0 ** 63, 3.7, -3.7], dtype)
     _check(lambda x: x.to(getattr(tc, to)), lambda x: x.to(getattr(torch, to)), [x], f"cast to {to}")
+
+
+@pytest.mark.parametrize("other", [0, 0.0, -0.0, 2, -1.5])
+def test_a_python_number_that_a_formula_divides_by_gives_ieee_results(other):
+    """copysign's formula reads the sign of a zero as 1 / other: a Python 0 or -0.0 used to
+    raise ZeroDivisionError (eagerly and while scheduling) instead of giving inf / -inf."""
+    x = np.array([1.0, -2.0, 0.0], np.float32)
+    expected = np.copysign(x, np.float32(other))
+    eager = tc.copysign(tc.tensor(x), other).numpy()
+    traced = tc.trace(lambda t: tc.copysign(t, other))(tc.tensor(x)).numpy()
+    for got in (eager, traced):
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))

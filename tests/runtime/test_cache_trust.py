@@ -17,7 +17,7 @@ import tracecomp as tc
 from tracecomp.runtime import cache, cache_auth, elf_check
 from tracecomp.core.safe_files import UnsafeFile, read_regular
 
-from test_cache import ROOT, fresh_cache, only_entry, run_model  # noqa: F401  (fixture)
+from test_cache import HERE, ROOT, fresh_cache, only_entry, run_model  # noqa: F401  (fixture)
 
 # A child process that compiles `model` (test_cache.py) with the cache folder and key given,
 # for the cases that used to hang, abort or run planted code.
@@ -35,7 +35,7 @@ CHILD = textwrap.dedent("""
 def run_child(folder, key_file, timeout=120):
     env = dict(os.environ, TRACECOMP_CACHE_DIR=str(folder), TRACECOMP_CACHE="1",
                TRACECOMP_CACHE_KEY=str(key_file))
-    return subprocess.run([sys.executable, "-c", CHILD, str(ROOT / "tests")], env=env,
+    return subprocess.run([sys.executable, "-c", CHILD, str(HERE)], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

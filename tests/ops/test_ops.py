@@ -1,4 +1,4 @@
-"""Every op of ops.yaml against its samples (tests/op_samples.py): eager vs NumPy float64,
+"""Every op of ops.yaml against its samples (tests/tables/op_samples.py): eager vs NumPy float64,
 traced vs eager, printed-graph round trips and mlir-opt, and the table of user errors."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tracecomp.ir.printer import print_graph
 from tracecomp.ir.verifier import verify
 from tracecomp.ops.table import default_table
 
-from op_samples import (EAGER_ONLY, SAMPLES, Sample, all_samples, assert_close, expected_dtypes, leaves,
+from tables.op_samples import (EAGER_ONLY, SAMPLES, Sample, all_samples, assert_close, expected_dtypes, leaves,
                         reference_inputs, torch_result_type)
 
 ALL_SAMPLES = all_samples()
@@ -52,7 +52,7 @@ def run_traced(s: Sample) -> list[np.ndarray]:
 
 def test_every_op_has_samples():
     missing = sorted(set(default_table()) - set(SAMPLES) - set(EAGER_ONLY))
-    assert not missing, f"ops in ops.yaml without samples in tests/op_samples.py: {missing}"
+    assert not missing, f"ops in ops.yaml without samples in tests/tables/op_samples.py: {missing}"
 
 
 def test_samples_name_only_table_ops():

@@ -22,7 +22,7 @@ import tracecomp as tc
 
 CC = os.environ.get("CC", "cc")
 pytestmark = pytest.mark.skipif(shutil.which(CC) is None, reason="tc.export needs a C compiler to link")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_child(script: str, *args, env=None, timeout=120) -> subprocess.CompletedProcess:

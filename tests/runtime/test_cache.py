@@ -20,7 +20,8 @@ from tracecomp.runtime import cache, jit
 from tracecomp.lower.llvm import target
 from tracecomp.runtime import tuning
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent      # this folder: fresh processes import this module from it
 
 
 def model(x, w):
@@ -109,7 +110,7 @@ RUN_IN_FRESH_PROCESS = textwrap.dedent("""
 
 def run_fresh_process(env_extra: dict) -> dict:
     env = dict(os.environ, **env_extra)
-    p = subprocess.run([sys.executable, "-c", RUN_IN_FRESH_PROCESS, str(ROOT / "tests")],
+    p = subprocess.run([sys.executable, "-c", RUN_IN_FRESH_PROCESS, str(HERE)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -302,7 +303,7 @@ def test_source_hash_covers_the_lowering_and_the_table():
 def test_concurrent_processes(tmp_path):
     """Four fresh processes compile the same function into one empty folder at once."""
     env = dict(os.environ, TRACECOMP_CACHE_DIR=str(tmp_path / "c"), TRACECOMP_CACHE="1")
-    procs = [subprocess.Popen([sys.executable, "-c", RUN_IN_FRESH_PROCESS, str(ROOT / "tests")],
+    procs = [subprocess.Popen([sys.executable, "-c", RUN_IN_FRESH_PROCESS, str(HERE)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(4)]
     results = []
@@ -345,7 +346,7 @@ def test_readers_never_see_a_partial_entry(tmp_path):
     """Two processes rewrite one 1 MiB entry 100 times each while this one reads it."""
     key = "ab" * 32
     disk = cache.DiskCache.open(tmp_path)
-    writers = [subprocess.Popen([sys.executable, "-c", STORE_LOOP, str(tmp_path), key, "100", str(ROOT / "tests")],
+    writers = [subprocess.Popen([sys.executable, "-c", STORE_LOOP, str(tmp_path), key, "100", str(HERE)],
                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
     seen = 0
     while any(w.poll() is None for w in writers):

@@ -248,7 +248,7 @@ def test_cases_cover_every_fn_and_statement_kind():
 def _scheduled_kernels() -> list[Kernel]:
     """Every kernel the scheduler makes for the shared op samples, renamed to be unique."""
     import tracecomp as tc
-    from op_samples import SAMPLES
+    from tables.op_samples import SAMPLES
     from tracecomp.lower.schedule.scheduler import schedule
     kernels = []
     for s in (s for samples in SAMPLES.values() for s in samples):

@@ -14,7 +14,7 @@ from tracecomp.lower.nvptx.launch import plan_kernel
 from tracecomp.lower.nvptx.program import compile_batch, compile_program
 from tracecomp.runtime.cuda.ptxas import assemble, find_ptxas, parse_verbose
 
-from op_samples import SAMPLES
+from tables.op_samples import SAMPLES
 
 ARCHS = ("sm_80", "sm_90")
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) is not installed")

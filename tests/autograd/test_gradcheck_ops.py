@@ -1,5 +1,5 @@
 """Every differentiable op against finite differences, from the shared sample table
-(tests/op_samples.py): gradcheck eagerly and through tc.trace (symbolic backward graphs),
+(tests/tables/op_samples.py): gradcheck eagerly and through tc.trace (symbolic backward graphs),
 tc.jvp (forward-mode `result:` formulas) against central differences, and gradgradcheck
 (second derivatives: formulas differentiated again) on every differentiable op plus a
 representative set of compositions.
@@ -18,7 +18,7 @@ import tracecomp as tc
 from tracecomp.autograd.derivatives import default_derivatives
 from tracecomp.ops.table import default_table
 
-from op_samples import EAGER_ONLY, SAMPLES, Sample, leaves
+from tables.op_samples import EAGER_ONLY, SAMPLES, Sample, leaves
 
 TABLE = default_table()
 DERIVATIVES = default_derivatives()
@@ -60,7 +60,7 @@ KINKS = {
 # Samples whose gradient is, on purpose and as in PyTorch, not the derivative of the result.
 NOT_THE_DERIVATIVE = {
     ("embedding", "padding_idx: its rows are read"): "the row padding_idx gets no gradient, though the result "
-                                                     "reads it (tests/test_norm_layers.py compares with torch)",
+                                                     "reads it (tests/nn/test_norm_layers.py compares with torch)",
 }
 
 # Smooth samples for ops whose shared samples all sit on kinks.

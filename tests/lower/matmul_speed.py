@@ -1,4 +1,4 @@
-"""Matmul speed next to NumPy's, in one run: `python tests/matmul_speed.py [size:dtype ...]`.
+"""Matmul speed next to NumPy's, in one run: `python tests/lower/matmul_speed.py [size:dtype ...]`.
 
 Prints GFLOP/s for tracecomp's compiled `x @ y` (its normal call path: input checks,
 a fresh output) and for `np.matmul` on the same NumPy arrays, default cases 1024^3 and

@@ -177,7 +177,7 @@ def assert_close(s: Sample, got: np.ndarray, want: np.ndarray, i: int) -> None:
 
 SAMPLES: dict[str, list[Sample]] = {}
 # Ops whose result shapes depend on input values: eager only (tc.trace raises a TraceError,
-# which tests/test_ops.py checks); kept apart so no traced or compiled test picks them up.
+# which tests/ops/test_ops.py checks); kept apart so no traced or compiled test picks them up.
 EAGER_ONLY: dict[str, list[Sample]] = {}
 
 
@@ -2182,7 +2182,7 @@ def _np_flash_backward(g, q, k, v, out, lse, mask=None, scale=None):
 
 def _flash_samples():
     """The fused attention op and its backward (scaled_dot_product_attention without dropout
-    decomposes to the first); tests/test_attention.py walks several key blocks."""
+    decomposes to the first); tests/library/test_attention.py walks several key blocks."""
     flash, backward = tc._scaled_dot_product_flash_attention_for_cpu, tc._scaled_dot_product_flash_attention_for_cpu_backward
     q, k, v = arr((2, 3, 4, 5), F64), arr((2, 3, 6, 5), F64), arr((2, 3, 6, 2), F64)
     causal = np.tril(np.ones((4, 6), bool))
@@ -2299,7 +2299,7 @@ def _norm_layer_samples():
     sample("one_hot", lambda t: tc.one_hot(t, 5), [np.array(2)], lambda t: _one_hot(t, 5), I64, "0-d")
     eager_only("one_hot", tc.one_hot, [np.array([[1, 4], [0, 2]])], lambda t: _one_hot(t, 5), I64,
                "num_classes=-1: the largest class + 1")
-    # The random draws (p in (0, 1), training) are tested in tests/test_dropout.py.
+    # The random draws (p in (0, 1), training) are tested in tests/library/test_dropout.py.
     sample("dropout", lambda x: tc.dropout(x, training=False), [arr((3, 4))], lambda x: x, F32,
            "training=False: the input")
     sample("dropout", lambda x: tc.dropout(x, p=0.0), [arr((2, 3), F64)], lambda x: x, F64, "p=0: the input")

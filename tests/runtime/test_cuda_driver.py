@@ -12,8 +12,8 @@ from tracecomp.runtime.cuda import driver as cuda_driver
 from tracecomp.runtime.cuda.emulator import EmulatedContext
 from tracecomp.runtime.cuda.runner import CudaProgram, arch_for
 
-from op_samples import SAMPLES, assert_outputs_match
-from test_ptx import _mlp_inputs, mlp_loss
+from tables.op_samples import SAMPLES, assert_outputs_match
+from lower.test_ptx import _mlp_inputs, mlp_loss
 
 HAVE_GPU = cuda_driver.available()
 needs_gpu = pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU and driver on this machine")

@@ -5,7 +5,7 @@ interpreter and mlir-opt on the same kernels, and the checker's messages.
 
 Float results are compared with the float64 product within a bound that grows with k:
 |got - exact| <= 2 k u (|a| @ |b|) (+ a few ulp of the epilogue), u the unit roundoff.
-The speed comparison with NumPy is `python tests/matmul_speed.py` (and the slow test
+The speed comparison with NumPy is `python tests/lower/matmul_speed.py` (and the slow test
 below, with TRACECOMP_SLOW=1); it prints, it never asserts.
 """
 from __future__ import annotations
@@ -228,7 +228,7 @@ def test_linear_reads_the_transposed_weight_in_place_and_fuses_the_bias():
 
 def test_llvm_ir_uses_vector_fmas_of_the_targets_width():
     """The micro-kernel computes on vectors of the lanes the tiles chose for this target
-    (AVX-512: 16 f32 / 8 f64; AVX2: 8 / 4; tests/test_tiles.py forces each)."""
+    (AVX-512: 16 f32 / 8 f64; AVX2: 8 / 4; tests/lower/test_tiles.py forces each)."""
     from tracecomp.lower.schedule.tiles import tiles_for
     lanes32, lanes64 = tiles_for(DType.float32).lanes, tiles_for(DType.float64).lanes
     f32 = tc.trace(lambda x, y: x @ y).lower(*_inputs(0, np.float32, (64, 64), (64, 64))).as_text("llvm")

@@ -11,7 +11,7 @@ from tracecomp.lower.loops.interp import run_program
 from tracecomp.lower.schedule.scheduler import schedule
 from tracecomp.lower.loops.walk import count_exprs, walk
 
-from op_samples import SAMPLES
+from tables.op_samples import SAMPLES
 
 SMALL = [s for name, ss in SAMPLES.items() if name not in ("rand", "randn") for s in ss[:3]
          if all(np.asarray(a).size <= 400 for a in s.inputs)]

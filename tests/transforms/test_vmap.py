@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tracecomp as tc
-from op_samples import all_samples, leaves
+from tables.op_samples import all_samples, leaves
 
 SAMPLES = [s for s in all_samples() if s.inputs and not s.nondeterministic]
 

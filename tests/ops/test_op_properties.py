@@ -12,7 +12,7 @@ from hypothesis.extra import numpy as hnp
 import tracecomp as tc
 from tracecomp.ops.table import default_table
 
-from op_samples import (ALL, B, BINARY, FLOATS, I64, INTS, NUMERIC, UNARY, Sample, assert_close,
+from tables.op_samples import (ALL, B, BINARY, FLOATS, I64, INTS, NUMERIC, UNARY, Sample, assert_close,
                         binary_result, floating, leaves, reference_inputs, torch_result_type)
 
 TABLE = default_table()
