@@ -18,12 +18,14 @@ from ..ops.table import OpDef
 from .derivatives import default_derivatives
 from .formulas import evaluate, output_env
 from .node import AutogradError, node_class
+from ..core.locations import user_location
 from ..dispatch import api as tc
+from ..dispatch.tracer import current
+from ..tensors.tensor import Tensor
 
 
 def _slots(op: OpDef, args: dict[str, Any]) -> list[tuple[str, int | None]]:
     """One slot per Tensor passed to a Tensor argument (Tensor[] elements each get one)."""
-    from ..tensors.tensor import Tensor
     slots = []
     for a in op.schema.tensor_arguments:
         v = args[a.name]
@@ -53,8 +55,6 @@ def autograd_kernel(op: OpDef, args: dict[str, Any]):
         raise AutogradError(f"{op.full_name}: no derivative formula in derivatives.yaml, "
                             "but an input requires grad")
     from .backward import gradient_edge
-    from ..dispatch.tracer import current
-    from ..core.locations import user_location
     edges = [gradient_edge(_slot_tensor(args, s)) if w else None for s, w in zip(slots, wants)]
     outputs = result_tensors(result)
     ctx = current()       # inside a backward pass being traced, the location it overrides
@@ -70,7 +70,6 @@ def autograd_kernel(op: OpDef, args: dict[str, Any]):
 
 def primal(t):
     """`t` without its tangent (same value and autograd history), for use inside formulas."""
-    from ..tensors.tensor import Tensor
     from .backward import gradient_edge
     if t.requires_grad and t.grad_fn is None:
         gradient_edge(t)          # create the leaf's accumulator on `t` itself, then share it
@@ -117,7 +116,6 @@ def _save_duals(outputs, args, stripped) -> None:
 
 
 def _forward_tangent(op: OpDef, derivative, args, stripped, outputs, top: int):
-    from ..tensors.tensor import Tensor
     env = dict(stripped)
     env.update(output_env(op, outputs))
     for k, v in args.items():

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from ..core.errors import TracecompError
 from ..core.locations import BACKWARD
 from .derivatives import Derivative
+from ..tensors.tensor import Tensor
 
 
 class AutogradError(TracecompError, RuntimeError):
@@ -114,7 +115,6 @@ def _saved_versions(derivative: Derivative, args: dict, outputs: list) -> list:
     """(name, tensor, version) of each tensor the derivative's formulas read: a later
     in-place change to one of them makes this node's backward raise (PyTorch's rule)."""
     from ..ops.formula import free_names
-    from ..tensors.tensor import Tensor
     read: set[str] = set()
     for f in derivative.formulas:
         if f.expr is not None:

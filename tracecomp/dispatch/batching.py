@@ -28,6 +28,7 @@ from ..ops import rules
 from ..ops.table import OpDef, default_table, per_kind
 from ..tensors.results import outputs, package, type_args
 from . import api as tc
+from ..tensors.tensor import Tensor
 
 
 # ---------------------------------------------------------------- levels
@@ -74,7 +75,6 @@ def wrap(whole, level: int, batched: bool = True):
     """The tensor tc.vmap's function sees at `level`: one item of `whole` (batch dim first),
     or, with batched=False, `whole` itself lifted to that level (an unbatched value that a
     transform inside the vmap tracks: a parameter tc.grad differentiates per item)."""
-    from ..tensors.tensor import Tensor
     t = Tensor(None, TensorType(tuple(whole.shape[1:] if batched else whole.shape), whole.dtype))
     t._batch = (whole, level, batched)
     return t
@@ -244,7 +244,6 @@ def _elementwise(op, args, size, want):
 def _types(args: dict) -> dict:
     """Arguments as TensorTypes: batched ones at their whole-batch shape when given as
     tensors, at the item's as _Batched."""
-    from ..tensors.tensor import Tensor
 
     def one(v):
         if isinstance(v, _Batched):

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..core.errors import BackendError
 from ..ops.table import OpDef
+from ..tensors.tensor import Tensor
 
 
 class DispatchKey(enum.IntEnum):
@@ -54,7 +55,6 @@ state = _State()
 
 def tensor_arguments(args: dict[str, Any]) -> list:
     """The Tensors among an op's arguments (also inside a Tensor[])."""
-    from ..tensors.tensor import Tensor
     return [t for v in args.values() for t in (v if isinstance(v, (list, tuple)) else (v,))
             if isinstance(t, Tensor)]
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ops import rules
+from ..ops import numpy_kernels, rules
 from ..ops.table import OpDef
 from ..tensors.results import map_tensors, package, type_args
-from ..ops import numpy_kernels
+from ..tensors.tensor import Tensor
 
 
 def cpu_kernel(op: OpDef, args: dict[str, Any]):
-    from ..tensors.tensor import Tensor
     out_types = rules.infer(op, type_args(args))
     outs = numpy_kernels.run(op, map_tensors(args, lambda t: t._data), out_types)
     return package(op, [Tensor.from_numpy(o) for o in outs])

@@ -26,15 +26,14 @@ from typing import Any
 import numpy as np
 
 from .dispatcher import DispatchKey, state
-from ..core.locations import user_location
 from ..core.errors import TraceError
-from ..ir import CONSTANT, Graph, Location, Value
-from ..core.locations import BACKWARD
+from ..ir import CONSTANT, Graph, Value
+from ..core.locations import BACKWARD, Location, user_location
 from ..core.symbolic import DynamicShapeError
 from ..ops import rules
 from ..ops.table import OpDef
 from ..tensors.results import package, type_args
-from ..tensors.tensor import restore, snapshot
+from ..tensors.tensor import Tensor, restore, snapshot
 
 UNKNOWN_LOCATION = Location("<unknown>", 0)   # carries the phase of an op no frame explains
 
@@ -110,7 +109,6 @@ class TraceContext:
             restore(h.tensor, h.state)
 
     def wrap(self, value: Value):
-        from ..tensors.tensor import Tensor
         return Tensor(None, value.type, value, self)
 
     def __enter__(self):
@@ -152,7 +150,6 @@ def operands_and_attrs(op: OpDef, args: dict[str, Any], value_of) -> tuple[list,
     Every argument is kept: a Tensor argument given as a Python scalar, or a Tensor? given
     as None, becomes an attribute, so the op's text names all of its arguments.
     """
-    from ..tensors.tensor import Tensor
     operands, attrs = [], {}
     for a in op.schema.arguments:
         if a.binding_only:

@@ -26,6 +26,7 @@ from ..ops.table import OpDef
 from ..tensors.results import package
 from ..dispatch import api as tc
 from ..dispatch.dispatcher import dispatcher
+from ..dispatch.tracer import UNKNOWN_LOCATION, current
 
 
 def _trailing_dims(x, normalized_shape, name: str = "layer_norm") -> list[int]:
@@ -565,7 +566,6 @@ def run_composite(op: OpDef, args: dict[str, Any]):
 def _derived_from(op: OpDef):
     """While a trace records a composite's program, its ops name the composite as their
     source (the outermost one, when composites nest)."""
-    from ..dispatch.tracer import UNKNOWN_LOCATION, current
     ctx = current()
     if ctx is None:
         return contextlib.nullcontext()

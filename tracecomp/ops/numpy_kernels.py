@@ -126,8 +126,6 @@ def _elementwise(op: OpDef, args: dict, out_types):
     for k, v in args.items():
         if isinstance(v, np.ndarray) and (k in op.promote or op.dtype_rule == "logical"):
             v = v.astype(compute.np, copy=False)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and k in op.promote:
-            v = compute.np.type(v)      # NumPy's semantics, not Python's: 1 / 0 is inf, as in the compiled code
         env[k] = v
     return [evaluate_elementwise(op, env)]
 

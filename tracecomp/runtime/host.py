@@ -31,8 +31,7 @@ def vector_register() -> str:
     from . import tuning
     tuning.ensure_tuned()        # the measured loop width first, as for any program
     module = codegen_kernels(tuning.probe_program(REGISTER_PROBE).kernels, "tc_register_probe", align=None)
-    tm = target.host_target_machine()      # built after the choices are installed: it reads them
-    asm = target.emit_assembly(target.optimize(target.parse(str(module)), tm), tm)
+    asm = target.emit_assembly(*target.optimized_for_host(str(module)))
     return next((r for r in ("zmm", "ymm", "xmm") if re.search(rf"%{r}\d", asm)), "none")
 
 

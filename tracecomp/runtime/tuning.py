@@ -53,7 +53,6 @@ from typing import Optional
 
 import numpy as np
 
-from ..ir.parser import parse_graph
 from ..ir.verifier import verify
 from ..lower import hostcpu
 from ..lower.schedule.scheduler import Program, schedule
@@ -194,6 +193,7 @@ def store_record(choices: dict, directory=None) -> dict:
 
 def probe_program(text: str) -> Program:
     """A probe's graph, written as text, scheduled as tc.trace schedules a traced graph."""
+    from ..ir.parser import parse_graph     # here: only a measuring process needs it (7 ms at import)
     graph = parse_graph(text, "<probe>")
     verify(graph)
     return schedule(graph)

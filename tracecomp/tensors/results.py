@@ -5,6 +5,7 @@ import collections
 import functools
 
 from ..ops.table import OpDef
+from .tensor import Tensor
 
 
 @functools.cache
@@ -32,7 +33,6 @@ def outputs(result) -> list:
 
 def map_tensors(args: dict, fn) -> dict:
     """An op's arguments with every Tensor (also inside a Tensor[]) replaced by fn(tensor)."""
-    from .tensor import Tensor
     out = {}
     for k, v in args.items():
         if isinstance(v, Tensor):

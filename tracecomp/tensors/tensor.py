@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core.locations import user_location
 from ..core import dtypes as dt
-from ..core.errors import ArgumentError, TraceError, VmapError, add_location
+from ..core.errors import ArgumentError, DTypeError, TraceError, VmapError, add_location
 from ..core.types import TensorType
 
 
@@ -114,7 +114,6 @@ class Tensor:
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         if requires_grad and not self.dtype.is_floating_point:
-            from ..core.errors import DTypeError
             raise DTypeError(f"only floating point tensors can require gradients, got {self.dtype.label}")
         if not requires_grad and self.grad_fn is not None:
             raise RuntimeError("requires_grad can only be turned off on leaf tensors; use detach()")
@@ -269,14 +268,12 @@ def from_dlpack(x: Any) -> Tensor:
     if isinstance(x, Tensor):
         return x
     if getattr(x, "requires_grad", False):
-        from ..core.errors import ArgumentError
         raise add_location(ArgumentError(
             f"a {foreign_name(x)} that requires grad cannot be shared with tracecomp (its gradient "
             f"would be lost): pass x.detach(), or compute the gradient with tracecomp"), str(user_location()))
     try:
         return Tensor.from_numpy(np.from_dlpack(x))
     except (TypeError, RuntimeError, BufferError) as e:
-        from ..core.errors import ArgumentError
         raise ArgumentError(f"from_dlpack: cannot share the memory of a {foreign_name(x)} ({e}); "
                             "tracecomp takes CPU arrays") from None
 

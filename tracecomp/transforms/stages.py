@@ -16,6 +16,7 @@ import numpy as np
 from ..core import timings
 from ..core.errors import ArgumentError
 from ..ir import Graph, TensorType
+from ..library.assignment import update
 from ..tensors import pytree
 from ..tensors.tensor import Tensor
 from .closures import Reader
@@ -150,14 +151,10 @@ class Lowered:
         return codegen_kernels(self.program.kernels, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
 
     def _optimized_cpu_module(self):
-        """(the CPU module optimized for the host, the target machine it was optimized for).
-        The kernels are built first: scheduling installs the measured choices (tuning.py),
-        and the target machine must be built after them, or the first dump of a process
-        gets LLVM's own vector width (256-bit on Intel's AVX-512 CPUs) instead of theirs."""
+        """(the CPU module optimized for the host, its target machine), the kernels built first
+        (target.optimized_for_host says why the order matters)."""
         from ..lower.llvm import target
-        text = str(self.cpu_module)
-        tm = target.host_target_machine()
-        return target.optimize(target.parse(text), tm), tm
+        return target.optimized_for_host(str(self.cpu_module))
 
     @property
     def llvm(self) -> str:
@@ -217,7 +214,6 @@ class Lowered:
         """What eager would have left in the caller's arguments the function assigned into:
         a Tensor takes the new value over (as an in-place op, so a leaf that requires grad
         refuses, and a view made by indexing writes into its base); an array is overwritten."""
-        from ..library.assignment import update
         for i, a in zip(self.mutated_inputs, arrays):
             leaf = leaves[i]
             if isinstance(leaf, Tensor):
@@ -232,7 +228,6 @@ class Lowered:
     def _write_back_hidden(self, arrays: list[np.ndarray]) -> None:
         """The function's in-place changes to the tensors it closes over (a BatchNorm's running
         statistics in training mode), made on the tensors the sources reach now."""
-        from ..library.assignment import update
         if not arrays:
             return
         tensors = self.hidden.tensors()

@@ -25,8 +25,7 @@ import numpy as np
 
 from ..dispatch import batching
 from ..tensors import pytree
-from ..core.errors import VmapError
-from ..core.errors import add_location
+from ..core.errors import VmapError, add_location
 from ..core.locations import user_location
 from ..tensors.tensor import Tensor, as_tensor
 from ..dispatch import api as tc

@@ -120,6 +120,15 @@ def _dispose_pass_manager(pipeline: llvm.ModulePassManager) -> None:
         pipeline.detach()
 
 
+def optimized_for_host(module_text: str) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    """(the module optimized for the host, the target machine it was optimized for).  Call it
+    once the kernels are built: scheduling installs the measured choices (runtime/tuning.py),
+    and a target machine built before them gets LLVM's own vector width (256-bit on Intel's
+    AVX-512 CPUs) instead of theirs."""
+    tm = host_target_machine()
+    return optimize(parse(module_text), tm), tm
+
+
 def emit_assembly(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
     """The host assembly of `module_ref` (the "asm" stage), in AT&T syntax."""
     prepare(module_ref, tm)
