@@ -3,6 +3,11 @@
 Invariants (checked by the verifier): every operand is a graph input or a result of an
 earlier op; op names are `tc.<op>[.<overload>]` from ops.yaml; attribute values are
 one of bool, int, float, str, tuple of ints, DType or a NumPy array (constants).
+
+An op of ops.yaml's `kind: region` (tc.scan, tc.while_loop, tc.cond) also holds
+`regions`: each a Graph of its own whose inputs are the block arguments and whose
+outputs are what the region yields.  Regions are isolated from above: a value from
+outside reaches a region only as an operand of its op (ir/regions.py says which).
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ class Op:
     attrs: dict[str, Any]
     results: list[Value] = field(default_factory=list)
     loc: Location | None = None
+    regions: list["Graph"] = field(default_factory=list)    # bodies of control-flow ops
 
     @property
     def result(self) -> Value:
@@ -76,8 +82,9 @@ class Graph:
         return v
 
     def add_op(self, name: str, operands: list[Value], attrs: dict[str, Any],
-               result_types: list[TensorType], loc: Location | None = None) -> Op:
-        op = Op(name, list(operands), dict(attrs), [], loc)
+               result_types: list[TensorType], loc: Location | None = None,
+               regions: Iterable["Graph"] = ()) -> Op:
+        op = Op(name, list(operands), dict(attrs), [], loc, list(regions))
         op.results = [Value(t, op, i) for i, t in enumerate(result_types)]
         self.ops.append(op)
         return op
@@ -102,7 +109,7 @@ class Graph:
         for a, b in zip(self.ops, other.ops):
             if (a.name != b.name or a.loc != b.loc or not attrs_equal(a.attrs, b.attrs)
                     or [r.type for r in a.results] != [r.type for r in b.results]
-                    or len(a.operands) != len(b.operands)
+                    or len(a.operands) != len(b.operands) or a.regions != b.regions
                     or any(mapping.get(x) is not y for x, y in zip(a.operands, b.operands))):
                 return False
             mapping.update(zip(a.results, b.results))

@@ -5,6 +5,8 @@ and its semantics: exactly one of
   elementwise: <scalar expression over the arguments>   (see formula.py)
   composite:   <program over other ops>                 (decomposed before compiling)
   kind:        <name of a shape rule and kernel family>  (reduction, matmul, reshape, ...)
+An op of `kind: region` (tc.scan, tc.while_loop, tc.cond) also names its `regions`, the
+graphs it holds (ir/regions.py); tracecomp/control/, not bindings.py, gives it its Python API.
 Errors name ops.yaml, the line, the entry and what is wrong.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ ELEMENTWISE_DTYPE_RULES = ("promote", "float", "bool", "logical")
 ACCEPTED_DTYPES = ("any", "numeric", "float", "integral")
 KNOWN_KEYS = {"func", "variants", "operators", "reflected", "properties", "elementwise",
               "composite", "kind", "dtype", "promote", "accepts", "nondeterministic",
-              "doc", "impl", "choices", "torch"}
+              "doc", "impl", "choices", "torch", "regions"}
 VARIANTS = ("function", "method", "inplace")    # inplace: a `name_` method too (elementwise methods get one anyway)
 OPERATORS = {"__add__", "__sub__", "__mul__", "__truediv__", "__pow__", "__matmul__", "__neg__",
              "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__",
@@ -54,6 +56,7 @@ class OpDef:
     choices: tuple[tuple[str, tuple[str, ...]], ...] = ()   # allowed values of str arguments
     doc: str = ""
     torch: str = ""                            # PyTorch's name when not torch.<name> ("-": none)
+    regions: tuple[str, ...] = ()              # kind "region": the names of the graphs it holds
     source: str = field(default="", compare=False)   # the schema text, for round-trip tests
 
     @property
@@ -205,6 +208,11 @@ def _build(entry: dict, file: str) -> OpDef:
         if name not in {a.name for a in schema.arguments if a.type.base == "str"}:
             err(f"'choices' names '{name}', which is not a str argument")
     variants = _as_tuple(entry, "variants", set(VARIANTS), err) or ("function",)
+    regions = _as_tuple(entry, "regions", None, err)
+    if bool(regions) != (sem["kind"] == "region"):
+        err("an op of kind 'region' names its 'regions', and only such an op does")
+    if regions:
+        variants = ()       # reached through tracecomp/control, not bound from the schema
     if ({"method", "inplace"} & set(variants) or entry.get("properties")) and "self" not in {a.name for a in schema.arguments}:
         err("a method, inplace or property variant needs an argument named 'self'")
     return OpDef(
@@ -216,7 +224,8 @@ def _build(entry: dict, file: str) -> OpDef:
         impl=entry.get("impl"),
         nondeterministic=bool(entry.get("nondeterministic", False)),
         choices=tuple((k, tuple(map(str, v))) for k, v in choices.items()),
-        doc=str(entry.get("doc", "")), torch=str(entry.get("torch", "")), source=label, **sem)
+        doc=str(entry.get("doc", "")), torch=str(entry.get("torch", "")), regions=regions,
+        source=label, **sem)
 
 
 def _check_references(ops: dict[str, OpDef]) -> None:

@@ -10,6 +10,9 @@ what the old graph computed).  The rule returns
   DROP          delete the op: only ops that are dropped too may use its results (a rule
                 for such an op sees the old result among its operands).
 Rules create ops with `Rewriter.add` / `Rewriter.constant`.
+The regions of a control-flow op (the body of a tc.scan) are rewritten first, by the same
+rule, each as a graph of its own (regions are isolated from above), so every pass built
+on this driver also works inside loop bodies and branches.
 """
 from __future__ import annotations
 
@@ -43,8 +46,8 @@ class Rewriter:
         self.dropped: set[Value] = set()     # results of dropped ops, in the old graph
 
     def add(self, name: str, operands: list[Value], attrs: dict[str, Any],
-            result_types: list[TensorType], loc: Location | None) -> Op:
-        return self.graph.add_op(name, operands, attrs, result_types, loc)
+            result_types: list[TensorType], loc: Location | None, regions=()) -> Op:
+        return self.graph.add_op(name, operands, attrs, result_types, loc, regions)
 
     @functools.cached_property
     def old_uses(self) -> dict[Value, int]:
@@ -71,14 +74,16 @@ def rewrite(graph: Graph, rule: Callable[[Op, Rewriter], RuleResult]) -> Graph:
     for old in graph.ops:
         where = f"op '{old.name}' (at {old.loc})"
         operands = [v if v in rw.dropped else rw.value(v, where) for v in old.operands]
-        op = Op(old.name, operands, dict(old.attrs), old.results, old.loc)
+        op = Op(old.name, operands, dict(old.attrs), old.results, old.loc,
+                [rewrite(region, rule) for region in old.regions])
         out = rule(op, rw)
         if out is DROP:
             rw.dropped.update(old.results)
             continue
         if out is None:
             operands = [rw.value(v, where) for v in old.operands]   # refuses dropped values
-            out = rw.add(op.name, operands, op.attrs, [r.type for r in old.results], op.loc).results
+            out = rw.add(op.name, operands, op.attrs, [r.type for r in old.results], op.loc,
+                         op.regions).results
         if len(out) != len(old.results):
             raise IRError(f"a rewrite of {where} gave {len(out)} values for its "
                           f"{len(old.results)} results")
