@@ -58,6 +58,7 @@ from .transforms.gradcheck import GradcheckError, gradcheck, gradgradcheck  # no
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .transforms.trace import trace  # noqa: E402
 from .transforms.vmap import vmap  # noqa: E402
+from .control import ControlFlowError, cond, fori_loop, scan, while_loop  # noqa: E402
 from .tensors.checkpoint import CheckpointError, load_state, save  # noqa: E402
 from . import utils  # noqa: E402
 from . import optim  # noqa: E402

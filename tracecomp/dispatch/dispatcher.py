@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..core.errors import BackendError
 from ..ops.table import OpDef
+from ..tensors.results import map_tensors
 from ..tensors.tensor import Tensor
 
 
@@ -48,6 +49,7 @@ class _State(threading.local):
         self.included: set[DispatchKey] = set()
         self.grad_enabled = True
         self.differentiating = 0      # depth of tc.grad/vjp calls running their function
+        self.region = None            # the RegionTrace recording a loop body (tracer.py), or None
 
 
 state = _State()
@@ -107,6 +109,10 @@ class Dispatcher:
         return sorted(keys)
 
     def call(self, op: OpDef, args: dict[str, Any]) -> Any:
+        if state.region is not None:
+            # a loop body sees tensors from outside it as its own block arguments (captures),
+            # so no key of theirs (grad, tangent, batch) acts inside the body
+            args = map_tensors(args, state.region.local)
         if op.kind == "composite":
             return self._composite(op, args)
         return self._run(op, args, self.keys_for(args))

@@ -50,11 +50,11 @@ class TraceContext:
         self.lifted: list[Lifted] = []     # hidden inputs, in order, after the arguments
         self.baked_arrays: list[tuple[str, Any]] = []   # (name, array) of closed-over NumPy constants
 
-    def record(self, name: str, operands: list, attrs: dict, types: list):
+    def record(self, name: str, operands: list, attrs: dict, types: list, regions=()):
         loc = self.location()
         if self.backward_depth:                # every op the engine records is backward
             loc = (loc or UNKNOWN_LOCATION).derived(BACKWARD)
-        return self.graph.add_op(name, operands, attrs, types, loc)
+        return self.graph.add_op(name, operands, attrs, types, loc, regions)
 
     @property
     def backward_ops(self) -> set:
@@ -177,3 +177,50 @@ def trace_kernel(op: OpDef, args: dict[str, Any]):
     operands, attrs = operands_and_attrs(op, args, ctx.value_of)
     recorded = ctx.record(op.ir_name, operands, attrs, out_types)
     return package(op, [ctx.wrap(v) for v in recorded.results])
+
+
+class RegionTrace(TraceContext):
+    """Records a loop body or branch (a region: ir/regions.py) into a graph of its own.
+
+    Regions are isolated from above: a tensor from outside that the function uses (a traced
+    value of the enclosing graph, a closed-over or constant eager tensor, a batched or
+    differentiated one) becomes a block argument, and the tensor itself one of `captured`,
+    which the op then takes as operands.  The dispatcher swaps such tensors for their block
+    arguments before any key looks at them (`local`), so inside the body they are plain
+    traced values: their gradients, tangents and batches are the region op's business
+    (control/), not the body's.  Keys active outside (an enclosing tc.vmap) are hidden while
+    the body records.
+    """
+
+    def __init__(self, graph: Graph):
+        super().__init__(graph)
+        self.captured: list = []                  # outer tensors, in block-argument order
+        self._locals: dict[int, Tensor] = {}      # id(outer tensor) -> its block argument
+        self._saved = None
+
+    def local(self, t: Tensor) -> Tensor:
+        if t._trace is self:
+            return t
+        found = self._locals.get(id(t))
+        if found is None:
+            found = self.wrap(self.graph.add_input(t._type))
+            self._locals[id(t)] = found
+            self.captured.append(t)               # also keeps t alive, so its id stays unique
+        return found
+
+    def value_of(self, t) -> Value:
+        return self.local(t)._value
+
+    def __enter__(self):
+        self._saved = (state.region, set(state.included))
+        super().__enter__()
+        state.region = self
+        state.included.clear()
+        state.included.add(DispatchKey.Tracer)
+        return self
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        state.region, included = self._saved
+        state.included.clear()
+        state.included.update(included)

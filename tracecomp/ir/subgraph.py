@@ -19,7 +19,7 @@ def extract(graph: Graph, ops: set, name: str) -> Graph:
             if v not in defined and v not in mapping:
                 mapping[v] = sub.add_input(v.type)
         copy = sub.add_op(op.name, [mapping[v] for v in op.operands], op.attrs,
-                          [r.type for r in op.results], op.loc)
+                          [r.type for r in op.results], op.loc, op.regions)
         mapping.update(zip(op.results, copy.results))
     used_outside = {v for op in graph.ops if op not in ops for v in op.operands} | set(graph.outputs)
     sub.outputs = [mapping[r] for op in chosen for r in op.results if r in used_outside]

@@ -32,7 +32,8 @@ def decompose(graph: Graph) -> Graph:
             operands = [mapping[v] for v in op.operands]
             opdef = table.get(op.name)
             if op.name == CONSTANT or opdef is None or opdef.kind != "composite":
-                copy = new.add_op(op.name, operands, op.attrs, [r.type for r in op.results], op.loc)
+                copy = new.add_op(op.name, operands, op.attrs, [r.type for r in op.results], op.loc,
+                                  [decompose(r) for r in op.regions])
                 mapping.update(zip(op.results, copy.results))
                 continue
             # the composite's pieces keep its line and phase, and name it as their source

@@ -42,9 +42,13 @@ def cse(graph: Graph) -> Graph:
         opdef = table.get(op.name)
         if opdef is not None and opdef.nondeterministic:
             return None
-        key = op_key(op)       # operands are new-graph values, so merges chain
+        # operands are new-graph values, so merges chain; one table per graph, as a region
+        # (rewritten with this rule too) must not read a value of the graph around it;
+        # region ops have bodies of their own and are never merged
+        key = (id(rw.graph), op_key(op), tuple(id(r) for r in op.regions))
         if key in seen:
             return seen[key]
-        seen[key] = rw.add(op.name, op.operands, op.attrs, [r.type for r in op.results], op.loc).results
+        seen[key] = rw.add(op.name, op.operands, op.attrs, [r.type for r in op.results], op.loc,
+                           op.regions).results
         return seen[key]
     return rewrite(graph, rule)

@@ -22,9 +22,11 @@ def live_values(graph: Graph) -> set[Value]:
 
 def dce(graph: Graph) -> Graph:
     """The graph with its dead ops removed."""
-    live = live_values(graph)
+    live: dict[int, set[Value]] = {}      # per graph: a region's body has its own outputs
 
     def rule(op: Op, rw: Rewriter) -> RuleResult:
         # op.results are the old graph's values, the ones `live` holds
-        return None if any(r in live for r in op.results) else DROP
+        if id(rw.old) not in live:
+            live[id(rw.old)] = live_values(rw.old)
+        return None if any(r in live[id(rw.old)] for r in op.results) else DROP
     return rewrite(graph, rule)
