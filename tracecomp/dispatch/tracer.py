@@ -198,8 +198,14 @@ class RegionTrace(TraceContext):
         self._locals: dict[int, Tensor] = {}      # id(outer tensor) -> its block argument
         self._saved = None
 
+    def owns(self, t: Tensor) -> bool:
+        """Whether `t` was made inside this region (a tc.vmap inside it wraps such values)."""
+        while t._batch is not None and t._trace is None:
+            t = t._batch[0]
+        return t._trace is self
+
     def local(self, t: Tensor) -> Tensor:
-        if t._trace is self:
+        if self.owns(t):
             return t
         found = self._locals.get(id(t))
         if found is None:
