@@ -37,7 +37,7 @@ def located_error(filename: str, lines: list[str], line: int, col: int, message:
 
 @dataclass(frozen=True)
 class Token:
-    kind: str     # punct, id, value (%x), symbol (@x), int, float, string, type, eof
+    kind: str     # punct, id, value (%x), symbol (@x), block (^x), int, float, string, type, eof
     text: str     # as written, for messages
     value: Any    # decoded: name, number, string contents, or tensor<...> body
     line: int
@@ -87,7 +87,7 @@ class Lexer:
         char = text[start]
         if char == '"':
             return self.token("string", start, self.string_body())
-        if char in "%@":
+        if char in "%@^":
             return self.sigil_name(char)
         if _is_digit(char):
             return self.number()
@@ -136,13 +136,12 @@ class Lexer:
     def sigil_name(self, sigil: str) -> Token:
         start = self.pos
         self.pos += 1
-        kind = "value" if sigil == "%" else "symbol"
+        kind = {"%": "value", "@": "symbol", "^": "block"}[sigil]
         if sigil == "@" and self.text.startswith('"', self.pos):
             return self.token(kind, start, self.string_body())
         name = self.take_while(lambda c: c.isascii() and (c.isalnum() or c in _ID_CHARS + "-"))
         if not name:
-            what = "value" if sigil == "%" else "symbol"
-            raise self.error(start, f"expected a {what} name after '{sigil}'")
+            raise self.error(start, f"expected a {kind} name after '{sigil}'")
         return self.token(kind, start, name)
 
     def number(self) -> Token:

@@ -9,10 +9,17 @@ Invariants:
 - no op table is consulted: checking op names and attrs is the verifier's job; here
   only the text's own consistency is checked (defined-before-use, no redefinition,
   result and operand counts and types agree with the op's function type);
+- an op's regions (`({ ... }, { ... })` between its operands and attributes) each hold
+  one block: its label names the region Graph (printer.block_label), its arguments are
+  the Graph's inputs, and it ends with `"tc.yield"(values)`, which become the Graph's
+  outputs.  Names follow MLIR's scoping for ops that are not isolated: a region sees the
+  names defined before it (isolation is the verifier's to check, so a graph that breaks
+  it can still be read and reported), its own names end with it, and an op's results
+  are defined after its regions;
 - every malformed input raises IRError whose message starts with
   `<file>: line L, column C:` and says what was expected and what was found; the error
   also carries `.line` and `.col`;
-- hostile text is bounded: dense lists nest at most MAX_NESTING deep, a constant holds at
+- hostile text is bounded: dense lists and regions nest at most MAX_NESTING deep, a constant holds at
   most MAX_CONSTANT_ELEMENTS elements, a shape's size fits int64.
 """
 from __future__ import annotations
@@ -27,6 +34,7 @@ from ..core.dtypes import DType, from_mlir
 from ..core.errors import DTypeError, IRError
 from .graph import Graph, Value
 from .lexer import Lexer, Token, located_error
+from .printer import YIELD
 from ..core.types import TensorType
 from ..core.locations import Location, parse_label
 
@@ -49,8 +57,9 @@ class _Parser:
 
     def __init__(self, tokens: list[Token], filename: str, lines: list[str]):
         self.tokens, self.filename, self.lines, self.pos = tokens, filename, lines, 0
-        self.graph = Graph()
+        self.graph = Graph()          # the graph ops go into: the function's, or a region's
         self.values: dict[str, tuple[list[Value], Token]] = {}   # name -> results, definition
+        self.scopes: list[list[str]] = []     # per open region, the names it defined
         self.result_types: list[tuple[TensorType, Token]] = []     # the func's declared results
 
     # -- token helpers ---------------------------------------------------------------
@@ -155,6 +164,8 @@ class _Parser:
             raise self.error(name, f"redefinition of value '{name.text}' "
                                    f"(first defined at line {first.line}, column {first.col})")
         self.values[name.value] = (values, name)
+        if self.scopes:
+            self.scopes[-1].append(name.value)
 
     def parse_use(self) -> tuple[Value, Token]:
         name = self.expect_kind("value", "a value like '%0'", "as an operand")
@@ -189,16 +200,67 @@ class _Parser:
         self.expect("(", "after the op name")
         operands = self.comma_list(self.parse_use, ")")
         self.expect(")", "after operand list")
+        regions = self.parse_regions() if self.at("(") else []
         attrs = self.parse_attr_dict() if self.at("{") else {}
-        context = "after attributes" if attrs else "after operand list"
+        context = "after attributes" if attrs else "after the regions" if regions else "after operand list"
         self.expect(":", context)
         operand_types, arrow, result_types = self.parse_function_type()
         self.check_counts(name, operands, operand_types, groups, result_types, arrow)
         self.check_types(operands, operand_types)
         loc = self.parse_location() if self.at("loc") else None
         op = self.graph.add_op(name.value, [v for v, _ in operands], attrs,
-                               [t for t, _ in result_types], loc)
+                               [t for t, _ in result_types], loc, regions)
         self.define_results(groups, op.results)
+
+    # -- regions -------------------------------------------------------------------------
+    def parse_regions(self) -> list[Graph]:
+        self.advance()
+        regions = self.comma_list(self.parse_region)
+        self.expect(")", "after the regions")
+        return regions
+
+    def parse_region(self) -> Graph:
+        """`{ ^label(args): ops... "tc.yield"(values) : (types) -> () }` as a Graph."""
+        brace = self.expect("{", "to open a region")
+        if len(self.scopes) >= MAX_NESTING:
+            raise self.error(brace, f"regions nested deeper than {MAX_NESTING} (MAX_NESTING)")
+        outer, self.graph = self.graph, Graph("bb0")   # an unlabelled block: MLIR's first name
+        self.scopes.append([])
+        if self.peek().kind == "block":
+            self.graph.name = _block_name(self.advance().value)
+            if self.accept("("):
+                self.comma_list(self.parse_argument, ")")
+                self.expect(")", "after the block arguments")
+            self.expect(":", "after the block label")
+        while not (self.peek().kind == "string" and self.peek().value == YIELD):
+            token = self.peek()
+            if self.at("}") or token.kind == "eof":
+                raise self.error(token, f"the region ends without its terminator "
+                                        f"'\"{YIELD}\"(values) : (types) -> ()'")
+            if token.kind == "block":
+                raise self.error(token, "a region holds one block: expected an op or "
+                                        f"'\"{YIELD}\"', found a block label")
+            self.parse_op()
+        self.parse_yield()
+        self.expect("}", f"after '\"{YIELD}\"' to close the region")
+        for name in self.scopes.pop():     # a region's names are not visible after it
+            del self.values[name]
+        region, self.graph = self.graph, outer
+        return region
+
+    def parse_yield(self) -> None:
+        """The region's terminator: its operands are the region's outputs."""
+        name = self.advance()
+        self.expect("(", "after the op name")
+        operands = self.comma_list(self.parse_use, ")")
+        self.expect(")", "after operand list")
+        self.expect(":", f"after the operands of '\"{YIELD}\"' (it takes no attributes)")
+        operand_types, arrow, result_types = self.parse_function_type()
+        self.check_counts(name, operands, operand_types, [], result_types, arrow)
+        self.check_types(operands, operand_types)
+        if self.at("loc"):
+            self.parse_location()      # the Graph keeps no location for its outputs
+        self.graph.outputs = [v for v, _ in operands]
 
     def parse_result_group(self) -> tuple[Token, int]:
         name = self.expect_kind("value", "a result name like '%0'", "before '='")
@@ -475,6 +537,26 @@ def _float_from_bits(parser: _Parser, token: Token, bits: int) -> float:
     if not 0 <= bits < 2**64:
         raise parser.error(token, f"hex float {token.text} does not fit in 64 bits")
     return struct.unpack(">d", bits.to_bytes(8, "big"))[0]
+
+
+def _block_name(label: str) -> str:
+    """The region name printer.block_label wrote as `label` (`$XX` bytes decoded); a label
+    written otherwise is the name as it stands."""
+    if label == "$":
+        return ""
+    data, i = bytearray(), 0
+    while i < len(label):
+        pair = label[i + 1:i + 3]
+        if label[i] == "$" and len(pair) == 2 and all(c in "0123456789ABCDEF" for c in pair):
+            data.append(int(pair, 16))
+            i += 3
+        else:
+            data += label[i].encode()
+            i += 1
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return label
 
 
 def _describe(token: Token) -> str:

@@ -3,14 +3,29 @@
 Invariants of the output (relied on by ir/parser.py and by `mlir-opt
 --allow-unregistered-dialect`):
 - inputs are named %arg0, %arg1, ...; op results %0, %1, ... in print order, one
-  number per op that has results; a K-result op prints `%N:K = ...` and its results
-  are used as `%N#i`;
+  number per op that has results, counted over the whole function (ops inside regions
+  too); a K-result op prints `%N:K = ...` and its results are used as `%N#i`;
 - one op per line: `"name"(operands) {attrs} : (types) -> types loc(...)`, with no
   `{}` for empty attrs and no `loc(...)` when the op has no location;
+- an op with regions (tc.scan, tc.while_loop, tc.cond) prints them between its operands
+  and its attributes, as MLIR's generic grammar has it:
+      %3:2 = "tc.scan"(%arg0, %1, %2) ({
+      ^body(%b0: tensor<4xf32>, %b1: tensor<4xf32>, %b2: tensor<4xf32>):
+        %4 = "tc.add"(%b1, %b2) {alpha = 1 : i64} : (...) -> tensor<4xf32>
+        "tc.yield"(%4, %4) : (tensor<4xf32>, tensor<4xf32>) -> ()
+      }) {length = 5 : i64, ...} : (...) -> (...) loc(...)
+  several regions as `({ ... }, { ... })`; each region is one block labelled with the
+  region graph's name (see block_label) whose arguments are the region's inputs, named
+  %b0, %b1, ... counted over the whole function; its ops are indented two more spaces
+  and it ends with `"tc.yield"(outputs)`, the terminator that exists only in the text.
+  Every name is unique in the function: mlir-opt treats an unregistered op's regions as
+  not isolated, so a name reused inside a region would be a redefinition;
 - attributes keep the dict's insertion order and each value kind has exactly one
   spelling (see format_attr), so `parse_graph(print_graph(g)) == g`.
 The printer never fails on a graph whose wiring is broken: a value with no definition
 prints as `%undefN` (so the verifier's reports can show the graph; parsing it fails).
+A region value used outside its region, or an outer value used inside a region, prints
+by its own name (the text parses; the verifier rejects the graph).
 """
 from __future__ import annotations
 
@@ -32,26 +47,47 @@ _NUMPY_TO_MLIR = {d.np: d.mlir for d in DType}
 _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
 
+YIELD = "tc.yield"   # a region's terminator: only in the text (a region's outputs in the Graph)
+
+
 def print_graph(graph: Graph) -> str:
     """The graph as a `func.func` in MLIR generic-op syntax (no trailing newline)."""
     names = value_names(graph)
     lines = [_func_header(graph, names)]
-    lines += ["  " + _op_line(op, names) for op in graph.ops]
-    lines.append("  " + _return_line(graph, names))
+    for op in graph.ops:
+        _op_lines(op, names, "  ", lines)
+    lines.append("  " + return_line(graph, names))
     lines.append("}")
     return "\n".join(lines)
 
 
 def value_names(graph: Graph) -> dict[Value, str]:
     """The printed name of each value: %arg<i> for inputs, %<n> for the result of the n-th
-    op with results, %<n>#<j> for result j of a multi-result op (the drawing uses them too)."""
+    op with results, %<n>#<j> for result j of a multi-result op, %b<k> for the k-th block
+    argument (a region's input); ops and regions count in print order over the whole
+    function, regions included (the drawing and the verifier's reports use them too)."""
     names = {v: f"%arg{i}" for i, v in enumerate(graph.inputs)}
-    number = 0
-    for op in graph.ops:
+    counts = {"op": 0, "arg": 0}
+    stack = [iter(graph.ops)]     # an iterator per open region: nesting needs no recursion
+    while stack:
+        op = next(stack[-1], None)
+        if op is None:
+            stack.pop()
+            continue
         for j, r in enumerate(op.results):
-            names[r] = f"%{number}" if len(op.results) == 1 else f"%{number}#{j}"
-        number += 1 if op.results else 0
+            names[r] = f"%{counts['op']}" if len(op.results) == 1 else f"%{counts['op']}#{j}"
+        counts["op"] += 1 if op.results else 0
+        for region in reversed(op.regions):     # regions print first to last
+            stack.append(_region_ops(region, names, counts))
     return names
+
+
+def _region_ops(region: Graph, names: dict[Value, str], counts: dict[str, int]):
+    """The region's ops, naming its block arguments when the walk reaches the region."""
+    for v in region.inputs:
+        names[v] = f"%b{counts['arg']}"
+        counts["arg"] += 1
+    yield from region.ops
 
 
 def _use(value: Value, names: dict[Value, str]) -> str:
@@ -70,12 +106,38 @@ def _symbol(name: str) -> str:
     return name if _is_bare_identifier(name) else format_string(name)
 
 
-def _op_line(op: Op, names: dict[Value, str]) -> str:
+def _op_lines(op: Op, names: dict[Value, str], indent: str, lines: list[str]) -> None:
+    """Append the op's line, or for an op with regions its lines, at `indent`."""
+    if not op.regions:
+        lines.append(indent + _op_head(op, names) + _op_tail(op, names))
+        return
+    lines.append(indent + _op_head(op, names) + " ({")
+    for k, region in enumerate(op.regions):
+        if k:
+            lines.append(indent + "}, {")
+        lines.append(indent + _block_header(region, names))
+        for inner in region.ops:
+            _op_lines(inner, names, indent + "  ", lines)
+        lines.append(indent + "  " + yield_line(region, names))
+    lines.append(indent + "})" + _op_tail(op, names))
+
+
+def format_op(op: Op, names: dict[Value, str]) -> str:
+    """The op on one line, its regions elided as `({...})` (for messages; not parseable)."""
+    regions = " (" + ", ".join("{...}" for _ in op.regions) + ")" if op.regions else ""
+    return _op_head(op, names) + regions + _op_tail(op, names)
+
+
+def _op_head(op: Op, names: dict[Value, str]) -> str:
     text = ""
     if op.results:
         first = names[op.results[0]].split("#")[0]
         text = f"{first} = " if len(op.results) == 1 else f"{first}:{len(op.results)} = "
-    text += f"{format_string(op.name)}({', '.join(_use(v, names) for v in op.operands)})"
+    return text + f"{format_string(op.name)}({', '.join(_use(v, names) for v in op.operands)})"
+
+
+def _op_tail(op: Op, names: dict[Value, str]) -> str:
+    text = ""
     if op.attrs:
         text += " {" + ", ".join(_attr_entry(k, v) for k, v in op.attrs.items()) + "}"
     operand_types = ", ".join(str(v.type) for v in op.operands)
@@ -85,13 +147,36 @@ def _op_line(op: Op, names: dict[Value, str]) -> str:
     return text
 
 
+def _block_header(region: Graph, names: dict[Value, str]) -> str:
+    args = ", ".join(f"{names[v]}: {v.type}" for v in region.inputs)
+    return f"^{block_label(region.name)}" + (f"({args}):" if args else ":")
+
+
+def block_label(name: str) -> str:
+    """A region graph's name as an MLIR block label (`^body`): a name that is not one
+    (other characters, a leading digit) has those bytes written `$XX`, and the empty name
+    is `$`; `$` is itself escaped, so the parser reads the name back exactly."""
+    out, all_digits = [], name.isascii() and name.isdigit()
+    for i, char in enumerate(name):
+        plain = char.isascii() and (char.isalpha() or char in "_.-" or (char.isdigit() and (i or all_digits)))
+        out.append(char if plain else "".join(f"${b:02X}" for b in char.encode("utf-8")))
+    return "".join(out) or "$"
+
+
+def yield_line(region: Graph, names: dict[Value, str]) -> str:
+    """The terminator that ends a region's block: what the region yields."""
+    values = ", ".join(_use(v, names) for v in region.outputs)
+    types = ", ".join(str(v.type) for v in region.outputs)
+    return f"{format_string(YIELD)}({values}) : ({types}) -> ()"
+
+
 def _result_types(results: list[Value]) -> str:
     if len(results) == 1:
         return str(results[0].type)
     return "(" + ", ".join(str(r.type) for r in results) + ")"
 
 
-def _return_line(graph: Graph, names: dict[Value, str]) -> str:
+def return_line(graph: Graph, names: dict[Value, str]) -> str:
     if not graph.outputs:
         return "return"
     values = ", ".join(_use(v, names) for v in graph.outputs)
