@@ -7,7 +7,9 @@ pass from F's outputs is traced into a backward region B.  Every value of F that
 extra y of F, stacked over the steps by the forward scan; B scans them in the other
 direction, its carry the carries' cotangents plus running sums of the consts' gradients.
 B reads consts and xs directly, never stacked copies.  The backward is itself a scan
-bound through the keys, so grad of grad works the same way.
+bound through the keys, so grad of grad works the same way; there the residuals' own
+dependence on the operands matters too, so a backward run with create_graph computes
+them again under autograd (only then: a first-order gradient reuses the forward's).
 A cond's backward is a cond over the branches' VJPs, which evaluate the chosen branch
 again (a checkpoint: it keeps no residuals).  A while_loop has no reverse mode (its trip
 count is unknown when the forward is traced): the error says to bound it, as JAX's does.
@@ -17,7 +19,7 @@ regions the jvp of the old ones.
 from __future__ import annotations
 
 from ..autograd.backward import gradient_edge, run_backward
-from ..autograd.grad_mode import enable_grad
+from ..autograd.grad_mode import enable_grad, is_grad_enabled
 from ..autograd.kernels import primal
 from ..autograd.node import AutogradError, Node
 from ..core.locations import user_location
@@ -156,14 +158,20 @@ def _scan_vjp(name, operands, attrs, regions):
     results = bind(name, fctx.captured + list(operands), f_attrs, [forward], below=AUTOGRAD)
     n_out = c + len(ys)
     stacks, results = results[n_out:], results[:n_out]
-    rows = [stacks[r] if isinstance(r, int) else r for r in rows]
+    f_operands = fctx.captured + list(operands)
 
     def scan_backward(grads: list) -> list:
+        residual = stacks
+        if is_grad_enabled():
+            # differentiated again (create_graph): the residuals' own dependence on the
+            # operands counts, so the forward runs again, this time under autograd
+            residual = bind(name, f_operands, f_attrs, [forward])[n_out:]
+        b_rows = [residual[r] if isinstance(r, int) else r for r in rows]
         ct_final = [grads[i] if grads[i] is not None else _zeros(init[i]) for i in carry_ct]
         ct_ys = [grads[c + j] if grads[c + j] is not None else _zeros(results[c + j]) for j in y_ct]
         b_attrs = {"length": length, "num_consts": len(b_consts), "num_carry": n_carry,
                    "reverse": not attrs.get("reverse", False)}
-        out = bind(name, b_consts + ct_final + [_zeros(consts[i]) for i in summed] + rows + ct_ys,
+        out = bind(name, b_consts + ct_final + [_zeros(consts[i]) for i in summed] + b_rows + ct_ys,
                    b_attrs, [backward])
         per_operand = [None] * len(operands)
         for i, g in zip(carry_ct, out[:len(carry_ct)]):

@@ -125,7 +125,8 @@ def _cond_vmap(name, operands, attrs, regions):
     axes = [0 if b else None for b in batched[1:]]
     if batched[0]:             # a predicate per item: both branches, then a select
         size = pred.shape[0]
-        a, b = [_mapped(r, axes)(*ops) if any(axes) else [_broadcast(t, size) for t in eval_graph(r, ops)]
+        mapped = any(a is not None for a in axes)
+        a, b = [_mapped(r, axes)(*ops) if mapped else [_broadcast(t, size) for t in eval_graph(r, ops)]
                 for r in regions]
         return [wrap(_select(pred, x, y), level) for x, y in zip(a, b)]
     types = [t._type for t in ops]
