@@ -9,9 +9,16 @@ Checked, op by op in order:
   (`OpDef.arguments_from`);
 - types: the recorded result types equal what the table's shape rules infer.  Composite
   ops are exempt: their types come from tracing their decomposition, which needs the
-  tensor API that ir/ does not import.
+  tensor API that ir/ does not import;
+- regions: only ops of ops.yaml's `kind: region` hold regions; their regions (block
+  arguments and yields) and results must fit their operands (ir/regions.py `check`, in
+  place of a shape rule); then each region is verified as a graph of its own by these
+  same rules (recursively), and is isolated from above: an operand or output inside it
+  that is a value of an enclosing graph is an error.
 Each failure raises IRError saying what is wrong, expected versus actual, how to fix it
-where that is known, and the offending op's printed line.
+where that is known, and the offending op's printed line (an op with regions on one
+line, its regions elided; names as in the whole function's text).  A failure inside a
+region says first which op and region it is in.
 """
 from __future__ import annotations
 
@@ -24,8 +31,9 @@ import numpy as np
 from ..core.errors import IRError, TracecompError
 from ..ops import rules
 from ..ops.table import OpDef, by_ir_name
+from . import regions as R
 from .graph import CONSTANT, Graph, Op, Value
-from .printer import print_graph
+from .printer import YIELD, format_op, return_line, value_names, yield_line
 from ..core.types import TensorType
 
 
@@ -35,11 +43,29 @@ def verify(graph: Graph) -> None:
 
 
 class _Verifier:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, parent: "_Verifier | None" = None, path: tuple[str, ...] = ()):
         self.graph = graph
+        self.parent = parent          # the verifier of the graph whose op holds this region
+        self.path = path              # ("op #2 'tc.scan' at f.py:3", "region 'body'", ...)
+        self.root: Graph = parent.root if parent else graph
         self.defined: set[Value] = set()
         self.definer = {r: (i, op) for i, op in enumerate(graph.ops) for r in op.results}
-        self._lines: list[str] | None = None
+        self._names: dict[Value, str] | None = None
+
+    def outer_definition(self, v: Value) -> str | None:
+        """Where an enclosing graph defines `v` (None if none does): isolation's message."""
+        level = self.parent
+        while level is not None:
+            if v in level.definer:
+                k, producer = level.definer[v]
+                return f"op #{k} '{producer.name}'" + (f" at {producer.loc}" if producer.loc else "")
+            if v in level.graph.inputs:
+                k = level.graph.inputs.index(v)
+                if level.parent is None:
+                    return f"the function's argument #{k}"
+                return f"block argument #{k} of the enclosing {level.path[-1]}"
+            level = level.parent
+        return None
 
     def run(self) -> None:
         for i, v in enumerate(self.graph.inputs):
@@ -54,10 +80,17 @@ class _Verifier:
             self.check_op(i, op)
             self.defined.update(op.results)
         for j, v in enumerate(self.graph.outputs):
-            if v not in self.defined:
-                self.fail(None, None, f"output #{j} ({v!r}) is not defined in the graph",
-                          "a graph input or a result of one of the graph's ops",
-                          hint="outputs are set after the ops that compute them are added")
+            if v in self.defined:
+                continue
+            outer = self.outer_definition(v)
+            if outer is not None:
+                self.fail(None, None, f"output #{j} ({self.name(v)}) is defined outside the "
+                          f"region, by {outer}: regions are isolated from above",
+                          "a block argument of the region or a result of one of its ops",
+                          hint=_ISOLATION_HINT)
+            self.fail(None, None, f"output #{j} ({v!r}) is not defined in the graph",
+                      "a graph input or a result of one of the graph's ops",
+                      hint="outputs are set after the ops that compute them are added")
 
     # ------------------------------------------------------------ structure
 
@@ -72,6 +105,12 @@ class _Verifier:
                 self.fail(i, op, f"operand #{j} is used before it is defined",
                           "every operand defined by a graph input or an earlier op", f"defined {where}",
                           hint=_reorder_hint(self.graph))
+            outer = self.outer_definition(v)
+            if outer is not None:
+                self.fail(i, op, f"operand #{j} ({self.name(v)}) is defined outside the region, "
+                          f"by {outer}: regions are isolated from above",
+                          "a block argument of the region or a result of an earlier op in it",
+                          hint=_ISOLATION_HINT)
             self.fail(i, op, f"operand #{j} ({v!r}) is not defined in this graph",
                       "a graph input or a result of an earlier op",
                       "a value from no input or op of this graph (from another graph, or from "
@@ -90,14 +129,20 @@ class _Verifier:
     # ------------------------------------------------------------ semantics
 
     def check_op(self, i: int, op: Op) -> None:
+        opdef = by_ir_name().get(op.name)
+        if op.regions and (op.name == CONSTANT or (opdef is not None and opdef.kind != "region")):
+            self.fail(i, op, f"it holds {len(op.regions)} region(s), but only ops of kind 'region' "
+                      f"in ops.yaml (tc.scan, tc.while_loop, tc.cond) hold regions", "no regions")
         if op.name == CONSTANT:
             return self.check_constant(i, op)
-        opdef = by_ir_name().get(op.name)
         if opdef is None:
             close = _close_names(op.name, list(by_ir_name()) + [CONSTANT])
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
+            if op.name == YIELD:
+                hint = (f"'{YIELD}' exists only in the text, as a region's terminator: a region "
+                        f"graph yields its outputs")
             self.fail(i, op, f"unknown op '{op.name}'",
-                      "'tc.constant' or 'tc.' + the full name of an ops.yaml entry",
-                      hint=f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None)
+                      "'tc.constant' or 'tc.' + the full name of an ops.yaml entry", hint=hint)
         try:
             args = opdef.arguments_from([v.type for v in op.operands], op.attrs)
         except ValueError as e:
@@ -107,7 +152,21 @@ class _Verifier:
                       "scalar or None), every other argument is an attribute")
         if opdef.kind == "composite":
             return None
+        if opdef.kind == "region":
+            return self.check_regions(i, op, opdef)
         self.check_types(i, op, opdef, args)
+
+    def check_regions(self, i: int, op: Op, opdef: OpDef) -> None:
+        """How the regions fit the op (their block arguments and yields: the interface),
+        then each region as a graph of its own."""
+        try:
+            R.check(op, opdef.regions)
+        except R.RegionError as e:
+            self.fail(i, op, str(e), hint="ir/regions.py gives each region op's operands, block "
+                      "arguments, yields and results")
+        at = f" at {op.loc}" if op.loc else ""
+        for label, region in zip(opdef.regions, op.regions):
+            _Verifier(region, self, self.path + (f"op #{i} '{op.name}'{at}", f"region '{label}'")).run()
 
     def check_types(self, i: int, op: Op, opdef: OpDef, args: dict[str, Any]) -> None:
         try:
@@ -138,7 +197,7 @@ class _Verifier:
 
     def fail(self, i: int | None, op: Op | None, what: str, expected: str | None = None,
              actual: str | None = None, hint: str | None = None) -> NoReturn:
-        head = f"verify @{self.graph.name}: "
+        head = f"verify @{self.root.name}: " + (f"in {', '.join(self.path)}: " if self.path else "")
         if op is not None:
             head += f"op #{i} '{op.name}'" + (f" at {op.loc}: " if op.loc else ": ")
         lines = [head + what]
@@ -149,23 +208,38 @@ class _Verifier:
         if hint:
             lines.append(f"  fix: {hint}")
         if op is not None:
-            lines += ["  the op:", f"    {self.printed(i + 1, op)}"]
+            lines += ["  the op:", f"    {self.printed(op)}"]
         elif i is None and "output" in what:
-            lines += ["  the return:", f"    {self.printed(len(self.graph.ops) + 1, None)}"]
+            what = "the return" if self.parent is None else "the region's terminator"
+            lines += [f"  {what}:", f"    {self.printed(None)}"]
         raise IRError("\n".join(lines))
 
-    def printed(self, line: int, op: Op | None) -> str:
-        """Line `line` of the printed graph (line 0 is the header, then one line per op)."""
-        if self._lines is None:
-            try:
-                self._lines = print_graph(self.graph).splitlines()
-            except TracecompError:     # an attribute the printer refuses: fall back to repr
-                self._lines = []
-        if line < len(self._lines):
-            return self._lines[line].strip()
-        if op is None:
-            return f"return of {len(self.graph.outputs)} value(s)"
-        return f"{op.name}({len(op.operands)} operands) {op.attrs!r} at {op.loc}"
+    def names(self) -> dict[Value, str]:
+        """Each value's name in the whole function's text (computed once, on a failure)."""
+        if self.parent is not None:
+            return self.parent.names()
+        if self._names is None:
+            self._names = value_names(self.graph)
+        return self._names
+
+    def name(self, v: Value) -> str:
+        return self.names().get(v) or repr(v)
+
+    def printed(self, op: Op | None) -> str:
+        """The op's text (one line, regions elided), or the return / yield's."""
+        names = dict(self.names())      # printing names undefined values %undefN: a copy's
+        try:
+            if op is not None:
+                return format_op(op, names)
+            return (return_line if self.parent is None else yield_line)(self.graph, names)
+        except TracecompError:     # an attribute the printer refuses: fall back to repr
+            if op is None:
+                return f"return of {len(self.graph.outputs)} value(s)"
+            return f"{op.name}({len(op.operands)} operands) {op.attrs!r} at {op.loc}"
+
+
+_ISOLATION_HINT = ("pass the value in as an operand of the region op (one of its consts) "
+                   "and use the block argument it becomes")
 
 
 def _types(types: list[TensorType]) -> str:
