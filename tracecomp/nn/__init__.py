@@ -1,6 +1,6 @@
 """tc.nn: PyTorch's `torch.nn` names.  `functional` holds the ops of the table; `Module`,
 `Parameter`, the containers and the layers build models from them (module.py, layers.py,
-containers.py, attention.py); `init` initializes parameters."""
+containers.py, attention.py, recurrent.py); `init` initializes parameters."""
 from . import functional, init, utils  # noqa: F401
 from .module import Module, Parameter  # noqa: F401
 from .state import StateDictError  # noqa: F401
@@ -10,3 +10,4 @@ from .layers import (  # noqa: F401
     Dropout, Embedding, Flatten, GroupNorm, Hardsigmoid, Hardswish, Hardtanh, Identity, LayerNorm, LeakyReLU,
     Linear, LogSoftmax, MaxPool2d, Mish, ReLU, ReLU6, RMSNorm, Sigmoid, SiLU, Softmax, Softplus, Softsign, Tanh)
 from .attention import MultiheadAttention, TransformerEncoderLayer  # noqa: F401
+from .recurrent import GRU, LSTM, RNN, RNNBase  # noqa: F401
