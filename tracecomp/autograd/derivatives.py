@@ -175,9 +175,10 @@ def load_derivatives(path: str | Path, ops: dict[str, OpDef], functions: set[str
 
 
 def uncovered_ops(ops: dict[str, OpDef], derivatives: dict[str, Derivative]) -> list[str]:
-    """Non-composite ops with a Tensor input but no entry (composites decompose instead)."""
+    """Non-composite ops with a Tensor input but no entry (composites decompose instead; ops
+    with regions are differentiated by rules over their regions, control/autodiff.py)."""
     return [name for name, op in ops.items()
-            if op.kind != "composite" and op.schema.tensor_arguments and name not in derivatives]
+            if op.kind not in ("composite", "region") and op.schema.tensor_arguments and name not in derivatives]
 
 
 @functools.cache
