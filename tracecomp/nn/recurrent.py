@@ -176,9 +176,9 @@ class RNNBase(Module):
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
         if self.mode == "LSTM":
-            state = (tc.stack([h for h, _ in finals], 0), tc.stack([c for _, c in finals], 0))
+            state = (_stack([h for h, _ in finals]), _stack([c for _, c in finals]))
         else:
-            state = tc.stack(finals, 0)
+            state = _stack(finals)
         if not batched:
             x = x.squeeze(1)
             state = tuple(s.squeeze(1) for s in state) if self.mode == "LSTM" else state.squeeze(1)
@@ -212,6 +212,11 @@ class RNNBase(Module):
         if self.bidirectional:
             s += ", bidirectional=True"
         return s
+
+
+def _stack(states: list):
+    """The final states of every layer and direction, stacked on a new dim 0."""
+    return states[0].unsqueeze(0) if len(states) == 1 else tc.stack(states, 0)
 
 
 # ---------------------------------------------------------------- the cells: scan bodies
