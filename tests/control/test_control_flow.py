@@ -289,3 +289,18 @@ def test_mismatched_branches_and_bad_arguments_are_clear_errors():
         tc.scan(lambda c, x: c, INIT, XS)
     with pytest.raises(tc.ControlFlowError, match="0-d bool"):
         tc.while_loop(lambda s: s, lambda s: s, INIT)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("unroll", [2, 3, 4, 6])
+def test_unroll_runs_that_many_steps_per_iteration(unroll, reverse):
+    want = unrolled(INIT, XS, reverse)
+    fn = lambda i, x: tc.scan(cell, i, x, reverse=reverse, unroll=unroll)   # noqa: E731
+    for w, g in zip(want, tc.trace(fn, backend=BACKEND)(INIT, XS)):
+        close(g, w)
+    scans = [op for op in tc.trace(fn, backend=BACKEND).lower(INIT, XS).graph.ops if op.name == "tc.scan"]
+    assert scans[0].attrs["length"] == len(XS) // unroll or scans[-1].attrs["length"] == len(XS) // unroll
+    tanh_per_body = max(sum(o.name == "tc.tanh" for o in op.regions[0].ops) for op in scans)
+    assert tanh_per_body == unroll
+    got = tc.trace(tc.grad(lambda i: fn(i, XS)[1].sum()), backend=BACKEND)(INIT)
+    close(got, tc.grad(lambda i: unrolled(i, XS, reverse)[1].sum())(INIT))

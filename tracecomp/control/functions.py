@@ -84,6 +84,8 @@ def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = 
         raise ControlFlowError(f"tc.scan: unroll must be an int >= 1, got {unroll!r}{_where()}")
     if current() is None:
         return _scan_eagerly(f, init_leaves, init_s, x_leaves, x_s, length, reverse)
+    if unroll > 1 and length >= unroll:
+        return _scan_unrolled(f, init_leaves, init_s, x_leaves, x_s, length, reverse, unroll)
     ys_structure = []
 
     def body(*leaves):
@@ -103,6 +105,43 @@ def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = 
     out = bind(R.SCAN, region.captured + init_leaves + x_leaves, attrs, [region.graph])
     c = len(init_leaves)
     return pytree.unflatten(init_s, out[:c]), pytree.unflatten(ys_structure[0], out[c:])
+
+
+def _scan_unrolled(f, init_leaves, init_s, x_leaves, x_s, length: int, reverse: bool, unroll: int):
+    """A traced scan whose body runs `unroll` steps: one scan over the whole chunks of xs
+    (its rows reshaped to (chunks, unroll, ...)), then one over the rows left."""
+    whole = length // unroll * unroll
+
+    def chunk(carry, rows):
+        rows = _flatten(rows, "xs")[0]
+        ys = [None] * unroll
+        for j in (range(unroll - 1, -1, -1) if reverse else range(unroll)):
+            x = pytree.unflatten(x_s, [t[j] for t in rows])
+            carry, y = _pair(f(carry, x), "tc.scan")
+            ys[j] = _flatten(y, "y")
+        structure = ys[0][1]
+        return carry, pytree.unflatten(structure, [tc.stack([y[0][i] for y in ys], 0) for i in range(len(ys[0][0]))])
+
+    def part(carry, lo, hi, body, shape):
+        if lo == hi:
+            return carry, None
+        rows = [tc.reshape(t[lo:hi], shape(t)) for t in x_leaves]
+        return scan(body, carry, pytree.unflatten(x_s, rows) if rows else None, length=len(range(lo, hi)) // (unroll if body is chunk else 1), reverse=reverse)
+
+    carry = pytree.unflatten(init_s, init_leaves)
+    chunks = lambda t: (whole // unroll, unroll, *t.shape[1:])   # noqa: E731
+    same = lambda t: (length - whole, *t.shape[1:])               # noqa: E731
+    if reverse:        # the rows left are the last ones, so they run first
+        carry, tail = part(carry, whole, length, f, same)
+        carry, head = part(carry, 0, whole, chunk, chunks)
+    else:
+        carry, head = part(carry, 0, whole, chunk, chunks)
+        carry, tail = part(carry, whole, length, f, same)
+    head_leaves, y_s = _flatten(head, "y")
+    ys = [tc.reshape(h, (whole, *h.shape[2:])) for h in head_leaves]
+    if tail is not None:
+        ys = [tc.cat([h, t], 0) for h, t in zip(ys, _flatten(tail, "y")[0])]
+    return carry, pytree.unflatten(y_s, ys)
 
 
 def _scan_length(x_leaves: list[Tensor], x_s, length) -> int:
@@ -169,8 +208,7 @@ def fori_loop(lower, upper, body: Callable, init):
         start = tc.tensor(int(lower), dtype=dt.INT64)
         (_, val), _ = scan(step, (start, init), None, length=max(int(upper) - int(lower), 0))
         return val
-    lo = tc.to(as_tensor(lower), dt.INT64) if as_tensor(lower).dtype != dt.INT64 else as_tensor(lower)
-    hi = tc.to(as_tensor(upper), dt.INT64) if as_tensor(upper).dtype != dt.INT64 else as_tensor(upper)
+    lo, hi = (as_tensor(b).to(dt.INT64) for b in (lower, upper))
     _, _, val = while_loop(lambda c: c[0] < c[1], lambda c: (c[0] + 1, c[1], body(c[0], c[2])), (lo, hi, init))
     return val
 
