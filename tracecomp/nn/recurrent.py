@@ -119,7 +119,7 @@ class RNNBase(Module):
         if tuple(h.shape) != want:
             raise ShapeError(f"{self._name}: expected {what} of size {want}, got {tuple(h.shape)}")
         if h.dtype != dtype:
-            raise DTypeError(f"{self._name}: {what} has dtype {h.dtype}, the input {dtype}")
+            raise DTypeError(f"{self._name}: {what} has dtype {h.dtype} but the input has {dtype}")
         return h if batch is not None else h.unsqueeze(1)
 
     @property
