@@ -304,3 +304,17 @@ def test_unroll_runs_that_many_steps_per_iteration(unroll, reverse):
     assert tanh_per_body == unroll
     got = tc.trace(tc.grad(lambda i: fn(i, XS)[1].sum()), backend=BACKEND)(INIT)
     close(got, tc.grad(lambda i: unrolled(i, XS, reverse)[1].sum())(INIT))
+
+
+def test_a_body_that_writes_a_tensor_from_outside_raises_and_leaves_it_unchanged():
+    outside = tc.tensor(np.zeros(3))
+
+    def body(c, x):
+        outside.add_(x)
+        return c + x, c
+    with pytest.raises(tc.TraceError, match="in place"):
+        tc.trace(lambda i, x: tc.scan(body, i, x), backend=BACKEND)(INIT, XS)
+    np.testing.assert_array_equal(outside.numpy(), np.zeros(3))
+    assert outside._value is None
+    tc.scan(body, INIT, XS[:2])                # eagerly it is a Python loop: the writes happen
+    close(outside, XS[:2].numpy().sum(0))

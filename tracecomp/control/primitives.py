@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.errors import TraceError
+from ..core.locations import user_location
 from ..core.types import TensorType
 from ..dispatch.dispatcher import DispatchKey, dispatcher, state
 from ..dispatch.tracer import RegionTrace, current
@@ -52,9 +53,18 @@ def trace_region(fn: Callable, types: list[TensorType], name: str) -> Region:
     """Trace `fn(*tensors of these types) -> list of tensors` into a region graph."""
     graph = Graph(name, types)
     ctx = RegionTrace(graph)
-    with ctx:
-        outs = fn(*[ctx.wrap(v) for v in graph.inputs])
-        graph.outputs = [ctx.value_of(as_tensor(o)) for o in outs]
+    try:
+        with ctx:
+            outs = fn(*[ctx.wrap(v) for v in graph.inputs])
+            graph.outputs = [ctx.value_of(as_tensor(o)) for o in outs]
+    finally:
+        changed = ctx.changed_captures()
+    if changed:
+        t = changed[0]
+        raise TraceError(f"a loop body or branch changed a tensor from outside it in place "
+                         f"({t.dtype.label}{list(t.shape)}) (at {user_location()}): a region runs as "
+                         "a function of its inputs; return the new value (in the carry, or as a "
+                         "result) instead of writing it")
     n = len(types)
     graph.inputs = graph.inputs[n:] + graph.inputs[:n]      # captures first: the op's consts
     return Region(graph, ctx.captured)

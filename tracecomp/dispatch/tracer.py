@@ -195,6 +195,7 @@ class RegionTrace(TraceContext):
     def __init__(self, graph: Graph):
         super().__init__(graph)
         self.captured: list = []                  # outer tensors, in block-argument order
+        self._states: list[tuple] = []            # each one's state when captured (snapshot)
         self._locals: dict[int, Tensor] = {}      # id(outer tensor) -> its block argument
         self._saved = None
 
@@ -212,7 +213,16 @@ class RegionTrace(TraceContext):
             found = self.wrap(self.graph.add_input(t._type))
             self._locals[id(t)] = found
             self.captured.append(t)               # also keeps t alive, so its id stays unique
+            self._states.append(snapshot(t))
         return found
+
+    def changed_captures(self) -> list:
+        """The outer tensors the body changed in place, each put back as it was: a region
+        cannot write outside itself (the change would happen once, not once per step)."""
+        changed = [t for t, state in zip(self.captured, self._states) if t._version != state[-1]]
+        for t, state in zip(self.captured, self._states):
+            restore(t, state)
+        return changed
 
     def value_of(self, t) -> Value:
         return self.local(t)._value
