@@ -140,14 +140,16 @@ class Tensor:
                 f"batch of values (each of shape {self.shape}, {self.dtype.label}): Python control "
                 "flow and conversions cannot depend on one of them, and ops whose result shape "
                 "depends on the values (nonzero, masked_select, unique) cannot be mapped. Use "
-                "tc.where(...) for data-dependent selection, or move this code out of the mapped "
-                "function."), str(user_location()))
+                "tc.where(...) for data-dependent selection, tc.cond and tc.while_loop for branches "
+                "and loops, or move this code out of the mapped function."), str(user_location()))
         if self._data is None:
             raise add_location(TraceError(
                 f"{why} needs the tensor's value, but inside tc.trace tensors are symbolic "
                 f"(shape {self.shape}, {self.dtype.label}): Python control flow and conversions "
                 "cannot depend on traced values. Use tc.where(...) for data-dependent selection, "
-                "or move this code outside the traced function."), str(user_location()))
+                "tc.cond(pred, true_fn, false_fn, *operands) for a branch, tc.while_loop or "
+                "tc.fori_loop for a loop, or move this code outside the traced function."),
+                str(user_location()))
         return self._data
 
     def numpy(self) -> np.ndarray:
