@@ -1,6 +1,8 @@
 """The optimization pipeline run on every traced graph: a plain list of named passes.
 
-decompose -> fold -> simplify -> cse -> dce (see tracecomp/ir/passes for each pass).
+decompose -> fold -> simplify -> control -> cse -> dce (see tracecomp/ir/passes for each
+pass; control rewrites loops and branches after folding made their predicates constant,
+before CSE merges the ops it hoisted and DCE drops what it left unused).
 Every pass's result is verified when TRACECOMP_VERIFY=1 is set (the test suite sets it);
 the final graph is always verified, so a backend only ever receives a verified graph.
 """
@@ -11,7 +13,7 @@ import os
 
 from .decompose import decompose
 from ..ir import Graph
-from ..ir.passes import PassManager, cse, dce, fold_constants, simplify
+from ..ir.passes import PassManager, control, cse, dce, fold_constants, simplify
 from ..ir.verifier import verify
 from ..ops import numpy_kernels
 
@@ -26,6 +28,7 @@ def pipeline(verify_each: bool | None = None, record: bool = False) -> PassManag
         ("decompose", decompose),
         ("fold", functools.partial(fold_constants, evaluate=numpy_kernels.run)),
         ("simplify", simplify),
+        ("control", control),
         ("cse", cse),
         ("dce", dce),
     ], verify_each=_verify_each() if verify_each is None else verify_each, record=record)

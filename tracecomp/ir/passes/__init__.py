@@ -3,10 +3,11 @@
 Each pass states in its module docstring what holds before and after it; all of them are
 built on the op-by-op rewrite driver in rewrite.py.
 """
+from .control import control
 from .cse import cse
 from .dce import dce
 from .fold import fold_constants
 from .manager import PassManager
 from .simplify import simplify
 
-__all__ = ["PassManager", "cse", "dce", "fold_constants", "simplify"]
+__all__ = ["PassManager", "control", "cse", "dce", "fold_constants", "simplify"]

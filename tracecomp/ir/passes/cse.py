@@ -5,6 +5,8 @@ Before: a well-formed graph.  After: of several ops with the same name, the same
 remains and the others' uses read its results.  Attributes compare exactly: arrays by
 dtype, shape and bytes, floats by their bits (so 0.0 and -0.0, or 1 and 1.0 and True,
 stay apart).  Nondeterministic ops (rand, randn) are never merged: two draws differ.
+Inside regions ops merge too, each region with a table of its own (an op inside never
+reads a value of the graph around it: regions are isolated); ops with regions never merge.
 """
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 Before: a well-formed graph.  After: the same graph without the ops none of whose results
 reach an output, directly or through other live ops; the order of the remaining ops is
 unchanged.  No op has side effects, so an unused `rand` or `randn` is dead as well (its
-draw is simply not made).
+draw is simply not made).  Inside each region, what the region yields is its output: an
+op with regions stays while one of its results is used, with every yield of its regions
+(the control pass drops unused carries and ys).
 """
 from __future__ import annotations
 

@@ -1,12 +1,15 @@
 """Constant folding.
 
 Before: a well-formed graph.  After: every op whose operands are all `tc.constant`
-results (factories have none), which is deterministic and not composite, and whose
-results each hold at most `limit` elements, is replaced by one `tc.constant` per result,
-computed by the injected evaluator at the op's location.  Folding runs in order, so
-chains of constant ops fold completely; the constants they consumed may become dead (DCE
-removes them).  An op the evaluator refuses (a TracecompError, e.g. an index out of
-bounds) stays, so the error still happens when the graph runs.
+results (factories have none), which is deterministic, not composite and holds no
+regions (the control pass picks a constant cond's branch), and whose results each hold
+at most `limit` elements, is replaced by one `tc.constant` per result, computed by the
+injected evaluator at the op's location.  Ops inside regions fold too (the rewrite
+driver rewrites regions with the same rule), each region with its own constants.
+Folding runs in order, so chains of constant ops fold completely; the constants they
+consumed may become dead (DCE removes them).  An op the evaluator refuses (a
+TracecompError, e.g. an index out of bounds) stays, so the error still happens when the
+graph runs.
 
 The evaluator has the signature of `tracecomp.ops.numpy_kernels.run`:
 `evaluate(opdef, arguments_by_name, result_types) -> list[ndarray]`.  It is a parameter
@@ -30,7 +33,7 @@ FOLD_LIMIT = 4096   # elements; larger results would bloat the graph text and th
 
 
 def foldable(opdef: OpDef | None, op: Op, limit: int) -> bool:
-    return (opdef is not None and opdef.kind != "composite" and not opdef.nondeterministic
+    return (opdef is not None and opdef.kind not in ("composite", "region") and not opdef.nondeterministic
             and all(is_constant(v) for v in op.operands)
             and all(isinstance(d, int) for r in op.results for d in r.type.shape)   # no dynamic dims
             and not any(isinstance(a, Dim) or isinstance(a, tuple) and any(isinstance(d, Dim) for d in a)

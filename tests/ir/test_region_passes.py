@@ -1,0 +1,501 @@
+"""The passes inside regions (fold, simplify, CSE, DCE) and the control pass's rewrites of
+tc.scan, tc.while_loop and tc.cond: each checked by the verifier and against the
+interpreter on random inputs, before and after."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from region_graphs import (BOOL, F32, GRAPHS, I64, T, branch, cond, const, inputs_for, nested, op, region,
+                           rnn_scan, scan, while_loop)
+from tracecomp.ir import Graph
+from tracecomp.ir import regions as R
+from tracecomp.ir.passes import control, cse, dce, fold_constants, simplify
+from tracecomp.ir.printer import print_graph
+from tracecomp.ir.verifier import verify
+from tracecomp.ops.numpy_kernels import run as numpy_run
+from tracecomp.runtime.interpreter import run_graph
+from tracecomp.transforms.pipeline import optimize, pipeline
+
+fold = functools.partial(fold_constants, evaluate=numpy_run)
+
+
+def same_results(before: Graph, after: Graph, trials: int = 3) -> None:
+    """`after` verifies and computes what `before` does on random inputs."""
+    verify(before)
+    verify(after)
+    for seed in range(trials):
+        inputs = inputs_for(before, np.random.default_rng(seed))
+        want, got = run_graph(before, inputs), run_graph(after, inputs)
+        assert len(want) == len(got)
+        for w, g in zip(want, got):
+            assert w.dtype == g.dtype and w.shape == g.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def names(g: Graph) -> list[str]:
+    return [o.name for o in g.ops]
+
+
+def the(g: Graph, name: str):
+    ops = [o for o in g.ops if o.name == name]
+    assert len(ops) == 1, names(g)
+    return ops[0]
+
+
+# ---------------------------------------------------------------- every pass, every graph
+
+PASSES = {"fold": fold, "simplify": simplify, "cse": cse, "dce": dce, "control": control}
+
+
+@pytest.mark.parametrize("make", GRAPHS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("name", PASSES)
+def test_pass_keeps_meaning(make, name):
+    g = make()
+    same_results(g, PASSES[name](g))
+
+
+@pytest.mark.parametrize("make", GRAPHS, ids=lambda f: f.__name__)
+def test_pipeline_keeps_meaning(make):
+    g = make()
+    same_results(g, pipeline(verify_each=True).run(g))
+    same_results(g, optimize(g))
+
+
+def test_pipeline_runs_control_before_cse_and_dce():
+    assert pipeline().names == ["decompose", "fold", "simplify", "control", "cse", "dce"]
+
+
+# ---------------------------------------------------------------- fold, simplify, cse, dce inside
+
+def body_with_waste() -> Graph:
+    """A scan body holding a constant expression, x * 1, a repeated exp, an unused op, and
+    a constant equal to one outside."""
+    g = Graph("waste", [T(4), T(3, 4)])
+    h0, xs = g.inputs
+    outside_two = const(g, 2.0)
+    body = region("body", T(4), T(4))
+    h, x = body.inputs
+    six = op(body, "tc.mul", [const(body, 2.0), const(body, 3.0)])
+    one = const(body, 1.0)
+    x1 = op(body, "tc.mul", [x, one])
+    e1, e2 = op(body, "tc.exp", [x1.result]), op(body, "tc.exp", [x1.result])
+    op(body, "tc.neg", [h])                                            # dead
+    s = op(body, "tc.add", [e1.result, e2.result], alpha=1)
+    hn = op(body, "tc.add", [op(body, "tc.mul", [h, six.result]).result, s.result], alpha=1)
+    body.outputs = [hn.result, s.result]
+    loop = scan(g, [], [h0], [xs], body)
+    g.outputs = [op(g, "tc.mul", [loop.results[0], outside_two]).result, loop.results[1]]
+    return g
+
+
+def test_fold_inside_a_body():
+    g = body_with_waste()
+    out = fold(g)
+    same_results(g, out)
+    body = the(out, "tc.scan").regions[0]
+    six = body.ops[2]
+    assert six.name == "tc.constant" and float(six.attrs["value"]) == 6.0
+
+
+def test_fold_leaves_a_loop_of_constants_alone():
+    g = Graph("f")
+    body = region("body", T(2), T(2))
+    body.outputs = [op(body, "tc.add", list(body.inputs), alpha=1).result] * 2
+    loop = scan(g, [], [const(g, [1.0, 2.0])], [const(g, np.ones((3, 2)))], body)
+    g.outputs = list(loop.results)
+    out = fold(g)
+    assert "tc.scan" in names(out)
+    same_results(g, out)
+
+
+def test_simplify_inside_a_body():
+    g = body_with_waste()
+    out = simplify(g)
+    same_results(g, out)
+    body = the(out, "tc.scan").regions[0]
+    exps = [o for o in body.ops if o.name == "tc.exp"]
+    assert all(o.operands[0] is body.inputs[1] for o in exps)     # exp(x * 1) -> exp(x)
+
+
+def test_cse_inside_a_body_and_never_across_it():
+    g = body_with_waste()
+    out = cse(g)
+    same_results(g, out)
+    body = the(out, "tc.scan").regions[0]
+    assert names(body).count("tc.exp") == 1
+    # the body's 2.0 equals the one outside, yet each graph keeps its own
+    assert sum(o.name == "tc.constant" and float(o.attrs["value"]) == 2.0 for o in out.ops) == 1
+    assert sum(o.name == "tc.constant" and float(o.attrs["value"]) == 2.0 for o in body.ops) == 1
+
+
+def test_cse_merges_inside_each_branch_separately():
+    g = Graph("f", [T(BOOL), T(4)])
+    p, x = g.inputs
+    branches = []
+    for name in ("then", "else"):
+        b = region(name, T(4))
+        a1, a2 = op(b, "tc.exp", [b.inputs[0]]), op(b, "tc.exp", [b.inputs[0]])
+        b.outputs = [op(b, "tc.add", [a1.result, a2.result], alpha=1).result]
+        branches.append(b)
+    g.outputs = [cond(g, p, [x], *branches).result, op(g, "tc.exp", [x]).result]
+    out = cse(g)
+    same_results(g, out)
+    assert [names(b).count("tc.exp") for b in the(out, "tc.cond").regions] == [1, 1]
+
+
+def test_dce_inside_a_body_keeps_outputs_and_used_loops():
+    g = body_with_waste()
+    out = dce(g)
+    same_results(g, out)
+    body = the(out, "tc.scan").regions[0]
+    assert "tc.neg" not in names(body)
+    assert len(body.outputs) == 2                       # the ys stay, used or not
+
+
+def test_dce_drops_an_unused_loop_and_keeps_a_used_one():
+    g = rnn_scan()
+    g.outputs = [g.inputs[2]]
+    assert names(dce(g)) == []
+    g = rnn_scan()
+    g.outputs = [g.ops[0].results[1]]
+    out = dce(g)
+    assert names(out) == ["tc.scan"] and len(out.ops[0].regions[0].outputs) == 2
+    same_results(g, out)
+
+
+# ---------------------------------------------------------------- cond with a constant predicate
+
+@pytest.mark.parametrize("value", [True, False])
+def test_constant_predicate_inlines_the_branch(value):
+    g = branch()
+    g.ops[3].operands[0] = const(g, value, np.bool_)
+    g.ops.insert(0, g.ops.pop())              # the constant first, where it dominates
+    out = control(g)
+    same_results(g, out)
+    assert "tc.cond" not in names(out)
+    assert ("tc.exp" in names(out)) == value and ("tc.neg" in names(out)) != value
+
+
+def test_constant_predicate_inside_a_body_and_folded_predicate():
+    """fold makes the predicate a constant (2 > 1), control then inlines the branch, inside a
+    scan body."""
+    g = Graph("f", [T(4), T(3, 4)])
+    body = region("body", T(4), T(4))
+    h, x = body.inputs
+    p = op(body, "tc.gt", [const(body, 2.0), const(body, 1.0)])
+    then, other = region("then", T(4), T(4)), region("else", T(4), T(4))
+    then.outputs = [op(then, "tc.add", list(then.inputs), alpha=1).result]
+    other.outputs = [other.inputs[0]]
+    c = cond(body, p.result, [h, x], then, other)
+    body.outputs = [c.result, c.result]
+    g.outputs = list(scan(g, [], [g.inputs[0]], [g.inputs[1]], body).results)
+    out = control(fold(g))
+    same_results(g, out)
+    assert names(the(out, "tc.scan").regions[0])[-1] == "tc.add"
+    assert "tc.cond" not in names(the(out, "tc.scan").regions[0])
+
+
+def test_cond_drops_unused_operands_and_results_and_merges_repeats():
+    g = Graph("f", [T(BOOL), T(4), T(4)])
+    p, x, y = g.inputs
+    branches = []
+    for name in ("then", "else"):
+        b = region(name, T(4), T(4), T(4))
+        a, a2, unused = b.inputs
+        b.outputs = [op(b, "tc.mul", [a, a2] if name == "then" else [a2, a2]).result, a]
+        branches.append(b)
+    c = cond(g, p, [x, x, y], *branches)
+    g.outputs = [c.results[0]]
+    out = control(g)
+    same_results(g, out)
+    new = the(out, "tc.cond")
+    assert new.operands == [out.inputs[0], out.inputs[1]] and len(new.results) == 1
+    assert all(len(b.inputs) == 1 and len(b.outputs) == 1 for b in new.regions)
+
+
+# ---------------------------------------------------------------- zero-length scan
+
+def test_zero_length_scan_folds_to_init_and_empty_ys():
+    g = Graph("f", [T(4), T(0, 2, 3)])
+    body = region("body", T(4), T(2, 3))
+    h, x = body.inputs
+    body.outputs = [op(body, "tc.exp", [h]).result, op(body, "tc.neg", [x]).result, h]
+    g.outputs = list(scan(g, [], [g.inputs[0]], [g.inputs[1]], body).results)
+    out = control(g)
+    same_results(g, out)
+    assert names(out) == ["tc.constant", "tc.constant"]
+    assert out.outputs[0] is out.inputs[0]
+    assert [v.type for v in out.outputs[1:]] == [T(0, 2, 3), T(0, 4)]
+
+
+# ---------------------------------------------------------------- dead carries and ys
+
+def two_carries(t_feeds_s: bool) -> Graph:
+    """s' = s + x (+ t when t_feeds_s), t' = t * x + s; ys: s', t'; only s and ys[0] used."""
+    g = Graph("f", [T(4), T(4), T(5, 4)])
+    body = region("body", T(4), T(4), T(4))
+    s, t, x = body.inputs
+    s2 = op(body, "tc.add", [s, x], alpha=1)
+    if t_feeds_s:
+        s2 = op(body, "tc.add", [s2.result, t], alpha=1)
+    t2 = op(body, "tc.add", [op(body, "tc.mul", [t, x]).result, s], alpha=1)
+    body.outputs = [s2.result, t2.result, s2.result, t2.result]
+    loop = scan(g, [], g.inputs[:2], [g.inputs[2]], body)
+    g.outputs = [loop.results[0], loop.results[2]]
+    return g
+
+
+def test_unused_carry_and_y_are_dropped():
+    g = two_carries(t_feeds_s=False)
+    out = control(g)
+    same_results(g, out)
+    loop = the(out, "tc.scan")
+    assert loop.attrs["num_carry"] == 1 and len(loop.results) == 2
+    assert names(loop.regions[0]) == ["tc.add"]
+    assert loop.operands == [out.inputs[0], out.inputs[2]]
+
+
+def test_unused_carry_that_a_kept_carry_reads_stays():
+    g = two_carries(t_feeds_s=True)
+    out = control(g)
+    same_results(g, out)
+    loop = the(out, "tc.scan")
+    assert loop.attrs["num_carry"] == 2 and len(loop.results) == 3      # ys[1] went
+
+
+def test_all_results_unused_drops_the_loop():
+    g = two_carries(t_feeds_s=True)
+    g.outputs = [g.inputs[0]]
+    assert names(control(g)) == []
+
+
+def counting_while() -> Graph:
+    """while i < n: (i + 1, acc + x, junk * 2, late + acc): only acc used."""
+    g = Graph("f", [T(I64), T(4), T(4), T(4)])
+    n, x, junk0, late0 = g.inputs
+    zero = const(g, 0, np.int64)
+    carry = [T(I64), T(4), T(4), T(4)]
+    cnd = region("cond", T(I64), T(4), *carry)
+    cnd.outputs = [op(cnd, "tc.lt", [cnd.inputs[2], cnd.inputs[0]]).result]
+    body = region("body", T(I64), T(4), *carry)
+    _, bx, i, acc, junk, late = body.inputs
+    body.outputs = [op(body, "tc.add", [i, const(body, 1, np.int64)], alpha=1).result,
+                    op(body, "tc.add", [acc, bx], alpha=1).result,
+                    op(body, "tc.mul", [junk, const(body, 2.0)]).result,
+                    op(body, "tc.add", [late, acc], alpha=1).result]
+    loop = while_loop(g, [n, x], [zero, x, junk0, late0], cnd, body)
+    g.outputs = [loop.results[1]]
+    return g
+
+
+def test_while_drops_unused_carries_but_keeps_what_the_condition_reads():
+    g = counting_while()
+    out = control(g)
+    same_results(g, out)
+    loop = the(out, "tc.while_loop")
+    assert [v.type for v in loop.results] == [T(I64), T(4)]       # i (the condition), acc
+    assert [len(r.inputs) for r in loop.regions] == [4, 4]
+
+
+# ---------------------------------------------------------------- operands
+
+def test_unused_and_repeated_consts_are_dropped():
+    g = Graph("f", [T(4), T(4), T(4), T(3, 4)])
+    a, b, h0, xs = g.inputs
+    body = region("body", T(4), T(4), T(4), T(4), T(4))
+    a1, a2, _b, h, x = body.inputs
+    hn = op(body, "tc.add", [op(body, "tc.mul", [h, a1]).result, op(body, "tc.mul", [h, a2]).result], alpha=1)
+    hn = op(body, "tc.add", [hn.result, x], alpha=1)
+    body.outputs = [hn.result, hn.result]
+    loop = scan(g, [a, a, b], [h0], [xs], body)
+    g.outputs = list(loop.results)
+    out = control(g)
+    same_results(g, out)
+    new = the(out, "tc.scan")
+    assert new.attrs["num_consts"] == 1 and new.operands == [a for a in out.inputs if a is not out.inputs[1]]
+    muls = [o for o in new.regions[0].ops if o.name == "tc.mul"]
+    assert muls[0].operands[1] is muls[1].operands[1] is new.regions[0].inputs[0]
+
+
+def test_while_drops_a_const_neither_region_reads():
+    assert the(control(counting_while()), "tc.while_loop").attrs["num_consts"] == 2  # n, x read
+    g = counting_while()
+    body = g.ops[-1].regions[1]
+    acc = body.inputs[3]
+    body.outputs[1] = op(body, "tc.add", [acc, acc], alpha=1).result        # x unread now
+    out = control(g)
+    same_results(g, out)
+    loop = the(out, "tc.while_loop")
+    assert loop.attrs["num_consts"] == 1 and loop.operands[0] is out.inputs[0]
+
+
+# ---------------------------------------------------------------- loop-invariant code motion
+
+def invariant_scan() -> Graph:
+    """A scan body computing W * 2, exp(c) and a nested cond on consts only (invariant), a
+    rand (never hoisted), and the carry update that uses them."""
+    g = Graph("f", [T(3, 3), T(3), T(BOOL), T(3), T(4, 3)])
+    w, c, p, h0, xs = g.inputs
+    body = region("body", T(3, 3), T(3), T(BOOL), T(3), T(3))
+    bw, bc, bp, h, x = body.inputs
+    w2 = op(body, "tc.mul", [bw, const(body, 2.0)])
+    ec = op(body, "tc.exp", [bc])
+    then, other = region("then", T(3)), region("else", T(3))
+    then.outputs = [op(then, "tc.neg", [then.inputs[0]]).result]
+    other.outputs = [other.inputs[0]]
+    pc = cond(body, bp, [ec.result], then, other)
+    r = body.add_op("tc.rand", [], {"size": (3,), "dtype": None}, [T(3)])
+    noise = op(body, "tc.mul", [r.result, const(body, 0.0)])
+    t = op(body, "tc.matmul", [w2.result, h])
+    hn = op(body, "tc.add", [op(body, "tc.add", [t.result, pc.result], alpha=1).result, x], alpha=1)
+    hn = op(body, "tc.add", [hn.result, noise.result], alpha=1)
+    body.outputs = [hn.result, ec.result]
+    loop = scan(g, [w, c, p], [h0], [xs], body)
+    g.outputs = list(loop.results)
+    return g
+
+
+def test_invariant_ops_leave_a_scan_body():
+    g = invariant_scan()
+    out = control(g)
+    same_results(g, out)
+    assert names(out) == ["tc.constant", "tc.mul", "tc.exp", "tc.cond", "tc.scan"]
+    body = the(out, "tc.scan").regions[0]
+    assert "tc.rand" in names(body) and not {"tc.exp", "tc.cond"} & set(names(body))
+    assert [o.name for o in body.ops if o.name == "tc.mul"] == ["tc.mul"]     # rand * 0 only
+    assert the(out, "tc.scan").attrs["num_consts"] == 3      # W * 2, exp(c), the cond's result
+
+
+def test_invariant_ops_leave_both_regions_of_a_while_loop():
+    g = Graph("f", [T(I64), T(4), T(4)])
+    n, c, acc0 = g.inputs
+    cnd = region("cond", T(I64), T(4), T(I64), T(4))
+    twice = op(cnd, "tc.mul", [cnd.inputs[0], const(cnd, 2, np.int64)])
+    cnd.outputs = [op(cnd, "tc.lt", [cnd.inputs[2], twice.result]).result]
+    body = region("body", T(I64), T(4), T(I64), T(4))
+    _, bc, i, acc = body.inputs
+    ec = op(body, "tc.exp", [op(body, "tc.neg", [bc]).result])
+    body.outputs = [op(body, "tc.add", [i, const(body, 1, np.int64)], alpha=1).result,
+                    op(body, "tc.add", [acc, ec.result], alpha=1).result]
+    loop = while_loop(g, [n, c], [const(g, 0, np.int64), acc0], cnd, body)
+    g.outputs = list(loop.results)
+    out = control(g)
+    same_results(g, out)
+    cnd2, body2 = the(out, "tc.while_loop").regions
+    assert names(cnd2) == ["tc.lt"] and names(body2) == ["tc.constant", "tc.add", "tc.add"]
+    assert the(out, "tc.while_loop").attrs["num_consts"] == 2       # n * 2, exp(-c)
+
+
+# ---------------------------------------------------------------- ops on x rows
+
+def elman() -> Graph:
+    """h = tanh(x @ Wx + b + h @ Wh), ys h and exp(x): x @ Wx + b and exp(x) need no step."""
+    g = Graph("elman", [T(3, 4), T(4, 4), T(4), T(2, 4), T(5, 2, 3)])
+    wx, wh, b, h0, xs = g.inputs
+    body = region("body", T(3, 4), T(4, 4), T(4), T(2, 4), T(2, 3))
+    bwx, bwh, bb, h, x = body.inputs
+    xw = op(body, "tc.add", [op(body, "tc.matmul", [x, bwx]).result, bb], alpha=1)
+    hn = op(body, "tc.tanh", [op(body, "tc.add", [xw.result, op(body, "tc.matmul", [h, bwh]).result],
+                                 alpha=1).result])
+    body.outputs = [hn.result, hn.result, op(body, "tc.exp", [x]).result]
+    loop = scan(g, [wx, wh, b], [h0], [xs], body, reverse=True)
+    g.outputs = list(loop.results)
+    return g
+
+
+def test_matmul_and_elementwise_on_x_run_over_all_steps():
+    g = elman()
+    out = control(g)
+    same_results(g, out)
+    loop = the(out, "tc.scan")
+    mm = [o for o in out.ops if o.name == "tc.matmul"]
+    assert len(mm) == 1 and mm[0].results[0].type == T(5, 2, 4)         # xs @ Wx, batched
+    assert names(loop.regions[0]) == ["tc.matmul", "tc.add", "tc.tanh"]   # h @ Wh and after
+    assert loop.attrs["num_consts"] == 1 and loop.operands[0] is out.inputs[1]
+    assert len(loop.results) == 2                      # the exp(x) y is exp(xs) itself
+    assert out.outputs[2] is the(out, "tc.exp").results[0]
+    assert [v.type for v in loop.operands[2:]] == [T(5, 2, 4)]            # the original xs went
+
+
+@pytest.mark.parametrize("x_row, w, x_left, hoisted", [
+    ((2, 3), (3, 4), True, True),        # x[i] @ W
+    ((3,), (3, 4), True, True),          # a vector row: xs @ W is each row's product
+    ((3,), (3,), True, True),            # dot products
+    ((2, 3), (3,), True, True),
+    ((4, 2, 3), (4, 3, 5), True, True),  # W's batch matches x's
+    ((3,), (2, 3, 4), True, False),      # W's batch dims would lead
+    ((2, 3), (6, 3, 4), True, False),
+    ((3, 2), (4, 3), False, True),       # W @ x[i]
+    ((3,), (4, 3), False, False),        # W @ (vector): xs would be a matrix
+    ((3, 2), (5, 4, 3), False, False),
+])
+def test_matmul_on_x_is_hoisted_only_where_it_computes_every_row(x_row, w, x_left, hoisted):
+    length = 3
+    g = Graph("f", [T(*w), T(length, *x_row)])
+    body = region("body", T(*w), T(*x_row))
+    bw, x = body.inputs
+    y = op(body, "tc.matmul", [x, bw] if x_left else [bw, x])
+    body.outputs = [y.result]
+    g.outputs = list(scan(g, [g.inputs[0]], [], [g.inputs[1]], body).results)
+    out = control(g)
+    same_results(g, out)
+    assert ("tc.scan" not in names(out)) == hoisted      # the one y is the hoisted matmul
+
+
+def test_elementwise_on_x_with_a_row_of_fewer_dims_stays():
+    """x[i] (3,) + c (2, 3) broadcasts per step; xs (5, 3) + c would not."""
+    g = Graph("f", [T(2, 3), T(5, 3)])
+    body = region("body", T(2, 3), T(3))
+    body.outputs = [op(body, "tc.add", [body.inputs[1], body.inputs[0]], alpha=1).result]
+    g.outputs = list(scan(g, [g.inputs[0]], [], [g.inputs[1]], body).results)
+    out = control(g)
+    same_results(g, out)
+    assert "tc.add" in names(the(out, "tc.scan").regions[0])
+
+
+def test_an_op_on_x_and_the_carry_stays():
+    g = rnn_scan()
+    out = control(g)
+    same_results(g, out)
+    assert names(out) == ["tc.scan"] and len(out.ops[0].regions[0].ops) == 4
+
+
+def test_control_returns_a_graph_without_regions_as_it_is():
+    g = Graph("f", [T(4)])
+    g.outputs = [op(g, "tc.exp", g.inputs).result]
+    assert control(g) is g
+
+
+def test_control_rewrites_nested_loops_innermost_first():
+    g = Graph("f", [T(3, 3), T(3), T(2, 4, 3)])
+    w, h0, xss = g.inputs
+    outer = region("outer", T(3, 3), T(3), T(4, 3))
+    ow, oh, xs = outer.inputs
+    inner = region("inner", T(3, 3), T(3), T(3))
+    iw, ih, x = inner.inputs
+    xw = op(inner, "tc.matmul", [x, op(inner, "tc.exp", [iw]).result])
+    inner.outputs = [op(inner, "tc.add", [ih, xw.result], alpha=1).result]
+    loop = scan(outer, [ow], [oh], [xs], inner)
+    outer.outputs = [loop.results[0], loop.results[0]]
+    g.outputs = list(scan(g, [w], [h0], [xss], outer).results)
+    out = control(g)
+    same_results(g, out)
+    # exp(W) left both loops; x @ exp(W), first hoisted over the inner xs into the outer
+    # body, then over the outer xs too
+    assert names(out) == ["tc.exp", "tc.matmul", "tc.scan"]
+    assert the(out, "tc.matmul").results[0].type == T(2, 4, 3)
+    outer_body = the(out, "tc.scan").regions[0]
+    assert names(outer_body) == ["tc.scan"]
+    assert names(the(outer_body, "tc.scan").regions[0]) == ["tc.add"]
+
+
+def test_pipeline_on_the_rewrites():
+    for make in (elman, invariant_scan, counting_while, lambda: two_carries(False)):
+        g = make()
+        out = optimize(g)
+        same_results(g, out)
+        text = print_graph(out)
+        assert "tc.scan" in text or "tc.while_loop" in text

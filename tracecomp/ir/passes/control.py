@@ -1,0 +1,393 @@
+"""Rewrites of the ops with regions: tc.scan, tc.while_loop and tc.cond (ir/regions.py).
+
+Before: a well-formed graph.  After, for each op with regions (innermost first: the
+rewrite driver rewrites an op's regions before the op):
+- a tc.cond whose predicate is a `tc.constant` is replaced by the chosen branch's ops,
+  inlined; a tc.scan of length 0 by its init and empty ys (constants);
+- loop-invariant code motion (scan, while): a body op that depends only on the consts
+  (and on `tc.constant`s) and draws no random numbers runs once before the loop, and the
+  body receives what it still needs of it as new consts.  `tc.constant`s themselves stay
+  (folding and simplification inside the body see them), copied out when a hoisted op
+  needs one;
+- scanned-input hoisting (scan): a body op that depends on x rows and consts but on no
+  carry, elementwise or a matmul whose other operand is invariant, runs once over the
+  whole stacked xs before the loop ((xs @ W)[i] = xs[i] @ W, a batched matmul), and the
+  body receives its rows as new xs; a y that is such a row is the stacked value itself;
+- dead results: a carry whose result is unused and that no kept carry, y or while
+  condition depends on is dropped (its init, block argument and yield), and so are unused
+  ys and unused cond results; an op none of whose results is used is dropped;
+- operands: a const (a cond operand, a scanned input) that no region uses is dropped,
+  and a value passed twice is passed once.
+The graph computes the same values (the tests run it with the interpreter before and
+after).  Ops are pure, so an op hoisted out of a tc.while_loop runs even when the loop
+runs no step (speculation, as LICM does for ops without side effects).  A graph without
+region ops is returned as it is.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...core.types import TensorType
+from ...ops import rules
+from ...ops.table import by_ir_name
+from .. import regions as R
+from ..graph import CONSTANT, Graph, Op, Value
+from .rewrite import DROP, RuleResult, Rewriter, is_constant, rewrite
+
+MATMUL = "tc.matmul"
+
+
+def control(graph: Graph) -> Graph:
+    """The graph with its region ops simplified as the module docstring says."""
+    if not any(op.regions for op in graph.ops):
+        return graph
+    return rewrite(graph, _rule)
+
+
+def _rule(op: Op, rw: Rewriter) -> RuleResult:
+    if op.regions and op.results and not any(rw.old_uses.get(r, 0) for r in op.results):
+        return DROP
+    if op.name == R.COND and len(op.regions) == 2:
+        return _cond(op, rw)
+    if op.name == R.SCAN and len(op.regions) == 1:
+        return _scan(op, rw)
+    if op.name == R.WHILE and len(op.regions) == 2:
+        return _while(op, rw)
+    return None
+
+
+# ---------------------------------------------------------------- helpers
+
+def _rebuild(region: Graph, inputs: list[list[Value]], outputs: list[Value]) -> Graph:
+    """A new region whose input k stands for the old values `inputs[k]` (block arguments,
+    several when merged, or body values computed outside now), holding copies of the old
+    ops that `outputs` still need and yielding their copies.  Nested regions are shared:
+    no pass changes a graph in place."""
+    new = Graph(region.name, [values[0].type for values in inputs])
+    env: dict[Value, Value] = {}
+    for arg, values in zip(new.inputs, inputs):
+        env.update((v, arg) for v in values)
+    need = {v for v in outputs if v not in env}
+    keep = []
+    for op in reversed(region.ops):
+        if any(r in need for r in op.results):
+            keep.append(op)
+            need.update(v for v in op.operands if v not in env)
+    for op in reversed(keep):
+        copy = new.add_op(op.name, [env[v] for v in op.operands], op.attrs,
+                          [r.type for r in op.results], op.loc, op.regions)
+        env.update(zip(op.results, copy.results))
+    new.outputs = [env[v] for v in outputs]
+    return new
+
+
+def _clone(rw: Rewriter, ops: list[Op], env: dict[Value, Value]) -> None:
+    """Copy `ops` into the graph being built, their operands looked up in `env`."""
+    for op in ops:
+        copy = rw.add(op.name, [env[v] for v in op.operands], op.attrs,
+                      [r.type for r in op.results], op.loc, op.regions)
+        env.update(zip(op.results, copy.results))
+
+
+def _used(regions: list[Graph]) -> set[Value]:
+    return {v for g in regions for v in [x for op in g.ops for x in op.operands] + g.outputs}
+
+
+def _distinct_used(values: list[Value], offset: int, regions: list[Graph],
+                   used: set[Value]) -> list[tuple[Value, list[list[Value]]]]:
+    """The operands `values` (block arguments offset, offset + 1, ... of every region) kept:
+    one per distinct value that some region uses, with each region's arguments it stands for."""
+    positions: dict[Value, list[int]] = {}
+    for i, v in enumerate(values):
+        positions.setdefault(v, []).append(i)
+    kept = []
+    for v, ps in positions.items():
+        args = [[g.inputs[offset + p] for p in ps] for g in regions]
+        if any(a in used for per_region in args for a in per_region):
+            kept.append((v, args))
+    return kept
+
+
+def _dependencies(region: Graph) -> list[int]:
+    """For each output, the block arguments it depends on, as a bit mask."""
+    mask = {v: 1 << i for i, v in enumerate(region.inputs)}
+    for op in region.ops:
+        m = 0
+        for v in op.operands:
+            m |= mask.get(v, 0)
+        for r in op.results:
+            mask[r] = m
+    return [mask.get(v, 0) for v in region.outputs]
+
+
+def _deterministic(op: Op) -> bool:
+    table = by_ir_name()
+    inner = [o for r in op.regions for g in R.walk_graphs(r) for o in g.ops]
+    return not any(table[o.name].nondeterministic for o in [op, *inner] if o.name in table)
+
+
+def _static(t: TensorType) -> bool:
+    return all(isinstance(d, int) for d in t.shape)
+
+
+def _unused(t: TensorType) -> Value:
+    """A stand-in for a result nothing uses (the driver wants a value per result)."""
+    return Value(t)
+
+
+# ---------------------------------------------------------------- tc.cond
+
+def _cond(op: Op, rw: Rewriter) -> RuleResult:
+    pred, operands, branches = op.operands[0], op.operands[1:], op.regions
+    if is_constant(pred):
+        branch = branches[0] if bool(pred.op.attrs["value"]) else branches[1]
+        env = dict(zip(branch.inputs, operands))
+        _clone(rw, branch.ops, env)
+        return [env[v] for v in branch.outputs]
+    results = [j for j, r in enumerate(op.results) if rw.old_uses.get(r, 0)]
+    kept = _distinct_used(operands, 0, branches, _used(branches))
+    if len(kept) == len(operands) and len(results) == len(op.results):
+        return None
+    new_branches = [_rebuild(g, [args[k] for _, args in kept], [g.outputs[j] for j in results])
+                    for k, g in enumerate(branches)]
+    new = rw.add(op.name, [pred] + [v for v, _ in kept], op.attrs,
+                 [op.results[j].type for j in results], op.loc, new_branches)
+    out = [_unused(r.type) for r in op.results]
+    for j, r in zip(results, new.results):
+        out[j] = r
+    return out
+
+
+# ---------------------------------------------------------------- loops
+
+class _Loop:
+    """A scan or while loop being rewritten: its operand groups (new-graph values), its
+    regions (each taking consts, carries and, for a scan body, x rows), and where each
+    of the op's original results now comes from."""
+
+    def __init__(self, op: Op, rw: Rewriter):
+        self.op, self.rw, self.scan = op, rw, op.name == R.SCAN
+        if self.scan:
+            consts, init, xs = R.scan_groups(op)
+        else:
+            (consts, init), xs = R.while_groups(op), []
+        self.consts, self.init, self.xs = list(consts), list(init), list(xs)
+        self.regions = list(op.regions)
+        c = len(init)
+        # per carry and per y: its original result, then (scan) which y the body yields
+        self.carry_results = list(op.results[:c])
+        self.y_results = list(op.results[c:]) if self.scan else []
+        self.replaced: dict[Value, Value] = {}     # original result -> value computed outside
+        self.changed = False
+
+    @property
+    def body(self) -> Graph:
+        return self.regions[-1]
+
+    def group_args(self, g: Graph) -> tuple[list[Value], list[Value], list[Value]]:
+        k, c = len(self.consts), len(self.init)
+        return g.inputs[:k], g.inputs[k:k + c], g.inputs[k + c:]
+
+    def used(self, result: Value) -> bool:
+        return bool(self.rw.old_uses.get(result, 0))
+
+    # -- hoisting ------------------------------------------------------------------------
+    def hoist(self) -> None:
+        """Loop-invariant ops out of every region; for a scan, ops on x rows too."""
+        new_consts: list[tuple[Value, list[Value]]] = []      # outer value, the region value per region
+        new_xs: list[tuple[Value, Value]] = []                  # the body's row, the stacked value
+        for n, g in enumerate(self.regions):
+            hoisted = self.hoist_region(g, n == len(self.regions) - 1 and self.scan)
+            if hoisted is None:
+                continue
+            invariant, rows = hoisted
+            for inner, outer in invariant:
+                per_region = [Value(inner.type) for _ in self.regions]     # unused elsewhere
+                per_region[n] = inner
+                new_consts.append((outer, per_region))
+            new_xs += rows
+        if not new_consts and not new_xs and not self.replaced:
+            return
+        self.changed = True
+        for n, g in enumerate(self.regions):
+            consts, carry, xs = self.group_args(g)
+            inputs = ([[v] for v in consts] + [[per_region[n]] for _, per_region in new_consts]
+                      + [[v] for v in carry] + [[v] for v in xs])
+            if self.scan:
+                inputs += [[inner] for inner, _ in new_xs]
+            outputs = list(g.outputs)
+            if self.scan:
+                c = len(self.init)
+                keep = [j for j, y in enumerate(self.y_results) if y not in self.replaced]
+                outputs = outputs[:c] + [outputs[c + j] for j in keep]
+            self.regions[n] = _rebuild(g, inputs, outputs)
+        if self.scan:
+            self.y_results = [y for y in self.y_results if y not in self.replaced]
+        self.consts += [outer for outer, _ in new_consts]
+        self.xs += [outer for _, outer in new_xs]
+
+    def hoist_region(self, g: Graph, rows: bool):
+        """Emit before the loop the ops of `g` that do not need a step; the body values they
+        stand for, with their outer values (invariant ones, then stacked x rows), or None."""
+        consts, _, xs = self.group_args(g)
+        outer = dict(zip(consts, self.consts))
+        stacked = dict(zip(xs, self.xs)) if rows else {}
+        constants: dict[Value, Op] = {}
+        invariant, row_values = [], []
+        length = self.op.attrs.get("length")
+
+        def outside(v: Value) -> Value:
+            if v not in outer:      # a tc.constant of the body: copied out
+                c = constants[v]
+                outer[v] = self.rw.constant(c.attrs["value"], v.type, c.loc)
+            return outer[v]
+
+        for inner in g.ops:
+            if inner.name == CONSTANT:
+                constants[inner.result] = inner
+                continue
+            if not _deterministic(inner):
+                continue
+            if all(v in outer or v in constants for v in inner.operands):
+                copy = self.rw.add(inner.name, [outside(v) for v in inner.operands], inner.attrs,
+                                   [r.type for r in inner.results], inner.loc, inner.regions)
+                outer.update(zip(inner.results, copy.results))
+                invariant += zip(inner.results, copy.results)
+                continue
+            if not rows or not all(v in outer or v in constants or v in stacked for v in inner.operands):
+                continue
+            types = _over_rows(inner, [v in stacked for v in inner.operands], length)
+            if types is None:
+                continue
+            copy = self.rw.add(inner.name, [stacked[v] if v in stacked else outside(v) for v in inner.operands],
+                               inner.attrs, types, inner.loc)
+            stacked.update(zip(inner.results, copy.results))
+            row_values += zip(inner.results, copy.results)
+        if rows:       # a y that is a row of a value computed outside is that value
+            c = len(self.init)
+            for y, v in zip(self.y_results, g.outputs[c:]):
+                if v in stacked:
+                    self.replaced[y] = stacked[v]
+        if not invariant and not row_values and not self.replaced:
+            return None
+        return invariant, row_values
+
+    # -- dead carries and ys ---------------------------------------------------------------
+    def drop_dead(self) -> None:
+        k, c = len(self.consts), len(self.init)
+        deps = [_dependencies(g) for g in self.regions]
+        ys = [j for j, y in enumerate(self.y_results) if self.used(y)]
+        needed_args = 0
+        if not self.scan:
+            needed_args |= deps[0][0]          # what the while condition reads
+        for j in ys:
+            needed_args |= deps[-1][c + j]
+        carries = {j for j, r in enumerate(self.carry_results) if self.used(r)}
+        while True:       # a carry a needed output depends on is needed: to the fixed point
+            for j in carries:
+                needed_args |= deps[-1][j]
+            more = {j for j in range(c) if needed_args >> (k + j) & 1} - carries
+            if not more:
+                break
+            carries |= more
+        carries = sorted(carries)
+        if len(carries) == c and len(ys) == len(self.y_results):
+            return
+        self.changed = True
+        for n, g in enumerate(self.regions):
+            consts, carry, xs = self.group_args(g)
+            inputs = [[v] for v in consts] + [[carry[j]] for j in carries] + [[v] for v in xs]
+            if g is self.body:
+                outputs = [g.outputs[j] for j in carries] + [g.outputs[c + j] for j in ys]
+            else:
+                outputs = list(g.outputs)
+            self.regions[n] = _rebuild(g, inputs, outputs)
+        self.init = [self.init[j] for j in carries]
+        self.carry_results = [self.carry_results[j] for j in carries]
+        self.y_results = [self.y_results[j] for j in ys]
+
+    # -- operands --------------------------------------------------------------------------
+    def drop_operands(self) -> None:
+        """Consts and scanned inputs no region reads, or passed twice."""
+        used = _used(self.regions)
+        k, c = len(self.consts), len(self.init)
+        consts = _distinct_used(self.consts, 0, self.regions, used)
+        xs = _distinct_used(self.xs, k + c, [self.body], used) if self.scan else []
+        if len(consts) == k and len(xs) == len(self.xs):
+            return
+        self.changed = True
+        for n, g in enumerate(self.regions):
+            carry = self.group_args(g)[1]
+            inputs = [args[n] for _, args in consts] + [[v] for v in carry]
+            if g is self.body and self.scan:
+                inputs += [args[0] for _, args in xs]
+            self.regions[n] = _rebuild(g, inputs, list(g.outputs))
+        self.consts = [v for v, _ in consts]
+        self.xs = [v for v, _ in xs]
+
+    # -- the op ------------------------------------------------------------------------------
+    def emit(self) -> RuleResult:
+        if not self.changed:
+            return None
+        op = self.op
+        attrs = {**op.attrs, "num_consts": len(self.consts)}
+        if self.scan:
+            attrs["num_carry"] = len(self.init)
+        length = op.attrs.get("length")
+        types = [v.type for v in self.init] + [R.stacked_type(y.type, length) for y in self.body.outputs[len(self.init):]]
+        results: dict[Value, Value] = dict(self.replaced)
+        if types:
+            new = self.rw.add(op.name, self.consts + self.init + self.xs, attrs, types, op.loc, self.regions)
+            results.update(zip(self.carry_results + self.y_results, new.results))
+        return [results.get(r) or _unused(r.type) for r in op.results]
+
+
+def _over_rows(op: Op, is_row: list[bool], length) -> list[TensorType] | None:
+    """The result types of `op` applied to whole stacked xs where `is_row` marks its operands
+    that are x rows, if that computes every step's result at once (row i of the result is
+    the op on rows i); None otherwise."""
+    opdef = by_ir_name().get(op.name)
+    if opdef is None or not isinstance(length, int):
+        return None
+    ranks = [v.type.ndim for v in op.operands]
+    rows = [r for r, x in zip(ranks, is_row) if x]
+    if opdef.kind == "elementwise":
+        # a row with fewer dims than the result would broadcast against the step dim
+        if any(r != op.results[0].type.ndim for r in rows):
+            return None
+    elif op.name == MATMUL and len(op.operands) == 2 and sum(is_row) == 1:
+        x, w = (ranks[0], ranks[1]) if is_row[0] else (ranks[1], ranks[0])
+        # x[i] @ W: W must not add batch dims of its own (then the step dim would not lead);
+        # W @ x[i]: a 1-d x[i] is a vector, xs a matrix: only for x[i] of 2 dims or more
+        if (w > max(2, x)) if is_row[0] else (x < 2 or w > x):
+            return None
+    else:
+        return None
+    types = [R.stacked_type(v.type, length) if x else v.type for v, x in zip(op.operands, is_row)]
+    try:
+        inferred = rules.infer(opdef, opdef.arguments_from(types, op.attrs))
+    except Exception:        # any refusal of the shape rule: keep the op in the body
+        return None
+    want = [R.stacked_type(r.type, length) for r in op.results]
+    return want if inferred == want else None
+
+
+def _scan(op: Op, rw: Rewriter) -> RuleResult:
+    length, c = op.attrs.get("length"), op.attrs.get("num_carry")
+    if length == 0 and all(_static(r.type) for r in op.results[c:]):
+        init = R.scan_groups(op)[1]
+        return list(init) + [rw.constant(np.zeros(r.type.shape, r.type.dtype.np), r.type, op.loc)
+                             for r in op.results[c:]]
+    loop = _Loop(op, rw)
+    loop.hoist()
+    loop.drop_dead()
+    loop.drop_operands()
+    return loop.emit()
+
+
+def _while(op: Op, rw: Rewriter) -> RuleResult:
+    loop = _Loop(op, rw)
+    loop.hoist()
+    loop.drop_dead()
+    loop.drop_operands()
+    return loop.emit()
