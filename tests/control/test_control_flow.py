@@ -318,3 +318,25 @@ def test_a_body_that_writes_a_tensor_from_outside_raises_and_leaves_it_unchanged
     assert outside._value is None
     tc.scan(body, INIT, XS[:2])                # eagerly it is a Python loop: the writes happen
     close(outside, XS[:2].numpy().sum(0))
+
+
+def _scan_loss(w):
+    c, ys = tc.scan(lambda c, x: (tc.tanh(c + x * w), tc.sin(c)), tc.zeros(3, dtype=tc.float64), XS[:3])
+    return c.sum() + (ys * ys).sum()
+
+
+def _cond_loss(w):
+    return tc.cond(w.sum() > 0, lambda v: (tc.sin(v) * v).sum(), lambda v: (v ** 3).sum(), w)
+
+
+@pytest.mark.parametrize("loss", [_scan_loss, _cond_loss], ids=["scan", "cond"])
+@pytest.mark.parametrize("transform", [
+    lambda f: (lambda w: tc.jvp(tc.grad(f), (w,), (tc.ones_like(w),))[1]),   # forward over reverse
+    lambda f: tc.grad(lambda w: tc.jvp(f, (w,), (tc.ones_like(w),))[1]),     # reverse over forward
+    lambda f: tc.hessian(f),
+    lambda f: tc.jacrev(tc.jacrev(f)),
+    lambda f: (lambda w: tc.vmap(tc.grad(f))(tc.stack([w, w * 2.0]))),
+], ids=["jvp-grad", "grad-jvp", "hessian", "jacrev-jacrev", "vmap-grad"])
+def test_composed_transforms_through_regions_match_the_eager_loops(loss, transform):
+    w = tc.tensor(np.array([0.5, -0.3, 0.2]))
+    close(tc.trace(transform(loss), backend=BACKEND)(w), transform(loss)(w), 1e-9)

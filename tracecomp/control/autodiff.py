@@ -51,6 +51,10 @@ class RegionBackward(Node):
         super().__init__(edges, num_outputs, ctx.location() if ctx is not None else user_location())
         self.op_name = op_name
         self._backward = backward
+        # the operands with their tangents, when the op ran below a jvp (forward over reverse):
+        # the backward runs on these, so its results carry tangents (autograd/kernels.py's
+        # _save_duals does the same for formula nodes)
+        self.duals = None
 
     def name(self) -> str:
         return {R.SCAN: "ScanBackward0", R.COND: "CondBackward0"}.get(self.op_name, "RegionBackward0")
@@ -131,18 +135,19 @@ def _scan_vjp(name, operands, attrs, regions):
         backward.outputs = [bctx.value_of(t) for t in new]
 
     # sort B's captures: consts and xs are read directly, F's other values are residuals
+    # (an int: that operand; a tensor: itself; for rows, ("residual", r): stacked residual r)
     position = {id(a): i for i, a in enumerate(args)}
     b_consts, b_const_values, rows, row_values, residuals = [], [], [], [], []
     for t, v in zip(bctx.captured, backward.inputs[len(declared):]):
         i = position.get(id(t))
         if i is not None and i < k:
-            b_consts.append(consts[i])
+            b_consts.append(i)
             b_const_values.append(v)
         elif i is not None and i >= k + c:
-            rows.append(xs[i - k - c])
+            rows.append(i)
             row_values.append(v)
         elif t._trace is fctx:
-            rows.append(len(residuals))           # filled with the stacked residual below
+            rows.append(("residual", len(residuals)))
             residuals.append(t)
             row_values.append(v)
         else:
@@ -158,20 +163,22 @@ def _scan_vjp(name, operands, attrs, regions):
     results = bind(name, fctx.captured + list(operands), f_attrs, [forward], below=AUTOGRAD)
     n_out = c + len(ys)
     stacks, results = results[n_out:], results[:n_out]
-    f_operands = fctx.captured + list(operands)
 
     def scan_backward(grads: list) -> list:
+        ops = node.duals if node.duals is not None else operands
         residual = stacks
-        if is_grad_enabled():
-            # differentiated again (create_graph): the residuals' own dependence on the
-            # operands counts, so the forward runs again, this time under autograd
-            residual = bind(name, f_operands, f_attrs, [forward])[n_out:]
-        b_rows = [residual[r] if isinstance(r, int) else r for r in rows]
+        if is_grad_enabled() or node.duals is not None:
+            # differentiated again (create_graph), or along tangents (forward over reverse):
+            # the residuals' own dependence on the operands counts, so the forward runs again
+            # with every key this time
+            residual = bind(name, fctx.captured + list(ops), f_attrs, [forward])[n_out:]
+        b_rows = [residual[r[1]] if isinstance(r, tuple) else ops[r] for r in rows]
+        b_ops = [ops[r] if isinstance(r, int) else r for r in b_consts]
         ct_final = [grads[i] if grads[i] is not None else _zeros(init[i]) for i in carry_ct]
         ct_ys = [grads[c + j] if grads[c + j] is not None else _zeros(results[c + j]) for j in y_ct]
         b_attrs = {"length": length, "num_consts": len(b_consts), "num_carry": n_carry,
                    "reverse": not attrs.get("reverse", False)}
-        out = bind(name, b_consts + ct_final + [_zeros(consts[i]) for i in summed] + b_rows + ct_ys,
+        out = bind(name, b_ops + ct_final + [_zeros(consts[i]) for i in summed] + b_rows + ct_ys,
                    b_attrs, [backward])
         per_operand = [None] * len(operands)
         for i, g in zip(carry_ct, out[:len(carry_ct)]):
@@ -183,7 +190,8 @@ def _scan_vjp(name, operands, attrs, regions):
         return per_operand
 
     edges = [gradient_edge(t) if w else None for t, w in zip(operands, wants)]
-    _attach(RegionBackward(name, edges, len(results), scan_backward), results)
+    node = RegionBackward(name, edges, len(results), scan_backward)
+    _attach(node, results)
     return results
 
 
@@ -210,6 +218,7 @@ def _cond_vjp(name, operands, attrs, regions):
     out_ct = [j for j, r in enumerate(results) if _floating(r)]
 
     def cond_backward(grads: list) -> list:
+        pred, ops = (node.duals or operands)[0], (node.duals or operands)[1:]
         cts = [grads[j] if grads[j] is not None else _zeros(results[j]) for j in out_ct]
 
         def branch_vjp(region):
@@ -235,11 +244,20 @@ def _cond_vjp(name, operands, attrs, regions):
         return per_operand
 
     edges = [gradient_edge(t) if w else None for t, w in zip(operands, wants)]
-    _attach(RegionBackward(name, edges, len(results), cond_backward), results)
+    node = RegionBackward(name, edges, len(results), cond_backward)
+    _attach(node, results)
     return results
 
 
 # ---------------------------------------------------------------- forward mode
+
+def _save_duals(results: list, duals: list) -> None:
+    """The node that the op bound below ForwardAD got (if any) runs its backward on `duals`,
+    the same operands with their tangents."""
+    for r in results:
+        if isinstance(r.grad_fn, RegionBackward):
+            r.grad_fn.duals = duals
+            return
 
 def _tangents(operands):
     top = top_level({"operands": operands})
@@ -295,11 +313,14 @@ def _scan_jvp(name, operands, attrs, regions):
         return (outs[:c] + [touts[i] for i in t_carry] + outs[c:] + [touts[c + j] for j in y_float])
 
     region = trace_region(jvp_body, types, "body")
-    ops = (region.captured + consts + [tangents[i] for i in t_consts] + init
-           + [tangents[k + i] if has[k + i] else _zeros(init[i]) for i in t_carry]
-           + xs + [tangents[k + c + j] for j in t_xs])
+    t_ops = ([tangents[i] for i in t_consts], [tangents[k + i] if has[k + i] else _zeros(init[i]) for i in t_carry],
+             [tangents[k + c + j] for j in t_xs])
+
+    def joined(cs, carry, rows):
+        return region.captured + cs + t_ops[0] + carry + t_ops[1] + rows + t_ops[2]
     j_attrs = dict(attrs, num_consts=len(region.captured) + k + len(t_consts), num_carry=c + len(t_carry))
-    out = bind(name, ops, j_attrs, [region.graph], below=FORWARD)
+    out = bind(name, joined(consts, init, xs), j_attrs, [region.graph], below=FORWARD)
+    _save_duals(out, joined(operands[:k], operands[k:k + c], operands[k + c:]))
     carry, carry_t = out[:c], out[c:c + len(t_carry)]
     ys, ys_t = out[c + len(t_carry):c + len(t_carry) + n_y], out[c + len(t_carry) + n_y:]
     for i, t in zip(t_carry, carry_t):
@@ -372,6 +393,7 @@ def _cond_jvp(name, operands, attrs, regions):
     captured = share_captures(branches)
     out = bind(name, [pred] + captured + list(ops) + [tangents[1 + i] for i in t_ops], {},
                [r.graph for r in branches], below=FORWARD)
+    _save_duals(out, [operands[0]] + captured + list(operands[1:]) + [tangents[1 + i] for i in t_ops])
     results, touts = out[:n_out], out[n_out:]
     for r, t in zip([r for r in results if _floating(r)], touts):
         r._tangent = t

@@ -1,7 +1,8 @@
 """tc.vmap of region ops: the Batched rules of tc.scan, tc.while_loop and tc.cond.
 
 Each rule takes the operands of the innermost vmap level as whole batches and binds the
-op once on them, its regions the vmap of the old ones (so the loop runs once for the
+op once on them (through every key again, as the Batched kernel calls an op on whole
+batches: their own gradients and outer vmap levels act there), its regions the vmap of the old ones (so the loop runs once for the
 whole batch, never once per item).  Every carry is batched as soon as any operand is (an
 unbatched init is broadcast): a carry that one batched value reaches is batched from then
 on, and batching all of them costs a broadcast, not a fixpoint search.
@@ -77,7 +78,7 @@ def _scan_vmap(name, operands, attrs, regions):
     types = [t._type for t in ops[:k + c]] + [R.row_type(t._type) for t in ops[k + c:]]
     region = trace_region(_mapped(body, axes), types, "body")
     out = bind(name, region.captured + ops, dict(attrs, num_consts=len(region.captured) + k),
-               [region.graph], below=BATCHED)
+               [region.graph])
     carry, ys = out[:c], [tc.movedim(y, 1, 0) for y in out[c:]]
     return [wrap(t, level) for t in carry + ys]
 
@@ -108,8 +109,7 @@ def _while_vmap(name, operands, attrs, regions):
 
     regions2 = [trace_region(any_cond, types, "cond"), trace_region(masked_body, types, "body")]
     captured = share_captures(regions2)
-    out = bind(name, captured + ops, {"num_consts": len(captured) + k}, [r.graph for r in regions2],
-               below=BATCHED)
+    out = bind(name, captured + ops, {"num_consts": len(captured) + k}, [r.graph for r in regions2])
     return [wrap(t, level) for t in out]
 
 
@@ -132,5 +132,5 @@ def _cond_vmap(name, operands, attrs, regions):
     types = [t._type for t in ops]
     branches = [trace_region(_mapped(r, axes), types, label) for r, label in zip(regions, ("then", "else"))]
     captured = share_captures(branches)
-    out = bind(name, [pred] + captured + ops, {}, [r.graph for r in branches], below=BATCHED)
+    out = bind(name, [pred] + captured + ops, {}, [r.graph for r in branches])
     return [wrap(t, level) for t in out]

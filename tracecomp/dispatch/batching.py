@@ -63,6 +63,17 @@ def pop(frame: _Frame) -> None:
         state.included.discard(DispatchKey.Batched)
 
 
+def hide_frames() -> list:
+    """Make no tc.vmap active (a loop body being traced sees none of those around it);
+    returns them for `show_frames`."""
+    hidden, _frames.active = _frames.active, []
+    return hidden
+
+
+def show_frames(hidden: list) -> None:
+    _frames.active = hidden
+
+
 def _active(level: int) -> _Frame:
     for f in _frames.active:
         if f.level == level:

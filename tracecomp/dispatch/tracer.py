@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from . import batching
 from .dispatcher import DispatchKey, state
 from ..core.errors import TraceError
 from ..ir import CONSTANT, Graph, Value
@@ -228,7 +229,7 @@ class RegionTrace(TraceContext):
         return self.local(t)._value
 
     def __enter__(self):
-        self._saved = (state.region, set(state.included))
+        self._saved = (state.region, set(state.included), batching.hide_frames())
         super().__enter__()
         state.region = self
         state.included.clear()
@@ -237,6 +238,7 @@ class RegionTrace(TraceContext):
 
     def __exit__(self, *exc):
         super().__exit__(*exc)
-        state.region, included = self._saved
+        state.region, included, frames = self._saved
         state.included.clear()
         state.included.update(included)
+        batching.show_frames(frames)
