@@ -340,3 +340,18 @@ def _cond_loss(w):
 def test_composed_transforms_through_regions_match_the_eager_loops(loss, transform):
     w = tc.tensor(np.array([0.5, -0.3, 0.2]))
     close(tc.trace(transform(loss), backend=BACKEND)(w), transform(loss)(w), 1e-9)
+
+
+def test_fori_loop_with_run_time_bounds_and_max_steps_has_a_gradient():
+    def f(v, hi):
+        return tc.fori_loop(tc.tensor(np.int64(0)), hi, lambda i, v: tc.sin(v) * 1.1, v, max_steps=6).sum()
+
+    def g(v, n):
+        for _ in range(n):
+            v = tc.sin(v) * 1.1
+        return v.sum()
+    step = tc.trace(tc.value_and_grad(f), backend=BACKEND)
+    for n in (0, 3, 6):
+        value, grad = step(INIT, tc.tensor(np.int64(n)))
+        close(value, g(INIT, n))
+        close(grad, tc.grad(g)(INIT, n))

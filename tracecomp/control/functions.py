@@ -186,9 +186,13 @@ def _scan_eagerly(f, init_leaves, init_s, x_leaves, x_s, length: int, reverse: b
 
 # ---------------------------------------------------------------- fori_loop
 
-def fori_loop(lower, upper, body: Callable, init):
+def fori_loop(lower, upper, body: Callable, init, *, max_steps: int | None = None):
     """`val = body(i, val)` for i in [lower, upper) (JAX's lax.fori_loop).  Bounds are ints or
-    0-d integer tensors; i is a 0-d int64 tensor."""
+    0-d integer tensors; i is a 0-d int64 tensor.  With tensor bounds the loop is a
+    while_loop (forward mode only), unless `max_steps` bounds its trip count: then it is a
+    scan of max_steps steps, those past `upper` keeping the value, which reverse mode can
+    differentiate (the trip count must not exceed max_steps: an error at run time would need
+    a check in the loop, so more steps are cut off, as in a scan of that length)."""
     static = all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in (lower, upper))
     if not static:
         for name, b in (("lower", lower), ("upper", upper)):
@@ -197,8 +201,10 @@ def fori_loop(lower, upper, body: Callable, init):
                 raise ControlFlowError(f"tc.fori_loop: {name} must be an int or a 0-d integer tensor, "
                                        f"got {b!r}{_where()}")
     if current() is None:
-        val = init
-        for i in range(int(as_tensor(lower).item()), int(as_tensor(upper).item())):
+        val, lo, hi = init, int(as_tensor(lower).item()), int(as_tensor(upper).item())
+        if max_steps is not None and not static:
+            hi = min(hi, lo + max_steps)           # as the traced loop: cut at max_steps
+        for i in range(lo, hi):
             val = body(tc.tensor(i, dtype=dt.INT64), val)
         return val
     if static:
@@ -209,6 +215,19 @@ def fori_loop(lower, upper, body: Callable, init):
         (_, val), _ = scan(step, (start, init), None, length=max(int(upper) - int(lower), 0))
         return val
     lo, hi = (as_tensor(b).to(dt.INT64) for b in (lower, upper))
+    if max_steps is not None:
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 0:
+            raise ControlFlowError(f"tc.fori_loop: max_steps must be an int >= 0, got {max_steps!r}{_where()}")
+
+        def bounded(carry, _):
+            i, val = carry
+            new_leaves, new_s = _flatten(body(i, val), "val")
+            old, old_s = _flatten(val, "val")
+            _check_same("tc.fori_loop", "val", old, old_s, new_leaves, new_s)
+            running = i < hi
+            return (i + 1, pytree.unflatten(old_s, [tc.where(running, n, o) for n, o in zip(new_leaves, old)])), None
+        (_, val), _ = scan(bounded, (lo, init), None, length=max_steps)
+        return val
     _, _, val = while_loop(lambda c: c[0] < c[1], lambda c: (c[0] + 1, c[1], body(c[0], c[2])), (lo, hi, init))
     return val
 
