@@ -8,11 +8,11 @@ import functools
 import numpy as np
 import pytest
 
-from region_graphs import (BOOL, F32, GRAPHS, I64, T, branch, cond, const, inputs_for, nested, op, region,
-                           rnn_scan, scan, while_loop)
+from region_graphs import (BOOL, GRAPHS, I64, T, branch, cond, const, inputs_for, op, region, rnn_scan, scan,
+                           while_loop)
 from tracecomp.ir import Graph
-from tracecomp.ir import regions as R
 from tracecomp.ir.passes import control, cse, dce, fold_constants, simplify
+from tracecomp.ir.parser import parse_graph
 from tracecomp.ir.printer import print_graph
 from tracecomp.ir.verifier import verify
 from tracecomp.ops.numpy_kernels import run as numpy_run
@@ -499,3 +499,83 @@ def test_pipeline_on_the_rewrites():
         same_results(g, out)
         text = print_graph(out)
         assert "tc.scan" in text or "tc.while_loop" in text
+
+
+# ---------------------------------------------------------------- random loops
+
+def random_ops(rnd, g: Graph, values: list, depth: int = 0) -> list:
+    """A few random ops on `values` (3x3 matrices): unary, add/mul with a value or a
+    constant, matmul, a scan nested inside, a cond, a rand (times 0, so results compare)."""
+    values = list(values)
+    for _ in range(rnd.randint(0, 7)):
+        a, kind = rnd.choice(values), rnd.random()
+        if kind < 0.3:
+            values.append(op(g, rnd.choice(["tc.exp", "tc.neg", "tc.tanh", "tc.sin"]), [a]).result)
+        elif kind < 0.55:
+            b = rnd.choice(values + [const(g, rnd.random())])
+            values.append((op(g, "tc.add", [a, b], alpha=1) if rnd.random() < 0.5 else op(g, "tc.mul", [a, b])).result)
+        elif kind < 0.7:
+            values.append(op(g, "tc.matmul", [a, rnd.choice(values)]).result)
+        elif kind < 0.8 and depth < 2:
+            row = op(g, "tc.unsqueeze", [a], dim=0).result
+            body = region("inner", T(3, 3), T(3, 3), T(3, 3))
+            inner = random_ops(rnd, body, body.inputs, depth + 1)
+            body.outputs = [rnd.choice(inner), rnd.choice(inner)]
+            loop = scan(g, [a], [rnd.choice(values)], [op(g, "tc.cat", [row, row], dim=0).result], body)
+            ys = op(g, "tc.sum", [loop.results[1]], dim=(0,), keepdim=False, dtype=None).result
+            values.append(rnd.choice([loop.results[0], ys]))
+        elif kind < 0.9:
+            p = (const(g, rnd.random() < 0.5, np.bool_) if rnd.random() < 0.5 else
+                 op(g, "tc.gt", [op(g, "tc.sum", [a], dim=None, keepdim=False, dtype=None).result,
+                                 const(g, 0.0)]).result)
+            then, other = region("then", T(3, 3), T(3, 3)), region("else", T(3, 3), T(3, 3))
+            then.outputs = [op(then, "tc.exp", [then.inputs[0]]).result]
+            other.outputs = [other.inputs[rnd.randint(0, 1)]]
+            values.append(cond(g, p, [a, rnd.choice(values)], then, other).result)
+        else:
+            r = g.add_op("tc.rand", [], {"size": (3, 3), "dtype": None}, [T(3, 3)]).result
+            values.append(op(g, "tc.add", [a, op(g, "tc.mul", [r, const(g, 0.0)]).result], alpha=1).result)
+    return values
+
+
+def random_scan(seed: int) -> Graph:
+    import random
+    rnd = random.Random(seed)
+    k, c, n, length = rnd.randint(0, 2), rnd.randint(0, 3), rnd.randint(1, 2), rnd.choice([0, 1, 3])
+    g = Graph("f", [T(3, 3)] * (k + c) + [T(length, 3, 3)] * n)
+    consts = [rnd.choice(g.inputs[:k + c]) for _ in range(k)]         # repeats happen
+    body = region("body", *[T(3, 3)] * (k + c + n))
+    values = random_ops(rnd, body, body.inputs)
+    body.outputs = [rnd.choice(values) for _ in range(c + rnd.randint(0, 2))]
+    loop = scan(g, consts, g.inputs[k:k + c], g.inputs[k + c:], body, reverse=rnd.random() < 0.3)
+    g.outputs = [r for r in loop.results if rnd.random() < 0.6]
+    return g
+
+
+def random_while(seed: int) -> Graph:
+    import random
+    rnd = random.Random(seed)
+    k, c = rnd.randint(0, 2), rnd.randint(0, 3)
+    g = Graph("f", [T(I64)] + [T(3, 3)] * (k + c))
+    consts = [g.inputs[0]] + [rnd.choice(g.inputs[1:]) for _ in range(k)]
+    init = [const(g, 0, np.int64)] + g.inputs[1 + k:]
+    types = [v.type for v in consts + init]
+    k += 1
+    cnd = region("cond", *types)
+    limit = cnd.inputs[0] if rnd.random() < 0.5 else op(cnd, "tc.mul", [cnd.inputs[0], const(cnd, 1, np.int64)]).result
+    cnd.outputs = [op(cnd, "tc.lt", [cnd.inputs[k], limit]).result]
+    body = region("body", *types)
+    values = random_ops(rnd, body, [v for v in body.inputs if v.type == T(3, 3)] or [const(body, np.ones((3, 3)))])
+    step = op(body, "tc.add", [body.inputs[k], const(body, 1, np.int64)], alpha=1).result
+    body.outputs = [step] + [rnd.choice(values) for _ in range(len(init) - 1)]
+    g.outputs = [r for r in while_loop(g, consts, init, cnd, body).results if rnd.random() < 0.6]
+    return g
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("make", [random_scan, random_while])
+def test_random_loops_keep_their_meaning(make, seed):
+    g = make(seed)
+    for out in (control(g), optimize(g)):
+        same_results(g, out, trials=1)
+        assert parse_graph(print_graph(out)) == out

@@ -65,7 +65,9 @@ def value_names(graph: Graph) -> dict[Value, str]:
     """The printed name of each value: %arg<i> for inputs, %<n> for the result of the n-th
     op with results, %<n>#<j> for result j of a multi-result op, %b<k> for the k-th block
     argument (a region's input); ops and regions count in print order over the whole
-    function, regions included (the drawing and the verifier's reports use them too)."""
+    function, regions included (the drawing and the verifier's reports use them too).  A
+    region graph two ops share prints twice with the names of its last visit: a region's
+    names are scoped to it, so the text still parses (as two equal regions)."""
     names = {v: f"%arg{i}" for i, v in enumerate(graph.inputs)}
     counts = {"op": 0, "arg": 0}
     stack = [iter(graph.ops)]     # an iterator per open region: nesting needs no recursion
