@@ -99,27 +99,18 @@ def _scan_vjp(name, operands, attrs, regions):
     types = [v.type for v in body.inputs]
     # which block arguments the backward differentiates: wanted consts and xs, every float carry
     arg_diff = wants[:k] + [_floating(t) for t in init] + wants[k + c:]
-
-    forward = Graph("forward", types)
-    fctx = RegionTrace(forward)
-    with fctx, enable_grad():
-        args = [fctx.wrap(v) for v in forward.inputs]
-        for a, d in zip(args, arg_diff):
-            a.requires_grad = d
-        outs = eval_graph(body, args)
-        out_values = [fctx.value_of(o) for o in outs]
-    ys = outs[c:]
+    y_types = [v.type for v in body.outputs[c:]]
     carry_ct = [i for i in range(c) if _floating(init[i])]
-    y_ct = [j for j, y in enumerate(ys) if _floating(y)]
+    y_ct = [j for j, t in enumerate(y_types) if t.dtype.is_floating_point]
     summed = [i for i in range(k) if wants[i]]
-    declared = [outs[i]._type for i in carry_ct] + [consts[i]._type for i in summed] + [ys[j]._type for j in y_ct]
+    declared = [init[i]._type for i in carry_ct] + [consts[i]._type for i in summed] + [y_types[j] for j in y_ct]
+    n_carry = len(carry_ct) + len(summed)
 
-    backward = Graph("backward", declared)
-    bctx = RegionTrace(backward)
-    with bctx:
-        b = [bctx.wrap(v) for v in backward.inputs]
-        ct_carry, sums, ct_y = b[:len(carry_ct)], b[len(carry_ct):len(carry_ct) + len(summed)], b[len(carry_ct) + len(summed):]
-        pairs = [(outs[i], g) for i, g in zip(carry_ct, ct_carry)] + [(ys[j], g) for j, g in zip(y_ct, ct_y)]
+    def step_vjp(ctx, cts: list, args: list, outs: list) -> list:
+        """One step's backward, recorded in `ctx`: the new carry cotangents, the running sums
+        of the consts' gradients, and the xs' gradients, from the outputs' cotangents."""
+        ct_carry, sums, ct_y = cts[:len(carry_ct)], cts[len(carry_ct):n_carry], cts[n_carry:]
+        pairs = [(outs[i], g) for i, g in zip(carry_ct, ct_carry)] + [(outs[c + j], g) for j, g in zip(y_ct, ct_y)]
         pairs = [(o, g) for o, g in pairs if o.requires_grad]
         targets = [i for i, d in enumerate(arg_diff) if d]
         grads = run_backward([o for o, _ in pairs], [g for _, g in pairs], True, False,
@@ -132,36 +123,65 @@ def _scan_vjp(name, operands, attrs, regions):
         new = [grad(k + i) for i in carry_ct]
         new += [s + grad_of[i] if grad_of.get(i) is not None else s for s, i in zip(sums, summed)]
         new += [grad(k + c + j) for j in range(len(xs)) if wants[k + c + j]]
-        backward.outputs = [bctx.value_of(t) for t in new]
+        return [ctx.value_of(t) for t in new]
 
+    def differentiable(ctx, values) -> list:
+        args = [ctx.wrap(v) for v in values]
+        for a, d in zip(args, arg_diff):
+            a.requires_grad = d
+        return args
+
+    backward = Graph("backward", declared)
+    bctx = RegionTrace(backward)
+    if attrs.get("remat"):
+        # the step's forward runs again inside the backward, from the carry it started with:
+        # the forward stacks only the carries (the body, yielding its carry inputs too)
+        forward = Graph("forward", [])
+        forward.inputs, forward.ops = list(body.inputs), list(body.ops)
+        forward.outputs = list(body.outputs) + list(body.inputs[k:k + c])
+        f_captured, fctx, residuals = [], None, list(range(c))
+        with bctx, enable_grad():
+            cts = [bctx.wrap(v) for v in backward.inputs]
+            own = [backward.add_input(t) for t in types]
+            args = differentiable(bctx, own)
+            backward.outputs = step_vjp(bctx, cts, args, eval_graph(body, args))
+        # B's own arguments: consts and xs read directly, the carries as the stacked residuals
+        sources = [(v, i if i < k or i >= k + c else ("residual", i - k)) for i, v in enumerate(own)]
+    else:
+        forward = Graph("forward", types)
+        fctx = RegionTrace(forward)
+        with fctx, enable_grad():
+            args = differentiable(fctx, forward.inputs)
+            outs = eval_graph(body, args)
+            out_values = [fctx.value_of(o) for o in outs]
+        with bctx:
+            backward.outputs = step_vjp(bctx, [bctx.wrap(v) for v in backward.inputs], args, outs)
+        sources, residuals = [], []
+        f_captured = fctx.captured
     # sort B's captures: consts and xs are read directly, F's other values are residuals
-    # (an int: that operand; a tensor: itself; for rows, ("residual", r): stacked residual r)
+    # (an int: that operand; a tensor: itself; ("residual", r): stacked residual r)
     position = {id(a): i for i, a in enumerate(args)}
-    b_consts, b_const_values, rows, row_values, residuals = [], [], [], [], []
-    for t, v in zip(bctx.captured, backward.inputs[len(declared):]):
+    for t, v in zip(bctx.captured, backward.inputs[len(declared) + (len(types) if attrs.get("remat") else 0):]):
         i = position.get(id(t))
-        if i is not None and i < k:
-            b_consts.append(i)
-            b_const_values.append(v)
-        elif i is not None and i >= k + c:
-            rows.append(i)
-            row_values.append(v)
-        elif t._trace is fctx:
-            rows.append(("residual", len(residuals)))
+        if i is not None and (i < k or i >= k + c):
+            sources.append((v, i))
+        elif fctx is not None and t._trace is fctx:
+            sources.append((v, ("residual", len(residuals))))
             residuals.append(t)
-            row_values.append(v)
         else:
-            b_consts.append(t)
-            b_const_values.append(v)
-    n_carry = len(carry_ct) + len(summed)
-    backward.inputs = b_const_values + backward.inputs[:n_carry] + row_values + backward.inputs[n_carry:len(declared)]
+            sources.append((v, t))
+    rows = [(v, src) for v, src in sources if isinstance(src, tuple) or (isinstance(src, int) and src >= k + c)]
+    b_consts = [(v, src) for v, src in sources if not any(v is r for r, _ in rows)]
+    backward.inputs = ([v for v, _ in b_consts] + backward.inputs[:n_carry] + [v for v, _ in rows]
+                       + backward.inputs[n_carry:len(declared)])
+    b_consts, rows = [src for _, src in b_consts], [src for _, src in rows]
 
-    f_captured = forward.inputs[len(types):]
-    forward.inputs = f_captured + forward.inputs[:len(types)]
-    forward.outputs = out_values + [fctx.value_of(t) for t in residuals]
-    f_attrs = dict(attrs, num_consts=len(fctx.captured) + k)
-    results = bind(name, fctx.captured + list(operands), f_attrs, [forward], below=AUTOGRAD)
-    n_out = c + len(ys)
+    if fctx is not None:
+        forward.inputs = forward.inputs[len(types):] + forward.inputs[:len(types)]
+        forward.outputs = out_values + [fctx.value_of(t) for t in residuals]
+    f_attrs = dict(attrs, num_consts=len(f_captured) + k)
+    results = bind(name, f_captured + list(operands), f_attrs, [forward], below=AUTOGRAD)
+    n_out = c + len(y_types)
     stacks, results = results[n_out:], results[:n_out]
 
     def scan_backward(grads: list) -> list:
@@ -171,13 +191,13 @@ def _scan_vjp(name, operands, attrs, regions):
             # differentiated again (create_graph), or along tangents (forward over reverse):
             # the residuals' own dependence on the operands counts, so the forward runs again
             # with every key this time
-            residual = bind(name, fctx.captured + list(ops), f_attrs, [forward])[n_out:]
+            residual = bind(name, f_captured + list(ops), f_attrs, [forward])[n_out:]
         b_rows = [residual[r[1]] if isinstance(r, tuple) else ops[r] for r in rows]
         b_ops = [ops[r] if isinstance(r, int) else r for r in b_consts]
         ct_final = [grads[i] if grads[i] is not None else _zeros(init[i]) for i in carry_ct]
         ct_ys = [grads[c + j] if grads[c + j] is not None else _zeros(results[c + j]) for j in y_ct]
-        b_attrs = {"length": length, "num_consts": len(b_consts), "num_carry": n_carry,
-                   "reverse": not attrs.get("reverse", False)}
+        b_attrs = dict(attrs, length=length, num_consts=len(b_consts), num_carry=n_carry,
+                       reverse=not attrs.get("reverse", False))
         out = bind(name, b_ops + ct_final + [_zeros(consts[i]) for i in summed] + b_rows + ct_ys,
                    b_attrs, [backward])
         per_operand = [None] * len(operands)
