@@ -20,7 +20,12 @@ says how a C or C++ host program runs it with the CUDA driver API.
     largest offending index (compared as unsigned);
   launches: in order, each with its entry point, block, grid, static shared memory and
     params (buffer names whose device pointers, then sizes, form the kernel's arguments;
-    every parameter is 64-bit); launches whose grid has a 0 are skipped.
+    every parameter is 64-bit); launches whose grid has a 0 are skipped;
+  steps (only for loops and branches): the order to run them in instead of the launches'
+    own: {"kind": "run", "kernel"} runs that kernel's launches, "scan", "while" and "if"
+    run their blocks on the host as lower/loops/control.py says (buffers of role "bound"
+    get no memory: each is a device pointer the step sets, an operand, a row of a stacked
+    buffer or a carry), as runtime/cuda/runner.py does.
 Random draws (rand/randn) cannot be exported yet, as with the .so exporter.
 """
 from __future__ import annotations

@@ -13,8 +13,9 @@
   one aligned_alloc'ed block per call where sizes are dynamic;
 - `int NAME(const void* const* inputs, void* const* outputs, int64_t size...)`: checks
   that every size is >= 1, that no pointer is NULL and that every index input lies in
-  range, runs the kernels in order, copies outputs that are inputs, constants, temps or
-  repeats of another output, and returns 0 or an error code;
+  range, runs the kernels in order (inside their loops and branches: the steps of
+  llvm/control.py, so a loop is native code here too), copies outputs that are inputs,
+  constants, temps or repeats of another output, and returns 0 or an error code;
 - `int NAME_checked(...)`, the same after comparing the caller's shapes with the compiled
   ones (dynamic sizes read from the input shapes);
 - `const char* NAME_error_string(int code)` and `const char* NAME_metadata(void)` (a JSON

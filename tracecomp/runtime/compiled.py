@@ -15,6 +15,15 @@ The call path is prepared at compile time: per call it builds one list of data p
 takes its arguments from it by position.  Inputs that are exact, C-contiguous ndarrays of
 the right shape and dtype, with no values to check and not donated, skip check_inputs.
 Not re-entrant: one compiled function must not run in two threads at once (shared workspace).
+
+Loops and branches (Program.steps): the kernels' library is compiled as for any program,
+and a driver, one more native function (llvm/control.py), runs the steps: the kernel
+calls, the loops around them and the branches, so a scan of 10,000 steps is one ctypes
+call.  It takes the call's pointer list as an array and a table of the kernels' addresses
+(built once: the driver is a module of its own, so the kernels' library and its cache
+entry stay what they are for any program; the driver's object code has a cache entry of
+its own, keyed by its LLVM IR, which names no kernel).  Programs without control flow
+keep one ctypes call per kernel.
 """
 from __future__ import annotations
 
@@ -106,7 +115,9 @@ class CompiledProgram:
         self._fixed_pointers = [data_pointer(self._fixed[n]) for n in fixed]
         position = {n: i for i, n in enumerate(list(p.inputs) + self._outputs + fixed)}
         self._calls = []
-        for k in p.kernels:
+        if p.steps is not None:
+            self._calls.append(self._driver(position))
+        for k in p.kernels if p.steps is None else ():
             fn = self.library.function(k.name, None, *([ctypes.c_void_p] * len(k.buffers)))
             positions = [position[b.name] for b in k.buffers]
             # itemgetter picks a kernel's pointers as one tuple (of one, for a single buffer)
@@ -127,6 +138,21 @@ class CompiledProgram:
                 self._results.append(("in", p.inputs.index(name)))
             else:
                 self._results.append(("copy", p.inputs.index(name) if name in p.inputs else self._fixed[name]))
+
+    def _driver(self, position: dict[str, int]):
+        """(the driver, the pick of its arguments): the whole program in one native call."""
+        import llvmlite.ir as lir
+        from ..lower.llvm.control import driver_function, table_call
+        p = self.program
+        module = lir.Module(name=f"{self._module_name}_driver")
+        name = f"{self._module_name}_driver"
+        driver_function(module, p, name, position, table_call({k.name: i for i, k in enumerate(p.kernels)}))
+        self._driver_library = _compile_driver(module)
+        fn = self._driver_library.function(name, None, ctypes.c_void_p, ctypes.c_void_p)
+        table = (ctypes.c_void_p * len(p.kernels))(*[self.library.address(k.name) for k in p.kernels])
+        array = ctypes.c_void_p * len(position)
+        self._kernel_table = table                     # (kept alive with the function)
+        return fn, lambda pointers: (array(*pointers), table)
 
     def check_inputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Inputs ready for native code: right shape and dtype (else ArgumentError), C-contiguous
@@ -202,6 +228,35 @@ class CompiledProgram:
         err = recorded_error(self.program.computed_checks, self._errors)
         self._errors[...] = 0
         raise err
+
+
+def _compile_driver(module):
+    """The driver module as a JIT library, its object code from the compile cache when an
+    entry matches (cache.py's key, with the driver's IR as the code), else compiled and stored."""
+    from . import cache, jit
+    engine = jit.default_engine()
+    settings = cache.settings
+    disk = cache.DiskCache.open(settings.directory) if settings.enabled else None
+    if disk is None:
+        return engine.add_code(engine.compile_object(module))
+    parts = cache.key_parts([], module.name, align=None, texts=[str(module)])
+    key = parts.digest()
+    try:
+        code = disk.load(key)
+    except (cache.CorruptEntry, OSError):
+        settings.stats.rejected += 1
+        code = None
+    if code is not None:
+        settings.stats.hits += 1
+        return engine.add_code(code)
+    settings.stats.misses += 1
+    code = engine.compile_object(module)
+    try:
+        settings.stats.evicted += disk.store(key, code, parts, settings.max_bytes)
+        settings.stats.stores += 1
+    except OSError:
+        pass                    # (a cache that cannot be written never fails a compile)
+    return engine.add_code(code)
 
 
 def _overlaps_another(a: np.ndarray, i: int, inputs: list) -> bool:

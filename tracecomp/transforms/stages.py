@@ -139,16 +139,16 @@ class Lowered:
 
     @property
     def loops(self) -> str:
-        from ..lower.loops.printer import print_kernels
+        from ..lower.loops.steps_printer import print_program
         from ..lower.loops.source_notes import source_notes
-        return print_kernels(self.program.kernels, source_notes(self.program))
+        return print_program(self.program, source_notes(self.program))
 
     @functools.cached_property
     def cpu_module(self):
         """The kernels' LLVM module (llvmlite.ir), as the CPU backend compiles it; built
         without compiling (a dump needs no JIT, and a dynamic trace has none)."""
-        from ..lower.llvm.codegen import codegen_kernels
-        return codegen_kernels(self.program.kernels, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
+        from ..lower.llvm.codegen import codegen_program
+        return codegen_program(self.program, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
 
     def _optimized_cpu_module(self):
         """(the CPU module optimized for the host, its target machine), the kernels built first

@@ -4,7 +4,10 @@
 (emitter.py says what each looks like and what its caller guarantees).  This is where the
 stages of llvm/ meet: KernelEmitter is emitter.py's FunctionEmitter with its two hooks
 filled in, parallel Loops run on all cores (parallel.py) and Matmuls as the packed kernel
-(gemm/matmul.py).
+(gemm/matmul.py).  `codegen_program` adds, for a Program with loops and branches, the
+driver that runs its steps with direct calls of the kernels (llvm/control.py): what the
+`llvm` and `asm` stages show; the JIT compiles the same driver on its own, calling the
+kernels through a table of their addresses.
 """
 from __future__ import annotations
 
@@ -72,4 +75,19 @@ def codegen_kernels(kernels: Sequence[Kernel], module_name: str, *,
                 for instr in block.instructions:
                     if instr.opname in _FLOAT_OPS:
                         instr.flags = [f for f in instr.flags if f not in fastmath] + list(fastmath)
+    return module
+
+
+def codegen_program(program, module_name: str, *, align: Optional[int] = BUFFER_ALIGN,
+                    fastmath: Sequence[str] = ()) -> ir.Module:
+    """The kernels of `program` (codegen_kernels) and, when it has steps, its driver
+    `void <module_name>_driver(void** buffers, void* unused)`, which takes the buffers that
+    are not bound in the Program's order."""
+    module = codegen_kernels(program.kernels, module_name, align=align, fastmath=fastmath)
+    if program.steps is not None:
+        from .control import direct_call, driver_function
+        functions = {k.name: module.get_global(k.name) for k in program.kernels}
+        unbound = [n for n, b in program.buffers.items() if b.role != "bound"]
+        driver_function(module, program, f"{module_name}_driver", {n: i for i, n in enumerate(unbound)},
+                        lambda fn: direct_call(functions))
     return module

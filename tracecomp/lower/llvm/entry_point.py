@@ -9,6 +9,11 @@ index checks and the kernels and copies outputs that are inputs or constants;
 `NAME_metadata` (the JSON tc.load reads).  The error codes are the constants below; the C
 header (c_header.py) documents them.
 
+A Program with loops and branches runs its steps instead of its kernels in order: the
+same native loops as the JIT's driver (llvm/control.py), so a while loop whose carry
+holds a trip count read from an input (a tc.fori_loop with a tensor bound) runs that
+many iterations inside NAME.
+
 Indices the function computes are checked in the kernels (loops/ir.py's CheckedIndex);
 the entry point reads their error record after the kernels and returns 3000 + c for a
 failed check c, with NAME_error_index giving the index (entry_checks.py).
@@ -25,6 +30,7 @@ from ...core.errors import ArgumentError
 from ..schedule.workspace import plan_program
 from . import scalar as S
 from .codegen import codegen_kernels
+from .control import direct_call, emit_steps
 from .emitter import counted_loop
 from ..loops.ir import Var
 from .entry_checks import (ERR_COMPUTED_INDEX_BASE, add_computed_checks, computed_index_error,  # noqa: F401
@@ -209,8 +215,12 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) ->
     heap = _place_temps(module, program, name, b, dims, ptrs, check)
     if program.index_errors is not None:
         ptrs[program.index_errors] = error_record(b, program)
-    for k in program.kernels:
-        b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers] + [dims.values[s] for s in k.sizes])
+    if program.steps is None:
+        for k in program.kernels:
+            b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers] + [dims.values[s] for s in k.sizes])
+    else:                                      # loops and branches around the kernels
+        emit_steps(b, program, program.steps, ptrs,
+                   direct_call(kernels, lambda k: [dims.values[s] for s in k.sizes]))
     if program.index_errors is not None:
         return_if_index_failed(module, b, program, name, ptrs[program.index_errors], heap)
     written = set()

@@ -151,11 +151,56 @@ def run_program(program, inputs: list[np.ndarray]) -> list[np.ndarray]:
     for f in program.fills:
         draw = tc_random.generator().random if f.impl == "uniform" else tc_random.generator().standard_normal
         arrays[f.buffer] = draw(f.shape, dtype=f.dtype.np)
-    for k in program.kernels:
-        LoopInterpreter(k, arrays).run()
+    if program.steps is None:
+        for k in program.kernels:
+            LoopInterpreter(k, arrays).run()
+    else:
+        _run_steps(program.steps, {k.name: k for k in program.kernels}, arrays)
     if program.index_errors is not None:          # a computed index out of range: raise as eagerly
         from ..schedule.index_checks import recorded_error
         err = recorded_error(program.computed_checks, arrays[program.index_errors])
         if err is not None:
             raise err
     return [arrays[name].copy() for name in program.outputs]
+
+
+def _run_steps(steps: list, kernels: dict, arrays: dict) -> None:
+    """Control steps (loops/control.py) on NumPy arrays: bound buffers are views (a row of
+    xs or ys) or the arrays of the moment (operands, carries), set before each block runs."""
+    from . import control as C
+
+    def run(block, inputs, outputs=()):
+        arrays.update(zip(block.inputs, inputs))
+        arrays.update(zip(block.outputs, outputs))
+        _run_steps(block.steps, kernels, arrays)
+
+    for s in steps:
+        if isinstance(s, C.Run):
+            LoopInterpreter(kernels[s.kernel], arrays).run()
+        elif isinstance(s, C.Scan):
+            carry = [arrays[n] for n in s.init]
+            for step in range(s.length):
+                r = s.length - 1 - step if s.reverse else step
+                out = [arrays[c] if (s.length - 1 - step) % 2 == 0 else arrays[sp] for c, sp in zip(s.carry, s.spare)]
+                run(s.body, [arrays[n] for n in s.consts] + carry + [arrays[x][r, ...] for x in s.xs],
+                    out + [arrays[y][r, ...] for y in s.ys])
+                carry = out
+            for c, a in zip(s.carry, carry):
+                if a is not arrays[c]:
+                    arrays[c][...] = a
+        elif isinstance(s, C.While):
+            carry, parity = [arrays[n] for n in s.init], 0
+            consts = [arrays[n] for n in s.consts]
+            while True:
+                run(s.cond, consts + carry)
+                if not bool(arrays[s.cond.outputs[0]]):
+                    break
+                out = [arrays[sp if parity else c] for c, sp in zip(s.carry, s.spare)]
+                run(s.body, consts + carry, out)
+                carry, parity = out, 1 - parity
+            for c, a in zip(s.carry, carry):
+                if a is not arrays[c]:
+                    arrays[c][...] = a
+        else:
+            block = s.then if bool(arrays[s.pred]) else s.orelse
+            run(block, [arrays[n] for n in s.operands], [arrays[n] for n in s.results])

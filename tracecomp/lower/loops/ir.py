@@ -37,6 +37,12 @@ unsigned 64-bit number (so a negative index beats every positive one).  The reco
 depend on the order in which elements (or threads) fail.  The caller reads the record after
 the kernels and raises (runtime/compiled.py) or returns an error code (an exported library).
 
+Loops and branches.  A Program (schedule/scheduler.py) runs its kernels in order, or,
+when the graph has loops and branches, as its `steps` say (loops/control.py): kernels
+called inside counted loops, while loops and branches, on buffers a step points at the
+operands, rows and carries of the moment.  Kernels do not change: a kernel in a loop body
+is a kernel like any other, called once per iteration.
+
 Matmul.  A View is a strided window on a buffer's elements in row-major (flat) order:
 element (d0, d1, ...) of the view is flat element `offset + sum(d * stride)` of the buffer,
 offset and strides being `index` expressions (a stride may be 0: broadcasting; transposes

@@ -5,7 +5,9 @@ The module is generated once per (program, architecture): launch planning (launc
 code generation (codegen.py), LLVM's O3 pipeline for the NVPTX target, and PTX
 printing.  `describe()` is the JSON-ready description the exporter writes and the CLI
 prints: per launch its entry point, kind, block, grid, static shared memory and
-parameters; per buffer its role, dtype and shape.
+parameters; per buffer its role, dtype and shape; for a program with loops and branches,
+its steps (loops/control.py's to_json), which say where each kernel's launches run (the
+launches are listed in kernel order; the host runs the loops, as runtime/cuda/runner.py).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import llvmlite.ir as ir
 
 from ..schedule.scheduler import Program
 from . import target as T
+from ..loops.control import to_json
 from .launch import Launch, plan_kernel
 from .kernels import emit_launch
 
@@ -35,7 +38,9 @@ class GpuModule:
         for launch in self.launches:
             for w in launch.workspaces:
                 buffers[w.name] = {"role": "workspace", "dtype": w.dtype.label, "shape": [w.elements]}
+        steps = {} if p.steps is None else {"steps": to_json(p.steps)}
         return {
+            **steps,
             "name": p.name, "arch": self.arch, "ptx_isa": T.ptx_isa(self.arch),
             "inputs": list(p.inputs), "outputs": list(p.outputs), "buffers": buffers,
             "launches": [{"entry": l.name, "kernel": l.kernel.name, "kind": l.kind,

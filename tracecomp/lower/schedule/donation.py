@@ -21,7 +21,11 @@ stored.  Everything else keeps a fresh output.  Notably a matmul whose epilogue 
 (an SGD step `w - lr * (x.T @ g)`) is refused: the packed kernel stores each K-block's
 partial products into the output tile before the epilogue runs, so the epilogue would read
 partial sums where X was.  Each donated input serves at most one output; outputs are
-matched in order.
+matched in order.  A program with loops or branches (Program.steps) donates nothing: its
+regions' kernels read the outer buffers through bound names, which these checks do not
+follow.  update_in_place runs before the regions are expanded, while each region op is
+one Pending kernel (schedule/control.py) that names the buffers it uses, and renames in
+its step too.
 """
 from __future__ import annotations
 
@@ -29,11 +33,14 @@ import dataclasses
 
 from ..loops import ir as L
 from ..loops.walk import buffers_read, buffers_written, loads, rename_buffer
+from .control import rename_outer
 
 
 def donate(program, donated: set[int]) -> dict[int, int]:
     """Rename outputs into donated inputs' buffers where safe; {output position: input position}."""
     reused: dict[int, int] = {}
+    if program.steps is not None:
+        return reused
     free = [i for i in sorted(donated) if program.inputs[i] not in program.outputs]
     for k, out in enumerate(program.outputs):
         b = program.buffers.get(out)
@@ -131,4 +138,5 @@ def _rename(program, old: str, new: str) -> None:
         program.kernels[n] = dataclasses.replace(k, buffers=list(buffers.values()),
                                                  body=rename_buffer(k.body, old, new))
     program.outputs = [new if o == old else o for o in program.outputs]
+    rename_outer(program, old, new)
     del program.buffers[old]

@@ -12,6 +12,11 @@ variance) is computed inside the kernel of its consumers, row by row, its result
 a register (schedule/rows.py); values that such a row kernel alone reads are recomputed
 in its passes over the row rather than materialized.
 
+Loops and branches (tc.scan, tc.while_loop, tc.cond) are not fused with anything: their
+operands and results live in buffers, each region is scheduled as a Program of its own,
+and the Program gets `steps` (loops/control.py) that run the regions' kernels inside
+native loops and branches (schedule/control.py says how).
+
 `Program.kernel_ops` records, per kernel, the graph ops it computes (the materialized op
 and every op inlined into its loops), and kernel names lead back to the user's code:
 `k3_mlp_py18_sub_exp` is kernel 3, computing tc.sub and tc.exp, stored at mlp.py line 18.
@@ -34,7 +39,7 @@ from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X, cast, const
 from ..loops.check import check_kernel
 from ..loops.walk import buffers_accessed, size_params, var_names
-from . import attention, reductions, sort
+from . import attention, control, reductions, sort
 from .pointwise import VIEW_KINDS, Inliner
 from .donation import update_in_place
 from .index_checks import IndexCheck, IndexChecks
@@ -45,9 +50,9 @@ from .split import split_divided_loops
 
 # Kinds with a loop nest of their own whose results always live in memory (never inlined)
 REDUCE_KINDS = ("reduction", "arg_reduction", "variance", "matmul", "scatter", "index_add", "scan",
-                "sort", "search", "attention")
+                "sort", "search", "attention", "region")
 # Kinds that read their operands at computed positions, many times: operands live in memory
-REREAD_KINDS = ("sort", "search")
+REREAD_KINDS = ("sort", "search", "region")
 MAX_COPIES = 4         # copies of a value inlined into one op (_materialized's one_consumer)
 
 
@@ -64,7 +69,7 @@ class HostFill:
 class Program:
     name: str
     kernels: list[L.Kernel]
-    buffers: dict[str, L.Buffer]               # every buffer; roles input/output/temp/constant
+    buffers: dict[str, L.Buffer]               # every buffer; roles input/output/temp/constant/errors/bound
     inputs: list[str]                          # buffer of each function input
     outputs: list[str]                         # buffer of each function output (may repeat)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
@@ -74,6 +79,7 @@ class Program:
     index_errors: Optional[str] = None         # the error record of the computed checks (role "errors")
     kernel_ops: dict[str, list[Op]] = field(default_factory=dict)  # kernel -> graph ops, graph order
     donated: list[str] = field(default_factory=list)   # input buffers outputs are written into (donation.py)
+    steps: Optional[list] = None      # loops and branches around the kernels (loops/control.py); None: none
 
 
 def _materialized(graph: Graph) -> set[Value]:
@@ -147,10 +153,14 @@ def _depends_on(value: Value, on: Value) -> bool:
 
 
 class Scheduler:
-    def __init__(self, graph: Graph, keep: set[Value] | None = None, check_indices: bool = True):
+    def __init__(self, graph: Graph, keep: set[Value] | None = None, check_indices: bool = True,
+                 region: bool = False):
         self.graph = graph
         self.check_indices = check_indices
-        self.keep = _materialized(graph) if keep is None else keep     # values given buffers
+        self.region = region          # a region's graph: its inputs are block arguments (control.py)
+        keep = _materialized(graph) if keep is None else keep
+        # values given buffers (a loop reads its operands from memory, whatever recomputable says)
+        self.keep = keep | control.operands_in_memory(graph)
         self.table = by_ir_name()
         self.buffers: dict[str, L.Buffer] = {}
         self.names: dict[Value, str] = {}
@@ -220,6 +230,9 @@ class Scheduler:
 
     def _emit(self, op: Op) -> None:
         opdef = self.table[op.name]
+        if opdef.kind == "region":
+            control.emit(self, op)
+            return
         if opdef.kind == "random":
             r = op.result
             self.program.fills.append(HostFill(self.names[r], opdef.impl, r.type.dtype, r.type.shape))
@@ -293,7 +306,9 @@ class Scheduler:
         function input, through views, casts, the negative-index wrap and an ignore_index
         (`_unless_wrapped`, `_unless_ignored`): the runtime checks that input before the
         kernels run.  None otherwise (a float input cast to an index is checked where it is
-        used, NaN included)."""
+        used, NaN included).  None in a region: its inputs change between iterations."""
+        if self.region:
+            return None
         idx, wraps = self._unless_wrapped(self._view_source(index), size)
         idx, allowed = self._unless_ignored(self._view_source(idx), size)
         if idx in self.names and self.buffers[self.names[idx]].role == "input" and \
@@ -344,23 +359,24 @@ class Scheduler:
         return v
 
 
-def schedule(graph: Graph, check_indices: bool = True) -> Program:
+def schedule(graph: Graph, check_indices: bool = True, region: bool = False) -> Program:
     """Schedule with the materialized set of `_materialized`, then again without the values
     that row kernels recompute (schedule.rows.recomputable), until nothing changes.
     `check_indices` False clamps computed indices without checking them (index_checks.py).
     With TRACECOMP_VERIFY=1 (the test suite) every kernel goes through the loop-IR checker."""
-    sched = Scheduler(graph, check_indices=check_indices)
+    sched = Scheduler(graph, check_indices=check_indices, region=region)
     program = sched.run()
     while True:
         drop = recomputable(sched, sched.table)
         if not drop:
             break
-        trial = Scheduler(graph, sched.keep - drop, check_indices)
+        trial = Scheduler(graph, sched.keep - drop, check_indices, region)
         candidate = trial.run()
         if expression_size(candidate.kernels) > 2 * expression_size(program.kernels) + 1000:
             break                   # recomputing would multiply the code: keep the buffers
         sched, program = trial, candidate
     update_in_place(program)
+    control.expand(program)       # region ops' kernels and the steps around them
     if os.environ.get("TRACECOMP_VERIFY") == "1":
         for kernel in program.kernels:
             check_kernel(kernel)

@@ -5,6 +5,15 @@ kernel 0); temps whose lifetimes do not overlap share a slot (greedy best fit ov
 kernels' order), and no slot is reused while a live value still reads it.  The runtime
 (runtime/compiled.py) allocates the slots once per compiled function; an exported library
 (llvm/entry_point.py) places them in a static block or allocates them per call.
+
+With loops and branches (Program.steps, loops/control.py) lifetimes are positions in a
+walk of the steps: each kernel call is one position, and a control step takes one
+position before and one after its blocks, at both of which it touches the outer buffers
+it uses (operands, results, carries' spares), so those stay live across every iteration.
+A block's temps live within one iteration (a region is isolated from above: nothing but
+the carries, which are outer buffers, passes from one iteration to the next), so two of
+them that do not overlap in the walk may share a slot; a while loop's predicate is touched
+once more where the runner reads it.  Bound buffers own no memory and are not planned.
 """
 from __future__ import annotations
 
@@ -72,14 +81,46 @@ def plan_program(program) -> tuple[dict[str, int], list[int]]:
     temps = {n: b for n, b in program.buffers.items() if b.role == "temp"}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
-    for i, k in enumerate(program.kernels):
-        for b in k.buffers:
-            if b.name in temps:
-                first.setdefault(b.name, i)
-                last[b.name] = i
+    if program.steps is None:
+        for i, k in enumerate(program.kernels):
+            for b in k.buffers:
+                if b.name in temps:
+                    first.setdefault(b.name, i)
+                    last[b.name] = i
+    else:
+        _step_lifetimes(program, temps, first, last)
     for f in program.fills:
         if f.buffer in temps:         # a random output is filled in its fresh output buffer
             first[f.buffer] = -1
             last.setdefault(f.buffer, -1)
     sizes = {n: buffer_nbytes(temps[n]) for n in first}
     return plan_workspace({n: s if isinstance(s, Dim) else max(1, s) for n, s in sizes.items()}, first, last)
+
+
+def _step_lifetimes(program, temps, first: dict, last: dict) -> None:
+    """First and last positions of the temps in a walk of `program.steps` (module docstring)."""
+    from ..loops import control as C
+    kernels = {k.name: k for k in program.kernels}
+    position = 0
+
+    def touch(names) -> None:
+        nonlocal position
+        for n in names:
+            if n in temps:
+                first.setdefault(n, position)
+                last[n] = position
+        position += 1
+
+    def walk(steps) -> None:
+        for s in steps:
+            if isinstance(s, C.Run):
+                touch(b.name for b in kernels[s.kernel].buffers)
+                continue
+            outer = C.outer_buffers(s)
+            touch(outer)
+            for j, block in enumerate(C.blocks(s)):
+                walk(block.steps)
+                if isinstance(s, C.While) and j == 0:
+                    touch(block.outputs)          # the runner reads the predicate
+            touch(outer)
+    walk(program.steps)

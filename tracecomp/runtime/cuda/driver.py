@@ -170,6 +170,11 @@ class Context:
                              ctypes.c_size_t(array.nbytes))
         return array
 
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Device to device, ordered after the launches before it on the default stream."""
+        if nbytes:
+            self.driver.call("cuMemcpyDtoD_v2", ctypes.c_uint64(dst), ctypes.c_uint64(src), ctypes.c_size_t(nbytes))
+
     def launch(self, fn: ctypes.c_void_p, grid: Sequence[int], block: Sequence[int],
                args: Sequence[ctypes._SimpleCData], shared_bytes: int = 0) -> None:
         """cuLaunchKernel on the default stream; `args` are ctypes values in parameter order."""

@@ -202,6 +202,9 @@ class EmulatedContext:
         ctypes.memmove(array.ctypes.data, ptr, array.nbytes)
         return array
 
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        ctypes.memmove(dst, src, nbytes)
+
     def launch(self, fn, grid, block, args, shared_bytes: int = 0) -> None:
         module, name = fn
         module.run(name, grid, block, [a.value for a in args])

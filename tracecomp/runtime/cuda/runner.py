@@ -11,6 +11,14 @@ copies the outputs back into fresh NumPy arrays.  Where the program computes ind
 error record (loops/ir.py's CheckedIndex) is zeroed before the launches and read after
 them: a failed check raises the ShapeError the CPU backend raises.  Not re-entrant (one
 lock per program).
+
+Loops and branches (Program.steps, loops/control.py) run on the host: this module walks
+the steps in Python, launching each kernel's launches where the steps call it, pointing
+bound buffers at device addresses (consts as they are, scan rows as byte offsets, carries
+ping-ponging between the result buffer and its spare), reading a while loop's predicate
+and a cond's back to the host (a one-byte copy, which waits for the launches before it)
+and copying a carry on the device where a while loop ends in the spare.  So a loop costs
+one round of launches per iteration, and a while loop one synchronization per iteration.
 """
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ from ...lower.schedule.scheduler import Program
 from ...lower.schedule.index_checks import recorded_error
 from ..compiled import check_indices
 from . import driver
+from ...lower.loops import control as C
 from ...lower.nvptx.target import PTX_ISA
 from ...lower.nvptx.program import GpuModule, compile_program
 
@@ -53,7 +62,7 @@ class CudaProgram:
         self._lock = threading.Lock()
         self.device: dict[str, int] = {}
         for name, b in program.buffers.items():
-            if b.role != "input":
+            if b.role not in ("input", "bound"):
                 self.device[name] = self.ctx.alloc(_nbytes(b.shape, b.dtype.np))
         for launch in self.gpu.launches:
             for w in launch.workspaces:
@@ -61,6 +70,9 @@ class CudaProgram:
         for name, value in program.constants.items():
             self.ctx.to_device(self.device[name], value)
         self.calls = [(self.module.function(l.name), l) for l in self.gpu.launches if not l.empty]
+        self.by_kernel: dict[str, list] = {}          # the launches of each kernel, for the steps
+        for fn, launch in self.calls:
+            self.by_kernel.setdefault(launch.kernel.name, []).append((fn, launch))
 
     def check_inputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         p = self.program
@@ -97,9 +109,11 @@ class CudaProgram:
                 record = self._error_record()
                 if record is not None:
                     ctx.to_device(pointers[p.index_errors], record)
-                for fn, launch in self.calls:
-                    args = [ctypes.c_uint64(pointers[n]) for n in launch.params]
-                    ctx.launch(fn, launch.grid, launch.block, args)
+                if p.steps is None:
+                    for fn, launch in self.calls:
+                        self._launch(fn, launch, pointers)
+                else:
+                    self._run_steps(p.steps, pointers)
                 ctx.synchronize()
                 if record is not None:
                     err = recorded_error(p.computed_checks, ctx.to_host(record, pointers[p.index_errors]))
@@ -109,6 +123,60 @@ class CudaProgram:
             finally:
                 for ptr in inputs_on_device.values():
                     ctx.free(ptr)
+
+    def _launch(self, fn, launch, pointers: dict) -> None:
+        self.ctx.launch(fn, launch.grid, launch.block, [ctypes.c_uint64(pointers[n]) for n in launch.params])
+
+    def _run_steps(self, steps: list, env: dict) -> None:
+        """The steps on the host (see the module docstring); `env`: buffer -> device address."""
+        buffers = self.program.buffers
+
+        def nbytes(name: str) -> int:
+            return _nbytes(buffers[name].shape, buffers[name].dtype.np)
+
+        def row(name: str, r: int) -> int:
+            n = buffers[name].shape[0]
+            return env[name] + r * (nbytes(name) // n)
+
+        def run(block, inputs, outputs=()):
+            inner = dict(env)
+            inner.update(zip(block.inputs, inputs))
+            inner.update(zip(block.outputs, outputs))
+            self._run_steps(block.steps, inner)
+            return inner
+
+        def true(name: str, scope: dict) -> bool:
+            return bool(self.ctx.to_host(np.zeros((), np.uint8), scope[name]))
+
+        def settle(carry: list, results: list) -> None:
+            for have, name in zip(carry, results):
+                if have != env[name] and nbytes(name):
+                    self.ctx.copy(env[name], have, nbytes(name))
+
+        for s in steps:
+            if isinstance(s, C.Run):
+                for fn, launch in self.by_kernel.get(s.kernel, ()):
+                    self._launch(fn, launch, env)
+            elif isinstance(s, C.Scan):
+                carry = [env[n] for n in s.init]
+                for i in range(s.length):
+                    r = s.length - 1 - i if s.reverse else i
+                    out = [env[c] if (s.length - 1 - i) % 2 == 0 else env[sp] for c, sp in zip(s.carry, s.spare)]
+                    run(s.body, [env[n] for n in s.consts] + carry + [row(x, r) for x in s.xs],
+                        out + [row(y, r) for y in s.ys])
+                    carry = out
+                settle(carry, s.carry)
+            elif isinstance(s, C.While):
+                carry, odd = [env[n] for n in s.init], False
+                consts = [env[n] for n in s.consts]
+                while true(s.cond.outputs[0], run(s.cond, consts + carry)):
+                    out = [env[sp] if odd else env[c] for c, sp in zip(s.carry, s.spare)]
+                    run(s.body, consts + carry, out)
+                    carry, odd = out, not odd
+                settle(carry, s.carry)
+            else:
+                block = s.then if true(s.pred, env) else s.orelse
+                run(block, [env[n] for n in s.operands], [env[n] for n in s.results])
 
     def _error_record(self) -> Optional[np.ndarray]:
         """A zeroed host copy of the program's error record, or None without computed checks."""

@@ -1,0 +1,46 @@
+"""Loops and branches on the PTX path (issue 35): the runner walks the steps on the host and
+launches the regions' kernels, here on the host emulator of runtime/cuda/emulator.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.lower.nvptx.program import compile_program
+from tracecomp.lower.schedule.scheduler import schedule
+from tracecomp.runtime.cuda.emulator import EmulatedContext
+from tracecomp.runtime.cuda.runner import CudaProgram
+from tracecomp.runtime.interpreter import run_graph
+
+from lower import region_graphs as RG
+
+SLOW = {"scan_mixed_carries"}        # block reductions in every step: seconds on the emulator
+CASES = [pytest.param(g, ins, id=name) for name, g, ins in RG.cases() if name not in SLOW]
+
+
+@pytest.mark.parametrize("graph,inputs", CASES)
+def test_emulated_loops_match_the_interpreter(graph, inputs):
+    RG.assert_close(CudaProgram(schedule(graph), EmulatedContext())(inputs), run_graph(graph, inputs))
+
+
+def test_one_launch_per_kernel_per_step_and_no_loop_in_the_ptx():
+    """The PTX holds the body's kernels once; the host launches them once per step."""
+    program = schedule(RG.scan_tanh(7))
+    assert len(compile_program(program).launches) == len(program.kernels)
+    runner = CudaProgram(program, EmulatedContext())
+    launched = []
+    launch = runner.ctx.launch
+    runner.ctx.launch = lambda fn, *a, **k: (launched.append(fn[1]), launch(fn, *a, **k))
+    g = RG.scan_tanh(7)
+    ins = RG.inputs_for(g)
+    RG.assert_close(runner(ins), run_graph(g, ins))
+    assert len(launched) == 7 * len(program.kernels)
+
+
+def test_a_traced_while_loop_on_the_emulator():
+    def f(n, x):
+        return tc.fori_loop(0, n, lambda i, v: v * 0.5 + i, x)
+    args = [np.int64(4), np.arange(5, dtype=np.float32)]
+    low = tc.trace(f).lower(*args)
+    got = CudaProgram(low.program, EmulatedContext())([np.asarray(a) for a in args])
+    np.testing.assert_allclose(got[0], np.asarray(tc.trace(f, backend="interp")(*args)), rtol=1e-6)
