@@ -44,3 +44,20 @@ def test_a_traced_while_loop_on_the_emulator():
     low = tc.trace(f).lower(*args)
     got = CudaProgram(low.program, EmulatedContext())([np.asarray(a) for a in args])
     np.testing.assert_allclose(got[0], np.asarray(tc.trace(f, backend="interp")(*args)), rtol=1e-6)
+
+
+def test_export_target_cuda_describes_the_steps(tmp_path):
+    import json
+
+    def f(n, x):
+        return tc.fori_loop(0, n, lambda i, v: v * 0.5 + i, x)
+    tc.export(f, [np.int64(3), np.ones(4, np.float32)], str(tmp_path / "loop.ptx"), target="cuda")
+    js = json.loads((tmp_path / "loop.json").read_text())
+    kinds = [s["kind"] for s in js["steps"]]
+    assert "while" in kinds
+    loop = js["steps"][kinds.index("while")]
+    assert set(loop) >= {"cond", "body", "init", "carry", "spare", "consts"}
+    runs = [s["kernel"] for block in (loop["cond"], loop["body"]) for s in block["steps"] if s["kind"] == "run"]
+    launched = {launch["kernel"] for launch in js["launches"]}
+    assert runs and set(runs) <= launched
+    assert all(js["buffers"][n]["role"] == "bound" for n in loop["body"]["inputs"] + loop["body"]["outputs"])
