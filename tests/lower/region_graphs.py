@@ -38,7 +38,8 @@ def scan(g: Graph, body: Graph, consts, init, xs, length: int, reverse: bool = F
     ys = [v.type for v in body.outputs[len(init):]]
     results = [v.type for v in init] + [T((length, *t.shape), t.dtype) for t in ys]
     return g.add_op("tc.scan", list(consts) + list(init) + list(xs),
-                    {"length": length, "num_consts": len(consts), "num_carry": len(init), "reverse": reverse},
+                    {"length": length, "num_consts": len(consts), "num_carry": len(init), "reverse": reverse,
+                     "remat": False},
                     results, None, regions=[body]).results
 
 
@@ -166,6 +167,34 @@ def cond_in_scan(length=6):
     return g
 
 
+def scan_with_while(length=4):
+    """A while loop in a scan body: c = (while sum(c) < sum(x) + 20: c = c * 1.5 + 1); ys: sum(c)."""
+    s = T((3,))
+    body = Graph("body", [s, s])
+    c, x = body.inputs
+    cond = region(lambda x, c: c.sum() < x.sum() + 20, s, s)
+    step = region(lambda x, c: c * 1.5 + 1, s, s)
+    c2, = while_loop(body, cond, step, [x], [c])
+    y, = inline(body, region(lambda c: c.sum(), s), [c2])
+    body.outputs = [c2, y]
+    g = Graph("main", [s, T((length, 3))])
+    g.outputs = list(scan(g, body, [], [g.inputs[0]], [g.inputs[1]], length))
+    return g
+
+
+def while_with_scan_in_cond():
+    """A cond region that runs a scan: while sum(scan of c -> c * 0.5 + 1, 3 steps) < 100: c = c * 2 + 1."""
+    s = T((3,))
+    cond = Graph("cond", [s])
+    c, = cond.inputs
+    last, = scan(cond, region(lambda c: c * 0.5 + 1, s), [], [c], [], 3)
+    go, = inline(cond, region(lambda c: c.sum() < 100, s), [last])
+    cond.outputs = [go]
+    g = Graph("main", [s])
+    g.outputs = list(while_loop(g, cond, region(lambda c: c * 2 + 1, s), [], g.inputs))
+    return g
+
+
 def inputs_for(g: Graph, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rand(v.type, rng) for v in g.inputs]
@@ -200,6 +229,8 @@ def cases():
     for pred in (False, True):
         out.append((f"cond_{pred}", g, [np.bool_(pred)] + inputs_for(g)[1:]))
     out.append(("cond_in_scan", cond_in_scan(), None))
+    out.append(("scan_with_while", scan_with_while(), None))
+    out.append(("while_with_scan_in_cond", while_with_scan_in_cond(), None))
     return [(name, checked(g), ins if ins is not None else inputs_for(g)) for name, g, ins in out]
 
 
