@@ -76,10 +76,22 @@ def test_body_temps_do_not_share_memory_with_what_lives_across_the_loop():
     assert_close(run_program(program, ins), run_graph(g, ins))
 
 
-def test_random_draws_in_a_loop_body_are_refused():
+def test_random_draws_in_a_while_loop_are_refused():
     s = RG.T((3,))
-    body = RG.region(lambda c: c + tc.rand(3), s)
     g = RG.Graph("main", [s])
-    g.outputs = list(RG.scan(g, body, [], [g.inputs[0]], [], 4))
-    with pytest.raises(BackendError, match="random draws inside a compiled loop"):
+    g.outputs = list(RG.while_loop(g, RG.region(lambda c: c.sum() < 10, s), RG.region(lambda c: c + tc.rand(3), s),
+                                   [], [g.inputs[0]]))
+    with pytest.raises(BackendError, match="random draws inside a compiled while loop"):
         schedule(g)
+
+
+def test_a_scan_draws_for_all_its_steps_before_the_kernels():
+    """A fill of shape S in the body is a fill of (length, *S) outside, scanned row by row."""
+    s = RG.T((3,))
+    body = RG.region(lambda c: (c + tc.rand(3), tc.randn(2)), s)
+    g = RG.Graph("main", [s])
+    g.outputs = list(RG.scan(g, body, [], [g.inputs[0]], [], 7))
+    program = schedule(g)
+    assert sorted(f.shape for f in program.fills) == [(7, 2), (7, 3)]
+    (step,) = [st for st in program.steps if isinstance(st, C.Scan)]
+    assert {f.buffer for f in program.fills} == set(step.xs)

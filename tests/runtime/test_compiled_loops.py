@@ -105,3 +105,23 @@ def test_the_driver_comes_from_the_compile_cache():
     g = RG.scan_tanh(6)
     ins = RG.inputs_for(g)
     assert_close(compiled(ins), run_graph(g, ins))
+
+
+def test_random_draws_in_loop_bodies_are_new_every_step_and_follow_manual_seed():
+    def f(c):
+        def step(c, _):
+            inner, noise = tc.scan(lambda d, _: (d + tc.rand(4), tc.randn(2)), c, None, length=3)
+            return tc.cond(inner.sum() > -1, lambda u: u + tc.rand(4), lambda u: u, inner), noise
+        return tc.scan(step, c, None, length=40)
+    g = tc.trace(f)
+    x = np.zeros(4, np.float32)
+    c, noise = (np.asarray(t) for t in g(x))
+    assert noise.shape == (40, 3, 2) and len({tuple(r) for r in noise.reshape(-1, 2)}) == 120
+    assert abs(noise.mean()) < 0.3 and 0.7 < noise.std() < 1.3
+    assert np.all((c > 40 * 3 * 0.5 * 0.5) & (c < 40 * 4 * 0.5 * 1.5))      # 160 uniform draws, mean 80
+    assert not np.array_equal(np.asarray(g(x)[1]), noise)
+    tc.manual_seed(7)
+    a = [np.asarray(t) for t in g(x)]
+    tc.manual_seed(7)
+    b = [np.asarray(t) for t in g(x)]
+    assert all(np.array_equal(p, q) for p, q in zip(a, b))

@@ -61,3 +61,13 @@ def test_export_target_cuda_describes_the_steps(tmp_path):
     launched = {launch["kernel"] for launch in js["launches"]}
     assert runs and set(runs) <= launched
     assert all(js["buffers"][n]["role"] == "bound" for n in loop["body"]["inputs"] + loop["body"]["outputs"])
+
+
+def test_random_draws_in_a_scan_body_on_the_emulator():
+    def f(c):
+        return tc.scan(lambda c, _: (c + tc.rand(3), tc.randn(2)), c, None, length=6)
+    x = np.zeros(3, np.float32)
+    low = tc.trace(f).lower(x)
+    c, noise = CudaProgram(low.program, EmulatedContext())([x])
+    assert noise.shape == (6, 2) and len({tuple(r) for r in noise}) == 6
+    assert np.all((c > 0) & (c < 6))

@@ -16,9 +16,16 @@ role "bound" (no memory of their own: the runner points them at the operand, row
 of the moment), their computed-index checks join the Program's error record, numbered
 after its own.
 
-What the regions may not do yet: draw random numbers (the runtime fills random buffers
-before the kernels run, once per call, where a loop needs a new draw per step) and have
-dynamic sizes: both raise BackendError.
+Random draws.  The runtime fills random buffers before the kernels run, once per call
+(scheduler.HostFill), while a loop needs a new draw per step.  A scan's draws are made
+for all of its steps at once: a fill of shape S in the body becomes a fill of the
+enclosing program of shape (length, *S), passed to the body row by row as one more
+scanned operand (a scan in a scan stacks twice).  A branch's draws are made before the
+branch runs (one fill each, passed to both branches as extra operands; the branch not
+taken ignores them).  So every step reads numbers of its own, from the generator
+tc.manual_seed sets, though in another order than the interpreter draws them.  A while
+loop cannot know its trip count beforehand: random draws in one raise BackendError, as
+do dynamic sizes.
 """
 from __future__ import annotations
 
@@ -64,18 +71,19 @@ def emit(sched, op: Op) -> None:
     programs = []
     for g in op.regions:
         p = schedule(g, sched.check_indices, region=True)
-        if p.fills:
-            raise BackendError(f"{op.name}{where}: random draws inside a compiled loop or branch are "
-                               "not supported yet (the runtime draws once per call, before the "
-                               "kernels); draw outside the loop and pass the numbers in")
+        if p.fills and op.name == R.WHILE:
+            raise BackendError(f"{op.name}{where}: random draws inside a compiled while loop are not "
+                               "supported (its trip count is not known before it runs, and the runtime "
+                               "draws before the kernels); draw outside the loop and pass the numbers in")
         programs.append(p)
     number = len(sched.program.kernels)
     if op.name == R.SCAN:
         k, c = op.attrs["num_consts"], op.attrs["num_carry"]
         length = op.attrs["length"]
+        draws = _draws_per_step(sched, programs[0], length)
         _fresh_outputs(programs[0])
         step = C.Scan(length, bool(op.attrs.get("reverse", False)), operands[:k], operands[k:k + c],
-                      operands[k + c:], results[:c],
+                      operands[k + c:] + draws, results[:c],
                       [_spare(sched, r) if length >= 2 else None for r in op.results[:c]], results[c:],
                       None)
     elif op.name == R.WHILE:
@@ -83,9 +91,10 @@ def emit(sched, op: Op) -> None:
         _fresh_outputs(programs[1])
         step = C.While(operands[:k], operands[k:], results, [_spare(sched, r) for r in op.results], None, None)
     elif op.name == R.COND:
+        draws = _draws_before(sched, programs)
         for p in programs:
             _fresh_outputs(p)
-        step = C.If(operands[0], operands[1:], results, None, None)
+        step = C.If(operands[0], operands[1:] + draws, results, None, None)
     else:
         raise BackendError(f"{op.name}{where}: no compiled form for this op with regions")
     reads = dict.fromkeys(n for n in C.outer_buffers(step) if n not in results and n not in _spares(step))
@@ -95,6 +104,50 @@ def emit(sched, op: Op) -> None:
     pending = Pending(kernel_name(number, [op]), buffers, [], step=step, programs=programs)
     sched.program.kernels.append(pending)
     sched.program.kernel_ops[pending.name] = [op]
+
+
+def _draw_input(p, fill) -> None:
+    """The buffer region Program `p` filled with random numbers becomes one more input."""
+    b = p.buffers[fill.buffer]
+    p.buffers[fill.buffer] = L.Buffer(b.name, b.dtype, b.shape, "input")
+    p.inputs.append(fill.buffer)
+
+
+def _draws_per_step(sched, p, length: int) -> list[str]:
+    """A scan body's random fills as stacked fills of the enclosing program, one row per
+    step (see the module docstring); returns those buffers, scanned after the xs."""
+    from .scheduler import HostFill
+    out = []
+    for f in p.fills:
+        name = fresh_name(sched.buffers, "draws")
+        sched.buffers[name] = L.Buffer(name, f.dtype, (length, *f.shape), "temp")
+        sched.program.fills.append(HostFill(name, f.impl, f.dtype, (length, *f.shape)))
+        _draw_input(p, f)
+        out.append(name)
+    p.fills = []
+    return out
+
+
+def _draws_before(sched, programs: list) -> list[str]:
+    """The branches' random fills as fills of the enclosing program, passed to both
+    branches as extra operands (a branch gets an unused input for each of the other's)."""
+    from .scheduler import HostFill
+    out = []
+    for j, p in enumerate(programs):
+        for f in p.fills:
+            name = fresh_name(sched.buffers, "draws")
+            sched.buffers[name] = L.Buffer(name, f.dtype, tuple(f.shape), "temp")
+            sched.program.fills.append(HostFill(name, f.impl, f.dtype, tuple(f.shape)))
+            for i, other in enumerate(programs):
+                if i == j:
+                    _draw_input(other, f)
+                else:
+                    unused = fresh_name(other.buffers, "unused")
+                    other.buffers[unused] = L.Buffer(unused, f.dtype, tuple(f.shape), "input")
+                    other.inputs.append(unused)
+            out.append(name)
+        p.fills = []
+    return out
 
 
 def _spares(step) -> list[str]:
