@@ -2,13 +2,17 @@
 run by the loop-IR interpreter against the graph interpreter."""
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 
 import tracecomp as tc
 from tracecomp.core.errors import BackendError
 from tracecomp.lower.loops import control as C
+from tracecomp.ir.mlir_tool import find_mlir_opt
 from tracecomp.lower.loops.interp import run_program
+from tracecomp.lower.loops.steps_printer import print_program
 from tracecomp.lower.schedule.scheduler import schedule
 from tracecomp.lower.schedule.workspace import plan_program
 from tracecomp.runtime.interpreter import run_graph
@@ -95,3 +99,19 @@ def test_a_scan_draws_for_all_its_steps_before_the_kernels():
     assert sorted(f.shape for f in program.fills) == [(7, 2), (7, 3)]
     (step,) = [st for st in program.steps if isinstance(st, C.Scan)]
     assert {f.buffer for f in program.fills} == set(step.xs)
+
+
+MLIR_OPT = find_mlir_opt()
+
+
+@pytest.mark.skipif(MLIR_OPT is None, reason="mlir-opt not found (not in /usr/lib/llvm-22/bin nor on PATH)")
+@pytest.mark.mlir
+def test_the_loops_stage_with_its_driver_is_valid_mlir():
+    """Every case's kernels and driver (scf.for / scf.while / scf.if around func.calls) parse
+    and verify with plain mlir-opt (no unregistered dialects)."""
+    for name, g, _ in RG.cases():
+        text = print_program(schedule(g))
+        assert f"func.func @{g.name}_driver" in text
+        proc = subprocess.run([MLIR_OPT, "-", "-o", "/dev/null"], input=text, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, f"{name}: {proc.stderr}\n{text}"
