@@ -1,15 +1,23 @@
 """tc.scan, tc.fori_loop, tc.while_loop and tc.cond: eager, traced (one region op), in
 gradients (against the unrolled eager program and finite differences), jvp and vmap.
 
-Traced programs run on the reference interpreter here (BACKEND); the compiled loops have
-tests of their own beside the lowering.
+Every test runs twice: traced programs on the compiled CPU backend (native loops) and on
+the reference interpreter (BACKEND, set per run by the `backend` fixture).
 """
 import numpy as np
 import pytest
 
 import tracecomp as tc
 
-BACKEND = "interp"
+BACKEND = "cpu"
+
+
+@pytest.fixture(autouse=True, params=["cpu", "interp"])
+def backend(request):
+    global BACKEND
+    BACKEND = request.param
+    yield request.param
+    BACKEND = "cpu"
 rng = np.random.default_rng(0)
 W = tc.tensor(rng.standard_normal((3, 3)) * 0.5)
 XS = tc.tensor(rng.standard_normal((6, 3)))
@@ -355,3 +363,32 @@ def test_fori_loop_with_run_time_bounds_and_max_steps_has_a_gradient():
         value, grad = step(INIT, tc.tensor(np.int64(n)))
         close(value, g(INIT, n))
         close(grad, tc.grad(g)(INIT, n))
+
+
+def test_remat_recomputes_the_step_in_the_backward_with_the_same_gradients():
+    def loss_of(remat):
+        def f(init, xs, w):
+            c, ys = tc.scan(lambda c, x: (tc.tanh(c @ w + x), tc.sin(c)), init, xs, remat=remat)
+            return (c * c).sum() + (ys * ys).sum()
+        return f
+    want = tc.grad(loss_unrolled_plain, argnums=(0, 1, 2))(INIT, XS, W)
+    step = tc.trace(tc.grad(loss_of(True), argnums=(0, 1, 2)), backend=BACKEND)
+    for g, w in zip(step(INIT, XS, W), want):
+        close(g, w)
+    text = step.lower(INIT, XS, W).as_text("optimized")
+    assert "remat = true" in text
+    # the forward stacks only the carry: one stacked (6, 3) value besides the ys
+    plain = tc.trace(tc.grad(loss_of(False), argnums=(0, 1, 2)), backend=BACKEND).lower(INIT, XS, W)
+    stacked = lambda g: [r.type.shape for op in g.ops if op.name == "tc.scan" for r in op.results]   # noqa: E731
+    assert len(stacked(step.lower(INIT, XS, W).graph)) < len(stacked(plain.graph))
+    close(tc.trace(tc.grad(lambda w: tc.grad(loss_of(True), argnums=2)(INIT, XS[:3], w).sum()), backend=BACKEND)(W),
+          tc.grad(lambda w: tc.grad(loss_unrolled_plain, argnums=2)(INIT, XS[:3], w).sum())(W), 1e-9)
+
+
+def loss_unrolled_plain(init, xs, w):
+    c, ys = init, []
+    for i in range(xs.shape[0]):
+        c, y = tc.tanh(c @ w + xs[i]), tc.sin(c)
+        ys.append(y)
+    ys = tc.stack(ys, 0)
+    return (c * c).sum() + (ys * ys).sum()

@@ -45,7 +45,8 @@ def scan(g: Graph, consts, init, xs, body: Graph, reverse: bool = False, loc=Non
          length: int | None = None) -> Op:
     operands = [*consts, *init, *xs]
     attrs = {"length": xs[0].type.shape[0] if length is None else length,
-             "num_consts": len(consts), "num_carry": len(init), "reverse": reverse}
+             "num_consts": len(consts), "num_carry": len(init), "reverse": reverse,
+             "remat": False}
     sig = R.signature(R.SCAN, [v.type for v in operands], attrs, [[v.type for v in body.outputs]])
     return g.add_op(R.SCAN, operands, attrs, list(sig.results), loc, [body])
 

@@ -27,7 +27,7 @@ func.func @rnn(%arg0: tensor<3x3xf32>, %arg1: tensor<3xf32>, %arg2: tensor<2x3xf
     %3 = "tc.add"(%2, %b1) {alpha = 1 : i64} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
     %4 = "tc.tanh"(%3) : (tensor<2x3xf32>) -> tensor<2x3xf32> loc("rnn.py":7:9)
     "tc.yield"(%4, %4) : (tensor<2x3xf32>, tensor<2x3xf32>) -> ()
-  }) {length = 5 : i64, num_consts = 2 : i64, num_carry = 1 : i64, reverse = false} : (tensor<3x3xf32>, tensor<3xf32>, tensor<2x3xf32>, tensor<5x2x3xf32>) -> (tensor<2x3xf32>, tensor<5x2x3xf32>) loc("rnn.py":5:1)
+  }) {length = 5 : i64, num_consts = 2 : i64, num_carry = 1 : i64, reverse = false, remat = false} : (tensor<3x3xf32>, tensor<3xf32>, tensor<2x3xf32>, tensor<5x2x3xf32>) -> (tensor<2x3xf32>, tensor<5x2x3xf32>) loc("rnn.py":5:1)
   return %0#0, %0#1 : tensor<2x3xf32>, tensor<5x2x3xf32>
 }"""
 

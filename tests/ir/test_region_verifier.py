@@ -170,7 +170,7 @@ BROKEN = {
         "tensor<4xf32>), expected (tensor<4xf32>, tensor<4xi64>, tensor<4xf32>)",
         "fix: ir/regions.py gives each region op's operands",
         '%0:3 = "tc.scan"(%arg0, %arg1, %arg2, %arg3) ({...}) {length = 6 : i64, num_consts = 0 : i64, '
-        'num_carry = 2 : i64, reverse = true}']),
+        'num_carry = 2 : i64, reverse = true, remat = false}']),
     "wrong carry result": (wrong_carry_result, [
         "op #0 'tc.scan' at rnn.py:5: tc.scan: results (tensor<2x3xf64>, tensor<5x2x3xf32>), "
         "expected (tensor<2x3xf32>, tensor<5x2x3xf32>)"]),

@@ -74,9 +74,12 @@ def _pair(out, fn_name: str):
 
 # ---------------------------------------------------------------- scan
 
-def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = False, unroll: int = 1):
+def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = False, unroll: int = 1,
+         remat: bool = False):
     """Loop `f(carry, x) -> (carry, y)` over the leading axis of `xs`; returns the last carry
-    and the ys stacked on axis 0 (JAX's lax.scan).  `xs=None` needs `length`."""
+    and the ys stacked on axis 0 (JAX's lax.scan).  `xs=None` needs `length`.  `remat=True`:
+    reverse mode keeps only each step's carry and runs the step again in the backward (JAX's
+    jax.checkpoint of the body), for long loops whose steps have large intermediates."""
     init_leaves, init_s = _flatten(init, "init")
     x_leaves, x_s = _flatten(xs, "xs")
     length = _scan_length(x_leaves, x_s, length)
@@ -85,7 +88,7 @@ def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = 
     if current() is None:
         return _scan_eagerly(f, init_leaves, init_s, x_leaves, x_s, length, reverse)
     if unroll > 1 and length >= unroll:
-        return _scan_unrolled(f, init_leaves, init_s, x_leaves, x_s, length, reverse, unroll)
+        return _scan_unrolled(f, init_leaves, init_s, x_leaves, x_s, length, reverse, unroll, remat)
     ys_structure = []
 
     def body(*leaves):
@@ -101,13 +104,13 @@ def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = 
 
     region = trace_region(body, [t._type for t in init_leaves] + [R.row_type(t._type) for t in x_leaves], "body")
     attrs = {"length": length, "num_consts": len(region.captured), "num_carry": len(init_leaves),
-             "reverse": bool(reverse)}
+             "reverse": bool(reverse), "remat": bool(remat)}
     out = bind(R.SCAN, region.captured + init_leaves + x_leaves, attrs, [region.graph])
     c = len(init_leaves)
     return pytree.unflatten(init_s, out[:c]), pytree.unflatten(ys_structure[0], out[c:])
 
 
-def _scan_unrolled(f, init_leaves, init_s, x_leaves, x_s, length: int, reverse: bool, unroll: int):
+def _scan_unrolled(f, init_leaves, init_s, x_leaves, x_s, length: int, reverse: bool, unroll: int, remat: bool):
     """A traced scan whose body runs `unroll` steps: one scan over the whole chunks of xs
     (its rows reshaped to (chunks, unroll, ...)), then one over the rows left."""
     whole = length // unroll * unroll
@@ -126,7 +129,8 @@ def _scan_unrolled(f, init_leaves, init_s, x_leaves, x_s, length: int, reverse: 
         if lo == hi:
             return carry, None
         rows = [tc.reshape(t[lo:hi], shape(t)) for t in x_leaves]
-        return scan(body, carry, pytree.unflatten(x_s, rows) if rows else None, length=len(range(lo, hi)) // (unroll if body is chunk else 1), reverse=reverse)
+        return scan(body, carry, pytree.unflatten(x_s, rows) if rows else None,
+                    length=len(range(lo, hi)) // (unroll if body is chunk else 1), reverse=reverse, remat=remat)
 
     carry = pytree.unflatten(init_s, init_leaves)
     chunks = lambda t: (whole // unroll, unroll, *t.shape[1:])   # noqa: E731
