@@ -50,3 +50,19 @@ per_example = tc.trace(tc.vmap(tc.grad(lambda w, x: loss(w, x[None])), in_axes=(
 grads = per_example(w.detach(), xb)
 print(grads.shape)                                            # (2, 4, 3): one gradient per row
 print(np.allclose(np.asarray(grads).mean(0), w.grad.numpy(), atol=1e-6))   # True: their mean
+
+# Loops and branches: traced once into one op, whatever the trip count; a native loop compiled.
+W = tc.tensor(rng.standard_normal((3, 3)).astype(np.float32) * 0.5)
+
+
+def rnn(h, xs):
+    h, hs = tc.scan(lambda h, x: (tc.tanh(h @ W + x), h.sum()), h, xs)   # hs: one sum per step
+    return tc.cond(h.sum() > 0, lambda h: h, lambda h: -h, h), hs
+
+
+h, hs = tc.trace(rnn)(np.zeros(3, np.float32), rng.standard_normal((1000, 3)).astype(np.float32))
+print(hs.shape)                                               # (1000,)
+print(tc.while_loop(lambda n: n < 10, lambda n: n * 2, tc.tensor(1)))   # tensor(16)
+lstm = tc.nn.LSTM(3, 8, batch_first=True)                     # PyTorch's API, one tc.scan inside
+out, (h_n, c_n) = tc.trace(lambda m, x: m(x))(lstm, rng.standard_normal((2, 50, 3)).astype(np.float32))
+print(out.shape, h_n.shape)                                   # (2, 50, 8) (1, 2, 8)
