@@ -195,6 +195,25 @@ def while_with_scan_in_cond():
     return g
 
 
+def scan_invariant_carry(length=5):
+    """Carries (c, k): the body yields k unchanged (an invariant carry): (c * k + x, k); ys: c."""
+    s = T((2, 3))
+    body = region(lambda c, k, x: (c * k + x, k, c), s, s, s)
+    g = Graph("main", [s, s, T((length, 2, 3))])
+    g.outputs = list(scan(g, body, [], g.inputs[:2], g.inputs[2:], length))
+    return g
+
+
+def while_invariant_bound():
+    """tc.fori_loop's shape with a tensor bound: (i, hi, v) while i < hi: (i + 1, hi, v * 1.5 + 1)."""
+    i, v = T((), tc.int64), T((4,))
+    cond = region(lambda i, hi, v: i < hi, i, i, v)
+    body = region(lambda i, hi, v: (i + 1, hi, v * 1.5 + 1), i, i, v)
+    g = Graph("main", [i, i, v])
+    g.outputs = list(while_loop(g, cond, body, [], g.inputs))
+    return g
+
+
 def inputs_for(g: Graph, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rand(v.type, rng) for v in g.inputs]
@@ -230,6 +249,11 @@ def cases():
         out.append((f"cond_{pred}", g, [np.bool_(pred)] + inputs_for(g)[1:]))
     out.append(("cond_in_scan", cond_in_scan(), None))
     out.append(("scan_with_while", scan_with_while(), None))
+    for n in (0, 1, 4):
+        out.append((f"scan_invariant_carry_{n}", scan_invariant_carry(n), None))
+    g = while_invariant_bound()
+    for n in (0, 1, 5):
+        out.append((f"while_invariant_bound_{n}", g, [np.int64(0), np.int64(n), np.arange(4, dtype=np.float32)]))
     out.append(("while_with_scan_in_cond", while_with_scan_in_cond(), None))
     return [(name, checked(g), ins if ins is not None else inputs_for(g)) for name, g, ins in out]
 

@@ -60,6 +60,16 @@ def test_yields_that_are_not_fresh_values_are_copied():
     assert sum("yield" in k.name for k in program.kernels) == 6
 
 
+def test_a_carry_yielded_unchanged_stays_in_place_without_a_spare_or_a_copy():
+    for g, copies in ((RG.scan_invariant_carry(5), ["yield2"]), (RG.while_invariant_bound(), [])):
+        program = schedule(g)
+        (step,) = [st for st in program.steps if not isinstance(st, C.Run)]
+        assert C.invariant(step) == [False, True] + [False] * (len(step.init) - 2)
+        assert step.spare[1] is None and step.spare[0] is not None
+        # (the scan's y is its carry's block argument: that one is copied, into the row)
+        assert [k.name.rsplit("_", 1)[1] for k in program.kernels if "yield" in k.name] == copies
+
+
 def test_body_temps_do_not_share_memory_with_what_lives_across_the_loop():
     """Outer buffers the loop uses live across all of its span in the workspace plan."""
     s = RG.T((8,))

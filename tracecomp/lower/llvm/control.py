@@ -138,11 +138,16 @@ class _Steps:
             r = b.sub(last, loop.index) if s.reverse else loop.index
             # the last step writes the result buffer: step i writes it when n - 1 - i is even
             even = b.icmp_unsigned("==", b.and_(b.sub(last, loop.index), ir.Constant(I64, 1)), ir.Constant(I64, 0))
-            outs = [env[c] if sp is None else b.select(even, env[c], env[sp]) for c, sp in zip(s.carry, s.spare)]
+            kept = C.invariant(s)
+            outs = [a if keep else env[c] if sp is None else b.select(even, env[c], env[sp])
+                    for a, keep, c, sp in zip(loop.carried, kept, s.carry, s.spare)]
             inputs = [env[k] for k in s.consts] + list(loop.carried) + [self.row(env[x], x, r) for x in s.xs]
             outputs = outs + [self.row(env[y], y, r) for y in s.ys]
             self.run(s.body.steps, self.block_env(env, s.body, inputs, outputs))
             loop.next = outs
+        for keep, c, i in zip(kept, s.carry, s.init):       # invariant carries stayed in init
+            if keep:
+                self.copy(env[c], env[i], c)
 
     def while_loop(self, s: C.While, env: dict) -> None:
         b = self.b
@@ -164,7 +169,8 @@ class _Steps:
         pred = b.load(inner[s.cond.outputs[0]], typ=S.memory_type(self.program.buffers[s.cond.outputs[0]].dtype))
         b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(pred.type, 0)), body, done)
         b.position_at_end(body)
-        outs = [b.select(odd, env[sp], env[c]) for c, sp in zip(s.carry, s.spare)]
+        outs = [phi if keep else b.select(odd, env[sp], env[c])
+                for phi, keep, c, sp in zip(carry, C.invariant(s), s.carry, s.spare)]
         self.run(s.body.steps, self.block_env(env, s.body, consts + carry, outs))
         for phi, out in zip(carry, outs):
             phi.add_incoming(out, b.block)

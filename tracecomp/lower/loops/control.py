@@ -31,6 +31,9 @@ Binding (the same in every runner: llvm/control.py, loops/interp.py, the CUDA ru
          loop, a carry not in `carry` (no iteration ran, or an even count of them) is
          copied there.
   If     then.inputs = orelse.inputs = operands; their outputs are `results`.
+A carry that the body yields unchanged (its yield is its own block argument: `invariant`)
+stays where `init` is for every step, its spare None, and is copied into `carry` once,
+after the loop: such a carry (a tc.fori_loop's upper bound) costs no copy per step.
 
 `outer_buffers(step)` names the buffers of the enclosing scope a control step uses: the
 workspace planner keeps them alive across the step's whole span.
@@ -72,7 +75,7 @@ class While:
     consts: list[str]
     init: list[str]
     carry: list[str]
-    spare: list[str]
+    spare: list[Optional[str]]                   # (None: an invariant carry)
     cond: Block
     body: Block
 
@@ -106,12 +109,18 @@ def outer_buffers(step) -> list[str]:
     if isinstance(step, Scan):
         names = step.consts + step.init + step.xs + step.carry + step.ys + [s for s in step.spare if s]
     elif isinstance(step, While):
-        names = step.consts + step.init + step.carry + step.spare
+        names = step.consts + step.init + step.carry + [s for s in step.spare if s]
     elif isinstance(step, If):
         names = [step.pred] + step.operands + step.results
     else:
         return []
     return list(dict.fromkeys(names))
+
+
+def invariant(step) -> list[bool]:
+    """Per carry of a Scan or While: whether its body yields it unchanged (module docstring)."""
+    at = len(step.consts)
+    return [step.body.outputs[k] == step.body.inputs[at + k] for k in range(len(step.init))]
 
 
 def kernels_run(steps: list) -> Iterator[str]:

@@ -178,10 +178,11 @@ def _run_steps(steps: list, kernels: dict, arrays: dict) -> None:
         if isinstance(s, C.Run):
             LoopInterpreter(kernels[s.kernel], arrays).run()
         elif isinstance(s, C.Scan):
-            carry = [arrays[n] for n in s.init]
+            carry, kept = [arrays[n] for n in s.init], C.invariant(s)
             for step in range(s.length):
                 r = s.length - 1 - step if s.reverse else step
-                out = [arrays[c] if (s.length - 1 - step) % 2 == 0 else arrays[sp] for c, sp in zip(s.carry, s.spare)]
+                out = [a if keep else arrays[c] if (s.length - 1 - step) % 2 == 0 else arrays[sp]
+                       for a, keep, c, sp in zip(carry, kept, s.carry, s.spare)]
                 run(s.body, [arrays[n] for n in s.consts] + carry + [arrays[x][r, ...] for x in s.xs],
                     out + [arrays[y][r, ...] for y in s.ys])
                 carry = out
@@ -189,13 +190,13 @@ def _run_steps(steps: list, kernels: dict, arrays: dict) -> None:
                 if a is not arrays[c]:
                     arrays[c][...] = a
         elif isinstance(s, C.While):
-            carry, parity = [arrays[n] for n in s.init], 0
+            carry, parity, kept = [arrays[n] for n in s.init], 0, C.invariant(s)
             consts = [arrays[n] for n in s.consts]
             while True:
                 run(s.cond, consts + carry)
                 if not bool(arrays[s.cond.outputs[0]]):
                     break
-                out = [arrays[sp if parity else c] for c, sp in zip(s.carry, s.spare)]
+                out = [a if keep else arrays[sp if parity else c] for a, keep, c, sp in zip(carry, kept, s.carry, s.spare)]
                 run(s.body, consts + carry, out)
                 carry, parity = out, 1 - parity
             for c, a in zip(s.carry, carry):

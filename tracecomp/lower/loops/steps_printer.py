@@ -161,9 +161,10 @@ class _Driver:
             self.line(f"{bit} = arith.andi {left}, {one} : index")
             even = self.fresh("even")
             self.line(f"{even} = arith.cmpi eq, {bit}, {zero} : index")
-        for c, sp, ty in zip(s.carry, s.spare, types):
-            if sp is None:
-                outs.append(env[c])
+        kept = C.invariant(s)
+        for a, keep, c, sp, ty in zip(carries, kept, s.carry, s.spare, types):
+            if keep or sp is None:
+                outs.append(a if keep else env[c])
                 continue
             out = self.fresh("next")
             self.line(f"{out} = arith.select {even}, {env[c]}, {env[sp]} : {ty}")
@@ -177,6 +178,9 @@ class _Driver:
         self.depth -= 1
         self.line("}")
         assert nc + nk + len(s.xs) == len(s.body.inputs)
+        for keep, c, i in zip(kept, s.carry, s.init):         # invariant carries stayed in init
+            if keep:
+                self.copy(env[i], env[c], c)
 
     def while_loop(self, s: C.While, env: dict) -> None:
         types = [self.type_of(c) for c in s.carry]
@@ -203,7 +207,10 @@ class _Driver:
         self.line(f"^bb0({args}):")
         self.depth += 1
         outs = []
-        for c, sp, ty in zip(s.carry, s.spare, types):
+        for a, keep, c, sp, ty in zip(after, C.invariant(s), s.carry, s.spare, types):
+            if keep:
+                outs.append(a)
+                continue
             out = self.fresh("next")
             self.line(f"{out} = arith.select {odd2}, {env[sp]}, {env[c]} : {ty}")
             outs.append(out)

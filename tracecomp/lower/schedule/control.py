@@ -81,15 +81,16 @@ def emit(sched, op: Op) -> None:
         k, c = op.attrs["num_consts"], op.attrs["num_carry"]
         length = op.attrs["length"]
         draws = _draws_per_step(sched, programs[0], length)
-        _fresh_outputs(programs[0])
+        kept = _fresh_outputs(programs[0], k, c)
         step = C.Scan(length, bool(op.attrs.get("reverse", False)), operands[:k], operands[k:k + c],
                       operands[k + c:] + draws, results[:c],
-                      [_spare(sched, r) if length >= 2 else None for r in op.results[:c]], results[c:],
-                      None)
+                      [_spare(sched, r) if length >= 2 and i not in kept else None
+                       for i, r in enumerate(op.results[:c])], results[c:], None)
     elif op.name == R.WHILE:
         k = op.attrs["num_consts"]
-        _fresh_outputs(programs[1])
-        step = C.While(operands[:k], operands[k:], results, [_spare(sched, r) for r in op.results], None, None)
+        kept = _fresh_outputs(programs[1], k, len(op.results))
+        step = C.While(operands[:k], operands[k:], results,
+                       [None if i in kept else _spare(sched, r) for i, r in enumerate(op.results)], None, None)
     elif op.name == R.COND:
         draws = _draws_before(sched, programs)
         for p in programs:
@@ -175,14 +176,17 @@ def _spare(sched, result: Value) -> str:
     return name
 
 
-def _fresh_outputs(p) -> None:
+def _fresh_outputs(p, consts: int = 0, carries: int = 0) -> set[int]:
     """Give every yield of region Program `p` a distinct buffer its kernels write: a yield
-    of a block argument, a constant or a value yielded before is copied into one."""
+    of a block argument, a constant or a value yielded before is copied into one.  Except
+    an invariant carry (one of the first `carries` yields that is its own block argument,
+    after `consts` others): returns their positions, which the runners keep in place."""
     if p.steps is None:
         p.steps = [C.Run(k.name) for k in p.kernels]
+    kept = {j for j in range(carries) if p.outputs[j] == p.inputs[consts + j]}
     for j, name in enumerate(list(p.outputs)):
         b = p.buffers[name]
-        if b.role == "output" and name not in p.outputs[:j]:
+        if j in kept or b.role == "output" and name not in p.outputs[:j]:
             continue
         new = fresh_name(p.buffers, "yield")
         p.buffers[new] = L.Buffer(new, b.dtype, b.shape, "output")
@@ -196,6 +200,7 @@ def _fresh_outputs(p) -> None:
         p.kernel_ops[kernel.name] = []
         p.steps.append(C.Run(kernel.name))
         p.outputs[j] = new
+    return kept
 
 
 # --------------------------------------------------------------------- expansion
