@@ -60,15 +60,27 @@ def _select(pred, a, b):
     return tc.where(tc.reshape(pred, (pred.shape[0],) + (1,) * (a.ndim - 1)), a, b)
 
 
-@rule(R.SCAN, BATCHED)
-def _scan_vmap(name, operands, attrs, regions):
-    level = top_level({"operands": operands})
-    if level == 0:
-        return bind(name, operands, attrs, regions, below=BATCHED)
-    wholes, batched = _unwrap(operands, level)
-    if not any(batched):
-        return _lifted(name, wholes, attrs, regions, level)
-    size = next(w.shape[0] for w, b in zip(wholes, batched) if b)
+def batch_rule(op_name: str):
+    """Register `fn(wholes, batched, size, attrs, regions) -> results on whole batches` as the
+    op's Batched rule: the operands of the innermost vmap level come as whole batches (and
+    whether each is batched), the results go back as that level's batched tensors."""
+    def register(fn):
+        @rule(op_name, BATCHED)
+        def run(name, operands, attrs, regions):
+            level = top_level({"operands": operands})
+            if level == 0:
+                return bind(name, operands, attrs, regions, below=BATCHED)
+            wholes, batched = _unwrap(operands, level)
+            if not any(batched):
+                return _lifted(name, wholes, attrs, regions, level)
+            size = next(w.shape[0] for w, b in zip(wholes, batched) if b)
+            return [wrap(t, level) for t in fn(wholes, batched, size, attrs, regions)]
+        return fn
+    return register
+
+
+@batch_rule(R.SCAN)
+def _scan_vmap(wholes, batched, size, attrs, regions):
     k, c = attrs["num_consts"], attrs["num_carry"]
     body, = regions
     ops = list(wholes[:k])
@@ -77,21 +89,13 @@ def _scan_vmap(name, operands, attrs, regions):
     axes = [0 if b else None for b in batched[:k]] + [0] * c + [0 if b else None for b in batched[k + c:]]
     types = [t._type for t in ops[:k + c]] + [R.row_type(t._type) for t in ops[k + c:]]
     region = trace_region(_mapped(body, axes), types, "body")
-    out = bind(name, region.captured + ops, dict(attrs, num_consts=len(region.captured) + k),
+    out = bind(R.SCAN, region.captured + ops, dict(attrs, num_consts=len(region.captured) + k),
                [region.graph])
-    carry, ys = out[:c], [tc.movedim(y, 1, 0) for y in out[c:]]
-    return [wrap(t, level) for t in carry + ys]
+    return out[:c] + [tc.movedim(y, 1, 0) for y in out[c:]]
 
 
-@rule(R.WHILE, BATCHED)
-def _while_vmap(name, operands, attrs, regions):
-    level = top_level({"operands": operands})
-    if level == 0:
-        return bind(name, operands, attrs, regions, below=BATCHED)
-    wholes, batched = _unwrap(operands, level)
-    if not any(batched):
-        return _lifted(name, wholes, attrs, regions, level)
-    size = next(w.shape[0] for w, b in zip(wholes, batched) if b)
+@batch_rule(R.WHILE)
+def _while_vmap(wholes, batched, size, attrs, regions):
     k = attrs["num_consts"]
     cond_region, body = regions
     ops = list(wholes[:k]) + [w if b else _broadcast(w, size) for w, b in zip(wholes[k:], batched[k:])]
@@ -109,28 +113,19 @@ def _while_vmap(name, operands, attrs, regions):
 
     regions2 = [trace_region(any_cond, types, "cond"), trace_region(masked_body, types, "body")]
     captured = share_captures(regions2)
-    out = bind(name, captured + ops, {"num_consts": len(captured) + k}, [r.graph for r in regions2])
-    return [wrap(t, level) for t in out]
+    return bind(R.WHILE, captured + ops, {"num_consts": len(captured) + k}, [r.graph for r in regions2])
 
 
-@rule(R.COND, BATCHED)
-def _cond_vmap(name, operands, attrs, regions):
-    level = top_level({"operands": operands})
-    if level == 0:
-        return bind(name, operands, attrs, regions, below=BATCHED)
-    wholes, batched = _unwrap(operands, level)
-    if not any(batched):
-        return _lifted(name, wholes, attrs, regions, level)
+@batch_rule(R.COND)
+def _cond_vmap(wholes, batched, size, attrs, regions):
     pred, ops = wholes[0], wholes[1:]
     axes = [0 if b else None for b in batched[1:]]
     if batched[0]:             # a predicate per item: both branches, then a select
-        size = pred.shape[0]
         mapped = any(a is not None for a in axes)
         a, b = [_mapped(r, axes)(*ops) if mapped else [_broadcast(t, size) for t in eval_graph(r, ops)]
                 for r in regions]
-        return [wrap(_select(pred, x, y), level) for x, y in zip(a, b)]
+        return [_select(pred, x, y) for x, y in zip(a, b)]
     types = [t._type for t in ops]
     branches = [trace_region(_mapped(r, axes), types, label) for r, label in zip(regions, ("then", "else"))]
     captured = share_captures(branches)
-    out = bind(name, [pred] + captured + ops, {}, [r.graph for r in branches])
-    return [wrap(t, level) for t in out]
+    return bind(R.COND, [pred] + captured + ops, {}, [r.graph for r in branches])
