@@ -233,7 +233,6 @@ def _cond_vjp(name, operands, attrs, regions):
     results = bind(name, operands, attrs, regions, below=AUTOGRAD)
     if not any(wants):
         return results
-    pred, ops = operands[0], operands[1:]
     diff = [i for i, w in enumerate(wants[1:]) if w]
     out_ct = [j for j, r in enumerate(results) if _floating(r)]
 

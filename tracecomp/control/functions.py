@@ -22,13 +22,12 @@ import numpy as np
 from ..core.errors import ArgumentError, TraceError
 from ..core.locations import user_location
 from ..core import dtypes as dt
-from ..core.types import TensorType
 from ..dispatch import api as tc
 from ..dispatch.tracer import current
 from ..ir import regions as R
 from ..tensors import pytree
 from ..tensors.tensor import Tensor, as_tensor
-from . import autodiff, batching  # noqa: F401  (register the rules of the other keys)
+from . import autodiff, batching  # noqa: F401  (registers the rules of the other keys)
 from .primitives import bind, share_captures, trace_region
 
 
