@@ -579,3 +579,24 @@ def test_random_loops_keep_their_meaning(make, seed):
     for out in (control(g), optimize(g)):
         same_results(g, out, trials=1)
         assert parse_graph(print_graph(out)) == out
+
+
+def test_a_while_body_keeps_ops_that_could_raise_or_not_end():
+    """Hoisted out of a while loop that runs no step, an index_select with a bad index
+    would raise where the program did not; a loop hoisted out might not end."""
+    import numpy as np
+    import tracecomp as tc
+    from tracecomp.runtime.interpreter import run_graph
+
+    def program(n, idx, table):
+        def body(c):
+            i, acc = c
+            return i + 1, acc + tc.index_select(table, 0, idx).sum()
+        return tc.while_loop(lambda c: c[0] < n, body, (tc.tensor(np.int64(0)), tc.tensor(0.0)))[1]
+    lowered = tc.trace(program, backend="interp").lower(tc.tensor(np.int64(0)), tc.tensor(np.array([5])),
+                                                         tc.tensor(np.ones(3, np.float32)))
+    loop = [op for op in lowered.graph.ops if op.name == "tc.while_loop"][0]
+    assert "tc.index_select" in [o.name for o in loop.regions[1].ops]
+    # no step runs, so the out-of-range index is never used: no error
+    out = run_graph(lowered.graph, [np.int64(0), np.array([5]), np.ones(3, np.float32)])
+    assert float(out[0]) == 0.0

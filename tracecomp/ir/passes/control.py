@@ -19,8 +19,10 @@ rewrite driver rewrites an op's regions before the op):
 - operands: a const (a cond operand, a scanned input) that no region uses is dropped,
   and a value passed twice is passed once.
 The graph computes the same values (the tests run it with the interpreter before and
-after).  Ops are pure, so an op hoisted out of a tc.while_loop runs even when the loop
-runs no step (speculation, as LICM does for ops without side effects).  A graph without
+after).  An op hoisted out of a tc.while_loop's body runs even when the loop runs no step
+(speculation, as LICM does for ops without side effects), so only ops that cannot raise
+(no run-time index checks) and hold no loop of their own (it might not end) leave a while
+body; a while condition and a scan body (length >= 1 by then) always run.  A graph without
 region ops is returned as it is.
 """
 from __future__ import annotations
@@ -126,6 +128,17 @@ def _deterministic(op: Op) -> bool:
     return not any(table[o.name].nondeterministic for o in [op, *inner] if o.name in table)
 
 
+# Kinds whose ops check indices computed from data at run time, so they can raise.
+_RAISING_KINDS = ("gather", "index_add", "index_select", "scatter")
+
+
+def _safe_to_speculate(op: Op) -> bool:
+    """Whether `op` may run where the program might not have run it (hoisted out of a while
+    loop that takes no step): it cannot raise, and it holds no loop (which might not end)."""
+    opdef = by_ir_name().get(op.name)
+    return not op.regions and (opdef is None or opdef.kind not in _RAISING_KINDS)
+
+
 def _static(t: TensorType) -> bool:
     return all(isinstance(d, int) for d in t.shape)
 
@@ -197,7 +210,9 @@ class _Loop:
         new_consts: list[tuple[Value, list[Value]]] = []      # outer value, the region value per region
         new_xs: list[tuple[Value, Value]] = []                  # the body's row, the stacked value
         for n, g in enumerate(self.regions):
-            hoisted = self.hoist_region(g, n == len(self.regions) - 1 and self.scan)
+            # a while loop's body may run no step: what it hoists must be safe to run anyway
+            hoisted = self.hoist_region(g, n == len(self.regions) - 1 and self.scan,
+                                        speculative=not self.scan and n == 1)
             if hoisted is None:
                 continue
             invariant, rows = hoisted
@@ -226,7 +241,7 @@ class _Loop:
         self.consts += [outer for outer, _ in new_consts]
         self.xs += [outer for _, outer in new_xs]
 
-    def hoist_region(self, g: Graph, rows: bool):
+    def hoist_region(self, g: Graph, rows: bool, speculative: bool = False):
         """Emit before the loop the ops of `g` that do not need a step; the body values they
         stand for, with their outer values (invariant ones, then stacked x rows), or None."""
         consts, _, xs = self.group_args(g)
@@ -246,7 +261,7 @@ class _Loop:
             if inner.name == CONSTANT:
                 constants[inner.result] = inner
                 continue
-            if not _deterministic(inner):
+            if not _deterministic(inner) or speculative and not _safe_to_speculate(inner):
                 continue
             if all(v in outer or v in constants for v in inner.operands):
                 copy = self.rw.add(inner.name, [outside(v) for v in inner.operands], inner.attrs,
