@@ -100,22 +100,31 @@ def _dependencies(roots: list[Node]) -> dict[Node, int]:
 
 
 def _needed(roots: list[Node], targets: set[Edge]) -> set[Node]:
-    """Nodes on some path from a root to a captured edge (only these need to run)."""
-    memo: dict[Node, bool] = {}
+    """Nodes on some path from a root to a captured edge (only these need to run).
 
-    def visit(node: Node) -> bool:
-        if node in memo:
-            return memo[node]
-        memo[node] = False
-        hit = False
+    Iterative (a reverse walk from the nodes that feed a target), so that an unrolled
+    loop thousands of nodes deep does not exhaust Python's recursion limit."""
+    feeders: dict[Node, list[Node]] = collections.defaultdict(list)
+    hit: set[Node] = set()
+    seen, stack = set(roots), list(roots)
+    while stack:
+        node = stack.pop()
         for e in node.next_edges:
-            if e is not None and (e in targets or visit(e.node)):
-                hit = True
-        memo[node] = hit
-        return hit
-    for r in roots:
-        visit(r)
-    return {n for n, hit in memo.items() if hit}
+            if e is None:
+                continue
+            if e in targets:
+                hit.add(node)
+            feeders[e.node].append(node)
+            if e.node not in seen:
+                seen.add(e.node)
+                stack.append(e.node)
+    stack = list(hit)
+    while stack:
+        for n in feeders.get(stack.pop(), ()):
+            if n not in hit:
+                hit.add(n)
+                stack.append(n)
+    return hit
 
 
 def _accumulate(buffer: list, i: int, g) -> None:
