@@ -27,6 +27,7 @@ evaluate once.  So relu(x @ w + b), gelu(x @ w) or x @ w + residual is one kerne
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Optional
 
@@ -35,6 +36,7 @@ from ...core.symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.walk import substitute
+from .depth import MAX_LEVELS, expression_depth
 from .implicit_gemm import window_operand
 from .nests import fresh_name, kernel_name
 from .operands import operand_view
@@ -73,30 +75,58 @@ def matmul_body(sched, op: Op, args: dict) -> list:
 # ---------------------------------------------------------------- epilogue fusion
 
 def fuse_epilogues(program) -> None:
-    """Fold each matmul's lone pointwise consumer into it (see the module docstring),
-    repeatedly: a fused kernel's output may again have one pointwise reader."""
-    while any(_fuse_one(program, km) for km in list(program.kernels)):
-        pass
+    """Fold each matmul's lone pointwise consumer into it (see the module docstring), in
+    one pass over the kernels: a fused kernel sits where its consumer was, later, so that
+    its output, which may again have one pointwise reader, is tried in turn.  (Restarting
+    the scan after each fusion, as this did, was quadratic in an unrolled loop's matmuls;
+    a kernel that failed before a fusion cannot succeed after it, as its reader would be
+    the fused kernel, which ends in a Matmul.)"""
+    kernels = program.kernels
+    readers: dict[str, dict[int, L.Kernel]] = {}        # buffer -> kernels touching it, by id
+    for k in kernels:
+        for b in k.buffers:
+            readers.setdefault(b.name, {})[id(k)] = k
+    i, fused_any = 0, False
+    while i < len(kernels):
+        km = kernels[i]
+        done = _fuse_one(program, km, readers)
+        if done is None:
+            i += 1
+            continue
+        kp, fused = done
+        for b in km.buffers + kp.buffers:
+            touching = readers.get(b.name, {})
+            touching.pop(id(km), None)
+            touching.pop(id(kp), None)
+        for b in fused.buffers:
+            readers.setdefault(b.name, {})[id(fused)] = fused
+        j = next(j for j in itertools.chain(range(i + 1, len(kernels)), range(i)) if kernels[j] is kp)
+        kernels[j] = fused
+        del kernels[i]
+        i = min(i, j)                # (a reader before its matmul: try the fused kernel next)
+        fused_any = True
+    if fused_any:
+        program.kernel_ops = {k.name: program.kernel_ops[k.name] for k in kernels}     # kernel order
 
 
-def _fuse_one(program, km: L.Kernel) -> bool:
+def _fuse_one(program, km: L.Kernel, readers: dict) -> Optional[tuple[L.Kernel, L.Kernel]]:
+    """(km's reader, the fused kernel) when km's matmul fused into its lone reader; else None."""
     s = km.body[-1] if km.body and isinstance(km.body[-1], L.Matmul) else None
     if s is not None and len(km.body) > 1 and s.b_windows is None:      # only b's fill may precede it
         s = None
     if s is None or program.buffers[s.out.buffer].role != "temp":
-        return False
-    readers = [k for k in program.kernels if k is not km and any(b.name == s.out.buffer for b in k.buffers)]
-    fused = _fuse(km, s, readers[0], program.buffers) if len(readers) == 1 else None
+        return None
+    others = [k for key, k in readers.get(s.out.buffer, {}).items() if key != id(km)]
+    fused = _fuse(km, s, others[0], program.buffers) if len(others) == 1 else None
     if fused is None:
-        return False
-    program.kernels[program.kernels.index(readers[0])] = fused
-    program.kernels.remove(km)
+        return None
+    kp = others[0]
     del program.buffers[s.out.buffer]
-    ops = program.kernel_ops.pop(km.name, []) + program.kernel_ops.pop(readers[0].name, [])
-    fused.name = kernel_name(int(readers[0].name.split("_", 1)[0][1:]), ops)
+    readers.pop(s.out.buffer, None)
+    ops = program.kernel_ops.pop(km.name, []) + program.kernel_ops.pop(kp.name, [])
+    fused.name = kernel_name(int(kp.name.split("_", 1)[0][1:]), ops)
     program.kernel_ops[fused.name] = ops
-    program.kernel_ops = {k.name: program.kernel_ops[k.name] for k in program.kernels}     # kernel order
-    return True
+    return kp, fused
 
 
 def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.Kernel]:
@@ -134,7 +164,7 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
             return mapping[e.name]
         return None
     epilogue = substitute(store.value, rewrite)
-    if misplaced:
+    if misplaced or expression_depth(epilogue) > MAX_LEVELS:   # (chained epilogues: depth.py's cap)
         return None
     fused = dataclasses.replace(s, out=dataclasses.replace(s.out, buffer=store.buffer), epilogue=epilogue)
     roles: dict[str, L.Buffer] = {}

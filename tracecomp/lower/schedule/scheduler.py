@@ -41,6 +41,7 @@ from ..loops.check import check_kernel
 from ..loops.walk import buffers_accessed, size_params, var_names
 from . import attention, control, reductions, sort
 from .pointwise import VIEW_KINDS, Inliner
+from .depth import too_deep
 from .donation import update_in_place
 from .index_checks import IndexCheck, IndexChecks
 from .matmul import fuse_epilogues, matmul_body
@@ -93,6 +94,23 @@ def _materialized(graph: Graph) -> set[Value]:
 
     copied: set[Value] = set()          # values inlined as several copies (one_consumer)
     holds_copies: dict[Value, bool] = {}   # v's inlined expression holds a copied value
+    ends: dict[Op, Op] = {}                # chain_end, memoized
+
+    def passes_on(op: Op) -> bool:
+        # (a heuristic only: a memoized chain ignores a later op's operand kept afterwards)
+        return table[op.name].kind in ("elementwise", "cast") and len(op.results) == 1 \
+            and uses.get(op.results[0], 0) == 1 and op.results[0] not in keep
+
+    def chain_end(op: Op) -> Op:
+        """Where a chain of elementwise ops used once each, starting at `op`, ends. Memoized:
+        walking every chain to its end anew made scheduling quadratic in an unrolled loop."""
+        path = []
+        while op not in ends and passes_on(op):
+            path.append(op)
+            op = users[op.results[0]][0]
+        end = ends.get(op, op)
+        ends.update((o, end) for o in path)
+        return end
 
     def one_consumer(v: Value) -> bool:
         """Every use of v leads, through elementwise ops used once each, into one op (`t * t`,
@@ -100,19 +118,9 @@ def _materialized(graph: Graph) -> set[Value]:
         copies are computed at one position per element, and LLVM merges them into one.
         Not when v's own expression holds such copies: a chain (`t = t * t` ten times) would
         give 2^10 of them, so every other link of it gets a buffer."""
-        if holds_copies.get(v):
+        if holds_copies.get(v) or len(users[v]) > MAX_COPIES:
             return False
-        sinks, paths, stack = set(), 0, list(users[v])
-        while stack:
-            op = stack.pop()
-            r = op.results[0]
-            if table[op.name].kind in ("elementwise", "cast") and len(op.results) == 1 \
-                    and uses.get(r, 0) == 1 and r not in keep:
-                stack.extend(users[r])
-            else:
-                sinks.add(op)
-                paths += 1
-        return len(sinks) == 1 and paths <= MAX_COPIES
+        return len({chain_end(op) for op in users[v]}) == 1
 
     for op in graph.ops:
         if op.name == CONSTANT:
@@ -160,17 +168,23 @@ class Scheduler:
         self.region = region          # a region's graph: its inputs are block arguments (control.py)
         keep = _materialized(graph) if keep is None else keep
         # values given buffers (a loop reads its operands from memory, whatever recomputable says)
-        self.keep = keep | control.operands_in_memory(graph)
+        self.keep = keep | too_deep(graph, keep) | control.operands_in_memory(graph)   # depth.py
         self.table = by_ir_name()
         self.buffers: dict[str, L.Buffer] = {}
         self.names: dict[Value, str] = {}
+        self._count: dict[str, int] = {}        # buffers per role (their names' numbers)
+        self._position: dict[str, int] = {}     # buffer name -> its place in self.buffers
         self.program = Program(graph.name, [], self.buffers, [], [])
         self._order = {op: i for i, op in enumerate(graph.ops)}
         self.rows = RowFusion(self)
         self.indices = IndexChecks(self, check_indices)
 
     def _buffer(self, v: Value, role: str, prefix: str) -> str:
-        name = f"{prefix}{sum(1 for b in self.buffers.values() if b.role == role)}"
+        n = self._count.get(role, 0)
+        while f"{prefix}{n}" in self.buffers:      # (fresh_name's temps share the prefix)
+            n += 1
+        self._count[role] = n + 1
+        name = f"{prefix}{n}"
         self.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), role)
         self.names[v] = name
         return name
@@ -276,12 +290,30 @@ class Scheduler:
     def _kernel_buffers(self, body: list) -> list[L.Buffer]:
         loads, stores = buffers_accessed(body)
         out = []
-        for name, b in self.buffers.items():
+        # in the buffers' order, without a scan of all of them per kernel (quadratic)
+        names = (loads | stores) & self.buffers.keys()
+        if not names <= self._position.keys():
+            self._number_new_buffers(names)
+        for name in sorted(names, key=self._position.__getitem__):
+            b = self.buffers[name]
             if name in stores:
                 out.append(L.Buffer(name, b.dtype, b.shape, "errors" if b.role == "errors" else "output"))
             elif name in loads:
                 out.append(L.Buffer(name, b.dtype, b.shape, "input"))
         return out
+
+    def _number_new_buffers(self, names: set[str]) -> None:
+        """Extend `_position` to the buffers added since (they come last in the dict)."""
+        new = []
+        for name in reversed(self.buffers):
+            if name in self._position:
+                break
+            new.append(name)
+        if not names <= self._position.keys() | set(new):     # (a name deleted and added again)
+            self._position = {}
+            new = list(reversed(self.buffers))
+        for name in reversed(new):
+            self._position[name] = len(self._position)
 
     def _mark_index_inputs(self) -> None:
         """Function inputs that reach gather/index_select/scatter indices through views or
@@ -371,6 +403,8 @@ def schedule(graph: Graph, check_indices: bool = True, region: bool = False) -> 
         if not drop:
             break
         trial = Scheduler(graph, sched.keep - drop, check_indices, region)
+        if trial.keep == sched.keep:
+            break                   # too_deep gave them buffers back
         candidate = trial.run()
         if expression_size(candidate.kernels) > 2 * expression_size(program.kernels) + 1000:
             break                   # recomputing would multiply the code: keep the buffers
