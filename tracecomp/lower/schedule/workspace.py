@@ -17,6 +17,8 @@ once more where the runner reads it.  Bound buffers own no memory and are not pl
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -39,6 +41,8 @@ def plan_workspace(temps: dict[str, int], first: dict[str, int],
     Sizes may be symbolic (symbolic.Dim, in exported libraries with dynamic dims): a slot is
     reused or grown only where the comparison holds for every size, the choice among such
     slots follows the example sizes."""
+    if all(type(n) is int for n in temps.values()):
+        return _plan_static(temps, first, last)
     slots: list[Slot] = []
     assignment: dict[str, int] = {}
     for name in sorted(temps, key=lambda n: first[n]):
@@ -57,6 +61,34 @@ def plan_workspace(temps: dict[str, int], first: dict[str, int],
         slots[i].free_after = last[name]
         assignment[name] = i
     return assignment, [s.nbytes for s in slots]
+
+
+def _plan_static(temps: dict[str, int], first: dict[str, int],
+                 last: dict[str, int]) -> tuple[dict[str, int], list[int]]:
+    """plan_workspace's choices for int sizes, without a scan of every slot per temp (an
+    unrolled loop keeps thousands of temps alive at once): the free slots are kept sorted
+    by (size, index), the busy ones in a heap by the last kernel that reads them."""
+    sizes: list[int] = []
+    busy: list[tuple[int, int]] = []          # (free_after, slot)
+    free: list[tuple[int, int]] = []          # (nbytes, slot), sorted
+    assignment: dict[str, int] = {}
+    for name in sorted(temps, key=lambda n: first[n]):
+        need, start = temps[name], first[name]
+        while busy and busy[0][0] < start:
+            i = heapq.heappop(busy)[1]
+            bisect.insort(free, (sizes[i], i))
+        k = bisect.bisect_left(free, (need, -1))
+        if k < len(free):                     # the smallest that fits (the first of equals)
+            i = free.pop(k)[1]
+        elif free:                            # else grow the largest (the first of equals)
+            i = free.pop(bisect.bisect_left(free, (free[-1][0], -1)))[1]
+            sizes[i] = need
+        else:
+            sizes.append(need)
+            i = len(sizes) - 1
+        heapq.heappush(busy, (last[name], i))
+        assignment[name] = i
+    return assignment, sizes
 
 
 def _provably_ge(a, b) -> bool:
