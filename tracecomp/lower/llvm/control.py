@@ -8,7 +8,8 @@ the JIT's driver), counted loops for scans, loops that read the predicate's byte
 while loops, and branches for conds.  `env` maps buffer names to pointers; bound buffers
 get theirs here, per iteration: consts are the outer pointers, a scan's rows are byte
 offsets into the stacked buffers, carries are loop phis that ping-pong between the
-result buffer and its spare (loops/control.py), so no step copies a carry.
+result buffer and its spare (loops/control.py), so no step copies a carry (an invariant
+carry stays in init and is copied into its result once, after the loop).
 
 `driver_function(module, program, name, positions, call)` wraps them in
 `void name(void** buffers, void** kernels)`: every buffer that is not bound is

@@ -13,13 +13,15 @@ the order of a walk of the steps), its buffers among `Program.buffers`.  Its `in
 yield) are buffers of role "bound": they own no memory, a control step points them at
 memory before it runs the block's steps.  For every block whose outputs are bound, each
 output is a distinct buffer that the block's steps write (the scheduler adds a copy
-kernel where a yield is a block argument, a constant or another yield), so pointing it
-anywhere never makes two names of one buffer.  A while loop's cond block yields its
+kernel where a yield is a block argument, a constant or another yield; but for an
+invariant carry, below), so pointing it anywhere never makes two names of one buffer.  A while loop's cond block yields its
 predicate in any buffer (bound, temp or constant): the runner reads that byte.
 
-Binding (the same in every runner: llvm/control.py, loops/interp.py, the CUDA runner):
+Binding (the same in every runner: llvm/control.py, loops/interp.py, runtime/cuda/runner.py,
+and the MLIR of loops/steps_printer.py):
   Scan   body.inputs = consts (the outer buffers themselves), the carries, the rows
-         xs[r] (pointer offsets into the stacked buffers);  body.outputs = the new
+         xs[r] (pointer offsets into the stacked buffers; the last xs may be random draws
+         made for all steps, schedule/control.py);  body.outputs = the new
          carries, the rows ys[r].  Step s runs row r = s (reversed: length-1-s).  Carries
          ping-pong between `carry` (the op's result buffers) and `spare` (temps of the
          same types): step 0 reads `init` in place, step s writes `carry` when
