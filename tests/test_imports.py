@@ -89,7 +89,7 @@ def files(names) -> str:
 # The stages, in import order: the package's folders, then its top-level files (the root),
 # then the package's own users (Dask, the demos) and the CLI above them all.
 ORDER = ["core", "ops", "ir", "tensors", "dispatch", "autograd", "library", "lower", "runtime",
-         "transforms", "control", "aot", "nn", "optim", "utils", "<root>", "dask", "demo", "cli"]
+         "transforms", "control", "aot", "nn", "optim", "utils", "torch", "<root>", "dask", "demo", "cli"]
 
 
 ROOT_FILES = {"tracecomp", "tracecomp.bindings", "tracecomp.linalg"}   # the public names and their wiring

@@ -1,0 +1,107 @@
+"""The torch.compile backend: Dynamo's FX graph through AOTAutograd into tracecomp.
+
+    torch.compile(model, backend="tracecomp")
+      Dynamo: the model's Python -> an FX graph of torch calls (parameters are inputs)
+      AOTAutograd (aot_autograd below): functionalized ATen graphs, decomposed by
+          `decompositions()`; a forward and a backward graph where the inputs need
+          gradients, one inference graph otherwise (torch.no_grad())
+      each graph -> probe (importer.py): the nodes tracecomp takes
+          -> all of them: one CompiledGraph, a tc.trace of the graph replayed on tc tensors
+          -> not all: PyTorch runs the graph (for now)
+
+The decomposition table is Core ATen's (torch._decomp.core_aten_decompositions) without
+the entries for the CPU flash-attention ops: tracecomp has both fused attention ops
+(ops.yaml), and as shipped in PyTorch 2.13, Core ATen's entry for the forward returns
+attention weights where the op returns the logsumexp while the backward still calls the
+fused backward op, which gives gradients wrong by factors of 10 to 510 without an error
+(issue 38).  Inductor leaves that op undecomposed, and so does tracecomp.
+
+Options (`torch.compile(..., options={...})`, or keyword arguments of `backend`):
+  strict        True: raise instead of falling back to PyTorch for any node (fullgraph-like)
+  trace         keyword arguments for tc.trace (backend="interp", fastmath=True, ...)
+  decompositions  a decomposition table replacing decompositions()
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+
+from ..core.errors import ArgumentError, BackendError
+from .importer import CompiledGraph, counts, probe
+
+QUIET = ("shape arithmetic (runs in Python)",)
+
+log = logging.getLogger("tracecomp.torch")
+
+OPTIONS = ("strict", "trace", "decompositions")
+
+# Ops that tracecomp takes whole, which Core ATen would decompose (see the docstring).
+KEEP = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+
+def decompositions() -> dict:
+    """Core ATen's decompositions minus the ops in KEEP."""
+    table = core_aten_decompositions()
+    keep = {getattr(torch.ops.aten, name).default for name in KEEP if hasattr(torch.ops.aten, name)}
+    return {op: fn for op, fn in table.items() if op not in keep}
+
+
+def _options(options: dict | None, kwargs: dict) -> dict:
+    merged = {**(options or {}), **kwargs}
+    merged.pop("mode", None)          # torch.compile's mode= names Inductor's presets
+    unknown = sorted(set(merged) - set(OPTIONS))
+    if unknown:
+        raise ArgumentError(f"tracecomp backend: unknown option(s) {', '.join(unknown)} "
+                            f"(it takes {', '.join(OPTIONS)})")
+    return merged
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: list, options: dict | None = None, **kwargs) -> Callable:
+    """The torch.compile backend (`backend="tracecomp"`): returns the callable that runs
+    Dynamo's graph `gm`, its forward and backward compiled by tracecomp."""
+    opts = _options(options, kwargs)
+    counts["dynamo"] += 1
+    compilers = {kind: functools.partial(compile_graph, kind=kind, options=opts)
+                 for kind in ("forward", "backward", "inference")}
+    aot = aot_autograd(fw_compiler=compilers["forward"], bw_compiler=compilers["backward"],
+                       inference_compiler=compilers["inference"],
+                       decompositions=opts.get("decompositions") or decompositions())
+    return aot(gm, example_inputs)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, kind: str, options: dict) -> Callable:
+    """One ATen graph from AOTAutograd -> the boxed callable that runs it."""
+    name = f"{kind}_{counts[kind]}"
+    counts[kind] += 1
+    refused = {n: why for n, why in probe(gm).items() if why not in QUIET}
+    strict = options.get("strict", False)
+    if refused:
+        lines = "\n".join(f"  {n.target}: {why}" for n, why in refused.items())
+        if strict:
+            raise BackendError(f"tracecomp (strict): {name} has ops tracecomp cannot compile:\n{lines}")
+        log.warning("%s: PyTorch runs this graph; tracecomp cannot compile:\n%s", name, lines)
+        compiled: Any = gm
+    else:
+        compiled = CompiledGraph(gm, name, options.get("trace"), fallback=not strict)
+
+    def run(args: list):
+        return compiled(*args)
+    run._boxed_call = True          # AOTAutograd's convention: the arguments come as one list
+    return run
+
+
+def register() -> None:
+    """Make backend="tracecomp" known to torch.compile without the entry point (an
+    uninstalled checkout); a no-op where the entry point or an earlier call did it."""
+    from torch._dynamo.backends import registry
+    compilers = getattr(registry, "_COMPILER_FNS", {})
+    found = getattr(registry, "_BACKENDS", {})
+    if "tracecomp" in compilers or found.get("tracecomp") is not None:
+        return                      # registered, or the entry point will load us on lookup
+    registry.register_backend(backend, name="tracecomp")

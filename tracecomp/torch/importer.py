@@ -1,0 +1,368 @@
+"""An ATen FX graph as a tracecomp function: the graph replayed on tc tensors inside tc.trace.
+
+`CompiledGraph(gm)` is what the backend returns for a graph (or a partition of one) whose
+every node the table (aten.py) maps.  Its traced function walks the FX nodes in order and
+calls each node's rule on tc tensors, so tc.trace records the graph into tracecomp's IR
+and compiles it with the usual pipeline, once per input signature (shapes and dtypes).
+
+    torch tensors --DLPack/NumPy views, no copy--> tc.trace(replay) --> NumPy arrays
+        --torch.from_numpy, no copy--> torch tensors
+
+A non-contiguous input is made contiguous (a copy per call, logged once per graph input);
+the compiled code reads C-contiguous arrays.  Outputs that are views in PyTorch's graph of
+an input or of another output (the graph returns `x` and `x.t()`) are taken in PyTorch from
+the tensor they view, so they alias what eager's would, with eager's strides: AOTAutograd
+rebuilds views of inputs from those.  Get_attr constants are read from the module at every
+call, as inputs.
+
+`probe(gm)` decides, before anything compiles, which nodes tracecomp takes: a node whose
+target has no rule, whose tensors have a dtype tracecomp lacks, a device other than the CPU
+or a size only known at run time, whose rule's check refuses the call, or whose rule raises
+or gives another shape or dtype than the graph's example value when traced on stand-ins of
+its inputs' example values (one tc trace for the whole graph, each node on stand-ins of
+its own).  The partitioner (partition.py) leaves the nodes it refuses to PyTorch.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import operator
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.fx
+
+from ..dispatch import api as tc
+from ..transforms.trace import ShapeDtype, TracedFunction
+from .aten import rule_for
+
+log = logging.getLogger("tracecomp.torch")
+
+# How many graphs the backend received (Dynamo's), compiled (AOTAutograd's, by kind) and
+# traced (tc.trace signatures of the compiled graphs and partitions).
+counts: collections.Counter = collections.Counter()
+
+DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32,
+          torch.int64: np.int64, torch.bool: np.bool_}
+
+
+def tensor_refusal(value) -> str | None:
+    """Why a tensor (an example value) cannot enter compiled code, or None."""
+    if value.dtype not in DTYPES:
+        return f"dtype {str(value.dtype).removeprefix('torch.')} (tracecomp has float32, float64, int32, int64, bool)"
+    if value.device.type != "cpu":
+        return f"a tensor on {value.device}"
+    if value.layout != torch.strided:
+        return f"a {value.layout} tensor"
+    if not all(isinstance(d, int) for d in value.shape):
+        return "a size known only at run time (dynamic shapes are not supported yet)"
+    return None
+
+
+def example_values(gm: torch.fx.GraphModule) -> dict:
+    """Each node's example value: what FakeTensor propagation recorded (`meta["val"]`), or
+    for a get_attr constant without one, the constant itself."""
+    values = {}
+    for n in gm.graph.nodes:
+        value = n.meta.get("val")
+        if value is None and n.op == "get_attr":
+            value = getattr(gm, n.target, None)
+        values[n] = value
+    return values
+
+
+def _tensors_in(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_in(v)]
+    return []
+
+
+def _is_tensor_valued(value) -> bool:
+    """A tensor, or a tuple/list of tensors and Nones (a multi-output op)."""
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, (list, tuple)) and all(v is None or isinstance(v, torch.Tensor) for v in value) \
+        and any(isinstance(v, torch.Tensor) for v in value)
+
+
+def static_refusal(node: torch.fx.Node, values: dict) -> str | None:
+    """Why `node` cannot be compiled, judged from its target and example values alone."""
+    def example(n):
+        return values.get(n) if isinstance(n, torch.fx.Node) else n
+    if node.target is operator.getitem:
+        return None if isinstance(example(node.args[0]), (list, tuple)) else "indexing a value that is not a tuple"
+    out = example(node)
+    if not _is_tensor_valued(out):
+        return "shape arithmetic (runs in Python)" if out is not None else "no example value"
+    rule = rule_for(node.target)
+    if rule is None:
+        return "no tracecomp rule"
+    inputs = node.all_input_nodes
+    for i in inputs:
+        if not isinstance(example(i), torch.Tensor):
+            return "an argument computed at run time that is not a tensor (a size)"
+    for t in _tensors_in(out) + [t for i in inputs for t in _tensors_in(example(i))]:
+        why = tensor_refusal(t)
+        if why is not None:
+            return why
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), example)
+    return rule.refusal(args, kwargs)
+
+
+def _standin(value) -> ShapeDtype:
+    return ShapeDtype(tuple(value.shape), np.dtype(DTYPES[value.dtype]))
+
+
+def _mismatch(result, expected) -> str | None:
+    """How a rule's result differs from the graph's example value (shape, dtype, arity)."""
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(result, (list, tuple)) or len(result) != len(expected):
+            return f"gives {type(result).__name__} where ATen gives {len(expected)} results"
+        for r, e in zip(result, expected):
+            why = None if e is None else _mismatch(r, e)
+            if why is not None:
+                return why
+        return None
+    shape = getattr(result, "shape", None)
+    dtype = getattr(getattr(result, "dtype", None), "name", None)
+    if shape is None or tuple(shape) != tuple(expected.shape):
+        return f"gives shape {shape} where ATen gives {tuple(expected.shape)}"
+    if dtype != str(expected.dtype).removeprefix("torch."):
+        return f"gives {dtype} where ATen gives {str(expected.dtype).removeprefix('torch.')}"
+    return None
+
+
+def probe(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, str]:
+    """The call_function nodes that tracecomp does not take, each with the reason."""
+    refused: dict[torch.fx.Node, str] = {}
+    candidates = []
+    values = example_values(gm)
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        why = static_refusal(node, values)
+        if why is not None:
+            refused[node] = why
+        elif node.target is not operator.getitem:
+            candidates.append(node)
+    if candidates:
+        refused.update(_traced_refusals(candidates, values))
+    for node in gm.graph.nodes:       # a getitem goes with the node it unpacks
+        if node.op == "call_function" and node.target is operator.getitem and node.args[0] in refused:
+            refused[node] = refused[node.args[0]]
+    return refused
+
+
+def _traced_refusals(candidates: list, values: dict) -> dict:
+    """Each candidate's rule traced on stand-ins shaped like its inputs' example values,
+    all in one trace that compiles nothing; the nodes whose rule raises or gives another
+    shape or dtype than ATen's."""
+    feeds = []
+    for node in candidates:
+        for i in node.all_input_nodes:
+            if i not in feeds:
+                feeds.append(i)
+    found: dict = {}
+
+    def each_node(*standins):
+        env = dict(zip(feeds, standins))
+        for node in candidates:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+            try:
+                why = _mismatch(rule_for(node.target)(args, kwargs), values[node])
+            except Exception as e:        # noqa: BLE001 - any failure leaves the node to PyTorch
+                why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if why is not None:
+                found[node] = why
+        return None
+    each_node.__name__ = "probe"
+    TracedFunction(each_node).eval_shape(*[_standin(values[i]) for i in feeds])
+    return found
+
+
+def _is_view(node) -> bool:
+    """Whether PyTorch's result of `node` aliases its first argument (a view op)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return _is_view(node.args[0])
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
+
+
+def _root(node):
+    while _is_view(node):
+        node = node.args[0]
+    return node
+
+
+class _Replay:
+    """The FX graph as the traced function replays it: slotted, so that tc.trace's walk of
+    what the function closes over (closures.py) finds no tensors in it."""
+    __slots__ = ("inputs", "steps", "outputs")
+
+    def __init__(self, inputs: list, steps: list, outputs: list):
+        self.inputs = inputs
+        self.steps = steps
+        self.outputs = outputs
+
+    def run(self, values: tuple, layouts: tuple | None = None):
+        if layouts is not None:      # an input passed as its dims in memory order: put back
+            values = tuple(v if p is None else tc.permute(v, _inverse(p)) for v, p in zip(values, layouts))
+        env = dict(zip(self.inputs, values))
+        for node, call in self.steps:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+            env[node] = call(args, kwargs)
+        return tuple(env[n] for n in self.outputs)
+
+
+def _getitem(args, kwargs):
+    return args[0][args[1]]
+
+
+def _inverse(perm: tuple) -> list:
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return out
+
+
+def memory_order(t: torch.Tensor) -> tuple | None:
+    """The permutation that makes a dense, non-overlapping tensor contiguous (a transposed
+    weight, a channels-last image), or None where none does (expanded, sliced)."""
+    perm = tuple(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
+    return perm if t.permute(perm).is_contiguous() else None
+
+
+class CompiledGraph:
+    """An FX graph of ATen ops that tracecomp runs whole: call it with the graph's inputs
+    (torch tensors, in placeholder order), get its outputs (a tuple of torch tensors and
+    Nones, or what the graph's output node holds)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str = "graph", trace_options: dict | None = None,
+                 fallback: bool = True):
+        self.gm = gm
+        self.name = name
+        self.fallback = fallback
+        graph = gm.graph
+        self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self.attrs = [n for n in graph.nodes if n.op == "get_attr"]
+        output = next(n for n in graph.nodes if n.op == "output")
+        self.out_tree = output.args[0]
+        flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        computed, plan, torch_side = [], [], []
+        outputs = set(n for n in flat if isinstance(n, torch.fx.Node))
+        for n in flat:
+            if not isinstance(n, torch.fx.Node):
+                plan.append(("value", n))
+            elif n.op in ("placeholder", "get_attr"):
+                plan.append(("node", n))
+            elif _is_view(n) and (_root(n).op in ("placeholder", "get_attr") or _root(n) in outputs):
+                plan.append(("node", n))
+                torch_side.append(n)
+            else:
+                if n not in computed:
+                    computed.append(n)
+                plan.append(("node", n))
+        self.computed = computed
+        self.plan = plan
+        self.torch_side = self._view_chains(torch_side)
+        needed = self._needed(computed)
+        inputs = self.placeholders + self.attrs
+        self.used = [i for i, n in enumerate(inputs) if n in needed]
+        steps = []
+        for node in graph.nodes:
+            if node.op == "call_function" and node in needed:
+                steps.append((node, _getitem if node.target is operator.getitem else rule_for(node.target)))
+        replay = _Replay([inputs[i] for i in self.used], steps, computed)
+
+        def run_graph(*values):          # runs only when tc.trace traces a new signature
+            counts["traces"] += 1
+            return replay.run(values)
+
+        def run_graph_laid_out(layouts, *values):
+            counts["traces"] += 1
+            return replay.run(values, layouts)
+        run_graph.__name__ = run_graph_laid_out.__name__ = name
+        self.traced = TracedFunction(run_graph, **(trace_options or {}))
+        self.traced_laid_out = TracedFunction(run_graph_laid_out, **(trace_options or {}))
+        self.failed: str | None = None
+        self._calls = 0
+        self._copied: set[int] = set()
+
+    @staticmethod
+    def _needed(outputs: list) -> set:
+        seen, stack = set(), list(outputs)
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+        return seen
+
+    def _view_chains(self, ends: list) -> list:
+        """The view nodes, in graph order, that the outputs taken in PyTorch go through."""
+        chain = set()
+        for n in ends:
+            while _is_view(n):
+                chain.add(n)
+                n = n.args[0]
+        return [n for n in self.gm.graph.nodes if n in chain]
+
+    def _array(self, i: int, t) -> tuple[Any, tuple | None]:
+        """The NumPy view of input i that the compiled code reads, and the permutation of
+        its dims it was taken in (None: as it is).  A tensor whose layout is contiguous
+        in some order of its dims (a transposed weight) is read in that order and permuted
+        back inside the graph; any other layout is copied, and the first copy logged."""
+        if not isinstance(t, torch.Tensor):
+            return t, None
+        t = t.detach()
+        if t.is_contiguous():
+            return t.numpy(), None
+        perm = memory_order(t)
+        if perm is not None:
+            return t.permute(perm).numpy(), perm
+        if i not in self._copied:
+            self._copied.add(i)
+            log.info("%s: input %d (shape %s, strides %s) is not dense: copied to a contiguous one at every call",
+                     self.name, i, tuple(t.shape), t.stride())
+        return t.contiguous().numpy(), None
+
+    def __call__(self, *args):
+        inputs = list(args) + [getattr(self.gm, n.target) for n in self.attrs]
+        if self.failed is not None:
+            return self.gm(*args)
+        arrays = [self._array(i, inputs[i]) for i in self.used]
+        values = [a for a, _ in arrays]
+        layouts = tuple(p for _, p in arrays)
+        first = self._calls == 0
+        self._calls += 1
+        try:
+            if any(p is not None for p in layouts):
+                results = self.traced_laid_out(layouts, *values)
+            else:
+                results = self.traced(*values)
+        except Exception as e:            # noqa: BLE001 - a first call that cannot compile runs in PyTorch
+            if not first or not self.fallback:
+                raise
+            self.failed = f"{type(e).__name__}: {e}"
+            log.warning("%s: tracecomp could not compile this graph (%s); PyTorch runs it", self.name, self.failed)
+            return self.gm(*args)
+        env: dict = dict(zip(self.placeholders + self.attrs, inputs))
+        for n, r in zip(self.computed, results):
+            a = np.asarray(r)
+            env[n] = torch.from_numpy(a if a.flags.writeable else a.copy())
+        for n in self.torch_side:
+            a, kw = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
+            env[n] = a[0][a[1]] if n.target is operator.getitem else n.target(*a, **kw)
+        out = [env[v] if kind == "node" else v for kind, v in self.plan]
+        return type(self.out_tree)(out) if isinstance(self.out_tree, (list, tuple)) else out[0]
+
+    @property
+    def traces(self) -> int:
+        """How many signatures tc.trace traced (and compiled) for this graph."""
+        return len(self.traced.signatures) + len(self.traced_laid_out.signatures)
