@@ -7,7 +7,7 @@
           gradients, one inference graph otherwise (torch.no_grad())
       each graph -> probe (importer.py): the nodes tracecomp takes
           -> all of them: one CompiledGraph, a tc.trace of the graph replayed on tc tensors
-          -> not all: PyTorch runs the graph (for now)
+          -> some: split (partition.py): compiled partitions inside a graph PyTorch runs
 
 The decomposition table is Core ATen's (torch._decomp.core_aten_decompositions) without
 the entries for the CPU flash-attention ops: tracecomp has both fused attention ops
@@ -18,6 +18,7 @@ fused backward op, which gives gradients wrong by factors of 10 to 510 without a
 
 Options (`torch.compile(..., options={...})`, or keyword arguments of `backend`):
   strict        True: raise instead of falling back to PyTorch for any node (fullgraph-like)
+  report        a callable receiving a GraphReport per graph (explain uses it)
   trace         keyword arguments for tc.trace (backend="interp", fastmath=True, ...)
   decompositions  a decomposition table replacing decompositions()
 """
@@ -33,12 +34,12 @@ from torch._dynamo.backends.common import aot_autograd
 
 from ..core.errors import ArgumentError, BackendError
 from .importer import CompiledGraph, counts, probe
-
-QUIET = ("shape arithmetic (runs in Python)",)
+from .partition import QUIET, log_fallbacks, split
+from .report import GraphReport
 
 log = logging.getLogger("tracecomp.torch")
 
-OPTIONS = ("strict", "trace", "decompositions")
+OPTIONS = ("strict", "report", "trace", "decompositions")
 
 # Ops that tracecomp takes whole, which Core ATen would decompose (see the docstring).
 KEEP = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
@@ -79,20 +80,31 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, kind: str, opt
     """One ATen graph from AOTAutograd -> the boxed callable that runs it."""
     name = f"{kind}_{counts[kind]}"
     counts[kind] += 1
-    refused = {n: why for n, why in probe(gm).items() if why not in QUIET}
+    refused = probe(gm)
+    report = GraphReport.of(gm, refused, name, kind)
     strict = options.get("strict", False)
-    if refused:
-        lines = "\n".join(f"  {n.target}: {why}" for n, why in refused.items())
-        if strict:
-            raise BackendError(f"tracecomp (strict): {name} has ops tracecomp cannot compile:\n{lines}")
-        log.warning("%s: PyTorch runs this graph; tracecomp cannot compile:\n%s", name, lines)
-        compiled: Any = gm
+    fallen = {n: why for n, why in refused.items() if why not in QUIET}
+    if fallen and strict:
+        lines = "\n".join(f"  {op}: {report.reasons[op]}" for op in sorted(report.fallback))
+        raise BackendError(f"tracecomp (strict): {name} has ops tracecomp cannot compile:\n{lines}")
+    log_fallbacks(refused, name)
+    trace_options = options.get("trace")
+    if not refused:
+        compiled: Any = CompiledGraph(gm, name, trace_options, fallback=not strict)
+        pieces = [compiled]
     else:
-        compiled = CompiledGraph(gm, name, options.get("trace"), fallback=not strict)
+        compiled, pieces = split(gm, refused, name, trace_options, fallback=not strict)
+        report.partitions = len(pieces)
+    log.info("%s: %d ops compiled in %d piece(s), %d run by PyTorch", name, sum(report.compiled.values()),
+             len(pieces), sum(report.fallback.values()))
+    if options.get("report") is not None:
+        options["report"](report)
 
     def run(args: list):
         return compiled(*args)
     run._boxed_call = True          # AOTAutograd's convention: the arguments come as one list
+    run.pieces = pieces
+    run.report = report
     return run
 
 
