@@ -10,10 +10,20 @@ from .backend import backend
 from .report import Explanation, GraphReport
 
 
-def _leaves_needing_grad(model, inputs) -> list:
-    leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
-    if isinstance(model, torch.nn.Module):
-        leaves += [p for p in model.parameters() if p.requires_grad]
+def _leaves(outputs: list) -> list:
+    """The tensors the outputs' gradients would accumulate into (.grad leaves): the
+    AccumulateGrad nodes of their autograd graph, whatever holds the tensors (a module's
+    parameters, a closure, the inputs)."""
+    leaves, seen, stack = [], set(), [t.grad_fn for t in outputs if t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        variable = getattr(fn, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            leaves.append(variable)
+        stack.extend(f for f, _ in fn.next_functions)
     return leaves
 
 
@@ -27,8 +37,8 @@ def explain(model, *inputs, **kwargs) -> Explanation:
     compiled = torch.compile(model, backend=functools.partial(backend, options={"report": reports.append}))
     out = compiled(*inputs, **kwargs)
     flat = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-    leaves = _leaves_needing_grad(model, inputs)
-    if flat and leaves and torch.is_grad_enabled():
+    leaves = _leaves(flat)
+    if leaves:
         total = sum(t.sum() for t in flat)
         torch.autograd.grad(total, leaves, allow_unused=True)
     return Explanation(reports)
