@@ -30,16 +30,19 @@ def source_notes(program) -> dict[str, list[str]]:
     return {name: op_notes(ops) for name, ops in program.kernel_ops.items()}
 
 
+_DECLARES = re.compile(r"^\s*(?:define\b.*@|func\.func @|\.globl\s+)?([\w.$]+)(?:\(|:|\s*$)")
+
+
 def annotate(text: str, notes: dict[str, list[str]], comment: str) -> str:
     """`text` with each kernel's notes as `comment`-prefixed lines before its declaration."""
     if not notes:
         return text
-    symbol = "|".join(re.escape(n) for n in sorted(notes, key=len, reverse=True))
-    declares = re.compile(rf"^\s*(?:define\b.*@|func\.func @|\.globl\s+)?({symbol})(?:\(|:|\s*$)")
+    # any symbol, then a lookup: an alternation of every kernel's name made each line cost
+    # as many tries as there are kernels (quadratic: 70 s for an unrolled loop's 6,000)
     lines, done = [], set()
     for line in text.splitlines(keepends=True):
-        m = declares.match(line)
-        if m and m.group(1) not in done:
+        m = _DECLARES.match(line)
+        if m and m.group(1) in notes and m.group(1) not in done:
             done.add(m.group(1))
             indent = line[:len(line) - len(line.lstrip())]
             lines += [f"{indent}{comment} {note}\n" for note in notes[m.group(1)]]
