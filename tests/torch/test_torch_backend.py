@@ -175,3 +175,21 @@ def test_unknown_options_are_refused():
     with pytest.raises(Exception, match="no_such_option"):
         f(torch.ones(2))
     assert aten.NEUTRAL["layout"](torch.strided)
+
+
+def test_dynamic_sizes_are_compiled_once_per_size_without_fallback():
+    """Dynamo marks a size dynamic once it changes (a SymInt); tracecomp specializes the
+    graph to each size it sees (the sizes' arithmetic runs in Python at trace time)."""
+    lin = torch.nn.Linear(6, 4)
+    reports = []
+    f = torch.compile(lambda x: torch.softmax(lin(x).view(x.shape[0], 2, 2), -1).sum(-1) * x.shape[0],
+                      backend="tracecomp", options={"report": reports.append})
+    before = dict(tt.counts)
+    for batch in (5, 3, 7, 3):
+        x = torch.randn(batch, 6)
+        out = f(x)
+        close(out, torch.softmax(lin(x).view(batch, 2, 2), -1).sum(-1) * batch)
+        out.sum().backward()
+    assert tt.counts["dynamo"] - before.get("dynamo", 0) == 2           # the static graph, then a dynamic one
+    assert all(not r.fallback for r in reports), [dict(r.fallback) for r in reports]
+    assert tt.counts["traces"] - before.get("traces", 0) == 2 * 3      # forward and backward per size: 5, 3, 7

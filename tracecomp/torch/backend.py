@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
 
 from ..core.errors import ArgumentError, BackendError
 from .importer import CompiledGraph, counts, probe
@@ -80,7 +81,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, kind: str, opt
     """One ATen graph from AOTAutograd -> the boxed callable that runs it."""
     name = f"{kind}_{counts[kind]}"
     counts[kind] += 1
-    refused = probe(gm)
+    try:
+        refused = probe(gm)
+    except Exception as e:           # noqa: BLE001 - a graph the importer cannot read runs in PyTorch
+        if options.get("strict", False):
+            raise
+        log.warning("%s: tracecomp cannot import this graph (%s: %s); PyTorch runs it", name, type(e).__name__, e)
+        return make_boxed_func(gm)
     report = GraphReport.of(gm, refused, name, kind)
     strict = options.get("strict", False)
     fallen = {n: why for n, why in refused.items() if why not in QUIET}

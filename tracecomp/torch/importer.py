@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import operator
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw, has_guarding_hint
 
 from ..dispatch import api as tc
 from ..transforms.trace import ShapeDtype, TracedFunction
@@ -39,9 +41,14 @@ from .aten import rule_for
 
 log = logging.getLogger("tracecomp.torch")
 
+MAX_RETRACES = 64       # a graph with dynamic sizes traces once per size; tc.trace warns past this
+
 # How many graphs the backend received (Dynamo's), compiled (AOTAutograd's, by kind) and
 # traced (tc.trace signatures of the compiled graphs and partitions).
 counts: collections.Counter = collections.Counter()
+
+# Refusals that are no fallback of an op the user wrote: sizes computed in Python.
+QUIET = ("shape arithmetic (runs in Python)",)
 
 DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32,
           torch.int64: np.int64, torch.bool: np.bool_}
@@ -55,8 +62,50 @@ def tensor_refusal(value) -> str | None:
         return f"a tensor on {value.device}"
     if value.layout != torch.strided:
         return f"a {value.layout} tensor"
-    if not all(isinstance(d, int) for d in value.shape):
-        return "a size known only at run time (dynamic shapes are not supported yet)"
+    if any(hint(d) is None for d in value.shape):
+        return "a size that depends on the data"
+    return None
+
+
+def hint(v):
+    """The value a size has in the example inputs: an int for an int or a backed SymInt
+    (Dynamo's dynamic sizes), None for an unbacked one (a size that depends on data).
+    Asking adds no guard."""
+    if isinstance(v, torch.SymFloat):
+        return v.node.hint if v.node.has_hint() else None
+    if isinstance(v, (torch.SymInt, torch.SymBool)):
+        return guarding_hint_or_throw(v) if has_guarding_hint(v) else None
+    return v
+
+
+def _concrete(value):
+    """An example value with its symbolic sizes and scalars replaced by their hints."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return hint(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_concrete(v) for v in value)
+    return value
+
+
+# Shape arithmetic: nodes of sizes (Dynamo's dynamic sizes) computed in Python, at trace
+# time inside tracecomp's graphs: the compiled code is specialized to the sizes it sees,
+# one trace per distinct size, as for any Python int that a tc.trace'd function takes.
+SHAPE_FUNCTIONS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
+                   operator.mod, operator.neg, operator.pow, operator.eq, operator.ne, operator.lt,
+                   operator.le, operator.gt, operator.ge, operator.and_, operator.or_, math.ceil, math.floor,
+                   torch.sym_max, torch.sym_min, torch.sym_float, torch.sym_int, torch.sym_not}
+SIZE_OPS = {torch.ops.aten.sym_size.int: lambda self, dim: self.shape[dim],
+            torch.ops.aten.sym_numel.default: lambda self: self.numel()}
+SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def shape_step(target) -> Callable | None:
+    """How a node of shape arithmetic computes its int (None: not one tracecomp knows)."""
+    if target in SIZE_OPS:
+        fn = SIZE_OPS[target]
+        return lambda args, kwargs: fn(*args, **kwargs)
+    if target in SHAPE_FUNCTIONS:
+        return lambda args, kwargs: target(*args, **kwargs)
     return None
 
 
@@ -95,15 +144,22 @@ def static_refusal(node: torch.fx.Node, values: dict) -> str | None:
     if node.target is operator.getitem:
         return None if isinstance(example(node.args[0]), (list, tuple)) else "indexing a value that is not a tuple"
     out = example(node)
+    inputs = node.all_input_nodes
+    if isinstance(out, SCALARS):
+        if shape_step(node.target) is None:
+            return QUIET[0]
+        if hint(out) is None or any(not isinstance(example(i), (torch.Tensor,) + SCALARS) for i in inputs):
+            return "a size that depends on the data"
+        return None
     if not _is_tensor_valued(out):
-        return "shape arithmetic (runs in Python)" if out is not None else "no example value"
+        return "no example value" if out is None else f"a result of type {type(out).__name__}"
     rule = rule_for(node.target)
     if rule is None:
         return "no tracecomp rule"
-    inputs = node.all_input_nodes
     for i in inputs:
-        if not isinstance(example(i), torch.Tensor):
-            return "an argument computed at run time that is not a tensor (a size)"
+        value = example(i)
+        if not isinstance(value, torch.Tensor) and not (isinstance(value, SCALARS) and hint(value) is not None):
+            return f"an argument of type {type(value).__name__}"
     for t in _tensors_in(out) + [t for i in inputs for t in _tensors_in(example(i))]:
         why = tensor_refusal(t)
         if why is not None:
@@ -112,8 +168,11 @@ def static_refusal(node: torch.fx.Node, values: dict) -> str | None:
     return rule.refusal(args, kwargs)
 
 
-def _standin(value) -> ShapeDtype:
-    return ShapeDtype(tuple(value.shape), np.dtype(DTYPES[value.dtype]))
+def _standin(value):
+    """What the probe's trace takes for an example value: a shape and dtype, or an int."""
+    if isinstance(value, torch.Tensor):
+        return ShapeDtype(tuple(hint(d) for d in value.shape), np.dtype(DTYPES[value.dtype]))
+    return hint(value)
 
 
 def _mismatch(result, expected) -> str | None:
@@ -128,8 +187,9 @@ def _mismatch(result, expected) -> str | None:
         return None
     shape = getattr(result, "shape", None)
     dtype = getattr(getattr(result, "dtype", None), "name", None)
-    if shape is None or tuple(shape) != tuple(expected.shape):
-        return f"gives shape {shape} where ATen gives {tuple(expected.shape)}"
+    want = tuple(hint(d) for d in expected.shape)
+    if shape is None or tuple(shape) != want:
+        return f"gives shape {shape} where ATen gives {want}"
     if dtype != str(expected.dtype).removeprefix("torch."):
         return f"gives {dtype} where ATen gives {str(expected.dtype).removeprefix('torch.')}"
     return None
@@ -146,7 +206,7 @@ def probe(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, str]:
         why = static_refusal(node, values)
         if why is not None:
             refused[node] = why
-        elif node.target is not operator.getitem:
+        elif node.target is not operator.getitem and not isinstance(values[node], SCALARS):
             candidates.append(node)
     if candidates:
         refused.update(_traced_refusals(candidates, values))
@@ -171,6 +231,7 @@ def _traced_refusals(candidates: list, values: dict) -> dict:
         env = dict(zip(feeds, standins))
         for node in candidates:
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+            args, kwargs = _concrete(args), _concrete(kwargs)
             try:
                 why = _mismatch(rule_for(node.target)(args, kwargs), values[node])
             except Exception as e:        # noqa: BLE001 - any failure leaves the node to PyTorch
@@ -201,13 +262,19 @@ def _root(node):
 
 class _Replay:
     """The FX graph as the traced function replays it: slotted, so that tc.trace's walk of
-    what the function closes over (closures.py) finds no tensors in it."""
-    __slots__ = ("inputs", "steps", "outputs")
+    what the function closes over (closures.py) finds no tensors in it.
+
+    The traced function returns the outputs that are tensors; the others (sizes, known
+    once the input sizes are) are kept per signature in `scalars`, under the key that
+    the caller puts in `pending` before the call: {signature: (tensor positions, {position: value})}."""
+    __slots__ = ("inputs", "steps", "outputs", "scalars", "pending")
 
     def __init__(self, inputs: list, steps: list, outputs: list):
         self.inputs = inputs
         self.steps = steps
         self.outputs = outputs
+        self.scalars: dict = {}
+        self.pending = None
 
     def run(self, values: tuple, layouts: tuple | None = None):
         if layouts is not None:      # an input passed as its dims in memory order: put back
@@ -216,7 +283,10 @@ class _Replay:
         for node, call in self.steps:
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
             env[node] = call(args, kwargs)
-        return tuple(env[n] for n in self.outputs)
+        outs = [env[n] for n in self.outputs]
+        tensors = [i for i, o in enumerate(outs) if isinstance(o, tc.Tensor)]
+        self.scalars[self.pending] = (tensors, {i: o for i, o in enumerate(outs) if i not in tensors})
+        return tuple(outs[i] for i in tensors)
 
 
 def _getitem(args, kwargs):
@@ -276,8 +346,9 @@ class CompiledGraph:
         steps = []
         for node in graph.nodes:
             if node.op == "call_function" and node in needed:
-                steps.append((node, _getitem if node.target is operator.getitem else rule_for(node.target)))
-        replay = _Replay([inputs[i] for i in self.used], steps, computed)
+                step = _getitem if node.target is operator.getitem else shape_step(node.target) or rule_for(node.target)
+                steps.append((node, step))
+        replay = self.replay = _Replay([inputs[i] for i in self.used], steps, computed)
 
         def run_graph(*values):          # runs only when tc.trace traces a new signature
             counts["traces"] += 1
@@ -287,8 +358,9 @@ class CompiledGraph:
             counts["traces"] += 1
             return replay.run(values, layouts)
         run_graph.__name__ = run_graph_laid_out.__name__ = name
-        self.traced = TracedFunction(run_graph, **(trace_options or {}))
-        self.traced_laid_out = TracedFunction(run_graph_laid_out, **(trace_options or {}))
+        options = {"max_retraces": MAX_RETRACES, **(trace_options or {})}
+        self.traced = TracedFunction(run_graph, **options)
+        self.traced_laid_out = TracedFunction(run_graph_laid_out, **options)
         self.failed: str | None = None
         self._calls = 0
         self._copied: set[int] = set()
@@ -339,6 +411,8 @@ class CompiledGraph:
         arrays = [self._array(i, inputs[i]) for i in self.used]
         values = [a for a, _ in arrays]
         layouts = tuple(p for _, p in arrays)
+        self.replay.pending = (layouts, tuple((a.shape, a.dtype.str) if isinstance(a, np.ndarray) else (type(a), a)
+                                             for a in values))
         first = self._calls == 0
         self._calls += 1
         try:
@@ -353,9 +427,12 @@ class CompiledGraph:
             log.warning("%s: tracecomp could not compile this graph (%s); PyTorch runs it", self.name, self.failed)
             return self.gm(*args)
         env: dict = dict(zip(self.placeholders + self.attrs, inputs))
-        for n, r in zip(self.computed, results):
+        positions, scalars = self.replay.scalars[self.replay.pending]
+        for i, r in zip(positions, results):
             a = np.asarray(r)
-            env[n] = torch.from_numpy(a if a.flags.writeable else a.copy())
+            env[self.computed[i]] = torch.from_numpy(a if a.flags.writeable else a.copy())
+        for i, v in scalars.items():
+            env[self.computed[i]] = v
         for n in self.torch_side:
             a, kw = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
             env[n] = a[0][a[1]] if n.target is operator.getitem else n.target(*a, **kw)

@@ -24,12 +24,9 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .importer import CompiledGraph
+from .importer import QUIET, CompiledGraph
 
 log = logging.getLogger("tracecomp.torch")
-
-# Reasons that are no fallback of an op the user wrote: sizes computed in Python.
-QUIET = ("shape arithmetic (runs in Python)",)
 
 _logged: set = set()
 
