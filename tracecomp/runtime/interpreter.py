@@ -24,7 +24,7 @@ def run_graph(graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
             env[op.result] = op.attrs["value"]
             continue
         if op.regions:
-            env.update(zip(op.results, _run_region_op(op, [env[v] for v in op.operands])))
+            env.update(zip(op.results, run_region_op(op, [env[v] for v in op.operands])))
             continue
         opdef = table.get(op.name)
         if opdef is None or opdef.kind == "composite":
@@ -39,7 +39,7 @@ def run_graph(graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [env[v] for v in graph.outputs]
 
 
-def _run_region_op(op, operands: list[np.ndarray]) -> list[np.ndarray]:
+def run_region_op(op, operands: list[np.ndarray]) -> list[np.ndarray]:
     """A control-flow op (ir/regions.py), its regions run by run_graph: the loop in Python."""
     if op.name == R.COND:
         return run_graph(op.regions[0] if bool(operands[0]) else op.regions[1], operands[1:])
