@@ -392,3 +392,11 @@ def loss_unrolled_plain(init, xs, w):
         ys.append(y)
     ys = tc.stack(ys, 0)
     return (c * c).sum() + (ys * ys).sum()
+
+
+def test_a_region_op_bound_on_eager_tensors_runs_its_loop():
+    """The CPU rule: a traced region op re-evaluated eagerly (eval_graph outside any trace)."""
+    from tracecomp.control.primitives import eval_graph
+    graph = tc.trace(lambda i, x: tc.scan(cell, i, x), backend="interp").lower(INIT, XS).graph
+    for w, g in zip(unrolled(INIT, XS), eval_graph(graph, [INIT, XS, W])):
+        close(g, w)
