@@ -183,3 +183,53 @@ def test_adamw_steps_give_eager_losses_and_compile_once(name):
     grown = {k: tt.counts[k] - before.get(k, 0) for k in ("dynamo", "forward", "backward", "inference", "traces")}
     # parameters are graph inputs: the optimizer's in-place updates need no new graph or trace
     assert grown == {"dynamo": 1, "forward": 1, "backward": 1, "inference": 0, "traces": 2}, grown
+
+
+class MoreLayers(nn.Module):
+    """Layers whose ATen ops the hand-written rules cover beyond the models above: group
+    norm, average pools, transposed and 1-d convolutions, batch norm without running
+    statistics, sigmoid/tanh/log-softmax (and, through their backward, index ops)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv_t = nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1)
+        self.gn = nn.GroupNorm(2, 4)
+        self.bn = nn.BatchNorm2d(4, track_running_stats=False)
+        self.conv1d = nn.Conv1d(4, 3, 3, padding=1, groups=1)
+        self.fc = nn.Linear(3 * 6, 5)
+
+    def forward(self, x):
+        h = torch.sigmoid(self.gn(self.conv_t(x)))                     # (n, 4, 12, 12)
+        h = F.avg_pool2d(torch.tanh(self.bn(h)), 2, ceil_mode=True)     # (n, 4, 6, 6)
+        h = F.adaptive_avg_pool2d(h, (2, 3)).flatten(2)                 # (n, 4, 6)
+        h = F.max_pool1d(self.conv1d(h), 1)
+        return F.log_softmax(self.fc(h.flatten(1)), -1)
+
+
+def test_more_layers_forward_and_gradients_in_float64():
+    torch.manual_seed(0)
+    model = MoreLayers().double()
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    reports = []
+    out = torch.compile(model, backend="tracecomp", options={"report": reports.append})(x)
+    expected = eager(x)
+    torch.testing.assert_close(out, expected)
+    (out[:, 1] - out[:, 3]).sum().backward()
+    (expected[:, 1] - expected[:, 3]).sum().backward()
+    for (n, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{n}.grad: {m}")
+    assert all(not r.fallback for r in reports), [dict(r.fallback) for r in reports]
+
+
+def test_dropout_draws_its_mask_and_the_backward_uses_it():
+    model = nn.Sequential(nn.Linear(64, 256), nn.Dropout(0.25))
+    x = torch.randn(32, 64)
+    out = torch.compile(model, backend="tracecomp")(x)
+    dropped = out == 0
+    assert 0.15 < dropped.float().mean().item() < 0.35              # tracecomp's generator, not PyTorch's
+    kept = model[0](x)
+    torch.testing.assert_close(out[~dropped], (kept / 0.75)[~dropped])
+    out.sum().backward()
+    expected = (~dropped).to(x.dtype).t() @ x / 0.75                  # d(sum)/dW through the same mask
+    torch.testing.assert_close(model[0].weight.grad, expected, rtol=1e-4, atol=1e-4)

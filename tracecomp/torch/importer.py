@@ -260,6 +260,16 @@ def _root(node):
     return node
 
 
+def _views_of_inputs_only(node) -> bool:
+    """Whether every view on the way from `node` to its root takes nothing computed but
+    the tensor it views (its sizes are constants or graph inputs), so PyTorch can redo it."""
+    while _is_view(node):
+        if any(i.op not in ("placeholder", "get_attr") for i in node.all_input_nodes[1:]):
+            return False
+        node = node.args[0]
+    return True
+
+
 class _Replay:
     """The FX graph as the traced function replays it: slotted, so that tc.trace's walk of
     what the function closes over (closures.py) finds no tensors in it.
@@ -330,7 +340,8 @@ class CompiledGraph:
                 plan.append(("value", n))
             elif n.op in ("placeholder", "get_attr"):
                 plan.append(("node", n))
-            elif _is_view(n) and (_root(n).op in ("placeholder", "get_attr") or _root(n) in outputs):
+            elif _is_view(n) and (_root(n).op in ("placeholder", "get_attr") or _root(n) in outputs) \
+                    and _views_of_inputs_only(n):
                 plan.append(("node", n))
                 torch_side.append(n)
             else:
