@@ -8,8 +8,11 @@ and compiles it with the usual pipeline, once per input signature (shapes and dt
     torch tensors --DLPack/NumPy views, no copy--> tc.trace(replay) --> NumPy arrays
         --torch.from_numpy, no copy--> torch tensors
 
-A non-contiguous input is made contiguous (a copy per call, logged once per graph input);
-the compiled code reads C-contiguous arrays.  Outputs that are views in PyTorch's graph of
+The compiled code reads C-contiguous arrays: an input that is contiguous in another order
+of its dims (a transposed weight saved for the backward) is passed in that order and
+permuted back inside the graph, any other layout is copied (per call, logged once per graph
+input).  Dynamo's dynamic sizes (SymInt inputs, sym_size nodes and their arithmetic) are
+Python ints at trace time: the graph is specialized to each size it sees.  Outputs that are views in PyTorch's graph of
 an input or of another output (the graph returns `x` and `x.t()`) are taken in PyTorch from
 the tensor they view, so they alias what eager's would, with eager's strides: AOTAutograd
 rebuilds views of inputs from those.  Get_attr constants are read from the module at every
@@ -17,10 +20,10 @@ call, as inputs.
 
 `probe(gm)` decides, before anything compiles, which nodes tracecomp takes: a node whose
 target has no rule, whose tensors have a dtype tracecomp lacks, a device other than the CPU
-or a size only known at run time, whose rule's check refuses the call, or whose rule raises
+or a size that depends on the data, whose rule's check refuses the call, or whose rule raises
 or gives another shape or dtype than the graph's example value when traced on stand-ins of
-its inputs' example values (one tc trace for the whole graph, each node on stand-ins of
-its own).  The partitioner (partition.py) leaves the nodes it refuses to PyTorch.
+its inputs' example values (one tc trace for the whole graph that compiles nothing, each
+node on stand-ins of its own, at the example sizes).  The partitioner (partition.py) leaves the nodes it refuses to PyTorch.
 """
 from __future__ import annotations
 
