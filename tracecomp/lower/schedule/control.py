@@ -1,7 +1,8 @@
 """Region ops in the scheduler: tc.scan, tc.while_loop and tc.cond as control steps
 (loops/control.py) around the kernels of their regions.
 
-Each region graph is scheduled on its own, recursively, as a Program (`schedule(...,
+Each region graph is scheduled on its own, recursively, as a Program (the scheduler's
+`schedule_region`, so this module needs no import of the scheduler: `schedule(...,
 region=True)`: its inputs are the block arguments, its outputs the yields; an index it
 reads from a block argument is checked in the kernels, since no runtime check happens
 between iterations).  While the enclosing graph is scheduled, the op holds a place in its
@@ -61,7 +62,6 @@ def operands_in_memory(graph: Graph) -> set[Value]:
 
 def emit(sched, op: Op) -> None:
     """Schedule `op`'s regions and append its Pending kernel to the program."""
-    from .scheduler import schedule
     where = f" at {op.loc}" if op.loc is not None else ""
     if any(is_dynamic(d) for v in op.operands + op.results for d in v.type.shape):
         raise BackendError(f"{op.name}{where}: loops and branches with dynamic sizes cannot be "
@@ -70,7 +70,7 @@ def emit(sched, op: Op) -> None:
     results = [sched.names[r] for r in op.results]
     programs = []
     for g in op.regions:
-        p = schedule(g, sched.check_indices, region=True)
+        p = sched.schedule_region(g)
         if p.fills and op.name == R.WHILE:
             raise BackendError(f"{op.name}{where}: random draws inside a compiled while loop are not "
                                "supported (its trip count is not known before it runs, and the runtime "
@@ -117,12 +117,11 @@ def _draw_input(p, fill) -> None:
 def _draws_per_step(sched, p, length: int) -> list[str]:
     """A scan body's random fills as stacked fills of the enclosing program, one row per
     step (see the module docstring); returns those buffers, scanned after the xs."""
-    from .scheduler import HostFill
     out = []
     for f in p.fills:
         name = fresh_name(sched.buffers, "draws")
         sched.buffers[name] = L.Buffer(name, f.dtype, (length, *f.shape), "temp")
-        sched.program.fills.append(HostFill(name, f.impl, f.dtype, (length, *f.shape)))
+        sched.add_fill(name, f.impl, f.dtype, (length, *f.shape))
         _draw_input(p, f)
         out.append(name)
     p.fills = []
@@ -132,13 +131,12 @@ def _draws_per_step(sched, p, length: int) -> list[str]:
 def _draws_before(sched, programs: list) -> list[str]:
     """The branches' random fills as fills of the enclosing program, passed to both
     branches as extra operands (a branch gets an unused input for each of the other's)."""
-    from .scheduler import HostFill
     out = []
     for j, p in enumerate(programs):
         for f in p.fills:
             name = fresh_name(sched.buffers, "draws")
             sched.buffers[name] = L.Buffer(name, f.dtype, tuple(f.shape), "temp")
-            sched.program.fills.append(HostFill(name, f.impl, f.dtype, tuple(f.shape)))
+            sched.add_fill(name, f.impl, f.dtype, f.shape)
             for i, other in enumerate(programs):
                 if i == j:
                     _draw_input(other, f)

@@ -161,6 +161,14 @@ def _depends_on(value: Value, on: Value) -> bool:
 
 
 class Scheduler:
+    def schedule_region(self, graph: Graph) -> "Program":
+        """A region's own Program (control.py schedules loops and branches with it)."""
+        return schedule(graph, self.check_indices, region=True)
+
+    def add_fill(self, buffer: str, impl: str, dtype: dt.DType, shape: tuple) -> None:
+        """A buffer the runtime fills with random numbers before the kernels run."""
+        self.program.fills.append(HostFill(buffer, impl, dtype, tuple(shape)))
+
     def __init__(self, graph: Graph, keep: set[Value] | None = None, check_indices: bool = True,
                  region: bool = False):
         self.graph = graph
