@@ -53,6 +53,12 @@ def fastmath_flags(option) -> tuple[str, ...]:
     return tuple(f for f in FASTMATH_FLAGS if f in option)
 
 
+# A module of more kernels keeps them out of line: a caller that runs each once (an exported
+# library's entry, a control driver) would otherwise inline all of them into one function,
+# which LLVM optimizes in time superlinear in its size (an unrolled loop's: issue 35).
+INLINE_MAX_KERNELS = 32
+
+
 def codegen_kernels(kernels: Sequence[Kernel], module_name: str, *,
                     align: Optional[int] = BUFFER_ALIGN, fastmath: Sequence[str] = ()) -> ir.Module:
     """One LLVM module holding a C-ABI function per kernel (names must be distinct).
@@ -66,6 +72,8 @@ def codegen_kernels(kernels: Sequence[Kernel], module_name: str, *,
             raise BackendError(f"two kernels are named '{k.name}'; a module needs distinct names")
         seen.add(k.name)
         fn = declare_kernel_function(module, k.name, k.buffers, k.sizes, align, "external")
+        if len(kernels) > INLINE_MAX_KERNELS:
+            fn.attributes.add("noinline")
         emitter = KernelEmitter(module, k, fn, align)
         emitter.emit_body(cpu_body(k), emitter.entry_env())
         emitter.finish()
