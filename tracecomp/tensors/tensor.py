@@ -306,17 +306,17 @@ def _rebuild_tensor(cls: type, data: np.ndarray, type_: TensorType, requires_gra
 
 
 def check_fresh(t) -> None:
-    """Raise if t was indexed from a tensor that has changed in place since."""
+    """Raise if t was indexed from a tensor that has changed in place since (or one of the
+    tensors that one was indexed from: a loop, not a recursion, as the chain may be long)."""
     view = t._view_of
-    if view is None:
-        return
-    base, index, version = view
-    if base._version != version:
-        raise ArgumentError(
-            f"this tensor was taken from another by indexing ({_describe(index)}), which has been "
-            "changed in place since; PyTorch's view would show the change, tracecomp's copy does "
-            "not. Index the changed tensor again")
-    check_fresh(base)
+    while view is not None:
+        base, index, version = view
+        if base._version != version:
+            raise ArgumentError(
+                f"this tensor was taken from another by indexing ({_describe(index)}), which has been "
+                "changed in place since; PyTorch's view would show the change, tracecomp's copy does "
+                "not. Index the changed tensor again")
+        view = base._view_of
 
 
 def _describe(index) -> str:
