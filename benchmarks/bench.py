@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""tracecomp's benchmark: the workloads W1-W8 of DESIGN.md ("Performance method") and W9-W11,
+"""tracecomp's benchmark: the workloads W1-W8 of DESIGN.md ("Performance method") and W9-W13,
 measured side by side in one run against NumPy and, when installed, PyTorch eager,
 torch.compile and jax.jit, with the physical floor of each kernel.
 
-    python benchmarks/bench.py                       # everything (~5 minutes on 2 cores)
+    python benchmarks/bench.py                       # everything (~5 minutes on 2 cores, and ~20 for W12-W13)
     python benchmarks/bench.py --workloads W1,W3 --repeat 9 --json out.json
     python benchmarks/bench.py --quick               # 3 repeats, no 4096 matmul, W5 without peers
     python benchmarks/bench.py --threads 1           # every implementation on one thread
+    python benchmarks/bench.py --workloads W12,W12c,W13     # the loops (issue 35)
 
 Run it with OpenBLAS's core-type override unset, or NumPy's BLAS runs a slower kernel:
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py
@@ -45,10 +46,25 @@ program otherwise, is what is checked against the reference (`Case.check_impls`)
 timed p = 0.25 one only for its shapes and finite values; jax draws its mask from a key
 passed as an argument (the same key every call, but drawn at run time).  Their floors
 are FLOPs / peak (the formulas: w7_flops, w8_flops).
+W12 (issue 35) is a one-layer LSTM's Adam train step (batch 32, 64 -> 256, a 256 -> 10 head
+and cross-entropy on the last step's hidden state) at T = 100 and 1,000: tracecomp as one
+tc.scan of a hand-written cell, and as "tracecomp-unrolled" (the Python loop traced into
+the graph; T = 100 only, run when tracecomp is), torch.nn.LSTM eager (oneDNN), torch.compile
+of the hand-written Python loop (its child gets W12_TORCH_COMPILE_LIMIT_S, then its row says
+"timed out" and how far it got) and jax.lax.scan under jax.jit; the reference is the step
+in NumPy float64 with its backward through time by hand (w12_numpy_step); the floor FLOPs /
+peak (w12_flops).  W12c is that step's first call in fresh processes with empty compile
+caches at T = 10 to 10,000 (tracecomp's scan; the unrolled one and torch.compile at T <= 100),
+with a second call in the same process, its run alone: first - second is what compiling
+cost.  W13 is a data-dependent while loop: Newton's method for x^3 + a x = b on a float64
+vector until max |f(x)| < 1e-12, tc.while_loop under tc.trace against jax.lax.while_loop
+under jax.jit (float64 enabled) and Python loops in NumPy and PyTorch; the reference is
+Cardano's formula, and each implementation's step count must be NumPy's (+- 1).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -73,7 +89,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8a", "W9", "W10", "W11")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8a", "W9", "W10", "W11", "W12", "W12c", "W13")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -248,6 +264,8 @@ class Case:
     # run untimed right before every timed call, in the same process ("after NumPy")
     before_each: Optional[Callable[[], Any]] = None
     env: Optional[dict] = None             # environment of its child processes (not --in-process)
+    timeouts: Optional[dict] = None        # impl -> seconds its child process gets (else CHILD_TIMEOUT_S)
+    second_call: bool = False              # a cold run (--cold) also times a second call (W12c)
 
 
 # ----------------------------------------------------------------------------- W1, W2, W3
@@ -1186,9 +1204,348 @@ def build_torch_grad(inputs, compiled: bool):
     return call
 
 
+# ----------------------------------------------------------------------------- W12, W12c, W13
+# Issue 35's loops.  W12: a one-layer LSTM's Adam train step; tracecomp as one tc.scan (a
+# hand-written cell in the body) and with the Python loop unrolled into the graph, PyTorch's
+# torch.nn.LSTM eager (oneDNN's RNN kernels), torch.compile of the hand-written Python loop
+# and jax.lax.scan under jax.jit.  Every hand-written version projects the whole sequence's
+# inputs in one matmul before the loop (as torch.nn.LSTM and tc.nn.LSTM do), so that the
+# loop body is the recurrent matmul and the gates.  The reference is the step in NumPy
+# float64, its backward written by hand (w12_numpy_step: checked against torch autograd in
+# float64).  W12c: that step's first call in a fresh process with empty compile caches,
+# against the sequence length.  W13: a data-dependent while loop, a batched Newton solve.
+
+W12_BATCH, W12_IN, W12_HIDDEN, W12_CLASSES = 32, 64, 256, 10
+W12_LENGTHS, W12_QUICK_LENGTHS = (100, 1000), (100,)
+W12C_LENGTHS, W12C_QUICK_LENGTHS = (10, 100, 1000, 10000), (10, 1000)
+W12_UNROLLED_MAX = 100           # the unrolled tracecomp step only up to this length
+W12C_TORCH_COMPILE_MAX = 100     # torch.compile's cold first call only up to this length
+W12_TORCH_COMPILE_LIMIT_S = 300.0    # a child of torch.compile's W12 step gets this long
+W12_LR, W12_BETAS, W12_EPS = 1e-3, (0.9, 0.999), 1e-8
+W12_STEP = 10                    # Adam's step count: moments as after 9 steps (see w12_data)
+W12_GRAD_SCALE = (5e-4, 5e-5, 1e-3, 1e-3, 3e-3, 3e-2)     # about each gradient's size (T = 100)
+W12_NPARAMS = 6                  # w_ih, w_hh, b_ih, b_hh (PyTorch's LSTM), w_out, b_out (head)
+VARIANT_OF = {"tracecomp-unrolled": "tracecomp"}   # run beside its base implementation when that is selected
+
+
+def w12_data(length: int, seed: int = 0) -> list:
+    """Parameters (PyTorch's LSTM and Linear initialization, gates i, f, g, o), Adam's first
+    and second moments as in a run in progress (the second bounded away from 0, so that the
+    update is a smooth function of the gradient), the inputs (length, batch, features) and
+    the labels.  The parameters and moments are the same at every length."""
+    rng = np.random.default_rng(seed)
+    h, i, c = W12_HIDDEN, W12_IN, W12_CLASSES
+    shapes = [(4 * h, i), (4 * h, h), (4 * h,), (4 * h,), (c, h), (c,)]
+    params = [rng.uniform(-h ** -0.5, h ** -0.5, s).astype(np.float32) for s in shapes]
+    ms = [(g * rng.standard_normal(s)).astype(np.float32) for g, s in zip(W12_GRAD_SCALE, shapes)]
+    vs = [(g * g * rng.uniform(0.5, 2.0, s)).astype(np.float32) for g, s in zip(W12_GRAD_SCALE, shapes)]
+    data = np.random.default_rng(seed + length)
+    x = data.standard_normal((length, W12_BATCH, i)).astype(np.float32)
+    y = data.integers(0, c, W12_BATCH).astype(np.int64)
+    return params + ms + vs + [x, y]
+
+
+def w12_adam(params, grads, state) -> list:
+    """One Adam step (PyTorch's defaults but lr: bias-corrected moments, no weight decay) as
+    functional math on any library's arrays; returns the new params, first and second moments."""
+    n = len(params)
+    b1, b2 = W12_BETAS
+    c1, c2 = 1 - b1 ** W12_STEP, 1 - b2 ** W12_STEP
+    new_p, new_m, new_v = [], [], []
+    for p, g, m, v in zip(params, grads, state[:n], state[n:]):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * (g * g)
+        new_p.append(p - W12_LR * (m / c1) / ((v / c2) ** 0.5 + W12_EPS))
+        new_m.append(m)
+        new_v.append(v)
+    return new_p + new_m + new_v
+
+
+def w12_flops(length: int) -> int:
+    """The step's matmul FLOPs: per step the recurrent matmul (2 B H 4H) and the input
+    projection (2 B I 4H), times 3 for the forward and the backward (the backward's input
+    gradient of the projection is not needed, so ~3 is a slight overcount); the head and
+    the gates are left out (< 1%)."""
+    b, i, h = W12_BATCH, W12_IN, W12_HIDDEN
+    return 3 * (2 * b * h * 4 * h + 2 * b * i * 4 * h) * length
+
+
+def w12_cell(sigmoid, tanh, w_hh_t):
+    """The LSTM cell on a projected input row xp (x W_ih^T + b_ih + b_hh), for any library
+    whose arrays have @, slicing and arithmetic."""
+    h = W12_HIDDEN
+
+    def cell(carry, xp):
+        hid, c = carry
+        g = xp + hid @ w_hh_t
+        i, f, o = sigmoid(g[:, :h]), sigmoid(g[:, h:2 * h]), sigmoid(g[:, 3 * h:])
+        c = f * c + i * tanh(g[:, 2 * h:3 * h])
+        return (o * tanh(c), c), None
+    return cell
+
+
+def w12_project(x, w_ih, b):
+    """The whole sequence's input projection, one matmul: (T, B, I) -> (T, B, 4H)."""
+    t, bsz, i = x.shape
+    return (x.reshape(t * bsz, i) @ w_ih.T + b).reshape(t, bsz, 4 * W12_HIDDEN)
+
+
+def w12_tc_loss(unrolled: bool):
+    def loss(params, x, y):
+        import tracecomp as tc
+        import tracecomp.nn.functional as F
+        w_ih, w_hh, b_ih, b_hh, w_out, b_out = params
+        xp = w12_project(x, w_ih, b_ih + b_hh)
+        cell = w12_cell(tc.sigmoid, tc.tanh, w_hh.T)
+        carry = (tc.zeros((x.shape[1], W12_HIDDEN)), tc.zeros((x.shape[1], W12_HIDDEN)))
+        if unrolled:
+            for t in range(x.shape[0]):
+                carry, _ = cell(carry, xp[t])
+        else:
+            carry, _ = tc.scan(cell, carry, xp)
+        return F.cross_entropy(F.linear(carry[0], w_out, b_out), y)
+    return loss
+
+
+def w12_torch_loop_loss(params, x, y):
+    """The hand-written cell in a Python loop, in PyTorch (what torch.compile is given)."""
+    import torch
+    w_ih, w_hh, b_ih, b_hh, w_out, b_out = params
+    xp = w12_project(x, w_ih, b_ih + b_hh)
+    cell = w12_cell(torch.sigmoid, torch.tanh, w_hh.T)
+    carry = (x.new_zeros(x.shape[1], W12_HIDDEN), x.new_zeros(x.shape[1], W12_HIDDEN))
+    for t in range(x.shape[0]):
+        carry, _ = cell(carry, xp[t])
+    return torch.nn.functional.cross_entropy(torch.nn.functional.linear(carry[0], w_out, b_out), y)
+
+
+@functools.cache
+def w12_torch_module():
+    import torch
+    return torch.nn.LSTM(W12_IN, W12_HIDDEN)
+
+
+def w12_torch_lstm_loss(params, x, y):
+    """torch.nn.LSTM (its own parameters swapped for these by torch.func.functional_call):
+    on CPU in float32 its forward and backward are oneDNN's RNN primitives."""
+    import torch
+    w_ih, w_hh, b_ih, b_hh, w_out, b_out = params
+    names = {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh, "bias_ih_l0": b_ih, "bias_hh_l0": b_hh}
+    out, _ = torch.func.functional_call(w12_torch_module(), names, (x,))
+    return torch.nn.functional.cross_entropy(torch.nn.functional.linear(out[-1], w_out, b_out), y)
+
+
+def w12_jax_loss(params, x, y):
+    import jax
+    import jax.numpy as jnp
+    w_ih, w_hh, b_ih, b_hh, w_out, b_out = params
+    xp = w12_project(x, w_ih, b_ih + b_hh)
+    cell = w12_cell(jax.nn.sigmoid, jnp.tanh, w_hh.T)
+    zeros = jnp.zeros((x.shape[1], W12_HIDDEN), x.dtype)
+    (h, _), _ = jax.lax.scan(cell, (zeros, zeros), xp)
+    logp = jax.nn.log_softmax(h @ w_out.T + b_out, axis=1)
+    return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+
+
+def w12_numpy_step(state: list, x: np.ndarray, y: np.ndarray) -> list:
+    """The train step in NumPy, its backward through time by hand, in the dtype of its inputs
+    (float64: the reference).  Keeps h and c of every step and recomputes the gates in the
+    backward pass (at T = 10,000 the gates of every step would be 2.6 GB in float64)."""
+    n = W12_NPARAMS
+    w_ih, w_hh, b_ih, b_hh, w_out, b_out = state[:n]
+    t_len, bsz, _ = x.shape
+    hd = W12_HIDDEN
+    b = b_ih + b_hh
+    sig = lambda v: 1 / (1 + np.exp(-v))      # noqa: E731
+
+    def gates(t, h_prev):
+        a = x[t] @ w_ih.T + b + h_prev @ w_hh.T
+        return sig(a[:, :hd]), sig(a[:, hd:2 * hd]), np.tanh(a[:, 2 * hd:3 * hd]), sig(a[:, 3 * hd:])
+    hs = np.zeros((t_len + 1, bsz, hd), x.dtype)
+    cs = np.zeros((t_len + 1, bsz, hd), x.dtype)
+    for t in range(t_len):
+        i, f, g, o = gates(t, hs[t])
+        cs[t + 1] = f * cs[t] + i * g
+        hs[t + 1] = o * np.tanh(cs[t + 1])
+    logits = hs[-1] @ w_out.T + b_out
+    s = logits - logits.max(1, keepdims=True)
+    e = np.exp(s)
+    rows = np.arange(bsz)
+    loss = -(s[rows, y] - np.log(e.sum(1))).mean()
+    d = e / e.sum(1, keepdims=True)
+    d[rows, y] -= 1
+    d /= bsz
+    g_out, gb_out = d.T @ hs[-1], d.sum(0)
+    dh, dc = d @ w_out, np.zeros((bsz, hd), x.dtype)
+    g_ih, g_hh, gb = np.zeros_like(w_ih), np.zeros_like(w_hh), np.zeros_like(b)
+    for t in range(t_len - 1, -1, -1):
+        i, f, g, o = gates(t, hs[t])
+        tc_ = np.tanh(cs[t + 1])
+        dc = dc + dh * o * (1 - tc_ * tc_)
+        da = np.concatenate([dc * g * i * (1 - i), dc * cs[t] * f * (1 - f), dc * i * (1 - g * g),
+                             dh * tc_ * o * (1 - o)], axis=1)
+        g_ih += da.T @ x[t]
+        g_hh += da.T @ hs[t]
+        gb += da.sum(0)
+        dh, dc = da @ w_hh, dc * f
+    grads = [g_ih, g_hh, gb, gb, g_out, gb_out]
+    return [loss] + w12_adam(list(state[:n]), grads, list(state[n:3 * n]))
+
+
+def w12_reference(inputs):
+    """w12_numpy_step in float64 (with threadpoolctl, if installed, on one BLAS thread: its
+    matmuls are small, and OpenBLAS's threads wait on each other on a loaded machine)."""
+    n = 3 * W12_NPARAMS
+    try:
+        from threadpoolctl import threadpool_limits
+        limit = threadpool_limits(1, "blas")
+    except ImportError:
+        limit = contextlib.nullcontext()
+    with limit:
+        return (w12_numpy_step([a.astype(np.float64) for a in inputs[:n]], inputs[n].astype(np.float64),
+                               inputs[n + 1]), inputs[:n])
+
+
+def w12_builders(length: int, cold: bool = False, quick: bool = False) -> dict:
+    """tracecomp (tc.scan), tracecomp-unrolled (the Python loop in the graph), torch
+    (torch.nn.LSTM eager), torch.compile (the hand-written loop) and jax.jit (lax.scan).
+    `cold` (W12c): tracecomp's two, and torch.compile's up to W12C_TORCH_COMPILE_MAX.
+    `quick`: no torch.compile (its compile of the unrolled loop takes 40 s at T = 10)."""
+    n, ns = W12_NPARAMS, 3 * W12_NPARAMS
+    scan_b = layer_builders("step", lambda: (w12_tc_loss(False), w12_torch_loop_loss, w12_jax_loss), n, ns, w12_adam)
+    other_b = layer_builders("step", lambda: (w12_tc_loss(True), w12_torch_lstm_loss, None), n, ns, w12_adam)
+    impls = {"tracecomp": scan_b["tracecomp"]}
+    if length <= W12_UNROLLED_MAX:
+        impls["tracecomp-unrolled"] = other_b["tracecomp"]
+    if not cold:
+        impls.update({"torch": other_b["torch"], "torch.compile": scan_b["torch.compile"],
+                      "jax.jit": scan_b["jax.jit"]})
+    elif length <= W12C_TORCH_COMPILE_MAX:
+        impls["torch.compile"] = scan_b["torch.compile"]
+    if quick:
+        impls.pop("torch.compile", None)
+    return impls
+
+
+def w12_cases(quick: bool = False) -> list[Case]:
+    cases = []
+    b, i, h = W12_BATCH, W12_IN, W12_HIDDEN
+    for t in (W12_QUICK_LENGTHS if quick else W12_LENGTHS):
+        flops = w12_flops(t)
+        cases.append(Case(f"W12-T{t}", "W12", f"LSTM train step, T={t}, B={b}, {i}->{h}, head 10, Adam f32",
+                          functools.partial(w12_data, t), w12_reference, 1e-3, w12_builders(t, quick=quick),
+                          lambda bw, peak, flops=flops: flops / peak, w4_error,
+                          note=f"{flops / 1e9:.2f} GFLOP; tracecomp: tc.scan of a hand-written cell",
+                          timeouts={"torch.compile": W12_TORCH_COMPILE_LIMIT_S}))
+    for t in (W12C_QUICK_LENGTHS if quick else W12C_LENGTHS):
+        cases.append(Case(f"W12c-T{t}", "W12c", f"LSTM train step's first call, T={t}",
+                          functools.partial(w12_data, t), w12_reference, 1e-3, w12_builders(t, cold=True, quick=quick),
+                          error=w4_error, timeouts={"torch.compile": W12_TORCH_COMPILE_LIMIT_S},
+                          second_call=True))
+    return cases
+
+
+W13_SIZES, W13_QUICK_SIZES = (4096, 1 << 20), (4096,)
+W13_TOL, W13_MAX_ITERS = 1e-12, 100
+
+
+def w13_data(n: int) -> list:
+    """a in [0.5, 2] (so x^3 + a x - b is increasing: one real root), b in [-10, 10], float64."""
+    rng = np.random.default_rng(13)
+    return [rng.uniform(0.5, 2.0, n), rng.uniform(-10.0, 10.0, n)]
+
+
+def w13_numpy(a, b):
+    """Newton's method for x^3 + a x - b = 0 from x = 0, every row at once, until
+    max |f(x)| < W13_TOL (at most W13_MAX_ITERS steps): the root and the step count."""
+    x, k = np.zeros_like(b), 0
+    while np.max(np.abs(x * x * x + a * x - b)) >= W13_TOL and k < W13_MAX_ITERS:
+        x = x - (x * x * x + a * x - b) / (3 * x * x + a)
+        k += 1
+    return [x, np.int64(k)]
+
+
+def w13_torch(a, b):
+    """The same loop in PyTorch eager: a Python loop, as NumPy's."""
+    import torch
+    x, k = torch.zeros_like(b), 0
+    while bool(torch.max(torch.abs(x * x * x + a * x - b)) >= W13_TOL) and k < W13_MAX_ITERS:
+        x = x - (x * x * x + a * x - b) / (3 * x * x + a)
+        k += 1
+    return [x, torch.tensor(k)]
+
+
+def w13_tc(a, b):
+    import tracecomp as tc
+
+    def cond(s):
+        x, k = s
+        return (tc.max(tc.abs(x * x * x + a * x - b)) >= W13_TOL) & (k < W13_MAX_ITERS)
+
+    def body(s):
+        x, k = s
+        return x - (x * x * x + a * x - b) / (3 * x * x + a), k + 1
+    x, k = tc.while_loop(cond, body, (tc.zeros_like(b), tc.tensor(0)))
+    return [x, k]
+
+
+def w13_jax(a, b):
+    import jax
+    import jax.numpy as jnp
+
+    def cond(s):
+        x, k = s
+        return (jnp.max(jnp.abs(x * x * x + a * x - b)) >= W13_TOL) & (k < W13_MAX_ITERS)
+
+    def body(s):
+        x, k = s
+        return x - (x * x * x + a * x - b) / (3 * x * x + a), k + 1
+    return list(jax.lax.while_loop(cond, body, (jnp.zeros_like(b), jnp.asarray(0))))
+
+
+def w13_build_jax(inputs):
+    import jax
+    jax.config.update("jax_enable_x64", True)     # float64 arrays (a child of its own: no other case sees it)
+    return build_jax(w13_jax, inputs)
+
+
+def w13_reference(inputs):
+    """The real root by Cardano's formula (float64; one Newton step polishes its rounding)
+    and NumPy's step count."""
+    a, b = inputs
+    s = np.sqrt(b * b / 4 + a ** 3 / 27)
+    x = np.cbrt(b / 2 + s) + np.cbrt(b / 2 - s)
+    x = x - (x * x * x + a * x - b) / (3 * x * x + a)
+    return [x, w13_numpy(a, b)[1]]
+
+
+def w13_error(out, ref) -> float:
+    """The root's max |x - ref| / max |ref|; inf when the step count is off by more than one
+    from NumPy's (the same loop in float64: only rounding may move the last test)."""
+    if len(out) != 2 or abs(int(np.asarray(out[1])) - int(ref[1])) > 1:
+        return math.inf
+    return rel_error(out[0], ref[0])
+
+
+def w13_cases(quick: bool = False) -> list[Case]:
+    cases = []
+    for n in (W13_QUICK_SIZES if quick else W13_SIZES):
+        impls = standard(w13_tc, w13_numpy, w13_torch, None)
+        impls["jax.jit"] = w13_build_jax
+        del impls["torch.compile"]
+        # one pass over a and b, x written once; every step after the first works in cache (n = 4096)
+        cases.append(Case(f"W13-{n}", "W13", f"while loop: batched Newton for x^3 + a x = b, {n} f64, to |f| < 1e-12",
+                          functools.partial(w13_data, n), w13_reference, 1e-10, impls,
+                          mem_floor(3 * n * 8), w13_error,
+                          note="Newton steps from x = 0, as many as NumPy's (checked); "
+                               "floor: a, b read and x written once"))
+    return cases
+
+
 def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
-        + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases()
+        + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases() + w12_cases(quick) \
+        + w13_cases(quick)
     return {c.key: c for c in cases}
 
 
@@ -1389,15 +1746,19 @@ def machine_facts() -> dict:
 # ----------------------------------------------------------------------------- running
 
 
-def prepare(row: Row, case: Case, impl: str, inputs: list, ref):
-    """Build, first call (timed), check.  Returns the call, or None (row says why)."""
+def prepare(row: Row, case: Case, impl: str, inputs: list, ref, progress: Optional[Callable[[str], None]] = None):
+    """Build, first call (timed), check.  Returns the call, or None (row says why).
+    `progress(what)` is told when the call is built and when its first call returned."""
+    progress = progress or (lambda what: None)
     try:
         if case.check_impls:
             row.error = float(case.error(as_numpy(case.check_impls[impl](inputs)()), ref))
         call = case.impls[impl](inputs)
+        progress("built")
         t0 = time.perf_counter()
         result = call()
         row.first_call_s = time.perf_counter() - t0
+        progress(f"first call returned after {row.first_call_s:.1f} s")
         error = float(case.error(as_numpy(result), ref))      # inf on a wrong shape or a non-finite value
         if case.check_impls:
             row.extra["timed_variant_error"] = error            # dropout's own, not a fault
@@ -1469,12 +1830,13 @@ def pin_threads() -> None:
 
 
 RUNTIME_MODULE = {"tracecomp": "tracecomp", "numpy": "numpy", "torch": "torch", "torch.compile": "torch",
-                  "jax.jit": "jax"}
+                  "jax.jit": "jax", "tracecomp-unrolled": "tracecomp"}
 
 
-def first_call(row: Row, case: Case, impl: str, inputs: list, ref) -> None:
+def first_call(row: Row, case: Case, impl: str, inputs: list, ref) -> Callable:
     """The first call of a fresh process (build + trace + compile + run), the runtime's
-    import timed apart; tracecomp's compile stages (Lowered.timings) in row.extra."""
+    import timed apart; tracecomp's compile stages (Lowered.timings) in row.extra.  Returns
+    the call."""
     t0 = time.perf_counter()
     importlib.import_module(RUNTIME_MODULE[impl])
     row.extra["import_s"] = time.perf_counter() - t0
@@ -1490,6 +1852,7 @@ def first_call(row: Row, case: Case, impl: str, inputs: list, ref) -> None:
     row.error = float(case.error(result, ref))
     if not row.error <= case.tol:
         row.status, row.note = "WRONG", f"error {row.error:.3g} > tolerance {case.tol:g}"
+    return call
 
 
 def child_main(key: str, impl: str, data: str, repeat: int, quick: bool, cold: bool = False) -> int:
@@ -1503,12 +1866,16 @@ def child_main(key: str, impl: str, data: str, repeat: int, quick: bool, cold: b
     row = new_row(case, impl, repeat)
     if cold:
         try:
-            first_call(row, case, impl, inputs, ref)
+            call = first_call(row, case, impl, inputs, ref)
+            if case.second_call:        # the same call again: its run alone, nothing left to compile
+                t0 = time.perf_counter()
+                as_numpy(call())
+                row.extra["second_call_s"] = time.perf_counter() - t0
         except Exception as e:
             row.status, row.note = "error", f"{type(e).__name__}: {str(e)[:200]}"
         print("BENCHROW " + json.dumps(asdict(row)), flush=True)
         return 0
-    call = prepare(row, case, impl, inputs, ref)
+    call = prepare(row, case, impl, inputs, ref, lambda what: print("BENCHSTAGE " + what, flush=True))
     if call is not None:
         time_interleaved([(row, call)], case.before_each)
     print("BENCHROW " + json.dumps(asdict(row)), flush=True)
@@ -1533,13 +1900,21 @@ def run_in_children(case: Case, impls: list[str], inputs: list, ref, args, cold:
             env = dict(os.environ, **(case.env or {}), **({"TRACECOMP_CACHE_DIR": os.path.join(cache, "tracecomp"),
                                        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
                                        "TRITON_CACHE_DIR": os.path.join(cache, "triton")} if cold else {}))
+            timeout = (case.timeouts or {}).get(impl, CHILD_TIMEOUT_S)
             try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=env)
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
                 line = next((x for x in p.stdout.splitlines() if x.startswith("BENCHROW ")), None)
                 if line is None:
                     tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
                     raise RuntimeError(f"child exited {p.returncode}: {tail[:200]}")
                 rows.append(Row(**json.loads(line[len("BENCHROW "):])))
+            except subprocess.TimeoutExpired as e:
+                out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+                stages = [x[len("BENCHSTAGE "):] for x in out.splitlines() if x.startswith("BENCHSTAGE ")]
+                row = new_row(case, impl, args.repeat)
+                row.status, row.note = "timed out", (f"its child process was stopped after {timeout:.0f} s; it had "
+                                                     + ("; ".join(stages) if stages else "not built its call yet"))
+                rows.append(row)
             except Exception as e:
                 row = new_row(case, impl, args.repeat)
                 row.status, row.note = "error", f"{type(e).__name__}: {e}"
@@ -1582,7 +1957,7 @@ def run_case(case: Case, impls: list[str], args, bw: float, peak: float, skip: d
     return rows
 
 
-COLD_RUNS = {"tracecomp": 3}        # fresh processes per implementation (the others: 1, slow)
+COLD_RUNS = {"tracecomp": 3, "tracecomp-unrolled": 3}   # fresh processes per implementation (the others: 1, slow)
 
 
 def cold_rows(case: Case, impls: list[str], args) -> list[Row]:
@@ -1609,6 +1984,31 @@ def cold_rows(case: Case, impls: list[str], args) -> list[Row]:
               f"{fmt_time(row.max_s)}; import {fmt_time(row.extra.get('import_s'))}; err {row.error}) "
               + (", ".join(f"{k} {fmt_time(v)}" for k, v in stages.items()) if stages else "")
               + (f" {row.status}: {row.note}" if row.status != "ok" else ""), flush=True)
+    return rows
+
+
+def with_variants(case: Case, impls: list[str]) -> list[str]:
+    """`impls` and the case's variants (VARIANT_OF: W12's tracecomp-unrolled) whose base
+    implementation is among them, each right after its base."""
+    out = []
+    for impl in impls:
+        out.append(impl)
+        out += [v for v, base in VARIANT_OF.items() if base == impl and v in case.impls]
+    return out
+
+
+def w12c(cases: dict, impls: list[str], args) -> list[Row]:
+    """W12c: the first call of W12's step in fresh processes with empty compile caches, at
+    each length (cold_rows), and a second call in the same process (its run alone)."""
+    rows = []
+    for case in (c for c in cases.values() if c.workload == "W12c"):
+        for row in cold_rows(case, with_variants(case, impls), args):
+            row.case = case.title
+            second = row.extra.get("second_call_s")
+            if second is not None:
+                print(f"  {'':<34} {row.impl:<14} second call {fmt_time(second)}; first - second "
+                      f"{fmt_time(row.first_call_s - second)}", flush=True)
+            rows.append(row)
     return rows
 
 
@@ -1802,6 +2202,16 @@ def tables(rows: list[Row]) -> str:
         note = next((r.extra.get("case_note") for r in rs if r.extra.get("case_note")), None)
         out.append(f"\n{wl}: {case}" + (f" ({note})" if note else "")
                    + (f"; floor {fmt_time(floor_s)}" if floor_s else "") + "\n")
+        if wl == "W12c":
+            out.append("| impl | first call, cold (median) | range | second call | first - second | runs | note |")
+            out.append("|---|---:|---:|---:|---:|---:|---|")
+            for r in rs:
+                second = r.extra.get("second_call_s")
+                compile_s = r.first_call_s - second if second is not None and r.first_call_s is not None else None
+                out.append(f"| {r.impl} | {fmt_time(r.first_call_s)} | {fmt_time(r.min_s)} - {fmt_time(r.max_s)} | "
+                           f"{fmt_time(second)} | {fmt_time(compile_s)} | {r.reps} | "
+                           f"{'' if r.status == 'ok' else r.status + ': '}{r.note} |")
+            continue
         if wl == "W5":
             out.append("| impl | first call, cold | first call, warm cache | import | x NumPy | tracecomp / this | note |")
             out.append("|---|---:|---:|---:|---:|---:|---|")
@@ -1892,10 +2302,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
-                    help="comma-separated subset of W1..W11 (default: all)")
+                    help="comma-separated subset of W1..W13 (W12c included; default: all)")
     ap.add_argument("--repeat", type=int, default=7, help="timed repetitions per row (default 7)")
     ap.add_argument("--quick", action="store_true",
-                    help="at most 3 repetitions, no 4096^3 matmul, W5 for tracecomp and NumPy only")
+                    help="at most 3 repetitions, no 4096^3 matmul, W5 for tracecomp and NumPy only, "
+                         "W12 at T=100 only and W12c at T=10 and 1000, both without torch.compile, "
+                         "W13 on 4096 rows only")
     ap.add_argument("--impls", default=",".join(IMPLS),
                     help=f"comma-separated subset of {','.join(IMPLS)} (missing peers are left out)")
     ap.add_argument("--threads", type=int, default=0,
@@ -1975,6 +2387,8 @@ def main(argv=None) -> int:
         meter.start()
         if w == "W5":
             rows += w5(impls, args)
+        elif w == "W12c":
+            rows += w12c(cases, impls, args)
         else:
             for case in (c for c in cases.values() if c.workload == w):
                 skip = {}
@@ -1985,7 +2399,7 @@ def main(argv=None) -> int:
                         skip["tracecomp"] = (f"not run: its 1024^3 matmul took {fmt_time(t1024)}, so 4096^3 "
                                              f"would take ~{fmt_time(64 * t1024) if t1024 else '?'} per call "
                                              "(--force-slow runs it)")
-                rows += run_case(case, impls, args, bw_bps, peak_used, skip)
+                rows += run_case(case, with_variants(case, impls), args, bw_bps, peak_used, skip)
             if w == "W6":
                 rows.append(ctypes_row(args.repeat))
             if w == "W8" and "W8-step" in cases:
