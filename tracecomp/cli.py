@@ -111,13 +111,15 @@ def ops_markdown(ops) -> str:
     for name, group in rows.items():
         calls = []
         for op in group:
-            calls += [f"tc.{name}"] * ("function" in op.variants) + [f"x.{name}()"] * ("method" in op.variants)
+            # an op with regions is reached through tracecomp/control's function of its name
+            calls += [f"tc.{name}"] * ("function" in op.variants or bool(op.regions))
+            calls += [f"x.{name}()"] * ("method" in op.variants)
             calls += [f"`{_OPERATOR_TEXT.get(d, d)}`" for d in op.operators + op.reflected]
             calls += [f"x.{p}" for p in op.properties]
         calls = list(dict.fromkeys(c if c.startswith("`") else f"`{c}`" for c in calls))
         torch = next((op.torch for op in group if op.torch), "")
         if not torch:
-            torch = f"torch.{name}" if any("function" in op.variants for op in group) else \
+            torch = f"torch.{name}" if any("function" in op.variants or op.regions for op in group) else \
                 f"Tensor.{group[0].properties[0] if group[0].properties else name}"
         elif torch != "-":
             torch = f"torch.{torch}"
