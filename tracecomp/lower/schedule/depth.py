@@ -16,7 +16,7 @@ from typing import Any, Hashable
 from ...ir import CONSTANT, Graph, Op, Value
 from ...ir.passes.cse import freeze
 from ..loops import ir as L
-from ..loops.walk import CHILDREN
+from ..loops.walk import children
 from .pointwise import Inliner
 
 MAX_OPS = 48          # ops inlined along one chain (the inliner recurses ~3 frames per op)
@@ -26,22 +26,25 @@ _levels: dict[Hashable, int] = {}
 
 
 def expression_depth(root: Any) -> int:
-    """Levels of expression nodes under `root` (a node or a list of them), iteratively;
-    a statement adds no level."""
-    best = 0
-    stack: list[tuple[Any, int]] = [(x, 0) for x in root] if isinstance(root, list) else [(root, 0)]
+    """Levels of expression nodes under `root` (a node or a list of them): the longest path,
+    each shared subexpression measured once (expressions are DAGs: walking every path
+    would be exponential), iteratively; a statement adds no level."""
+    depth: dict[int, int] = {}
+    expanded: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(x, False) for x in (root if isinstance(root, list) else [root])
+                                     if x is not None and not isinstance(x, int)]
     while stack:
-        node, d = stack.pop()
-        if isinstance(node, L.Expr):
-            d += 1
-            best = max(best, d)
-        for f in CHILDREN[type(node)]:
-            v = getattr(node, f)
-            if isinstance(v, (list, tuple)):
-                stack.extend((x, d) for x in v if not isinstance(x, int))
-            elif v is not None and not isinstance(v, int):       # (ints: sizes)
-                stack.append((v, d))
-    return best
+        node, finish = stack.pop()
+        key = id(node)
+        if finish:
+            below = max((depth[id(c)] for c in children(node)), default=0)
+            depth[key] = below + (1 if isinstance(node, L.Expr) else 0)
+        elif key not in expanded:         # (in a DAG, one expanded is finished before it is needed)
+            expanded.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children(node) if id(c) not in expanded)
+    return max((depth[id(x)] for x in (root if isinstance(root, list) else [root])
+                if x is not None and not isinstance(x, int)), default=0)
 
 
 def op_levels(op: Op) -> int:
