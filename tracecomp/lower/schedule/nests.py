@@ -47,11 +47,39 @@ def kernel_name(number: int, ops: list[Op]) -> str:
     return "_".join(p for p in (f"k{number}", where, *names) if p)
 
 
+class BufferTable(dict):
+    """The scheduler's buffers by name; remembers, per prefix, how many of prefix0,
+    prefix1, ... are taken (forgotten on any deletion), so that fresh_name does not scan
+    them all again for every new buffer (quadratic in an unrolled loop's thousands)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.taken: dict[str, int] = {}
+
+    def __delitem__(self, key):
+        self.taken.clear()
+        super().__delitem__(key)
+
+    def pop(self, *args):
+        self.taken.clear()
+        return super().pop(*args)
+
+    def popitem(self):
+        self.taken.clear()
+        return super().popitem()
+
+    def clear(self):
+        self.taken.clear()
+        super().clear()
+
+
 def fresh_name(buffers: dict, prefix: str) -> str:
     """The first of prefix0, prefix1, ... that names no buffer yet."""
-    n = 0
+    taken = buffers.taken if isinstance(buffers, BufferTable) else {}
+    n = taken.get(prefix, 0)
     while f"{prefix}{n}" in buffers:
         n += 1
+    taken[prefix] = n           # prefix0 .. prefix{n-1} are taken
     return f"{prefix}{n}"
 
 

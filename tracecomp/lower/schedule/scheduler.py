@@ -45,7 +45,7 @@ from .depth import too_deep
 from .donation import update_in_place
 from .index_checks import IndexCheck, IndexChecks
 from .matmul import fuse_epilogues, matmul_body
-from .nests import kernel_name, loop_nest
+from .nests import BufferTable, kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
 from .split import split_divided_loops
 
@@ -178,7 +178,7 @@ class Scheduler:
         # values given buffers (a loop reads its operands from memory, whatever recomputable says)
         self.keep = keep | too_deep(graph, keep) | control.operands_in_memory(graph)   # depth.py
         self.table = by_ir_name()
-        self.buffers: dict[str, L.Buffer] = {}
+        self.buffers: dict[str, L.Buffer] = BufferTable()
         self.names: dict[Value, str] = {}
         self._count: dict[str, int] = {}        # buffers per role (their names' numbers)
         self._position: dict[str, int] = {}     # buffer name -> its place in self.buffers
@@ -317,7 +317,7 @@ class Scheduler:
             if name in self._position:
                 break
             new.append(name)
-        if not names <= self._position.keys() | set(new):     # (a name deleted and added again)
+        if not all(n in self._position for n in names - set(new)):   # (a name deleted and added again)
             self._position = {}
             new = list(reversed(self.buffers))
         for name in reversed(new):
