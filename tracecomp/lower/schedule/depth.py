@@ -22,7 +22,8 @@ from .pointwise import Inliner
 MAX_OPS = 48          # ops inlined along one chain (the inliner recurses ~3 frames per op)
 MAX_LEVELS = 160      # expression levels along one chain (walks recurse ~2-3 frames per level)
 
-_levels: dict[Hashable, int] = {}
+MAX_CACHED = 4096
+_levels: dict[Hashable, int] = {}      # op_levels by kind of op
 
 
 def expression_depth(root: Any) -> int:
@@ -56,6 +57,8 @@ def op_levels(op: Op) -> int:
     except TypeError:             # an attribute that does not hash: measure every time
         return _measure(op)
     if found is None:
+        if len(_levels) >= MAX_CACHED:          # (keys may hold array attributes: stay small)
+            _levels.clear()
         found = _levels[key] = _measure(op)
     return found
 
