@@ -9,6 +9,7 @@ slow (TRACECOMP_SLOW=1).
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -53,6 +54,20 @@ def test_eager_functional_grad_of_a_3000_step_chain():
     x = np.random.default_rng(0).uniform(-2, 2, (3,)).astype(np.float32)
     got = tc.grad(_tanh_chain(3000))(tc.tensor(x))
     np.testing.assert_allclose(np.asarray(got), _tanh_chain_reference(x, 3000)[1], rtol=1e-3, atol=1e-6)
+
+
+def test_compiling_a_chain_needs_no_more_stack_than_a_short_one():
+    """Under a recursion limit of 500, below the chain's 1,000 steps: no walk of the trace,
+    the backward, the passes, the scheduling or the code generation recurses per step."""
+    fn = tc.trace(tc.value_and_grad(_tanh_chain(1000)))
+    x = np.random.default_rng(3).uniform(-2, 2, (4, 8)).astype(np.float32)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(500)
+    try:
+        value, grad = fn(x)
+    finally:
+        sys.setrecursionlimit(limit)
+    np.testing.assert_allclose(np.asarray(grad), _tanh_chain_reference(x, 1000)[1], rtol=1e-3, atol=1e-6)
 
 
 @pytest.mark.slow
