@@ -2,7 +2,9 @@
 
 A value gets a buffer (is *materialized*) when it is a function output, the result of a
 reduction or matmul, a random draw (filled by the runtime), a non-splat constant, or an
-elementwise value read by more than one op (computing it once beats recomputing it).
+elementwise value read by more than one op (computing it once beats recomputing it), or
+one that ends a chain of inlined ops too long to inline further (schedule/depth.py: an
+unrolled loop would otherwise make one expression as deep as the loop).
 Every other value is inlined into its consumers' loops: chains of elementwise ops with
 their broadcasts and views fuse into one loop nest, and a reduction's producers fuse
 into the reduction's loop.  One kernel per materialized op, in graph order; then a
