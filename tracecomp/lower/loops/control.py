@@ -125,6 +125,20 @@ def invariant(step) -> list[bool]:
     return [step.body.outputs[k] == step.body.inputs[at + k] for k in range(len(step.init))]
 
 
+def scan_row(step: Scan, i: int) -> int:
+    """The row of the xs and ys that the i-th step to run (0-based) reads and writes."""
+    return step.length - 1 - i if step.reverse else i
+
+
+def carry_targets(step, carry: list, into_results: bool, buffer: Callable) -> list:
+    """Where one step of a Scan or While writes each carry: an invariant carry stays where it
+    is (its entry in `carry`), the others go into their result buffer or into their spare, as
+    `into_results` says (the runners alternate it so that a scan's last step writes the
+    results); `buffer(name)` is a buffer's memory in the runner's terms."""
+    return [a if keep else buffer(c if into_results else sp)
+            for a, keep, c, sp in zip(carry, invariant(step), step.carry, step.spare)]
+
+
 def kernels_run(steps: list) -> Iterator[str]:
     """The names of the kernels under `steps`, in the order of the walk (each once: a
     kernel belongs to one block)."""

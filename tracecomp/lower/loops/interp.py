@@ -178,11 +178,10 @@ def _run_steps(steps: list, kernels: dict, arrays: dict) -> None:
         if isinstance(s, C.Run):
             LoopInterpreter(kernels[s.kernel], arrays).run()
         elif isinstance(s, C.Scan):
-            carry, kept = [arrays[n] for n in s.init], C.invariant(s)
+            carry = [arrays[n] for n in s.init]
             for step in range(s.length):
-                r = s.length - 1 - step if s.reverse else step
-                out = [a if keep else arrays[c] if (s.length - 1 - step) % 2 == 0 else arrays[sp]
-                       for a, keep, c, sp in zip(carry, kept, s.carry, s.spare)]
+                r = C.scan_row(s, step)
+                out = C.carry_targets(s, carry, (s.length - 1 - step) % 2 == 0, arrays.__getitem__)
                 run(s.body, [arrays[n] for n in s.consts] + carry + [arrays[x][r, ...] for x in s.xs],
                     out + [arrays[y][r, ...] for y in s.ys])
                 carry = out
@@ -190,13 +189,13 @@ def _run_steps(steps: list, kernels: dict, arrays: dict) -> None:
                 if a is not arrays[c]:
                     arrays[c][...] = a
         elif isinstance(s, C.While):
-            carry, parity, kept = [arrays[n] for n in s.init], 0, C.invariant(s)
+            carry, parity = [arrays[n] for n in s.init], 0
             consts = [arrays[n] for n in s.consts]
             while True:
                 run(s.cond, consts + carry)
                 if not bool(arrays[s.cond.outputs[0]]):
                     break
-                out = [a if keep else arrays[sp if parity else c] for a, keep, c, sp in zip(carry, kept, s.carry, s.spare)]
+                out = C.carry_targets(s, carry, not parity, arrays.__getitem__)
                 run(s.body, consts + carry, out)
                 carry, parity = out, 1 - parity
             for c, a in zip(s.carry, carry):

@@ -158,20 +158,19 @@ class CudaProgram:
                 for fn, launch in self.by_kernel.get(s.kernel, ()):
                     self._launch(fn, launch, env)
             elif isinstance(s, C.Scan):
-                carry, kept = [env[n] for n in s.init], C.invariant(s)
+                carry = [env[n] for n in s.init]
                 for i in range(s.length):
-                    r = s.length - 1 - i if s.reverse else i
-                    out = [a if keep else env[c] if (s.length - 1 - i) % 2 == 0 else env[sp]
-                           for a, keep, c, sp in zip(carry, kept, s.carry, s.spare)]
+                    r = C.scan_row(s, i)
+                    out = C.carry_targets(s, carry, (s.length - 1 - i) % 2 == 0, env.__getitem__)
                     run(s.body, [env[n] for n in s.consts] + carry + [row(x, r) for x in s.xs],
                         out + [row(y, r) for y in s.ys])
                     carry = out
                 settle(carry, s.carry)
             elif isinstance(s, C.While):
-                carry, odd, kept = [env[n] for n in s.init], False, C.invariant(s)
+                carry, odd = [env[n] for n in s.init], False
                 consts = [env[n] for n in s.consts]
                 while true(s.cond.outputs[0], run(s.cond, consts + carry)):
-                    out = [a if keep else env[sp] if odd else env[c] for a, keep, c, sp in zip(carry, kept, s.carry, s.spare)]
+                    out = C.carry_targets(s, carry, not odd, env.__getitem__)
                     run(s.body, consts + carry, out)
                     carry, odd = out, not odd
                 settle(carry, s.carry)
