@@ -82,17 +82,20 @@ class _Verifier:
         for j, v in enumerate(self.graph.outputs):
             if v in self.defined:
                 continue
-            outer = self.outer_definition(v)
-            if outer is not None:
-                self.fail(None, None, f"output #{j} ({self.name(v)}) is defined outside the "
-                          f"region, by {outer}: regions are isolated from above",
-                          "a block argument of the region or a result of one of its ops",
-                          hint=_ISOLATION_HINT)
+            self.check_isolated(None, None, f"output #{j}", v, "a result of one of its ops")
             self.fail(None, None, f"output #{j} ({v!r}) is not defined in the graph",
                       "a graph input or a result of one of the graph's ops",
                       hint="outputs are set after the ops that compute them are added")
 
     # ------------------------------------------------------------ structure
+
+    def check_isolated(self, i, op, what: str, v: Value, defined: str) -> None:
+        """Fail if `v`, not defined in this region, is a value of a graph around it."""
+        outer = self.outer_definition(v)
+        if outer is not None:
+            self.fail(i, op, f"{what} ({self.name(v)}) is defined outside the region, by {outer}: "
+                      "regions are isolated from above",
+                      f"a block argument of the region or {defined}", hint=_ISOLATION_HINT)
 
     def check_operands(self, i: int, op: Op) -> None:
         for j, v in enumerate(op.operands):
@@ -105,12 +108,7 @@ class _Verifier:
                 self.fail(i, op, f"operand #{j} is used before it is defined",
                           "every operand defined by a graph input or an earlier op", f"defined {where}",
                           hint=_reorder_hint(self.graph))
-            outer = self.outer_definition(v)
-            if outer is not None:
-                self.fail(i, op, f"operand #{j} ({self.name(v)}) is defined outside the region, "
-                          f"by {outer}: regions are isolated from above",
-                          "a block argument of the region or a result of an earlier op in it",
-                          hint=_ISOLATION_HINT)
+            self.check_isolated(i, op, f"operand #{j}", v, "a result of an earlier op in it")
             self.fail(i, op, f"operand #{j} ({v!r}) is not defined in this graph",
                       "a graph input or a result of an earlier op",
                       "a value from no input or op of this graph (from another graph, or from "
