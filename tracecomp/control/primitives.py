@@ -28,6 +28,7 @@ from ..dispatch.tracer import RegionTrace, current
 from ..ir import CONSTANT, Graph, Op
 from ..ir import regions as R
 from ..ops.table import by_ir_name
+from ..runtime.interpreter import run_region_op
 from ..tensors.results import outputs as result_tensors
 from ..tensors.tensor import Tensor, as_tensor
 
@@ -116,7 +117,6 @@ def _record(name: str, operands: list, attrs: dict, regions: list[Graph]) -> lis
 @rule("*", DispatchKey.CPU)
 def _run_eagerly(name: str, operands: list, attrs: dict, regions: list[Graph]) -> list:
     """The op on eager tensors: its loop runs in Python, the regions by the interpreter."""
-    from ..runtime.interpreter import run_region_op
     arrays = run_region_op(Op(name, [], attrs, [], None, regions), [t._data for t in operands])
     return [Tensor.from_numpy(np.asarray(a)) for a in arrays]
 
