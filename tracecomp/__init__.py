@@ -18,6 +18,8 @@ from .tensors.factories import tensor
 from .core.logs import configure as _configure_logging
 from .core.random import manual_seed
 from .tensors.tensor import Tensor, from_dlpack
+from .core.devices import Device as device
+from .runtime import cuda
 from .tensors.pytree import register_pytree_node, tree_map
 
 from .core.version import __version__
@@ -37,7 +39,9 @@ def _install() -> None:
     from .dispatch.eager import cpu_kernel
     from .ops.table import default_table
     from .dispatch.tracer import trace_kernel
+    from .transforms.eager_cuda import cuda_kernel
     table = default_table()
+    dispatcher.register_fallback(DispatchKey.CUDA, cuda_kernel)
     for op in table.values():
         dispatcher.register(DispatchKey.CPU, op, cpu_kernel)
         dispatcher.register(DispatchKey.Tracer, op, trace_kernel)

@@ -15,6 +15,7 @@ import numpy as np
 from .core.locations import user_location
 from .core import dtypes as dt
 from .dispatch.dispatcher import dispatcher
+from .core.devices import CPU, Device, default_device
 from .core.errors import ArgumentError, TracecompError, add_location
 from .ops.schema import Argument
 from .library.assignment import inplace, setitem
@@ -22,6 +23,7 @@ from .ops.table import VIEW_KINDS, OpDef
 from .tensors.tensor import Tensor, as_tensor, check_fresh, foreign_name, is_foreign
 from .core.symbolic import Dim
 from .dispatch import api as tc
+from .runtime.devices import transfer
 
 
 class _Mismatch(Exception):
@@ -116,14 +118,14 @@ def _convert(op: OpDef, arg: Argument, v: Any) -> Any:
     raise _Mismatch(f"argument '{arg.name}' must be {t}, not {_type_name(v)}")
 
 
-def _check_device(name: str, v) -> None:
-    """device="cpu", "cpu:0" or a torch.device of type cpu: tracecomp's tensors live in host
-    memory (CUDA is a compile target: tc.trace(fn, device="cuda"))."""
-    kind = getattr(v, "type", v)
-    if isinstance(kind, str) and kind.split(":")[0] == "cpu":
+def _check_device(name: str, v) -> Device | None:
+    """device="cpu", "cuda", "cuda:0", a tc.device or a torch.device (None stays None)."""
+    if v is None:
         return None
-    raise _Mismatch(f"argument '{name}' must be 'cpu', not {v!r}: tracecomp tensors live in "
-                    "host memory (compile for a GPU with tc.trace(fn, device='cuda'))")
+    try:
+        return Device(v)
+    except TracecompError as e:
+        raise _Mismatch(f"argument '{name}': {e}") from None
 
 
 MEMORY_FORMATS = ("contiguous_format", "preserve_format", "channels_last", "channels_last_3d")
@@ -206,6 +208,12 @@ def call_overloads(name: str, overloads: list[OpDef], args: tuple, kwargs: dict,
                     if isinstance(t, Tensor) and t._view_of is not None:
                         check_fresh(t)
             result = dispatcher.call(op, bound)
+            # an op with a device argument (a factory, x.to(device)) puts its result there
+            device = bound.get("device") if op.full_name != "to.other" else bound["other"].device
+            if device is None and "device" in bound:
+                device = default_device()
+            if isinstance(device, Device) and isinstance(result, Tensor):
+                result = transfer(result, device)
         except TracecompError as e:
             raise add_location(e, str(user_location())) from None
         if op.kind in VIEW_KINDS:
@@ -317,6 +325,16 @@ def _getitem(self, index):
     return _at_user_line(getitem, self, index)
 
 
+def _cpu(self) -> Tensor:
+    """The tensor in host memory: itself when it is there."""
+    return transfer(self, CPU)
+
+
+def _cuda(self, device=None, non_blocking: bool = False) -> Tensor:
+    """The tensor in GPU memory (cuda:0): itself when it is there."""
+    return transfer(self, Device("cuda" if device is None else device))
+
+
 def group_by_name(table: dict[str, OpDef]) -> dict[str, list[OpDef]]:
     groups: dict[str, list[OpDef]] = {}
     for op in table.values():
@@ -350,5 +368,6 @@ def install(table: dict[str, OpDef]) -> list[str]:
     for dunder, name in _INPLACE.items():
         setattr(Tensor, dunder, _inplace_operator(dunder, name))
     Tensor.zero_, Tensor.fill_, Tensor.copy_ = _zero_, _fill_, _copy_
+    Tensor.cpu, Tensor.cuda = _cpu, _cuda
     tc.__all__ += names
     return names

@@ -125,7 +125,7 @@ def test_gpu_emulator_reads_the_filled_matrix():
     b = rng.standard_normal(9).astype(np.float32)
     low = tc.trace(lambda x, w, b: tc.conv2d(x, w, b, 1, 1)).lower(x, w, b)
     assert _windowed(low.program.kernels)
-    (got,) = CudaProgram(low.program, EmulatedContext())([x, w, b])
+    (got,) = CudaProgram(low.program, EmulatedContext()).on_host([x, w, b])
     np.testing.assert_allclose(got, conv_ref(x, w, b, (1, 1), (1, 1), (1, 1), 1), rtol=1e-4, atol=1e-4)
 
 

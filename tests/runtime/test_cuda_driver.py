@@ -23,7 +23,14 @@ FIRST = list({s.op: s for s in reversed(CASES)}.values())[::-1]
 
 
 def _as_list(out):
-    return [np.asarray(t) for t in (out if isinstance(out, (tuple, list)) else [out])]
+    """The outputs (any pytree of tensors) flattened, in host memory."""
+    return [np.asarray(t.cpu()) for t in _leaves(out)]
+
+
+def _leaves(out):
+    if isinstance(out, (tuple, list)):
+        return [x for o in out for x in _leaves(o)]
+    return [out]
 
 
 # ---------------------------------------------------------------- without a GPU
@@ -88,7 +95,7 @@ def test_arch_follows_the_device():
 def _on_emulator(call, inputs):
     low = tc.trace(call).lower(*inputs)
     arrays = [np.asarray(a) for a in inputs]
-    return CudaProgram(low.program, EmulatedContext())(arrays), low.compiled(arrays)
+    return CudaProgram(low.program, EmulatedContext()).on_host(arrays), low.compiled(arrays)
 
 
 def _emulated_case(s):

@@ -20,7 +20,7 @@ CASES = [pytest.param(g, ins, id=name) for name, g, ins in RG.cases() if name no
 
 @pytest.mark.parametrize("graph,inputs", CASES)
 def test_emulated_loops_match_the_interpreter(graph, inputs):
-    RG.assert_close(CudaProgram(schedule(graph), EmulatedContext())(inputs), run_graph(graph, inputs))
+    RG.assert_close(CudaProgram(schedule(graph), EmulatedContext()).on_host(inputs), run_graph(graph, inputs))
 
 
 def test_one_launch_per_kernel_per_step_and_no_loop_in_the_ptx():
@@ -33,7 +33,7 @@ def test_one_launch_per_kernel_per_step_and_no_loop_in_the_ptx():
     runner.ctx.launch = lambda fn, *a, **k: (launched.append(fn[1]), launch(fn, *a, **k))
     g = RG.scan_tanh(7)
     ins = RG.inputs_for(g)
-    RG.assert_close(runner(ins), run_graph(g, ins))
+    RG.assert_close(runner.on_host(ins), run_graph(g, ins))
     assert len(launched) == 7 * len(program.kernels)
 
 
@@ -42,7 +42,7 @@ def test_a_traced_while_loop_on_the_emulator():
         return tc.fori_loop(0, n, lambda i, v: v * 0.5 + i, x)
     args = [np.int64(4), np.arange(5, dtype=np.float32)]
     low = tc.trace(f).lower(*args)
-    got = CudaProgram(low.program, EmulatedContext())([np.asarray(a) for a in args])
+    got = CudaProgram(low.program, EmulatedContext()).on_host([np.asarray(a) for a in args])
     np.testing.assert_allclose(got[0], np.asarray(tc.trace(f, backend="interp")(*args)), rtol=1e-6)
 
 
@@ -68,6 +68,6 @@ def test_random_draws_in_a_scan_body_on_the_emulator():
         return tc.scan(lambda c, _: (c + tc.rand(3), tc.randn(2)), c, None, length=6)
     x = np.zeros(3, np.float32)
     low = tc.trace(f).lower(x)
-    c, noise = CudaProgram(low.program, EmulatedContext())([x])
+    c, noise = CudaProgram(low.program, EmulatedContext()).on_host([x])
     assert noise.shape == (6, 2) and len({tuple(r) for r in noise}) == 6
     assert np.all((c > 0) & (c < 6))

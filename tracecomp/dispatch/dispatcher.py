@@ -19,6 +19,7 @@ import enum
 import threading
 from typing import Any, Callable
 
+from ..core.devices import DeviceBuffer
 from ..core.errors import BackendError
 from ..ops.table import OpDef
 from ..tensors.results import map_tensors
@@ -38,7 +39,8 @@ class DispatchKey(enum.IntEnum):
     Autograd = 1
     Batched = 2
     Tracer = 3
-    CPU = 4
+    CUDA = 4        # a tensor in GPU memory: the op compiled for the device (transforms/eager_cuda.py)
+    CPU = 5
 
 
 Kernel = Callable[[OpDef, dict[str, Any]], Any]
@@ -98,6 +100,8 @@ class Dispatcher:
         for t in tensors:
             if t._value is not None:
                 keys.add(DispatchKey.Tracer)
+            elif isinstance(t._data, DeviceBuffer):
+                keys.add(DispatchKey.CUDA)
             if t._batch is not None:
                 keys.add(DispatchKey.Batched)
             if level_of(t) != top:

@@ -25,7 +25,8 @@ from ..ops.rules import broadcast_shapes
 from ..ops.table import OpDef
 from ..tensors.results import package
 from ..dispatch import api as tc
-from ..dispatch.dispatcher import dispatcher
+from ..core.devices import CUDA, making_on
+from ..dispatch.dispatcher import dispatcher, tensor_arguments
 from ..dispatch.tracer import UNKNOWN_LOCATION, current
 
 
@@ -551,7 +552,7 @@ def _describe_args(args: dict[str, Any]) -> str:
 def run_composite(op: OpDef, args: dict[str, Any]):
     env = {**{k: v for k, v in HELPERS.items() if not callable(v) or isinstance(v, dt.DType)}, **args}
     try:
-        with _derived_from(op):
+        with _derived_from(op), _on_device_of(args):
             result = formula.Evaluator(env, _call).run_program(op.program)
         returns = op.schema.returns
         if len(returns) > 1 or returns[0].type.is_list:     # a tuple, or a named tuple, as for kernels
@@ -561,6 +562,14 @@ def run_composite(op: OpDef, args: dict[str, Any]):
         # The failing op is inside the decomposition; say which op the user called, with what.
         e.args = (f"{op.name}() failed for {_describe_args(args)}: {e.args[0]}",) + e.args[1:]
         raise
+
+
+def _on_device_of(args: dict[str, Any]):
+    """While a composite's program runs on GPU tensors, the tensors it makes (zeros_like,
+    arange, full) are made on the GPU too."""
+    if any(t.is_cuda for t in tensor_arguments(args)):
+        return making_on(CUDA)
+    return contextlib.nullcontext()
 
 
 def _derived_from(op: OpDef):

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..core.locations import user_location
 from ..core import dtypes as dt
+from ..core.devices import Device, DeviceBuffer, device_of, dlpack_importers
 from ..core.errors import ArgumentError, DTypeError, TraceError, VmapError, add_location
 from ..core.types import TensorType
 
@@ -72,6 +73,16 @@ class Tensor:
     @property
     def ndim(self) -> int:
         return self._type.ndim
+
+    @property
+    def device(self) -> Device:
+        """Where the values live: cpu, or cuda:0 for a tensor in GPU memory (a traced tensor
+        reports the cpu, where tracing runs)."""
+        return device_of(self._data)
+
+    @property
+    def is_cuda(self) -> bool:
+        return isinstance(self._data, DeviceBuffer)
 
     @property
     def is_traced(self) -> bool:
@@ -150,10 +161,19 @@ class Tensor:
                 "tc.cond(pred, true_fn, false_fn, *operands) for a branch, tc.while_loop or "
                 "tc.fori_loop for a loop, or move this code outside the traced function."),
                 str(user_location()))
+        if isinstance(self._data, DeviceBuffer):     # item(), repr, bool(): a host copy, as PyTorch
+            return self._data.to_host()
         return self._data
 
+    def _host_array(self, why: str) -> np.ndarray:
+        """The values as the NumPy array they are; a GPU tensor refuses, as in PyTorch."""
+        if isinstance(self._data, DeviceBuffer):
+            raise TypeError(f"{why}: can't convert {self.device} device type tensor to numpy. Use "
+                            "Tensor.cpu() to copy the tensor to host memory first.")
+        return self._concrete(why)
+
     def numpy(self) -> np.ndarray:
-        return self._concrete("Tensor.numpy()")
+        return self._host_array("Tensor.numpy()")
 
     def item(self):
         data = self._concrete("Tensor.item()")
@@ -164,20 +184,21 @@ class Tensor:
     def tolist(self):
         return self._concrete("Tensor.tolist()").tolist()
 
-    def cpu(self) -> "Tensor":
-        """The tensor itself: tracecomp's tensors live in host memory (PyTorch's .cpu() of a
-        CPU tensor is the same tensor)."""
-        return self
+    # cpu(), cuda() and to(device) move values between devices: runtime/devices.py installs
+    # them (device memory is the runtime's).
 
     def __array__(self, dtype=None, copy=None):
-        data = self._concrete("np.asarray(tensor)")
+        data = self._host_array("np.asarray(tensor)")
         return data if dtype is None else data.astype(dtype)
 
     def __dlpack__(self, *args, **kwargs):
+        if isinstance(self._data, DeviceBuffer):
+            check_fresh(self)
+            return self._data.__dlpack__(*args, **kwargs)
         return self._concrete("__dlpack__").__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
-        return (1, 0)   # kDLCPU, device 0
+        return self._data.__dlpack_device__() if isinstance(self._data, DeviceBuffer) else (1, 0)   # kDLCPU
 
     # -------------------------------------------------------------- pickling and copying
     def __reduce_ex__(self, protocol):
@@ -235,8 +256,10 @@ class Tensor:
             return f"tensor(<{what}>, shape={self.shape}, dtype={self.dtype!r})"
         if self._data is None:
             return f"tensor(<traced>, shape={self.shape}, dtype={self.dtype!r})"
+        if isinstance(self._data, DeviceBuffer):
+            extras.insert(0, f"device='{self.device}'")
         tail = "".join(", " + e for e in extras)
-        return f"tensor({format_array(self._data, prefix='tensor(')}{tail})"
+        return f"tensor({format_array(self._concrete('repr'), prefix='tensor(')}{tail})"
 
 
 def format_array(data: np.ndarray, prefix: str) -> str:
@@ -273,6 +296,10 @@ def from_dlpack(x: Any) -> Tensor:
         raise add_location(ArgumentError(
             f"a {foreign_name(x)} that requires grad cannot be shared with tracecomp (its gradient "
             f"would be lost): pass x.detach(), or compute the gradient with tracecomp"), str(user_location()))
+    kind = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else 1
+    if kind in dlpack_importers:         # a GPU array: shared where it lives
+        data = dlpack_importers[kind](x)
+        return Tensor(data, TensorType(data.shape, dt.from_numpy(data.dtype)))
     try:
         return Tensor.from_numpy(np.from_dlpack(x))
     except (TypeError, RuntimeError, BufferError) as e:

@@ -194,7 +194,13 @@ class Lowered:
         inputs.  The closed-over tensors' current arrays follow the arguments (ClosureMoved
         where one is gone or changed type: tc.trace traces again)."""
         if self.read_hidden is not None:
-            inputs = inputs + self.read_hidden()
+            hidden = self.read_hidden()
+            if self.device == "cpu" and not all(type(a) is np.ndarray for a in hidden):
+                raise ArgumentError(f"{self.graph.name}: a closed-over tensor is in GPU memory, but the "
+                                    f"function was traced for the cpu (closed over: "
+                                    f"{', '.join(s.where for s in self.hidden.sources)}); trace it with "
+                                    "device='cuda', or move the tensors back with .cpu()")
+            inputs = inputs + hidden
         if self.backend == "interp":
             from ..runtime.interpreter import run_graph
             arrays = list(run_graph(self.optimized, inputs))

@@ -31,6 +31,7 @@ from ..core import timings
 from .pickling import portable, rebuild as _rebuild, source_files
 from .stages import Lowered, describe_leaf
 from ..core.dtypes import from_numpy
+from ..core.devices import Device, DeviceBuffer
 from ..core.errors import ArgumentError, TraceError
 from ..ir import Graph, TensorType
 from ..core.symbolic import Dim
@@ -66,7 +67,8 @@ def _fast_key(args: tuple) -> tuple | None:
         if t is np.ndarray:
             key.append((a.shape, a.dtype))
         elif t is Tensor and a._data is not None and not a.requires_grad and a._tangent is None:
-            key.append(a._type)         # (a tensor autograd tracks takes the full path: _is_transformed)
+            # (a tensor autograd tracks takes the full path: _is_transformed)
+            key.append(a._type if type(a._data) is np.ndarray else (a._type, "cuda"))
         else:
             return None
     return tuple(key)
@@ -107,7 +109,10 @@ class TracedFunction:
         if backend not in BACKENDS:
             raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         if device not in DEVICES:
-            raise ArgumentError(f"tc.trace: unknown device {device!r} (available: {', '.join(DEVICES)})")
+            try:
+                device = Device(device).type          # "cuda:0", tc.device("cuda"), a torch.device
+            except ArgumentError:
+                raise ArgumentError(f"tc.trace: unknown device {device!r} (available: {', '.join(DEVICES)})") from None
         if device == "cuda" and backend == "interp":
             raise ArgumentError("tc.trace: backend='interp' runs on the host; it cannot take device='cuda'")
         self.fn = fn
@@ -164,6 +169,10 @@ class TracedFunction:
             if t._data is None:
                 raise TraceError("tc.trace'd functions take concrete tensors, not traced ones "
                                  "(nested tc.trace inside a traced function is not supported)")
+            if self.device == "cpu" and isinstance(t._data, DeviceBuffer):
+                raise ArgumentError(f"tc.trace({self.__name__}) runs on the cpu, but it was given a "
+                                    f"{t.dtype.label}{list(t.shape)} tensor on {t.device}: trace it with "
+                                    "device='cuda', or pass x.cpu()")
         key = (pytree.cache_key(structure), tuple(t._type for t in tensors))
         return key, structure, tensors, leaves
 

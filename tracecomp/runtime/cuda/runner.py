@@ -1,16 +1,17 @@
 """A scheduled Program run on a CUDA device: what `tc.trace(fn, device="cuda")` calls.
 
-Built once per traced signature: the driver is checked first (no driver or no GPU raises
-CudaUnavailableError before any compiling), the PTX is generated for the newest
-architecture tracecomp knows that the device can run, and the driver loads it.  Device
-memory for temporaries, workspaces and outputs is allocated once and kept across calls;
-constants are copied once.  A call checks the inputs on the host (shape, dtype, index
-ranges, as the CPU backend does), copies them to the device, fills random buffers on the
-host, launches every non-empty launch in order on the default stream, synchronizes and
-copies the outputs back into fresh NumPy arrays.  Where the program computes indices, its
-error record (loops/ir.py's CheckedIndex) is zeroed before the launches and read after
-them: a failed check raises the ShapeError the CPU backend raises.  Not re-entrant (one
-lock per program).
+Built once per traced signature: the context is found first (no driver or no GPU raises
+CudaUnavailableError before any compiling; memory.context() is the host emulator under
+TRACECOMP_CUDA_EMULATOR=1), the PTX is generated for the newest architecture tracecomp
+knows that the device can run, and the driver loads it.  Device memory for temporaries
+and workspaces is allocated once and kept across calls; constants are copied once.  A
+call takes device arrays as they are and copies host arrays in (checking shape, dtype and
+index ranges, as the CPU backend does), fills random buffers from the host, queues every
+non-empty launch in order on the default stream and returns the outputs as fresh device
+arrays from the pool (memory.py) without waiting: the host waits only where it reads a
+value.  Where the program computes indices, its error record (loops/ir.py's CheckedIndex)
+is zeroed before the launches and read after them (a wait): a failed check raises the
+ShapeError the CPU backend raises.  Not re-entrant (one lock per program).
 
 Loops and branches (Program.steps, loops/control.py) run on the host: this module walks
 the steps in Python, launching each kernel's launches where the steps call it, pointing
@@ -33,7 +34,8 @@ from ...core.errors import ArgumentError, BackendError
 from ...lower.schedule.scheduler import Program
 from ...lower.schedule.index_checks import recorded_error
 from ..compiled import check_indices
-from . import driver
+from . import driver, memory
+from .memory import DeviceArray
 from ...lower.loops import control as C
 from ...lower.nvptx.target import PTX_ISA
 from ...lower.nvptx.program import GpuModule, compile_program
@@ -52,7 +54,7 @@ def arch_for(capability: tuple[int, int]) -> str:
 
 class CudaProgram:
     def __init__(self, program: Program, ctx: Optional[driver.Context] = None):
-        self.ctx = ctx if ctx is not None else driver.driver().context(0)
+        self.ctx = ctx if ctx is not None else memory.context()
         self.program = program
         for k in program.kernels:
             if k.sizes:
@@ -62,7 +64,7 @@ class CudaProgram:
         self._lock = threading.Lock()
         self.device: dict[str, int] = {}
         for name, b in program.buffers.items():
-            if b.role not in ("input", "bound"):
+            if b.role not in ("input", "bound", "output"):
                 self.device[name] = self.ctx.alloc(_nbytes(b.shape, b.dtype.np))
         for launch in self.gpu.launches:
             for w in launch.workspaces:
@@ -74,55 +76,67 @@ class CudaProgram:
         for fn, launch in self.calls:
             self.by_kernel.setdefault(launch.kernel.name, []).append((fn, launch))
 
-    def check_inputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def check_inputs(self, inputs: list) -> list:
+        """The inputs as NumPy arrays (to be copied) or DeviceArrays (used in place), each
+        checked against the program's buffers."""
         p = self.program
         if len(inputs) != len(p.inputs):
             raise ArgumentError(f"compiled function @{p.name} takes {len(p.inputs)} inputs, got {len(inputs)}")
         ready = []
         for i, (name, a) in enumerate(zip(p.inputs, inputs)):
-            b, a = p.buffers[name], np.asarray(a)
-            if not a.flags.c_contiguous:        # (np.ascontiguousarray would make 0-d arrays 1-d)
-                a = np.ascontiguousarray(a)
-            if a.shape != tuple(b.shape) or a.dtype != b.dtype.np:
+            b = p.buffers[name]
+            if isinstance(a, DeviceArray):
+                if a.ctx is not self.ctx:
+                    raise ArgumentError(f"@{p.name}: input {i} lives on another device context")
+            else:
+                a = np.asarray(a)
+                if not a.flags.c_contiguous:        # (np.ascontiguousarray would make 0-d arrays 1-d)
+                    a = np.ascontiguousarray(a)
+            if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype.np:
                 raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(b.shape)}, "
                                     f"got {a.dtype}{list(a.shape)}")
             if name in p.index_checks and a.size:
-                check_indices(a, p.index_checks[name])
+                # the indices are checked on the host, as on the CPU (a device input is read back)
+                check_indices(a.to_host() if isinstance(a, DeviceArray) else a, p.index_checks[name])
             ready.append(a)
         return ready
 
-    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def __call__(self, inputs: list) -> list[DeviceArray]:
+        """The outputs, in fresh device arrays from the pool.  Launches are queued on the
+        default stream and the call returns without waiting for them, unless it must read
+        a value back: the error record of computed index checks, or a while loop's or a
+        cond's predicate."""
         p, ctx = self.program, self.ctx
-        host = dict(zip(p.inputs, self.check_inputs(inputs)))
+        on_device = {}
         with self._lock:
             ctx.make_current()
-            inputs_on_device = {}
-            try:
-                for name, a in host.items():
-                    inputs_on_device[name] = ctx.alloc(a.nbytes)
-                    ctx.to_device(inputs_on_device[name], a)
-                pointers = {**self.device, **inputs_on_device}
-                for f in p.fills:
-                    gen = tc_random.generator()
-                    draw = gen.random if f.impl == "uniform" else gen.standard_normal
-                    ctx.to_device(pointers[f.buffer], draw(f.shape, dtype=f.dtype.np))
-                record = self._error_record()
-                if record is not None:
-                    ctx.to_device(pointers[p.index_errors], record)
-                if p.steps is None:
-                    for fn, launch in self.calls:
-                        self._launch(fn, launch, pointers)
-                else:
-                    self._run_steps(p.steps, pointers)
-                ctx.synchronize()
-                if record is not None:
-                    err = recorded_error(p.computed_checks, ctx.to_host(record, pointers[p.index_errors]))
-                    if err is not None:
-                        raise err
-                return [self._result(name, host, pointers) for name in p.outputs]
-            finally:
-                for ptr in inputs_on_device.values():
-                    ctx.free(ptr)
+            for name, a in zip(p.inputs, self.check_inputs(inputs)):
+                on_device[name] = a if isinstance(a, DeviceArray) else DeviceArray.from_host(a, ctx)
+            results = {name: DeviceArray(b.shape, b.dtype.np, ctx=ctx)
+                       for name, b in p.buffers.items() if b.role == "output"}
+            pointers = {**self.device, **{n: a.ptr for n, a in on_device.items()},
+                        **{n: a.ptr for n, a in results.items()}}
+            for f in p.fills:
+                gen = tc_random.generator()
+                draw = gen.random if f.impl == "uniform" else gen.standard_normal
+                ctx.to_device(pointers[f.buffer], draw(f.shape, dtype=f.dtype.np))
+            record = self._error_record()
+            if record is not None:
+                ctx.to_device(pointers[p.index_errors], record)
+            if p.steps is None:
+                for fn, launch in self.calls:
+                    self._launch(fn, launch, pointers)
+            else:
+                self._run_steps(p.steps, pointers)
+            if record is not None:
+                err = recorded_error(p.computed_checks, ctx.to_host(record, pointers[p.index_errors]))
+                if err is not None:
+                    raise err
+            return [self._result(name, on_device, results) for name in p.outputs]
+
+    def on_host(self, inputs: list) -> list[np.ndarray]:
+        """The outputs copied back to host memory (waiting for the launches)."""
+        return [a.to_host() for a in self(inputs)]
 
     def _launch(self, fn, launch, pointers: dict) -> None:
         self.ctx.launch(fn, launch.grid, launch.block, [ctypes.c_uint64(pointers[n]) for n in launch.params])
@@ -183,13 +197,13 @@ class CudaProgram:
         name = self.program.index_errors
         return None if name is None else np.zeros(tuple(self.program.buffers[name].shape), np.int64)
 
-    def _result(self, name: str, host: dict, pointers: dict) -> np.ndarray:
+    def _result(self, name: str, inputs: dict, results: dict) -> DeviceArray:
         b = self.program.buffers[name]
-        if b.role == "input":
-            return np.array(host[name], copy=True)
+        if b.role == "input":          # a copy, as the CPU backend returns
+            return inputs[name].copy()
         if b.role == "constant":
-            return np.array(self.program.constants[name], copy=True)
-        return self.ctx.to_host(np.empty(tuple(b.shape), b.dtype.np), pointers[name])
+            return DeviceArray.from_host(self.program.constants[name], self.ctx)
+        return results[name]
 
     def close(self) -> None:
         """Free the device memory and unload the module (also done at garbage collection)."""
