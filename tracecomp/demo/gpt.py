@@ -53,6 +53,7 @@ class Options:
     out: str = "tracecomp_demo_gpt"
     seed: int = 0
     dask: str = ""                 # "": one process; "local": a LocalCluster of 2 workers; else an address
+    device: str = "cpu"            # "cuda": the model, optimizer state and compiled steps on the GPU
 
 
 @dataclass
@@ -91,12 +92,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dask", nargs="?", const="local", default=d.dask, metavar="ADDRESS",
                    help="train data-parallel on a Dask cluster (tracecomp.dask.DataParallel): the "
                         "scheduler's address (tcp://host:8786), or none to start 2 local workers")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=d.device,
+                   help="where the model, the optimizer state and the compiled steps live (default cpu)")
 
 
 def options_from(args: argparse.Namespace) -> Options:
     o = Options(args.seconds, args.steps, args.layers, args.dim, args.heads, args.context, args.batch_size,
                 args.lr, args.prompt.replace("\\n", "\n"), args.sample_length, args.temperature, args.out, args.seed,
-                args.dask)
+                args.dask, args.device)
+    if o.device == "cuda" and o.dask:
+        raise tc.ArgumentError("--device cuda trains in this process; it does not combine with --dask")
+    if o.device == "cuda" and not tc.cuda.is_available():
+        raise tc.ArgumentError("--device cuda: no CUDA GPU and driver on this machine")
     for name in ("layers", "dim", "heads", "context", "batch_size"):
         if getattr(o, name) < 1:
             raise tc.ArgumentError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(o, name)}")
@@ -207,7 +214,7 @@ def generate(logits_fn, vocab: Vocabulary, prompt: str, length: int, context: in
         window = ids[-context:]
         padded = np.zeros((1, context), np.int64)
         padded[0, :len(window)] = window
-        logits = np.asarray(logits_fn(padded), np.float64)[0, len(window) - 1]
+        logits = np.asarray(logits_fn(padded).cpu(), np.float64)[0, len(window) - 1]
         if temperature == 0:
             ids.append(int(np.argmax(logits)))
         else:
@@ -231,7 +238,7 @@ def run(o: Options, say=print) -> Result:
     say(f"unigram baseline: {baseline:.3f} nats per character (the entropy of the character "
         f"frequencies: predicting by frequency alone)")
     tc.manual_seed(o.seed)
-    model = GPT(len(vocab), o.context, o.dim, o.heads, o.layers)
+    model = GPT(len(vocab), o.context, o.dim, o.heads, o.layers).to(o.device)
     n_params = sum(p.numel() for p in model.parameters())
     say(f"model: GPT, {o.layers} pre-norm Transformer block{'s' * (o.layers != 1)} "
         f"(tc.nn.TransformerEncoderLayer, causal), "
@@ -241,8 +248,8 @@ def run(o: Options, say=print) -> Result:
         f"batch {o.batch_size} x {o.context} characters")
 
     opt = tc.optim.AdamW(lr=o.lr, weight_decay=WEIGHT_DECAY)
-    trainer = DaskTrainer(opt, model, o.dask, say) if o.dask else LocalTrainer(opt, model)
-    evaluate = tc.trace(loss_fn)
+    trainer = DaskTrainer(opt, model, o.dask, say) if o.dask else LocalTrainer(opt, model, o.device)
+    evaluate = tc.trace(loss_fn, device=o.device)
     val = validation_batches(val_ids, o.context, o.batch_size, EVAL_BATCHES)
     rng = np.random.default_rng(o.seed)
 
@@ -268,7 +275,7 @@ def run(o: Options, say=print) -> Result:
         f"{math.exp(baseline - val_loss):.1f}x more likely per character)")
 
     model.eval()
-    forward = tc.trace(lambda m, x: m(x))
+    forward = tc.trace(lambda m, x: m(x), device=o.device)
     sample = generate(lambda x: forward(model, x), vocab, o.prompt, o.sample_length, o.context, o.temperature,
                       np.random.default_rng(o.seed))
     how = "greedy" if o.temperature == 0 else f"temperature {o.temperature}"
@@ -304,8 +311,8 @@ def train(o: Options, trainer, evaluate, train_ids, val, rng, first_loss):
 class LocalTrainer:
     """The train step compiled in this process, the model and optimizer state donated."""
 
-    def __init__(self, opt, model):
-        self._step = tc.trace(make_train_step(opt), donate_argnums=(0, 1))
+    def __init__(self, opt, model, device: str = "cpu"):
+        self._step = tc.trace(make_train_step(opt), donate_argnums=(0, 1), device=device)
         self._model, self._state = model, opt.init(model)
 
     def step(self, x, y, lr) -> float:

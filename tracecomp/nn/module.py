@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..tensors import pytree
+from ..core.devices import Device
 from ..core.errors import ArgumentError
 from ..tensors.tensor import Tensor, as_tensor
 from ..transforms import closures
@@ -262,15 +263,36 @@ class Module:
         return keys
 
     # ------------------------------------------------------------ conversions
-    def to(self, dtype) -> "Module":
-        """The floating-point parameters and buffers cast to `dtype`, in place: the same
-        tensor objects (as PyTorch sets param.data), so an optimizer made before still
-        holds them."""
+    def to(self, *args, **kwargs) -> "Module":
+        """The parameters and buffers moved to a device and/or their floating-point ones cast
+        to a dtype, in place: the same tensor objects (as PyTorch sets param.data), so an
+        optimizer made before still holds them.  `to("cuda")`, `to(tc.float64)`,
+        `to("cuda", tc.float64)`, `to(device=..., dtype=...)`."""
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        if kwargs:
+            raise TypeError(f"Module.to() got unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, (str, Device)) or type(a).__name__ == "device":       # (a torch.device too)
+                device = a
+            else:
+                dtype = a
         for t in list(self.parameters()) + list(self.buffers()):
-            if t.dtype.is_floating_point and t.dtype != dtype:
-                cast = t.detach().to(dtype)
-                t._data, t._type, t._value, t._trace = cast._data, cast._type, cast._value, cast._trace
+            moved = t.detach()
+            if dtype is not None and t.dtype.is_floating_point and t.dtype != dtype:
+                moved = moved.to(dtype)
+            if device is not None:
+                moved = moved.to(device)
+            if moved._data is not t._data or moved._type != t._type:
+                t._data, t._type, t._value, t._trace = moved._data, moved._type, moved._value, moved._trace
+                if t.grad is not None:
+                    t.grad = t.grad.to(device) if device is not None else t.grad
         return self
+
+    def cuda(self, device=None) -> "Module":
+        return self.to(Device("cuda" if device is None else device))
+
+    def cpu(self) -> "Module":
+        return self.to(Device("cpu"))
 
     def float(self) -> "Module":
         return self.to(tc.float32)

@@ -96,7 +96,7 @@ class Lowered:
             ensure_tuned()          # the tiles' measured choices, before anything is scheduled
         with timings.recording(self.compile_times), timings.stage("lowering"):
             program = schedule(self.optimized, self.check_indices)
-            if self.donated_inputs and self.backend == "cpu" and self.device == "cpu":
+            if self.donated_inputs and self.backend == "cpu":
                 self.reused_inputs = donate(program, set(self.donated_inputs))
         return program
 

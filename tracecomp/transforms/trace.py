@@ -507,7 +507,8 @@ def trace(fn: Callable | None = None, *, backend: str = "cpu",
     `cache_size` signatures used keep their compiled code; older ones are dropped and
     compile again if they come back.
     device="cuda" runs it on the first CUDA GPU (lower/nvptx, runtime/cuda); its "ptx" stage prints
-    without one.
+    without one.  It takes tensors in GPU memory (x.to("cuda")) as they are and host arrays
+    by a copy, and returns tensors in GPU memory; its launches are queued without waiting.
 
     donate_argnums (JAX's convention): positions of arguments whose memory the caller gives
     up, so that outputs of the same shape and dtype may be written into it (an SGD step
@@ -517,8 +518,8 @@ def trace(fn: Callable | None = None, *, backend: str = "cpu",
     argument's old values as gone and rebind the name: `w = step(w, x)`.  A donated
     tc.Tensor is not invalidated (unlike JAX): it simply holds the new values.  Only
     C-contiguous, writable arrays of the right dtype that share no memory with another
-    argument are written; others are copied first.  The CPU backend reuses memory; the
-    interpreter and device="cuda" ignore donation.
+    argument are written; others are copied first.  The CPU backend and device="cuda" (a
+    donated GPU tensor's memory) reuse memory; the interpreter ignores donation.
 
     fastmath (Numba's convention): False (default) keeps IEEE semantics, except that float
     reductions may sum in any order; True lets LLVM assume no NaN or inf, ignore the sign of

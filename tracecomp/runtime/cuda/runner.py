@@ -110,8 +110,13 @@ class CudaProgram:
         on_device = {}
         with self._lock:
             ctx.make_current()
-            for name, a in zip(p.inputs, self.check_inputs(inputs)):
-                on_device[name] = a if isinstance(a, DeviceArray) else DeviceArray.from_host(a, ctx)
+            ready = self.check_inputs(inputs)
+            for name, a in zip(p.inputs, ready):
+                if not isinstance(a, DeviceArray):
+                    a = DeviceArray.from_host(a, ctx)
+                elif name in p.donated and sum(b is a for b in ready) > 1:
+                    a = a.copy()        # donated, but also passed as another input: written into a copy
+                on_device[name] = a
             results = {name: DeviceArray(b.shape, b.dtype.np, ctx=ctx)
                        for name, b in p.buffers.items() if b.role == "output"}
             pointers = {**self.device, **{n: a.ptr for n, a in on_device.items()},
@@ -199,6 +204,8 @@ class CudaProgram:
 
     def _result(self, name: str, inputs: dict, results: dict) -> DeviceArray:
         b = self.program.buffers[name]
+        if name in self.program.donated:     # donation.py wrote the output into this input's memory
+            return inputs[name]
         if b.role == "input":          # a copy, as the CPU backend returns
             return inputs[name].copy()
         if b.role == "constant":
