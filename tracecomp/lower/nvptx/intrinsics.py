@@ -69,9 +69,12 @@ def atomic_add(b: ir.IRBuilder, ptr: ir.Value, value: ir.Value) -> None:
     b.atomic_rmw(op, ptr, value, "monotonic")
 
 
-def mark_kernel(module: ir.Module, fn: ir.Function, block: tuple[int, int, int]) -> None:
+def mark_kernel(module: ir.Module, fn: ir.Function, block: tuple[int, int, int], min_blocks: int = 0) -> None:
     """Make `fn` a kernel entry point launched with exactly `block` threads (ptxas then
-    budgets registers for that block size)."""
+    budgets registers for that block size) and, with `min_blocks`, at least that many
+    blocks resident per SM (__launch_bounds__'s second argument: a register cap)."""
     module.add_named_metadata("nvvm.annotations", [fn, "kernel", ir.Constant(S.I32, 1)])
     for axis, n in zip("xyz", block):
         module.add_named_metadata("nvvm.annotations", [fn, f"maxntid{axis}", ir.Constant(S.I32, n)])
+    if min_blocks:
+        module.add_named_metadata("nvvm.annotations", [fn, "minctasm", ir.Constant(S.I32, min_blocks)])

@@ -13,17 +13,45 @@ import llvmlite.ir as ir
 
 from ..llvm import scalar as S
 from ..llvm.emitter import declare_kernel_function
-from ..loops.ir import Loop, Reduce
+from ..loops.ir import Load, Loop, Reduce, Store
 from . import intrinsics as X
-from .launch import Launch, disjoint_vars, perfect_nest, static_product
+from .launch import LARGE_TILE, Launch, disjoint_vars, perfect_nest, static_product
 from .codegen import PARAM_ALIGN, WIDE_INDEX, GpuEmitter, strided_loop
 from .matmul import emit_matmul
+from .sgemm import emit_sgemm
 from .reduce import block_reduce, emit_split
+from .vector import elementwise_vector, lane_load, lane_store
+from .rowcache import RowCache
 
 
 class LaunchEmitter(GpuEmitter):
+    lanes = stored = None          # a vector body's lanes (vector.py)
+    row = None                     # the row held in registers (rowcache.py)
+
     def cooperative_reduce(self, s: Reduce, env: dict[str, ir.Value]) -> None:
-        block_reduce(self, s, env)
+        if self.row is not None and s.extent == self.row.extent:
+            self.row.reduce(s, env)
+        else:
+            block_reduce(self, s, env)
+
+    def loop(self, s: Loop, env: dict[str, ir.Value]) -> None:
+        if self.row is not None and self.uniform and s.extent == self.row.extent:
+            self.row.loop(s, env)
+        else:
+            super().loop(s, env)
+
+    def store(self, s: Store, env: dict[str, ir.Value]) -> None:
+        if not lane_store(self, s, env) and not (self.row is not None and self.row.store(s, env)):
+            super().store(s, env)
+
+    def _expr(self, e, env: dict[str, ir.Value]) -> ir.Value:
+        if isinstance(e, Load):
+            value = lane_load(self, e)
+            if value is None and self.row is not None:
+                value = self.row.load(e, env)
+            if value is not None:
+                return value
+        return super()._expr(e, env)
 
 
 def emit_launch(module: ir.Module, launch: Launch) -> ir.Function:
@@ -33,10 +61,10 @@ def emit_launch(module: ir.Module, launch: Launch) -> ir.Function:
     fn = declare_kernel_function(module, launch.name, k.buffers, k.sizes, PARAM_ALIGN, "external", extra)
     for arg in fn.args[len(k.buffers) + len(k.sizes):]:
         arg.add_attribute("noalias")
-    X.mark_kernel(module, fn, launch.block)
+    X.mark_kernel(module, fn, launch.block, 2 if launch.tile == LARGE_TILE else 0)   # <= 128 registers
     em = LaunchEmitter(module, launch, fn)
     if launch.kind == "matmul":
-        emit_matmul(em, launch.stmts[0])
+        (emit_sgemm if launch.tile == LARGE_TILE else emit_matmul)(em, launch.stmts[0])
     elif launch.kind in ("partials", "finish"):
         emit_split(em)
     else:
@@ -47,7 +75,11 @@ def emit_launch(module: ir.Module, launch: Launch) -> ir.Function:
 
 
 def _elementwise(em: GpuEmitter) -> None:
-    """A grid-stride loop over the flattened outer loops of the nest."""
+    """A grid-stride loop over the flattened outer loops of the nest (4 points a step
+    over contiguous buffers: vector.py)."""
+    if em.launch.vector > 1:
+        elementwise_vector(em)
+        return
     b = em.builder
     dims, body = perfect_nest(em.launch.stmts[0])
     static = static_product([e for _, e in dims])
@@ -85,7 +117,8 @@ def _columns(em: GpuEmitter) -> None:
 
 
 def _rows(em: GpuEmitter) -> None:
-    """One block per point of the outer loops (block-stride); the body runs uniformly."""
+    """One block per point of the outer loops (block-stride); the body runs uniformly
+    (from registers where launch.row_extent is set: rowcache.py)."""
     stmts = em.launch.stmts
     dims, body = perfect_nest(stmts[0]) if isinstance(stmts[0], Loop) else ([], stmts)
     b = em.builder
@@ -94,7 +127,12 @@ def _rows(em: GpuEmitter) -> None:
         env = em.entry_env()
         em.delinearize(loop.index, dims, env)
         em.uniform = True
+        if em.launch.row_extent:
+            em.row = RowCache(em, em.launch.row_extent)
         em.emit_body(body, env)
+        if em.row is not None:
+            em.row.flush()
+            em.row = None
         em.uniform = False
         loop.next = []
 

@@ -5,11 +5,13 @@ copies, then accumulates), so each becomes its own launch on one stream:
   elementwise  a Loop nest: the perfectly nested outer loops are flattened into one
                iteration space that a grid-stride loop walks (one thread per point, any
                size); a store `buf[i] = buf[i] + v` that iterations may share (scatter)
-               becomes an atomic add;
+               becomes an atomic add; over contiguous same-shape 4-byte buffers each
+               thread takes 4 points a step on a grid of a few blocks per SM (vector.py);
   rows         a Loop nest whose innermost body holds a Reduce (or no Loop at all: a
                full reduction): one block per output point (block-stride over points);
                the block's threads split the Reduce, combine partials with warp shuffles
-               and shared memory, then thread 0 stores;
+               and shared memory, then thread 0 stores; rows up to 8192 long are
+               read once into registers and written once (rowcache.py);
   partials / finish   a rows nest with few long rows: `partials` has several blocks per
                row, each reducing a chunk into a workspace; `finish` combines the chunks
                of a row and runs the rest of the row's body;
@@ -19,7 +21,8 @@ copies, then accumulates), so each becomes its own launch on one stream:
                thread runs the others (i) in order for its points: no atomics, and a warp
                reads consecutive elements of each row;
   matmul       a Matmul: 64x64 output tiles, one block of 16x16 threads each (4x4
-               elements per thread), staged through shared memory;
+               elements per thread), staged through shared memory (matmul.py); float32
+               products with many tiles take 128x128 tiles of 256 threads (sgemm.py);
   serial       anything whose iterations depend on each other: one thread.
 Grids are fixed numbers (loops stride over what a grid does not cover), so a launch
 configuration never depends on runtime sizes; a grid of 0 blocks means "nothing to do".
@@ -34,8 +37,9 @@ from ...core.dtypes import DType
 from ..llvm import scalar as S
 from ..llvm.emitter import monoid_updates
 from ...core.errors import BackendError
-from ..loops.ir import (INDEX, Binary, Buffer, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select,
+from ..loops.ir import (INDEX, Binary, Buffer, CheckedIndex, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce, Select,
                         Store, Var)
+from .rowcache import cache_extent, row_threads
 from ..loops.walk import buffers_read, buffers_written, statements, substitute, var_names, walk
 
 ELEMENTWISE_THREADS = 256
@@ -43,6 +47,12 @@ MAX_BLOCKS = 65535             # gridDim.y/z limit; x is capped the same for sim
 MATMUL_TILE = 64               # output tile of a matmul block (MATMUL_THREADS^2 threads, 4x4 each)
 MATMUL_THREADS = 16
 MATMUL_K = 16                  # k step staged in shared memory
+LARGE_TILE = 128               # float32 matmuls with many tiles: sgemm.py's 128 x 128 tiles...
+LARGE_THREADS = 256            # ...of 256 threads, 8 x 8 elements each
+LARGE_MATMUL_MIN_TILES = 96    # (tests lower it to run the large tiles on small shapes)
+VECTOR_WIDTH = 4               # elementwise points per thread and step over contiguous buffers
+VECTOR_BLOCKS = 132 * 64       # their grid at most (132 SMs x 64: an H200 ran the W1 chain 12%
+                               # faster than with 132 x 8, one wave of blocks of 256 threads)
 THREAD_PER_ROW_MAX = 64        # rows no longer than this: one thread per row, not a block
 SPLIT_MIN_EXTENT = 1 << 16     # rows at least this long are split over several blocks...
 SPLIT_MAX_ROWS = 64            # ...when there are at most this many of them
@@ -70,6 +80,9 @@ class Launch:
     chunks: int = 1                    # partials/finish: blocks per row
     shared: set = field(default_factory=set)   # buffers the launch both loads and stores
     shared_bytes: int = 0              # static shared memory (set by the code generator)
+    vector: int = 1                    # elementwise: points per thread and step (vector.py)
+    tile: int = 0                      # matmul: the output tile of a block (64 or 128: sgemm.py)
+    row_extent: int = 0                # rows: the row length held in registers (rowcache.py), or 0
 
     @property
     def params(self) -> list[str]:
@@ -223,12 +236,55 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
         if split is not None:
             return split
         grid = min(rows, MAX_BLOCKS) if rows is not None else MAX_BLOCKS
-        return [Launch(name, kernel, "rows", seg, (threads, 1, 1), (grid, 1, 1), shared=shared)]
+        cached = cache_extent(kernel, body) or 0
+        if cached:
+            threads = max(threads, row_threads(cached)) if cached > 4096 else threads
+        return [Launch(name, kernel, "rows", seg, (threads, 1, 1), (grid, 1, 1), shared=shared,
+                       row_extent=cached)]
     if not dims:
         return [_serial(kernel, seg, name)]       # a 0-d store or a non-monoid full reduction
     total = rows
+    if total is not None and not atomic and contiguous_buffers(kernel, dims, body):
+        blocks = min(-(-total // ELEMENTWISE_THREADS), VECTOR_BLOCKS)     # (small grids as before)
+        return [Launch(name, kernel, "elementwise", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1),
+                       vector=VECTOR_WIDTH)]
     blocks = MAX_BLOCKS if total is None else min(-(-total // ELEMENTWISE_THREADS), MAX_BLOCKS)
     return [Launch(name, kernel, "elementwise", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1))]
+
+
+VECTOR_DTYPES = (DType.float32, DType.int32)
+
+
+def contiguous_buffers(kernel: Kernel, dims, body: list) -> set[str]:
+    """The buffers of an elementwise nest that vector.py may access 4 points at a time:
+    every Load/Store of them is `buf[v0, v1, ...]` with the nest's vars in order and buf
+    shaped like the nest (element f at flat point f), of a 4-byte dtype.  Empty when the
+    nest has other accesses that depend on its vars, other statements, or no such buffer."""
+    extents = tuple(e for _, e in dims)
+    own = tuple(Var(v, INDEX) for v, _ in dims)
+    loop_vars = {v for v, _ in dims}
+    if not dims or not all(isinstance(e, int) for e in extents):
+        return set()
+    if any(not isinstance(s, (Let, Store)) for s in body):
+        return set()
+    found: set[str] = set()
+    for n in walk(body):
+        if isinstance(n, CheckedIndex):
+            return set()
+        if not isinstance(n, (Load, Store)):
+            continue
+        if tuple(n.index) == own and type(n) in (Load, Store):
+            buf = kernel.buffer(n.buffer)
+            if tuple(buf.shape) == extents and buf.dtype in VECTOR_DTYPES:
+                found.add(n.buffer)
+                continue
+        if any(var_names(i) & loop_vars for i in n.index):
+            return set()
+    # a buffer also accessed some other way (a constant index) keeps the scalar code
+    for n in walk(body):
+        if isinstance(n, (Load, Store)) and n.buffer in found and tuple(n.index) != own:
+            return set()
+    return found
 
 
 def _columns(kernel: Kernel, seg: list, dims, shared: set[str], name: str):
@@ -269,11 +325,26 @@ def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], thre
 
 
 def _matmul(kernel: Kernel, s: Matmul, name: str) -> Launch:
-    t = MATMUL_TILE
     ext = [s.n, s.m, static_product(s.batch) if s.batch else 1]
+    large = large_matmul(kernel, s)
+    t = LARGE_TILE if large else MATMUL_TILE
     grid = tuple(MAX_BLOCKS if not isinstance(e, int) or e is None
                  else min(-(-e // t) if i < 2 else e, MAX_BLOCKS) for i, e in enumerate(ext))
-    return Launch(name, kernel, "matmul", [s], (MATMUL_THREADS, MATMUL_THREADS, 1), grid)
+    block = (LARGE_THREADS, 1, 1) if large else (MATMUL_THREADS, MATMUL_THREADS, 1)
+    return Launch(name, kernel, "matmul", [s], block, grid, tile=t)
+
+
+def large_matmul(kernel: Kernel, s: Matmul) -> bool:
+    """Does `s` take sgemm.py's 128 x 128 tiles?  float32 operands, static sizes, and
+    enough tiles to keep most of a GPU busy (smaller products keep 64 x 64 tiles: 4x the
+    blocks)."""
+    if any(kernel.buffer(v.buffer).dtype != DType.float32 for v in s.views()):
+        return False
+    sizes = [static_extent(e) for e in (s.m, s.n, *s.batch)]
+    if any(e is None for e in sizes):
+        return False
+    m, n, *batch = sizes
+    return -(-m // LARGE_TILE) * -(-n // LARGE_TILE) * math.prod(batch) >= LARGE_MATMUL_MIN_TILES
 
 
 def _serial(kernel: Kernel, stmts: list, name: str) -> Launch:
