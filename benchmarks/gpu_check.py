@@ -39,6 +39,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)          # tracecomp from this checkout, installed or not
 TEST_FILES = ["tests/runtime/test_cuda_driver.py", "tests/runtime/test_device_tensors.py",
               "tests/runtime/test_cuda_loops.py", "tests/lower/test_ptx.py", "tests/runtime/test_dlpack_structs.py"]
 
@@ -94,8 +95,9 @@ def run_tests(out_dir: str, workers: int, quick: bool) -> dict:
     if quick:
         cmd += ["-m", "not slow", "-k", "not emulated_kernels_match"]
     t0 = time.perf_counter()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     with open(log_path, "w") as log:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     result = {"command": " ".join(cmd[1:]), "exit_code": proc.returncode,
               "seconds": round(time.perf_counter() - t0, 1)}
     result.update(_junit_counts(xml_path))
