@@ -22,6 +22,16 @@ f64:
   |x| >= 2^40: Payne-Hanek with a 192-bit window of 2/pi and 128 result bits, r as a
   double-double. Both paths are always computed (straight-line code) and selected.
 
+On a GPU (an nvptx module), f32 sin and cos first try a float32 Cody-Waite reduction,
+r = |x| - n (P1 + P2 + P3) by three fmas with pi/2 in three float32 pieces, for a thread
+whose |x| < 2^16, and take the double path above only otherwise (a branch: a GPU thread
+runs one path, while the CPU's SIMD lanes must run one straight line).  The first fma is
+exact (|x| - n P1 < 1 fits 24 bits of P1's last bit), the others round relative to the
+result, and the pieces hold pi/2 to 2^-72, so r keeps float32 precision down to the
+smallest |r| a float32 below 2^16 reaches (about 2^-29); sin and cos then run as above
+with no low part: within 2 ulp, as CUDA's sinf.  Double arithmetic runs at half the float
+rate or less on a GPU, and that reduction was a quarter of W1's instructions.
+
 Payne-Hanek: x = m 2^e with an integer m. Bits of 2/pi of weight above 2^(1-e) contribute
 multiples of 4 to x 2/pi and are skipped, so only a window of 2/pi starting at bit e-1 is
 multiplied by m, in integer arithmetic; the top two bits of the product are n mod 4 and
@@ -36,7 +46,7 @@ from fractions import Fraction
 from llvmlite import ir
 
 from .consts import PIO2, TWO_OVER_PI, parts, round_to, two_over_pi_bits
-from .core import F64, Emit, Value
+from .core import F32, F64, Emit, Value
 from .exp import coeffs
 
 _M64 = (1 << 64) - 1
@@ -209,18 +219,57 @@ def _assemble(e: Emit, n: ir.Value, s: ir.Value, c: ir.Value, fn: str) -> tuple[
     return e.select(odd, c, s), e.shl(e.iand(n, 2), n.type.width - 2)
 
 
+GPU_FAST_LIMIT = 65536.0           # |x| below which a GPU thread reduces in float32
+
+
+def _reduce_f32_fast(e: Emit, ax: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(n i32, r float32) with ax = n pi/2 + r, for 0 <= ax < GPU_FAST_LIMIT."""
+    p1, p2, p3 = parts(PIO2, F32, 3)
+    k = e.rint(e.mul(ax, round_to(TWO_OVER_PI, F32)))
+    r = e.fma(e.neg(k), p1, ax)                            # exact
+    r = e.fma(e.neg(k), p3, e.fma(e.neg(k), p2, r))
+    return e.b.fptosi(k, ir.IntType(32)), r
+
+
+def _trig_f32(e: Emit, x: ir.Value, fn: str) -> tuple[ir.Value, ir.Value]:
+    d = e.other(F64)
+    n, r = _reduce_f32(e, x)
+    hi = d.convert(r, e.fmt)
+    lo = d.convert(d.sub(r, e.convert(hi, F64)), e.fmt)
+    return _assemble(e, n, *_kernels(e, hi, lo), fn)
+
+
+def _trig_f32_gpu(e: Emit, x: ir.Value, fn: str) -> tuple[ir.Value, ir.Value]:
+    """The float32 reduction where |x| < GPU_FAST_LIMIT, else the double one (a branch)."""
+    b = e.b
+    ax = e.abs(x)
+    with b.if_else(e.cmp("<", ax, GPU_FAST_LIMIT)) as (fast, slow):
+        with fast:
+            n, r = _reduce_f32_fast(e, ax)
+            v_fast, flip_fast = _assemble(e, n, *_kernels(e, r, 0.0), fn)
+            from_fast = b.block
+        with slow:
+            v_slow, flip_slow = _trig_f32(e, x, fn)
+            from_slow = b.block
+    v = b.phi(v_fast.type)
+    v.add_incoming(v_fast, from_fast)
+    v.add_incoming(v_slow, from_slow)
+    flip = b.phi(flip_fast.type)
+    flip.add_incoming(flip_fast, from_fast)
+    flip.add_incoming(flip_slow, from_slow)
+    return v, flip
+
+
 def emit_trig(e: Emit, x: ir.Value, fn: str) -> ir.Value:
-    if e.fmt.bits == 32 and fn == "tan":      # s / c in double: rounded once, at the end
+    if e.fmt.bits == 32 and fn != "tan" and e.module.triple.startswith("nvptx") and isinstance(x.type, ir.FloatType):
+        v, flip = _trig_f32_gpu(e, x, fn)
+    elif e.fmt.bits == 32 and fn == "tan":      # s / c in double: rounded once, at the end
         d = e.other(F64)
         n, r = _reduce_f32(e, x)
         v, flip = _assemble(d, n, *_kernels(d, r, 0.0), fn)
         v = d.convert(v, e.fmt)
     elif e.fmt.bits == 32:                    # r as a float32 pair, sin/cos in float32
-        d = e.other(F64)
-        n, r = _reduce_f32(e, x)
-        hi = d.convert(r, e.fmt)
-        lo = d.convert(d.sub(r, e.convert(hi, F64)), e.fmt)
-        v, flip = _assemble(e, n, *_kernels(e, hi, lo), fn)
+        v, flip = _trig_f32(e, x, fn)
     else:
         n, hi, lo = _reduce_f64(e, x)
         v, flip = _assemble(e, n, *_kernels(e, hi, lo), fn)
