@@ -13,7 +13,8 @@ Steps, each recorded in DIR/gpu_check.json and the table DIR/gpu_check.md:
     table on the GPU against the CPU backend;
  3. the floor: the device's copy bandwidth (cuMemcpyDtoD of 1 GiB, bytes read + written);
  4. W1, W2 (softmax, layernorm), W3 (matmul 4096^3 f32), W4 (the MLP train step with
-    device-resident weights, donated) and W8a (attention's value_and_grad) compiled by
+    device-resident weights, donated), W8a (attention's value_and_grad written out) and W8
+    (the fused scaled_dot_product_attention, causal, forward + backward) compiled by
     tracecomp for the device, next to PyTorch CUDA eager and torch.compile (Triton) in the
     same process; each result is checked against NumPy in float64 first.  Times are the
     median of 5 batches of back-to-back calls between two synchronizations (the launch
@@ -227,7 +228,38 @@ def workloads(quick_sizes: bool) -> list[Workload]:
     ]
     out.append(_w4(bench, quick_sizes))
     out.append(_w8a(bench, quick_sizes))
+    out.append(_w8_attention(quick_sizes))
     return out
+
+
+def _w8_attention(quick_sizes: bool) -> Workload:
+    """The fused op: causal scaled_dot_product_attention forward + backward (W8's attention),
+    the gradients of <out, g> in q, k, v."""
+    import tracecomp as tc
+    shape = (1, 2, 16, 8) if quick_sizes else (8, 6, 256, 64)
+    t, d = shape[2], shape[3]
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]
+
+    def reference(q, k, v, g):
+        q, k, v, g = (a.astype(np.float64) for a in (q, k, v, g))
+        s = np.where(np.tril(np.ones((t, t), bool)), q @ np.swapaxes(k, -1, -2) / np.sqrt(d), -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        dp = g @ np.swapaxes(v, -1, -2)
+        ds = p * (dp - (dp * p).sum(-1, keepdims=True)) / np.sqrt(d)
+        return [ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ g]
+
+    def tc_fn(q, k, v, g):
+        return list(tc.vjp(lambda q, k, v: tc.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)[1](g))
+
+    def torch_fn(q, k, v, g):
+        torch = _torch_cuda()
+        attention = torch.nn.functional.scaled_dot_product_attention
+        return list(torch.func.vjp(lambda q, k, v: attention(q, k, v, is_causal=True), q, k, v)[1](g))
+    flops = 6 * shape[0] * shape[1] * (t * (t + 1) // 2) * d * 2
+    return Workload("W8-attn", f"causal attention fwd + bwd (fused op), {'x'.join(map(str, shape))} f32", arrays,
+                    reference, tc_fn, torch_fn, flops=flops, tol=1e-4)
 
 
 def _w4(bench, quick_sizes: bool) -> Workload:
@@ -393,7 +425,7 @@ def main(argv=None) -> int:
     p.add_argument("--emulator", action="store_true", help="run on the host emulator (no GPU needed)")
     p.add_argument("--quick", action="store_true", help="small sizes and the fast tests only")
     p.add_argument("--no-tests", action="store_true", help="skip the pytest subset")
-    p.add_argument("--workloads", default="W1,W2,W3,W4,W8a", help="comma-separated: W1,W2,W3,W4,W8a")
+    p.add_argument("--workloads", default="W1,W2,W3,W4,W8a,W8", help="comma-separated: W1,W2,W3,W4,W8a,W8 (fused attention)")
     p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="pytest-xdist workers")
     args = p.parse_args(argv)
     if args.emulator:
