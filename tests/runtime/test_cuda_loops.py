@@ -1,5 +1,6 @@
 """Loops and branches on the PTX path (issue 35): the runner walks the steps on the host and
-launches the regions' kernels, here on the host emulator of runtime/cuda/emulator.py."""
+launches the regions' kernels, here on the host emulator of runtime/cuda/emulator.py, and on
+the GPU where there is one."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 import tracecomp as tc
 from tracecomp.lower.nvptx.program import compile_program
 from tracecomp.lower.schedule.scheduler import schedule
+from tracecomp.runtime.cuda import driver
 from tracecomp.runtime.cuda.emulator import EmulatedContext
 from tracecomp.runtime.cuda.runner import CudaProgram
 from tracecomp.runtime.interpreter import run_graph
@@ -21,6 +23,12 @@ CASES = [pytest.param(g, ins, id=name) for name, g, ins in RG.cases() if name no
 @pytest.mark.parametrize("graph,inputs", CASES)
 def test_emulated_loops_match_the_interpreter(graph, inputs):
     RG.assert_close(CudaProgram(schedule(graph), EmulatedContext()).on_host(inputs), run_graph(graph, inputs))
+
+
+@pytest.mark.skipif(not driver.available(), reason="no CUDA GPU and driver on this machine")
+@pytest.mark.parametrize("graph,inputs", [pytest.param(g, ins, id=name) for name, g, ins in RG.cases()])
+def test_gpu_loops_match_the_interpreter(graph, inputs):
+    RG.assert_close(CudaProgram(schedule(graph)).on_host(inputs), run_graph(graph, inputs))
 
 
 def test_one_launch_per_kernel_per_step_and_no_loop_in_the_ptx():
