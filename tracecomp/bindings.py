@@ -302,6 +302,7 @@ def _written(self, src, what: str):
     """src (a tensor or a number) cast to self's dtype (any cast, as PyTorch's copy_ and
     fill_) and broadcast to its shape, written into self."""
     src = src if isinstance(src, Tensor) else tc.tensor(np.asarray(src))    # a number at full precision
+    src = transfer(src, self.device) if self._data is not None else src     # copy_ crosses devices
     return _at_user_line(lambda: inplace(self, tc.broadcast_to(src.to(self.dtype), list(self.shape)), what))
 
 

@@ -228,3 +228,18 @@ def test_torch_cuda_tensors_in_and_out_without_copies():
     torch.testing.assert_close(back, t * 2 + 1)
     tt = torch.randn(5, 4, device="cuda").T          # a transposed view: made contiguous once
     np.testing.assert_allclose(tc.from_dlpack(tt).cpu().numpy(), tt.cpu().numpy())
+
+
+def test_checkpoints_copy_and_eager_optimizers_work_on_the_device(tmp_path):
+    model = tc.nn.Linear(3, 2).cuda()
+    tc.save(model.state_dict(), str(tmp_path / "m.safetensors"))         # saved from GPU memory
+    other = tc.nn.Linear(3, 2).cuda()
+    other.load_state_dict(tc.load_state(str(tmp_path / "m.safetensors")))  # copy_ across devices
+    assert other.weight.device == "cuda"
+    np.testing.assert_array_equal(other.weight.cpu().numpy(), model.weight.cpu().numpy())
+    before = model.weight.cpu().numpy()
+    opt = tc.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(tc.ones(4, 3, device="cuda")).sum().backward()
+    opt.step()
+    assert model.weight.device == "cuda" and model.weight.grad.device == "cuda"
+    np.testing.assert_allclose(model.weight.cpu().numpy(), before - 0.1 * 4, rtol=1e-6)
