@@ -28,7 +28,8 @@ from ..loops.ir import Loop, Matmul, Reduce, Store
 from . import intrinsics as X
 from .launch import Launch, atomic_add_term, cooperative, iteration_local
 
-PARAM_ALIGN = 16        # cuMemAlloc returns 256-byte aligned memory; 16 allows vector loads
+PARAM_ALIGN = None      # no alignment promised: a scan's row is its buffer offset by whole rows
+                        # (element-aligned only), so 16-byte accesses check their pointers
 WIDE_INDEX = 1 << 30    # flat iteration spaces at least this big use 64-bit indices
 
 

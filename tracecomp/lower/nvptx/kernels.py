@@ -20,7 +20,7 @@ from .codegen import PARAM_ALIGN, WIDE_INDEX, GpuEmitter, strided_loop
 from .matmul import emit_matmul
 from .sgemm import emit_sgemm
 from .reduce import block_reduce, emit_split
-from .vector import elementwise_vector, lane_load, lane_store
+from .vector import aligned16, elementwise_vector, lane_load, lane_store
 from .rowcache import RowCache
 
 
@@ -118,23 +118,39 @@ def _columns(em: GpuEmitter) -> None:
 
 def _rows(em: GpuEmitter) -> None:
     """One block per point of the outer loops (block-stride); the body runs uniformly
-    (from registers where launch.row_extent is set: rowcache.py)."""
+    (from registers where launch.row_extent is set: rowcache.py, 4 elements at a time
+    where the row length allows and every buffer is 16-byte aligned, checked here)."""
+    extent = em.launch.row_extent
+    if not extent or extent % 4:
+        _row_loop(em, 1)
+        return
+    b = em.builder
+    with b.if_else(aligned16(b, [em.buffer_pointer(buf.name) for buf in em.kernel.buffers])) as (fast, slow):
+        with fast:
+            _row_loop(em, 4)
+        with slow:
+            _row_loop(em, 1)
+
+
+def _row_loop(em: GpuEmitter, width: int) -> None:
     stmts = em.launch.stmts
     dims, body = perfect_nest(stmts[0]) if isinstance(stmts[0], Loop) else ([], stmts)
     b = em.builder
+    em.forget_values()
     rows = em.product([e for _, e in dims])
     with strided_loop(b, em.sreg64("ctaid.x"), rows, em.sreg64("nctaid.x"), "row") as loop:
         env = em.entry_env()
         em.delinearize(loop.index, dims, env)
         em.uniform = True
         if em.launch.row_extent:
-            em.row = RowCache(em, em.launch.row_extent)
+            em.row = RowCache(em, em.launch.row_extent, width)
         em.emit_body(body, env)
         if em.row is not None:
             em.row.flush()
             em.row = None
         em.uniform = False
         loop.next = []
+    em.forget_values()
 
 
 def _serial(em: GpuEmitter) -> None:

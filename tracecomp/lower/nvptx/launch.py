@@ -6,7 +6,8 @@ copies, then accumulates), so each becomes its own launch on one stream:
                iteration space that a grid-stride loop walks (one thread per point, any
                size); a store `buf[i] = buf[i] + v` that iterations may share (scatter)
                becomes an atomic add; over contiguous same-shape 4-byte buffers each
-               thread takes 4 points a step on a grid of a few blocks per SM (vector.py);
+               thread takes 4 points a step on a grid of at most 64 blocks per SM of an
+               H100 (vector.py);
   rows         a Loop nest whose innermost body holds a Reduce (or no Loop at all: a
                full reduction): one block per output point (block-stride over points);
                the block's threads split the Reduce, combine partials with warp shuffles

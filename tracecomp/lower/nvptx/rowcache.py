@@ -5,6 +5,8 @@ element from global memory once and writes each once.
 Every thread owns the same elements of the row in every pass: with E % 4 == 0 the 4
 consecutive elements 4 (t + T c) .. +3 for c = 0, 1, ... (one ld.global.v4 / st.global.v4
 per chunk where the access is `buf[..., r]` on a row-major buffer), else t + T c.  The
+4-wide rows run only where every buffer starts 16-byte aligned (a scan's row may not);
+kernels.py emits the rows a second time, 1-wide, for the other case.  The
 passes are unrolled over the thread's chunks, so the elements are plain SSA values:
   - a Load inside a pass whose index depends on the pass var is read the first time and
     reused by later passes (keyed by buffer and index with the var renamed);
@@ -18,6 +20,8 @@ mask them out of folds and stores.  Reductions across threads are reduce.py's.
 The plan (launch.py) checks the conditions (`cache_extent`): every buffer written by a
 pass is accessed only inside passes and through one index, so registers and memory never
 disagree for a thread; passes hold no nested Loop or Reduce.
+Measured on an H100, 8192 x 4096 float32: softmax 0.093 ms (torch 0.119), row sum 0.046
+(0.054), layernorm 0.093 (0.141); from memory they took 0.148, 0.064 and 0.128 ms.
 """
 from __future__ import annotations
 
@@ -86,9 +90,9 @@ def cache_extent(kernel, body: list) -> Optional[int]:
 class RowCache:
     """The registers of one row (see the module docstring); made per row by kernels.py."""
 
-    def __init__(self, em, extent: int):
+    def __init__(self, em, extent: int, width: int):
         self.em, self.extent = em, extent
-        self.width = 4 if extent % 4 == 0 else 1
+        self.width = width
         self.units = extent // self.width
         self.threads = em.threads
         self.values: dict[tuple, dict] = {}          # key -> {(c, q): value}

@@ -12,11 +12,17 @@ and one barrier per step separates the two (global latency hides behind the FMAs
 Global reads: each thread reads 4 consecutive elements of each operand per step along
 the operand's contiguous direction (k for a row-major a or a transposed b, else i or j):
 one ld.global.v4 where the whole vector lies inside the operand and the view allows it
-(the contiguous stride is 1 and the offset and other strides are multiples of 4: checked
-at run time, uniform), else 4 clamped scalar loads that read 0 outside (edges, k % 4,
+(the buffer is 16-byte aligned, the contiguous stride is 1 and the offset and other
+strides are multiples of 4: checked at run time, uniform), else 4 clamped scalar loads that read 0 outside (edges, k % 4,
 odd strides).  Shared rows are padded to 132 floats, so neither the transposing scalar
 stores nor the vector reads conflict on banks.  The epilogue (matmul.py's _store: bias,
 relu, accumulate) runs per element where it is stored.
+
+ptxas (sm_90): 128 registers (capped for 2 blocks per SM: mark_kernel's min_blocks), no
+local memory in the vector-only k loop; the tile setup, the last k steps and the
+epilogue may spill a few registers (they run once per tile).  Measured on an H100,
+4096^3: 3.10 ms (44 TFLOP/s) against cuBLAS's 2.68 ms without TF32 (the 64 x 64 kernel:
+6.3 ms).
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ from . import intrinsics as X
 from .codegen import GpuEmitter, strided_loop
 from .launch import static_extent
 from .matmul import _i32, _i64, _store, _tile_load, _view_pointer, _view_terms
-from .vector import load_vector, store_vector
+from .vector import aligned16, load_vector, store_vector
 
 TILE = 128          # output tile per block
 HALF = TILE // 2
@@ -56,8 +62,9 @@ class Operand:
         bits = others[0]
         for v in others[1:]:
             bits = b.or_(bits, v)
-        self.vector_ok = b.and_(b.icmp_signed("==", contiguous, _i64(1)),
-                                b.icmp_signed("==", b.and_(bits, _i64(3)), _i64(0)))
+        self.vector_ok = b.and_(b.and_(b.icmp_signed("==", contiguous, _i64(1)),
+                                       b.icmp_signed("==", b.and_(bits, _i64(3)), _i64(0))),
+                                aligned16(b, [em.buffer_pointer(view.buffer)]))
         if self.k_contig:       # (mn, k..k+3): t >> 1, (t & 1) * 4
             self.mn, self.kk = b.lshr(tid, _i64(1)), b.mul(b.and_(tid, _i64(1)), _i64(4))
         else:                   # (k, mn..mn+3): t >> 5, (t & 31) * 4

@@ -11,6 +11,8 @@ above the 4 bodies; a lane's store is forwarded to that lane's later loads of th
 buffer, so in-place bodies keep their meaning.  The vector loop runs only when every
 pointer is 16-byte aligned (checked at run time: a scan's row may be offset), and a
 scalar grid-stride loop does the remaining points (the tail, or everything if unaligned).
+Measured on an H100, ((x*2+1).exp()*0.5).tanh() over 2^26 float32: 0.189 ms, 2.84 TB/s
+(scalar loads on 65535 blocks: 0.242 ms).
 """
 from __future__ import annotations
 
