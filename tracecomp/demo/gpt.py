@@ -214,7 +214,9 @@ def generate(logits_fn, vocab: Vocabulary, prompt: str, length: int, context: in
         window = ids[-context:]
         padded = np.zeros((1, context), np.int64)
         padded[0, :len(window)] = window
-        logits = np.asarray(logits_fn(padded).cpu(), np.float64)[0, len(window) - 1]
+        out = logits_fn(padded)
+        out = out.cpu() if isinstance(out, tc.Tensor) else out      # from the GPU with --device cuda
+        logits = np.asarray(out, np.float64)[0, len(window) - 1]
         if temperature == 0:
             ids.append(int(np.argmax(logits)))
         else:
