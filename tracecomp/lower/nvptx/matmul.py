@@ -60,17 +60,25 @@ def _i32(v: int) -> ir.Constant:
     return ir.Constant(S.I32, v)
 
 
+def product_extents(em: GpuEmitter, s: Matmul, tile: int, kstep: int) -> tuple:
+    """What every matmul kernel starts with: the views' address terms (kept on `em`), then
+    (the entry's index env, m, n, k, tiles along m, tiles along n, steps along k)."""
+    b = em.builder
+    env = em.entry_env()
+    em.view_terms = {id(v): _view_terms(em, v, env) for v in s.views()}
+    m, n, k = em.extent(s.m), em.extent(s.n), em.extent(s.k)
+
+    def blocks(x: ir.Value, size: int) -> ir.Value:
+        return b.udiv(b.add(x, _i64(size - 1)), _i64(size))
+    return env, m, n, k, blocks(m, tile), blocks(n, tile), blocks(k, kstep)
+
+
 def emit_matmul(em: GpuEmitter, s: Matmul) -> None:
     b, tile, threads, kstep = em.builder, MATMUL_TILE, MATMUL_THREADS, MATMUL_K
     per = tile // threads                          # elements per thread along i and j
     dtype = em.kernel.buffer(s.out.buffer).dtype
     elem = S.register_type(dtype)
-    env = em.entry_env()
-    em.view_terms = {id(v): _view_terms(em, v, env) for v in s.views()}
-    m, n, k = em.extent(s.m), em.extent(s.n), em.extent(s.k)
-    tiles_m = b.udiv(b.add(m, _i64(tile - 1)), _i64(tile))
-    tiles_n = b.udiv(b.add(n, _i64(tile - 1)), _i64(tile))
-    steps_k = b.udiv(b.add(k, _i64(kstep - 1)), _i64(kstep))
+    env, m, n, k, tiles_m, tiles_n, steps_k = product_extents(em, s, tile, kstep)
     tx, ty = em.sreg64("tid.x"), em.sreg64("tid.y")
     linear = b.add(b.mul(ty, _i64(threads)), tx)
     a_tile = em.shared_array("a_tile", elem, kstep * (tile + 1))      # [k][i], padded rows

@@ -33,7 +33,7 @@ from ..loops.ir import Matmul, View
 from . import intrinsics as X
 from .codegen import GpuEmitter, strided_loop
 from .launch import static_extent
-from .matmul import _i32, _i64, _store, _tile_load, _view_pointer, _view_terms
+from .matmul import _i32, _i64, _store, _tile_load, _view_pointer, product_extents
 from .vector import aligned16, load_vector, store_vector
 
 TILE = 128          # output tile per block
@@ -129,12 +129,7 @@ class Operand:
 def emit_sgemm(em: GpuEmitter, s: Matmul) -> None:
     b = em.builder
     dtype = em.kernel.buffer(s.out.buffer).dtype
-    env = em.entry_env()
-    em.view_terms = {id(v): _view_terms(em, v, env) for v in s.views()}
-    m, n, k = em.extent(s.m), em.extent(s.n), em.extent(s.k)
-    tiles_m = b.udiv(b.add(m, _i64(TILE - 1)), _i64(TILE))
-    tiles_n = b.udiv(b.add(n, _i64(TILE - 1)), _i64(TILE))
-    steps_k = b.udiv(b.add(k, _i64(BK - 1)), _i64(BK))
+    env, m, n, k, tiles_m, tiles_n, steps_k = product_extents(em, s, TILE, BK)
     tid = em.sreg64("tid.x")
     tx, ty = b.and_(tid, _i64(15)), b.lshr(tid, _i64(4))
     a_op = Operand(em, s.a, False, tid, m, k)
