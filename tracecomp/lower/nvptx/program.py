@@ -21,6 +21,7 @@ from . import target as T
 from ..loops.control import to_json
 from .launch import Launch, plan_kernel
 from .kernels import emit_launch
+from .attention import emit_attention, is_attention, plan_attention
 
 
 @dataclass
@@ -72,10 +73,12 @@ def build_module(programs: Sequence[Program], arch: str, prefixes: Sequence[str]
     module.data_layout = T.data_layout(arch)
     out = []
     for program, prefix in zip(programs, prefixes):
-        launches = [launch for k in program.kernels for launch in plan_kernel(k)]
+        # the fused attention's kernels get dedicated launches (attention.py), not a launch per tile
+        launches = [launch for k in program.kernels
+                    for launch in (plan_attention(program, k) or plan_kernel(k))]
         for launch in launches:
             launch.name = prefix + launch.name
-            emit_launch(module, launch)
+            (emit_attention if is_attention(launch) else emit_launch)(module, launch)
         out.append(launches)
     return module, out
 
