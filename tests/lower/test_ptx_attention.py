@@ -18,7 +18,7 @@ needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolk
 
 def _sdpa(causal, scale=None):
     def fn(q, k, v, *mask):
-        return tc.scaled_dot_product_attention(q, k, v, *mask, is_causal=causal, scale=scale)
+        return tc.nn.functional.scaled_dot_product_attention(q, k, v, *mask, is_causal=causal, scale=scale)
     return fn
 
 
@@ -80,6 +80,7 @@ def test_additive_mask_scale_and_broadcast_key_heads():
     v = rng.standard_normal((2, 1, 40, 8)).astype(np.float32)
     mask = rng.standard_normal((1, 40)).astype(np.float32)
     _check(_sdpa(False, 0.7), (q, k, v, mask))
+    _check(_with_grads(_sdpa(False, 0.7)), (q, k, v, q.copy(), mask))
 
 
 def _w8_program():
