@@ -26,7 +26,8 @@ from ..llvm import scalar as S
 from ..llvm.emitter import FunctionEmitter, counted_loop
 from ..loops.ir import Loop, Matmul, Reduce, Store
 from . import intrinsics as X
-from .launch import Launch, atomic_add_term, cooperative, iteration_local
+from .launch import Launch, atomic_add_term, iteration_local
+from .shareable import cooperative
 
 PARAM_ALIGN = None      # no alignment promised: a scan's row is its buffer offset by whole rows
                         # (element-aligned only), so 16-byte accesses check their pointers

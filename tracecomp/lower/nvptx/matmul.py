@@ -31,7 +31,7 @@ def _view_terms(em: GpuEmitter, view: View, env: dict) -> tuple[ir.Value, list[i
     return em.expr(view.offset, env), [em.expr(st, env) for st in view.strides]
 
 
-def _view_pointer(em: GpuEmitter, view: View, index: list[ir.Value], dtype) -> ir.Value:
+def view_pointer(em: GpuEmitter, view: View, index: list[ir.Value], dtype) -> ir.Value:
     """Address of element `index` of the strided view (offset + sum(index * stride))."""
     b = em.builder
     flat, strides = em.view_terms[id(view)]
@@ -41,22 +41,22 @@ def _view_pointer(em: GpuEmitter, view: View, index: list[ir.Value], dtype) -> i
     return b.gep(ptr, [flat], inbounds=True, source_etype=S.memory_type(dtype))
 
 
-def _tile_load(em, view, batch, row, col, rows, cols, dtype) -> ir.Value:
+def tile_load(em, view, batch, row, col, rows, cols, dtype) -> ir.Value:
     """view[batch, row, col] if inside (rows, cols), else 0; never reads out of bounds."""
     b = em.builder
     one = ir.Constant(S.I64, 1)
     inside = b.and_(b.icmp_signed("<", row, rows), b.icmp_signed("<", col, cols))
     r = S.intrinsic(b, "smin", [row, b.sub(rows, one)])
     c = S.intrinsic(b, "smin", [col, b.sub(cols, one)])
-    value = S.load_value(b, _view_pointer(em, view, [*batch, r, c], dtype), dtype)
+    value = S.load_value(b, view_pointer(em, view, [*batch, r, c], dtype), dtype)
     return b.select(inside, value, S.constant(0, dtype))
 
 
-def _i64(v: int) -> ir.Constant:
+def i64(v: int) -> ir.Constant:
     return ir.Constant(S.I64, v)
 
 
-def _i32(v: int) -> ir.Constant:
+def i32(v: int) -> ir.Constant:
     return ir.Constant(S.I32, v)
 
 
@@ -69,7 +69,7 @@ def product_extents(em: GpuEmitter, s: Matmul, tile: int, kstep: int) -> tuple:
     m, n, k = em.extent(s.m), em.extent(s.n), em.extent(s.k)
 
     def blocks(x: ir.Value, size: int) -> ir.Value:
-        return b.udiv(b.add(x, _i64(size - 1)), _i64(size))
+        return b.udiv(b.add(x, i64(size - 1)), i64(size))
     return env, m, n, k, blocks(m, tile), blocks(n, tile), blocks(k, kstep)
 
 
@@ -80,7 +80,7 @@ def emit_matmul(em: GpuEmitter, s: Matmul) -> None:
     elem = S.register_type(dtype)
     env, m, n, k, tiles_m, tiles_n, steps_k = product_extents(em, s, tile, kstep)
     tx, ty = em.sreg64("tid.x"), em.sreg64("tid.y")
-    linear = b.add(b.mul(ty, _i64(threads)), tx)
+    linear = b.add(b.mul(ty, i64(threads)), tx)
     a_tile = em.shared_array("a_tile", elem, kstep * (tile + 1))      # [k][i], padded rows
     b_tile = em.shared_array("b_tile", elem, kstep * tile)            # [k][j]
     batches = em.product(s.batch)
@@ -91,20 +91,20 @@ def emit_matmul(em: GpuEmitter, s: Matmul) -> None:
         batch = [env[nm] for nm in names]
         with strided_loop(b, em.sreg64("ctaid.y"), tiles_m, em.sreg64("nctaid.y"), "tile_i") as il:
             with strided_loop(b, em.sreg64("ctaid.x"), tiles_n, em.sreg64("nctaid.x"), "tile_j") as jl:
-                i0, j0 = b.mul(il.index, _i64(tile)), b.mul(jl.index, _i64(tile))
-                with strided_loop(b, _i64(0), steps_k, _i64(1), "kt", [zero] * (per * per)) as kl:
-                    p0 = b.mul(kl.index, _i64(kstep))
+                i0, j0 = b.mul(il.index, i64(tile)), b.mul(jl.index, i64(tile))
+                with strided_loop(b, i64(0), steps_k, i64(1), "kt", [zero] * (per * per)) as kl:
+                    p0 = b.mul(kl.index, i64(kstep))
                     _stage(em, s, batch, i0, j0, p0, linear, m, n, k, a_tile, b_tile, dtype)
                     X.barrier(b)
                     kl.next = _multiply(em, list(kl.carried), tx, ty, a_tile, b_tile, elem, dtype)
                     X.barrier(b)
                 for u in range(per):
                     for v in range(per):
-                        i = b.add(i0, b.add(ty, _i64(threads * u)), name="i")
-                        j = b.add(j0, b.add(tx, _i64(threads * v)), name="j")
+                        i = b.add(i0, b.add(ty, i64(threads * u)), name="i")
+                        j = b.add(j0, b.add(tx, i64(threads * v)), name="j")
                         inside = b.and_(b.icmp_signed("<", i, m), b.icmp_signed("<", j, n))
                         with b.if_then(inside):
-                            _store(em, s, kl.carried[u * per + v], batch, i, j, env, dtype)
+                            store_product(em, s, kl.carried[u * per + v], batch, i, j, env, dtype)
                 jl.next = []
             il.next = []
         bl.next = []
@@ -115,13 +115,13 @@ def _stage(em, s: Matmul, batch, i0, j0, p0, linear, m, n, k, a_tile, b_tile, dt
     b, tile, kstep = em.builder, MATMUL_TILE, MATMUL_K
     loads = tile * kstep // (MATMUL_THREADS * MATMUL_THREADS)
     for step in range(loads):
-        e = b.add(linear, _i64(step * MATMUL_THREADS * MATMUL_THREADS))
-        row, p = b.udiv(e, _i64(kstep)), b.urem(e, _i64(kstep))          # a: (i, k) with k fastest
-        value = _tile_load(em, s.a, batch, b.add(i0, row), b.add(p0, p), m, k, dtype)
-        slot = b.trunc(b.add(b.mul(p, _i64(tile + 1)), row), S.I32)
+        e = b.add(linear, i64(step * MATMUL_THREADS * MATMUL_THREADS))
+        row, p = b.udiv(e, i64(kstep)), b.urem(e, i64(kstep))          # a: (i, k) with k fastest
+        value = tile_load(em, s.a, batch, b.add(i0, row), b.add(p0, p), m, k, dtype)
+        slot = b.trunc(b.add(b.mul(p, i64(tile + 1)), row), S.I32)
         b.store(value, X.shared_element(b, a_tile, slot))
-        p, col = b.udiv(e, _i64(tile)), b.urem(e, _i64(tile))            # b: (k, j) with j fastest
-        value = _tile_load(em, s.b, batch, b.add(p0, p), b.add(j0, col), k, n, dtype)
+        p, col = b.udiv(e, i64(tile)), b.urem(e, i64(tile))            # b: (k, j) with j fastest
+        value = tile_load(em, s.b, batch, b.add(p0, p), b.add(j0, col), k, n, dtype)
         b.store(value, X.shared_element(b, b_tile, b.trunc(e, S.I32)))
 
 
@@ -131,9 +131,9 @@ def _multiply(em, acc: list, tx, ty, a_tile, b_tile, elem, dtype) -> list:
     per = tile // threads
     row, col = b.trunc(ty, S.I32), b.trunc(tx, S.I32)
     for q in range(MATMUL_K):
-        xs = [b.load(X.shared_element(b, a_tile, b.add(row, _i32(q * (tile + 1) + threads * u))), typ=elem)
+        xs = [b.load(X.shared_element(b, a_tile, b.add(row, i32(q * (tile + 1) + threads * u))), typ=elem)
               for u in range(per)]
-        ys = [b.load(X.shared_element(b, b_tile, b.add(col, _i32(q * tile + threads * v))), typ=elem)
+        ys = [b.load(X.shared_element(b, b_tile, b.add(col, i32(q * tile + threads * v))), typ=elem)
               for v in range(per)]
         for u in range(per):
             for v in range(per):
@@ -143,9 +143,9 @@ def _multiply(em, acc: list, tx, ty, a_tile, b_tile, elem, dtype) -> list:
     return acc
 
 
-def _store(em, s: Matmul, acc: ir.Value, batch, i, j, env: dict, dtype) -> None:
+def store_product(em, s: Matmul, acc: ir.Value, batch, i, j, env: dict, dtype) -> None:
     b = em.builder
-    out = _view_pointer(em, s.out, [*batch, i, j], dtype)
+    out = view_pointer(em, s.out, [*batch, i, j], dtype)
     if s.accumulate:
         old = S.load_value(b, out, dtype)
         acc = b.fadd(acc, old) if S.kind(dtype) == "f" else b.add(acc, old)

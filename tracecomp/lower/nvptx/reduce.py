@@ -1,8 +1,8 @@
 """Reductions shared by the threads of a block, and split over several blocks.
 
-Two kinds of Reduce can be shared (launch.cooperative): monoids (`acc = acc fn term`, fn
+Two kinds of Reduce can be shared (shareable.cooperative): monoids (`acc = acc fn term`, fn
 associative and commutative) and first-extreme searches (argmax/argmin and max/min.dim:
-launch.arg_update).  A block computes one as:
+shareable.arg_update).  A block computes one as:
   1. thread t folds terms t, t + T, t + 2T, ... into a partial (T threads; consecutive
      threads read consecutive terms: coalesced), starting from fn's identity (monoids) or
      the accumulators' initial values (searches);
@@ -28,7 +28,9 @@ import llvmlite.ir as ir
 from ..llvm import scalar as S
 from ..loops.ir import Loop, Reduce
 from . import intrinsics as X
-from .launch import arg_update, monoid_updates, perfect_nest
+from ..llvm.emitter import monoid_updates
+from .launch import perfect_nest
+from .shareable import arg_update
 from .codegen import GpuEmitter, strided_loop
 
 
