@@ -13,6 +13,7 @@ identity for other attributes: changing `model.eval()` or a layer's `p` retraces
 from __future__ import annotations
 
 import collections
+import weakref
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -64,14 +65,53 @@ class _Static:
         return hash(self._key)
 
 
+# Bumped by every change to any module's attributes or its parameter, buffer or child tables:
+# a module's flattened leaves and structure (`_flat_leaves`, for tc.trace's fast path) stay
+# valid while it is unchanged.
+_changes = [0]
+
+
+class _Table(dict):
+    """A module's table of parameters, buffers or children: a dict that counts its changes."""
+
+    def __setitem__(self, key, value):
+        _changes[0] += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        _changes[0] += 1
+        super().__delitem__(key)
+
+    def pop(self, *args):
+        _changes[0] += 1
+        return super().pop(*args)
+
+    def popitem(self):
+        _changes[0] += 1
+        return super().popitem()
+
+    def clear(self):
+        _changes[0] += 1
+        super().clear()
+
+    def update(self, *args, **kwargs):
+        _changes[0] += 1
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key, default=None):
+        _changes[0] += 1
+        return super().setdefault(key, default)
+
+
 class Module:
     """The base class of layers and models (PyTorch's nn.Module)."""
 
     def __init__(self):
-        object.__setattr__(self, "_parameters", {})
-        object.__setattr__(self, "_buffers", {})
+        _changes[0] += 1
+        object.__setattr__(self, "_parameters", _Table())
+        object.__setattr__(self, "_buffers", _Table())
         object.__setattr__(self, "_non_persistent", set())
-        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_modules", _Table())
         object.__setattr__(self, "training", True)
 
     def __init_subclass__(cls, **kwargs):
@@ -85,6 +125,7 @@ class Module:
                                 f"(call super().__init__() first in {type(self).__name__}.__init__)")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        _changes[0] += 1
         if isinstance(value, Parameter):
             self._check_initialized(name)
             self._forget(name)
@@ -121,6 +162,7 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
+        _changes[0] += 1
         for d in (self._parameters, self._buffers, self._modules):
             if name in d:
                 del d[name]
@@ -216,6 +258,7 @@ class Module:
             raise ArgumentError(f"train(mode): mode must be a bool, got {type(mode).__name__}")
         for m in self.modules():
             object.__setattr__(m, "training", mode)
+        _changes[0] += 1
         return self
 
     def eval(self) -> "Module":
@@ -349,14 +392,32 @@ def _rebuild(cls: type, aux, children) -> Module:
     m = object.__new__(cls)
     m.__dict__.update(static.attrs)
     for where in _SLOTS:
-        m.__dict__[where] = {}
+        m.__dict__[where] = _Table()
     for (where, k), v in zip(names, children):
-        m.__dict__[where][k] = v
+        dict.__setitem__(m.__dict__[where], k, v)      # a new module changes no remembered one
     return m
+
+
+_flat: "weakref.WeakKeyDictionary[Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _flat_leaves(m: Module, is_leaf):
+    """(structure key, leaves) of `m` as pytree.flatten and cache_key give them, remembered
+    while no module changes (`_changes`); None where a leaf is not a plain tensor."""
+    memo = _flat.get(m)
+    if memo is not None and memo[0] == _changes[0] and memo[1] is is_leaf:
+        return memo[2], memo[3]
+    leaves, structure = pytree.flatten(m, is_leaf)
+    if not all(type(t) in (Tensor, Parameter) for t in leaves):
+        return None
+    key = pytree.cache_key(structure)
+    _flat[m] = (_changes[0], is_leaf, key, leaves)
+    return key, leaves
 
 
 def _register(cls: type) -> None:
     pytree.register_pytree_node(cls, _flatten, lambda aux, children: _rebuild(cls, aux, children), _buffers)
+    pytree.register_fast_flatten(cls, _flat_leaves)
 
 
 _register(Module)

@@ -24,6 +24,22 @@ def register_pytree_node(cls: type, flatten_fn: Callable, unflatten_fn: Callable
     _NODES[cls] = (flatten_fn, unflatten_fn, constants_fn)
 
 
+# class -> fast(x, is_leaf): (cache_key(structure), leaves) of flatten(x, is_leaf), from a
+# memo the class keeps valid (nn.Module's), or None: tc.trace's per-call path for arguments
+# that are whole models, which would otherwise be walked and hashed at every call.
+_FAST: dict[type, Callable[[Any, Callable], Any]] = {}
+
+
+def register_fast_flatten(cls: type, fast: Callable[[Any, Callable], Any]) -> None:
+    _FAST[cls] = fast
+
+
+def fast_flatten(x: Any, is_leaf: Callable[[Any], bool]):
+    """(structure key, leaves) of `x` from its class's memo, or None."""
+    fast = _FAST.get(type(x))
+    return None if fast is None else fast(x, is_leaf)
+
+
 def flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
     """Leaves in order and a hashable description of the structure around them."""
     leaves: list = []

@@ -7,9 +7,10 @@ tensors, as in JAX).  Each new signature is
 traced under the Tracer key, optimized by the pass pipeline and cached; retraces are
 logged with what changed and warn once past `max_retraces`.
 
-Calls whose arguments are all NumPy arrays or concrete Tensors (no kwargs) first look up a
-cheaper key, each argument's shape and dtype (`_fast_key`), filled after the full lookup
-found the signature and took every argument as it was.  Each signature is a `Lowered`
+Calls whose arguments are all NumPy arrays, concrete Tensors or whole tc.nn models (no
+kwargs) first look up a cheaper key, each argument's shape and dtype and a model's remembered
+structure with its leaves' types (`_fast_signature`), filled after the full lookup found the
+signature and took every argument as it was.  Each signature is a `Lowered`
 (stages.py), which records the time of every compile stage (timings.py; `Lowered.timings`),
 logged when TRACECOMP_LOG is set.
 """
@@ -27,6 +28,8 @@ import numpy as np
 
 from . import closures
 from ..tensors import pytree
+from ..tensors.pytree import fast_flatten
+from ..autograd.grad_mode import is_differentiating, is_grad_enabled
 from ..core import timings
 from .pickling import portable, rebuild as _rebuild, source_files
 from .stages import Lowered, describe_leaf
@@ -58,20 +61,37 @@ def _is_array_leaf(x: Any) -> bool:
     return hasattr(x, "__dlpack__") or hasattr(x, "__array__")
 
 
-def _fast_key(args: tuple) -> tuple | None:
-    """A signature key for calls whose arguments are all NumPy arrays or concrete Tensors
-    (None otherwise): cheaper than flattening the arguments and building Tensors."""
-    key = []
+def _fast_signature(args: tuple) -> tuple[tuple, list] | None:
+    """(signature key, leaves) for calls whose arguments are NumPy arrays, concrete Tensors
+    or trees with a remembered flattening (a whole tc.nn model: pytree.fast_flatten), None
+    otherwise: cheaper than flattening the arguments and building Tensors."""
+    key, leaves = [], []
+    differentiating = None
     for a in args:
         t = type(a)
         if t is np.ndarray:
             key.append((a.shape, a.dtype))
+            leaves.append(a)
         elif t is Tensor and a._data is not None and not a.requires_grad and a._tangent is None:
             # (a tensor autograd tracks takes the full path: _is_transformed)
             key.append(a._type if type(a._data) is np.ndarray else (a._type, "cuda"))
+            leaves.append(a)
         else:
-            return None
-    return tuple(key)
+            flat = fast_flatten(a, _is_array_leaf)
+            if flat is None:
+                return None
+            structure, tree_leaves = flat
+            if differentiating is None:
+                differentiating = is_grad_enabled() and is_differentiating()
+            types = []
+            for x in tree_leaves:      # a model's parameters: data, unless a transform sees them
+                if x._data is None or x._tangent is not None or x.grad_fn is not None or \
+                        x._batch is not None or (x.requires_grad and differentiating):
+                    return None
+                types.append(x._type if type(x._data) is np.ndarray else (x._type, "cuda"))
+            key.append(("tree", structure, tuple(types)))
+            leaves += tree_leaves
+    return tuple(key), leaves
 
 
 def _check_donate_argnums(donate_argnums) -> tuple[int, ...]:
@@ -120,7 +140,7 @@ class TracedFunction:
         self.device = device
         self.donate_argnums = _check_donate_argnums(donate_argnums)
         self.fastmath = fastmath_flags(fastmath)
-        self._fast: dict[tuple, Lowered] = {}     # _fast_key -> Lowered, for calls of plain arrays
+        self._fast: dict[tuple, Lowered] = {}     # _fast_signature's key -> Lowered
         self.max_retraces = max_retraces
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
             raise ArgumentError(f"tc.trace: cache_size must be a positive int, got {cache_size!r}")
@@ -203,18 +223,19 @@ class TracedFunction:
         return self._trace(structure, tensors, types, bake=True)
 
     def __call__(self, *args, **kwargs):
-        key = None if kwargs else _fast_key(args)
-        lowered = self._fast.get(key) if key is not None else None
+        fast = None if kwargs else _fast_signature(args)
+        lowered = self._fast.get(fast[0]) if fast is not None else None
         try:
             if lowered is not None:
                 self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
-                return lowered.run([a if type(a) is np.ndarray else a._data for a in args], args)
+                return lowered.run([a if type(a) is np.ndarray else a._data for a in fast[1]], fast[1])
             flat = pytree.flatten((args, kwargs), _is_array_leaf)
             if self._is_transformed(flat[0]):
                 return self._call_through(args, kwargs)
             lowered, tensors, leaves = self._lookup(args, kwargs, flat)     # the signature is computed once per call
-            if key is not None and all(type(a) is not np.ndarray or t._data is a for a, t in zip(args, tensors)):
-                self._fast[key] = lowered     # every argument reached the program as it was
+            if fast is not None and len(fast[1]) == len(leaves) and all(
+                    x is y and (type(x) is not np.ndarray or t._data is x) for x, y, t in zip(fast[1], leaves, tensors)):
+                self._fast[fast[0]] = lowered     # every argument reached the program as it was
             return lowered.run([t._data for t in tensors], leaves)
         except closures.ClosureMoved as moved:
             return self._trace_again(lowered, moved, args, kwargs)
