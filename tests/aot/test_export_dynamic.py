@@ -361,3 +361,41 @@ def test_a_size_whose_buffers_would_overflow_int64_returns_an_error(tmp_path):
         size, code, message = line.split(" ", 2)
         assert code == "4", line
         assert "larger than 2^62 bytes" in message
+
+
+def test_a_transformer_exports_with_a_dynamic_sequence_length(tmp_path):
+    """Issue 36's model: positions from tc.arange(ids.shape[1]) and causal attention, with the
+    sequence length a run-time size (each raised a DynamicShapeError or a bare ValueError)."""
+    from tracecomp.demo.gpt import GPT
+    tc.manual_seed(0)
+    model = GPT(64, 32, 32, 4, 2)
+    model.eval()
+
+    def forward(ids):
+        return model(ids)
+    rng = np.random.default_rng(0)
+    path = str(tmp_path / "libgpt.so")
+    tc.export(forward, [rng.integers(0, 64, (2, 8))], path, dynamic={"ids": {1: "seq"}})
+    f = tc.load(path)
+    for t in (1, 3, 17, 32):
+        ids = rng.integers(0, 64, (2, t))
+        np.testing.assert_allclose(f(ids).numpy(), tc.trace(forward)(ids).numpy(), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"seq={t}")
+
+
+@pytest.mark.parametrize("fn", [lambda x: tc.arange(0, -x.shape[1], -1) + x,
+                                lambda x: tc.arange(2, x.shape[1] + 2).to(tc.float32) * x],
+                         ids=["descending", "offset"])
+def test_arange_of_a_dynamic_size(fn, tmp_path):
+    path = str(tmp_path / "libarange.so")
+    tc.export(fn, [np.ones((2, 5), np.float32)], path, dynamic={"x": {1: "n"}})
+    f = tc.load(path)
+    for n in (1, 4, 9):
+        x = np.random.default_rng(n).standard_normal((2, n)).astype(np.float32)
+        np.testing.assert_allclose(f(x).numpy(), fn(tc.tensor(x)).numpy(), rtol=1e-6)
+
+
+def test_arange_with_a_dynamic_bound_needs_a_unit_step(tmp_path):
+    with pytest.raises(DynamicShapeError, match=r"arange.*the step must be the integer 1 or -1 \(got 2\)"):
+        tc.export(lambda x: tc.arange(0, x.shape[1], 2).to(tc.float32).sum() + x, [np.ones((2, 5), np.float32)],
+                  str(tmp_path / "libbad.so"), dynamic={"x": {1: "n"}})

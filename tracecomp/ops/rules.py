@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ..core import dtypes as dt
 from ..core.dtypes import DType
 from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..core.symbolic import DynamicShapeError, is_dynamic
 from ..core.types import TensorType
 from .table import OpDef, per_kind
 from .windows import windows
@@ -719,6 +720,19 @@ def _random(op: OpDef, args):
 def arange_length(op: OpDef, start, end, step) -> int:
     if step == 0:
         raise ShapeError(f"{op.full_name}: 'step' must be nonzero")
+    if any(map(is_dynamic, (start, end, step))):
+        # arange(x.shape[1]): the length is a size too, for integer bounds and steps of 1 or -1
+        if is_dynamic(step) or step not in (1, -1) or any(isinstance(v, float) for v in (start, end)):
+            raise DynamicShapeError(f"{op.full_name}: with a dynamic bound ({start}, {end}) the step must be "
+                                    f"the integer 1 or -1 (got {step!r}), so that the length is a size")
+        if is_dynamic(start):
+            raise DynamicShapeError(f"{op.full_name}: the start ({start}) must be a number, not a dynamic "
+                                    "size (the end may be one: arange(x.shape[1]))")
+        length = (end - start) * step
+        if length < 0:
+            raise ShapeError(f"{op.full_name}: upper bound and lower bound inconsistent with step sign "
+                             f"(start={start}, end={end}, step={step})")
+        return length
     if (end - start) * step < 0:
         raise ShapeError(f"{op.full_name}: upper bound and lower bound inconsistent with step sign "
                          f"(start={start}, end={end}, step={step})")

@@ -40,7 +40,7 @@ def dim(d):
 def symbolic(d):
     """The inverse of `dim`: a loop-IR dim (int, or an expression of size parameters) as an
     int or symbolic.Dim, for arithmetic on strides.  (Hints are not kept: 1.)"""
-    if isinstance(d, int):
+    if isinstance(d, (int, Dim)):
         return d
     if isinstance(d, L.Const):
         return d.value

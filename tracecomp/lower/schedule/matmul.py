@@ -183,8 +183,12 @@ def _same_static_size(a, b) -> bool:
 def _logical_dims(s: L.Matmul, shape: tuple[int, ...]) -> Optional[list[L.Expr]]:
     """For each dim of the dense output buffer, the Matmul index it walks (0 if size 1)."""
     names = s.index
-    extents = (*s.batch, s.m, s.n)
-    strides = [st.value for st in s.out.strides]
+    try:         # sizes and strides as ints or symbolic Dims (run-time sizes: tc.export's dynamic=)
+        extents = [I.symbolic(e) for e in (*s.batch, s.m, s.n)]
+        strides = [I.symbolic(st) for st in s.out.strides]
+        shape = [I.symbolic(d) for d in shape]
+    except ValueError:
+        return None
     dims: list[L.Expr] = []
     for d, size in enumerate(shape):
         if size == 1:
