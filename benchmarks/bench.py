@@ -1475,32 +1475,29 @@ def w13_torch(a, b):
     return [x, torch.tensor(k)]
 
 
-def w13_tc(a, b):
-    import tracecomp as tc
-
+def w13_loop(m, a, b):
+    """The loop's condition and body on the carry (x, k), in the array namespace `m`
+    (tracecomp or jax.numpy): the peers that have a while-loop primitive."""
     def cond(s):
         x, k = s
-        return (tc.max(tc.abs(x * x * x + a * x - b)) >= W13_TOL) & (k < W13_MAX_ITERS)
+        return (m.max(m.abs(x * x * x + a * x - b)) >= W13_TOL) & (k < W13_MAX_ITERS)
 
     def body(s):
         x, k = s
         return x - (x * x * x + a * x - b) / (3 * x * x + a), k + 1
-    x, k = tc.while_loop(cond, body, (tc.zeros_like(b), tc.tensor(0)))
+    return cond, body
+
+
+def w13_tc(a, b):
+    import tracecomp as tc
+    x, k = tc.while_loop(*w13_loop(tc, a, b), (tc.zeros_like(b), tc.tensor(0)))
     return [x, k]
 
 
 def w13_jax(a, b):
     import jax
     import jax.numpy as jnp
-
-    def cond(s):
-        x, k = s
-        return (jnp.max(jnp.abs(x * x * x + a * x - b)) >= W13_TOL) & (k < W13_MAX_ITERS)
-
-    def body(s):
-        x, k = s
-        return x - (x * x * x + a * x - b) / (3 * x * x + a), k + 1
-    return list(jax.lax.while_loop(cond, body, (jnp.zeros_like(b), jnp.asarray(0))))
+    return list(jax.lax.while_loop(*w13_loop(jnp, a, b), (jnp.zeros_like(b), jnp.asarray(0))))
 
 
 def w13_build_jax(inputs):

@@ -25,9 +25,7 @@ class Device:
     __slots__ = ("type", "index")
 
     def __init__(self, spec: Any, index: int | None = None):
-        if isinstance(spec, Device):
-            spec, index = spec.type, spec.index if index is None else index
-        elif hasattr(spec, "type") and hasattr(spec, "index"):       # a torch.device
+        if hasattr(spec, "type") and hasattr(spec, "index"):       # a Device, or a torch.device
             spec, index = spec.type, spec.index if index is None else index
         if not isinstance(spec, str):
             raise ArgumentError(f"a device is 'cpu', 'cuda' or 'cuda:N', not {spec!r}")

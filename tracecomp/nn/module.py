@@ -327,8 +327,8 @@ class Module:
                 moved = moved.to(device)
             if moved._data is not t._data or moved._type != t._type:
                 t._data, t._type, t._value, t._trace = moved._data, moved._type, moved._value, moved._trace
-                if t.grad is not None:
-                    t.grad = t.grad.to(device) if device is not None else t.grad
+                if t.grad is not None and device is not None:
+                    t.grad = t.grad.to(device)
         return self
 
     def cuda(self, device=None) -> "Module":

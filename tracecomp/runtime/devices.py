@@ -12,7 +12,7 @@ import numpy as np
 from ..autograd.backward import gradient_edge
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.node import Node
-from ..core.devices import CPU, Device, DeviceBuffer, device_of
+from ..core.devices import Device, device_of
 from ..core.errors import ArgumentError
 from ..tensors.tensor import Tensor
 from .cuda import memory
@@ -54,17 +54,3 @@ def transfer(t: Tensor, device) -> Tensor:
         out.grad_fn = ToCopyBackward0(source, gradient_edge(t))
     return out
 
-
-def device(t: Tensor) -> Device:
-    """`x.device`: where the tensor's values live (a traced tensor: on the device its
-    function was traced for; reported as the cpu, as tracing itself runs on the host)."""
-    return device_of(t._data)
-
-
-def is_on_device(t) -> bool:
-    return isinstance(getattr(t, "_data", None), DeviceBuffer)
-
-
-def as_host(t: Tensor) -> Tensor:
-    """`t` in host memory (`.cpu()`): itself when it is there."""
-    return transfer(t, CPU)

@@ -184,8 +184,8 @@ class Tensor:
     def tolist(self):
         return self._concrete("Tensor.tolist()").tolist()
 
-    # cpu(), cuda() and to(device) move values between devices: runtime/devices.py installs
-    # them (device memory is the runtime's).
+    # cpu(), cuda() and to(device) move values between devices: bindings.py installs them
+    # over runtime/devices.py's transfer (device memory is the runtime's).
 
     def __array__(self, dtype=None, copy=None):
         data = self._host_array("np.asarray(tensor)")

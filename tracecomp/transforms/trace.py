@@ -61,6 +61,11 @@ def _is_array_leaf(x: Any) -> bool:
     return hasattr(x, "__dlpack__") or hasattr(x, "__array__")
 
 
+def _leaf_key(t: Tensor):
+    """A concrete tensor's part of a fast key: its type, and whether it is in GPU memory."""
+    return t._type if type(t._data) is np.ndarray else (t._type, "cuda")
+
+
 def _fast_signature(args: tuple) -> tuple[tuple, list] | None:
     """(signature key, leaves) for calls whose arguments are NumPy arrays, concrete Tensors
     or trees with a remembered flattening (a whole tc.nn model: pytree.fast_flatten), None
@@ -73,8 +78,7 @@ def _fast_signature(args: tuple) -> tuple[tuple, list] | None:
             key.append((a.shape, a.dtype))
             leaves.append(a)
         elif t is Tensor and a._data is not None and not a.requires_grad and a._tangent is None:
-            # (a tensor autograd tracks takes the full path: _is_transformed)
-            key.append(a._type if type(a._data) is np.ndarray else (a._type, "cuda"))
+            key.append(_leaf_key(a))     # (a tensor autograd tracks takes the full path: _is_transformed)
             leaves.append(a)
         else:
             flat = fast_flatten(a, _is_array_leaf)
@@ -88,7 +92,7 @@ def _fast_signature(args: tuple) -> tuple[tuple, list] | None:
                 if x._data is None or x._tangent is not None or x.grad_fn is not None or \
                         x._batch is not None or (x.requires_grad and differentiating):
                     return None
-                types.append(x._type if type(x._data) is np.ndarray else (x._type, "cuda"))
+                types.append(_leaf_key(x))
             key.append(("tree", structure, tuple(types)))
             leaves += tree_leaves
     return tuple(key), leaves
