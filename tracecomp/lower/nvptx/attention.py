@@ -70,6 +70,7 @@ from ..loops.walk import buffers_written, statements, substitute, walk
 from . import intrinsics as X
 from .codegen import PARAM_ALIGN, GpuEmitter, strided_loop
 from .launch import MAX_BLOCKS, Launch, plan_kernel
+from .matmul import i32, i64
 
 FORWARD = "tc._scaled_dot_product_flash_attention_for_cpu"
 BACKWARD = "tc._scaled_dot_product_flash_attention_for_cpu_backward"
@@ -217,14 +218,6 @@ def emit_attention(module: ir.Module, launch: Launch) -> ir.Function:
     return fn
 
 
-def _i64(v: int) -> ir.Constant:
-    return ir.Constant(S.I64, v)
-
-
-def _i32(v: int) -> ir.Constant:
-    return ir.Constant(S.I32, v)
-
-
 def _f32(v: float) -> ir.Constant:
     return ir.Constant(F32, v)
 
@@ -270,15 +263,15 @@ class _Emitter:
         b = self.b
         tid = self.tid
         for u in range(-(-BLOCK * width // THREADS)):
-            e = b.add(tid, _i64(u * THREADS))
-            r, c = b.udiv(e, _i64(width)), b.urem(e, _i64(width))
+            e = b.add(tid, i64(u * THREADS))
+            r, c = b.udiv(e, i64(width)), b.urem(e, i64(width))
             row = b.add(row0, r)
-            ok = b.and_(b.icmp_unsigned("<", e, _i64(BLOCK * width)), b.icmp_signed("<", row, _i64(rows)))
-            with b.if_then(b.icmp_unsigned("<", e, _i64(BLOCK * width))):
-                safe = b.select(ok, row, _i64(0))
-                value = b.load(self.pointer(terms, buffer, safe, b.add(c, _i64(col0))), typ=F32)
+            ok = b.and_(b.icmp_unsigned("<", e, i64(BLOCK * width)), b.icmp_signed("<", row, i64(rows)))
+            with b.if_then(b.icmp_unsigned("<", e, i64(BLOCK * width))):
+                safe = b.select(ok, row, i64(0))
+                value = b.load(self.pointer(terms, buffer, safe, b.add(c, i64(col0))), typ=F32)
                 value = b.select(ok, value, _f32(0.0))
-                b.store(value, self.smem(array, b.trunc(b.add(b.mul(r, _i64(PAD)), c), S.I32)))
+                b.store(value, self.smem(array, b.trunc(b.add(b.mul(r, i64(PAD)), c), S.I32)))
 
     def lane_sum(self, x: ir.Value, fn) -> ir.Value:
         for mask in (1, 2):
@@ -289,25 +282,25 @@ class _Emitter:
         env = self.em.entry_env()
         self.em.delinearize(flat, self.spec.dims, env)
         for var in ("qb", "kb"):
-            env[var] = _i64(0)
+            env[var] = i64(0)
         return env
 
     # ------------------------------------------------------------ kernels
     def run(self) -> None:
         em, b = self.em, self.b
         self.tid = em.sreg64("tid.x")
-        self.me = b.lshr(self.tid, _i64(2))          # the thread's row (forward) / key (backward)
-        self.lane = b.and_(self.tid, _i64(LANES - 1))
+        self.me = b.lshr(self.tid, i64(2))          # the thread's row (forward) / key (backward)
+        self.lane = b.and_(self.tid, i64(LANES - 1))
         self.a_s = em.shared_array("a", F32, BLOCK * PAD)
         self.b_s = em.shared_array("b", F32, BLOCK * PAD)
         self.p_s = em.shared_array("p", F32, BLOCK * PPAD)
         spec = self.spec
         blocks = spec.qblocks if spec.forward else spec.kblocks
-        with strided_loop(b, em.sreg64("ctaid.x"), _i64(spec.items * blocks), em.sreg64("nctaid.x"), "item") as it:
-            flat = b.udiv(it.index, _i64(blocks))
-            blk = b.urem(it.index, _i64(blocks))
+        with strided_loop(b, em.sreg64("ctaid.x"), i64(spec.items * blocks), em.sreg64("nctaid.x"), "item") as it:
+            flat = b.udiv(it.index, i64(blocks))
+            blk = b.urem(it.index, i64(blocks))
             if spec.forward:        # the heaviest causal items first: late query blocks, early key blocks
-                blk = b.sub(_i64(blocks - 1), blk)
+                blk = b.sub(i64(blocks - 1), blk)
             env = self.item_env(flat)
             (self.forward_item if spec.forward else self.backward_item)(env, blk)
             em.forget_values()
@@ -326,14 +319,14 @@ class _Emitter:
             X.barrier(b)
             for c in range(width):
                 if rows_by_lane:
-                    mine = self.lds(self.b_s, b.add(b.mul(me32, _i32(PAD)), _i32(c)))
+                    mine = self.lds(self.b_s, b.add(b.mul(me32, i32(PAD)), i32(c)))
                     for u in range(PER):
-                        other = self.lds(self.a_s, b.add(b.mul(b.add(lane32, _i32(LANES * u)), _i32(PAD)), _i32(c)))
+                        other = self.lds(self.a_s, b.add(b.mul(b.add(lane32, i32(LANES * u)), i32(PAD)), i32(c)))
                         acc[u] = self.fma(other, mine, acc[u])
                 else:
-                    mine = self.lds(self.a_s, b.add(b.mul(me32, _i32(PAD)), _i32(c)))
+                    mine = self.lds(self.a_s, b.add(b.mul(me32, i32(PAD)), i32(c)))
                     for u in range(PER):
-                        other = self.lds(self.b_s, b.add(b.mul(b.add(lane32, _i32(LANES * u)), _i32(PAD)), _i32(c)))
+                        other = self.lds(self.b_s, b.add(b.mul(b.add(lane32, i32(LANES * u)), i32(PAD)), i32(c)))
                         acc[u] = self.fma(mine, other, acc[u])
         return acc
 
@@ -342,8 +335,8 @@ class _Emitter:
         b, spec = self.b, self.spec
         inner = dict(env)
         i, j = (mm.index or ("i", "j"))[-2:]
-        inner[i] = S.intrinsic(b, "smin", [row, _i64(spec.L - 1)])
-        inner[j] = S.intrinsic(b, "smin", [key, _i64(spec.S - 1)])
+        inner[i] = S.intrinsic(b, "smin", [row, i64(spec.L - 1)])
+        inner[j] = S.intrinsic(b, "smin", [key, i64(spec.S - 1)])
         inner[mm.acc] = acc
         inner.update(extra or {})
         return self.ex(expr, inner)
@@ -353,25 +346,25 @@ class _Emitter:
         q_mm, v_mm = spec.mm
         q_t, k_t, v_t, o_t = (self.view(v, env) for v in (q_mm.a, q_mm.b, v_mm.b, v_mm.out))
         k_t = (k_t[0], k_t[1][::-1])                 # k^T's view: (feature, key) strides
-        q0 = b.mul(qblk, _i64(BLOCK))
+        q0 = b.mul(qblk, i64(BLOCK))
         row = b.add(q0, self.me)
-        nkb = _i64(spec.kblocks)
+        nkb = i64(spec.kblocks)
         if spec.causal:                              # key <= row: up to the block's diagonal
-            last = S.intrinsic(b, "smin", [b.add(q0, _i64(BLOCK)), _i64(spec.L)])
-            nkb = S.intrinsic(b, "smin", [nkb, b.add(b.udiv(b.sub(last, _i64(1)), _i64(BLOCK)), _i64(1))])
+            last = S.intrinsic(b, "smin", [b.add(q0, i64(BLOCK)), i64(spec.L)])
+            nkb = S.intrinsic(b, "smin", [nkb, b.add(b.udiv(b.sub(last, i64(1)), i64(BLOCK)), i64(1))])
         vchunks = _chunks(spec.Ev)
         regs = sum(-(-w // LANES) for _, w in vchunks)
         lane32, me32 = b.trunc(self.lane, S.I32), b.trunc(self.me, S.I32)
         init = [_f32(NEG_INF), _f32(0.0)] + [_f32(0.0)] * regs
-        with strided_loop(b, _i64(0), nkb, _i64(1), "kblk", init) as kl:
+        with strided_loop(b, i64(0), nkb, i64(1), "kblk", init) as kl:
             m, lsum, acc = kl.carried[0], kl.carried[1], list(kl.carried[2:])
-            k0 = b.mul(kl.index, _i64(BLOCK))
+            k0 = b.mul(kl.index, i64(BLOCK))
             dots = self.scores(env, q_t, k_t, q_mm.a.buffer, q_mm.b.buffer, q0, k0, False)
             s = []
             for u in range(PER):
-                key = b.add(k0, b.add(self.lane, _i64(LANES * u)))
+                key = b.add(k0, b.add(self.lane, i64(LANES * u)))
                 value = self.epilogue(q_mm, q_mm.epilogue, env, dots[u], row, key)
-                s.append(b.select(b.icmp_signed("<", key, _i64(spec.S)), value, _f32(NEG_INF)))
+                s.append(b.select(b.icmp_signed("<", key, i64(spec.S)), value, _f32(NEG_INF)))
             top = s[0]
             for x in s[1:]:
                 top = self.binary("maximum", top, x)
@@ -383,7 +376,7 @@ class _Emitter:
             for u in range(PER):
                 p = self.unary("exp", b.fsub(s[u], safe))
                 total = b.fadd(total, p)
-                slot = b.add(b.mul(me32, _i32(PPAD)), b.add(lane32, _i32(LANES * u)))
+                slot = b.add(b.mul(me32, i32(PPAD)), b.add(lane32, i32(LANES * u)))
                 b.store(p, self.smem(self.p_s, slot))
             lsum = b.fadd(b.fmul(lsum, alpha), total)
             acc = [b.fmul(a, alpha) for a in acc]
@@ -394,22 +387,22 @@ class _Emitter:
                 X.barrier(b)
                 cols = -(-width // LANES)
                 for j in range(BLOCK):
-                    p = self.lds(self.p_s, b.add(b.mul(me32, _i32(PPAD)), _i32(j)))
+                    p = self.lds(self.p_s, b.add(b.mul(me32, i32(PPAD)), i32(j)))
                     for c in range(cols):
                         if LANES * c + LANES - 1 < width:
-                            vv = self.lds(self.b_s, b.add(lane32, _i32(j * PAD + LANES * c)))
+                            vv = self.lds(self.b_s, b.add(lane32, i32(j * PAD + LANES * c)))
                         else:       # the chunk's last columns: not every lane has one
-                            col = b.add(lane32, _i32(LANES * c))
-                            col = b.select(b.icmp_signed("<", col, _i32(width)), col, _i32(0))
-                            vv = self.lds(self.b_s, b.add(col, _i32(j * PAD)))
+                            col = b.add(lane32, i32(LANES * c))
+                            col = b.select(b.icmp_signed("<", col, i32(width)), col, i32(0))
+                            vv = self.lds(self.b_s, b.add(col, i32(j * PAD)))
                         acc[r + c] = self.fma(p, vv, acc[r + c])
                 r += cols
             kl.next = [new, lsum] + acc
         m, lsum, acc = kl.carried[0], kl.carried[1], list(kl.carried[2:])
         total = self.lane_sum(lsum, b.fadd)
         empty = b.fcmp_ordered("==", total, _f32(0.0))
-        with b.if_then(b.icmp_signed("<", row, _i64(spec.L))):
-            with b.if_then(b.icmp_unsigned("==", self.lane, _i64(0))):
+        with b.if_then(b.icmp_signed("<", row, i64(spec.L))):
+            with b.if_then(b.icmp_unsigned("==", self.lane, i64(0))):
                 lse = b.select(empty, _f32(NEG_INF), b.fadd(m, self.unary("log", total)))
                 names = [v for v, _ in spec.dims]
                 inner = {**env, "row.": row, "lse.": lse}
@@ -418,10 +411,10 @@ class _Emitter:
             r = 0
             for c0, width in vchunks:
                 for c in range(-(-width // LANES)):
-                    col = b.add(self.lane, _i64(LANES * c))
-                    with b.if_then(b.icmp_signed("<", col, _i64(width))):
+                    col = b.add(self.lane, i64(LANES * c))
+                    with b.if_then(b.icmp_signed("<", col, i64(width))):
                         value = b.select(empty, _f32(0.0), b.fdiv(acc[r + c], total))
-                        b.store(value, self.pointer(o_t, v_mm.out.buffer, row, b.add(col, _i64(c0))))
+                        b.store(value, self.pointer(o_t, v_mm.out.buffer, row, b.add(col, i64(c0))))
                 r += -(-width // LANES)
 
     def backward_item(self, env, kblk) -> None:
@@ -433,16 +426,16 @@ class _Emitter:
         v_t = self.view(ds_mm.b, env)
         v_t = (v_t[0], v_t[1][::-1])                  # v (key, d)
         dv_t, dk_t, dq_t = self.view(dv_mm.out, env), self.view(dk_mm.out, env), self.view(dq_mm.out, env)
-        k0 = b.mul(kblk, _i64(BLOCK))
+        k0 = b.mul(kblk, i64(BLOCK))
         key = b.add(k0, self.me)
-        first = kblk if spec.causal else _i64(0)     # query blocks with a row >= k0
+        first = kblk if spec.causal else i64(0)     # query blocks with a row >= k0
         echunks, vchunks = _chunks(spec.E), _chunks(spec.Ev)
         nk = sum(-(-w // LANES) for _, w in echunks)
         nv = sum(-(-w // LANES) for _, w in vchunks)
         lane32, me32 = b.trunc(self.lane, S.I32), b.trunc(self.me, S.I32)
-        with strided_loop(b, first, _i64(spec.qblocks), _i64(1), "qblk", [_f32(0.0)] * (nk + nv)) as ql:
+        with strided_loop(b, first, i64(spec.qblocks), i64(1), "qblk", [_f32(0.0)] * (nk + nv)) as ql:
             dk, dv = list(ql.carried[:nk]), list(ql.carried[nk:])
-            q0 = b.mul(ql.index, _i64(BLOCK))
+            q0 = b.mul(ql.index, i64(BLOCK))
             dots = self.scores(env, q_t, k_t, p_mm.a.buffer, p_mm.b.buffer, q0, k0, True)
             # p goes to shared memory only (read back for ds): few registers live across dp
             for u in range(PER):
@@ -457,9 +450,9 @@ class _Emitter:
                 self.stage(self.b_s, v_t, ds_mm.b.buffer, k0, spec.S, c0, width)
                 X.barrier(b)
                 for c in range(width):
-                    mine = self.lds(self.b_s, b.add(b.mul(me32, _i32(PAD)), _i32(c)))
+                    mine = self.lds(self.b_s, b.add(b.mul(me32, i32(PAD)), i32(c)))
                     for u in range(PER):
-                        g = self.lds(self.a_s, b.add(b.mul(b.add(lane32, _i32(LANES * u)), _i32(PAD)), _i32(c)))
+                        g = self.lds(self.a_s, b.add(b.mul(b.add(lane32, i32(LANES * u)), i32(PAD)), i32(c)))
                         dp[u] = self.fma(g, mine, dp[u])
                 self.transposed_product(dv, r, width)
                 r += -(-width // LANES)
@@ -483,41 +476,41 @@ class _Emitter:
                 cols = -(-width // LANES)
                 part = [_f32(0.0)] * cols
                 for j in range(BLOCK):
-                    d = self.lds(self.p_s, b.add(b.mul(me32, _i32(PPAD)), _i32(j)))
+                    d = self.lds(self.p_s, b.add(b.mul(me32, i32(PPAD)), i32(j)))
                     for c in range(cols):
-                        col = b.add(lane32, _i32(LANES * c))
-                        col = b.select(b.icmp_signed("<", col, _i32(width)), col, _i32(0))
-                        part[c] = self.fma(d, self.lds(self.b_s, b.add(col, _i32(j * PAD))), part[c])
+                        col = b.add(lane32, i32(LANES * c))
+                        col = b.select(b.icmp_signed("<", col, i32(width)), col, i32(0))
+                        part[c] = self.fma(d, self.lds(self.b_s, b.add(col, i32(j * PAD))), part[c])
                 qrow = b.add(q0, self.me)
                 for c in range(cols):
-                    col = b.add(self.lane, _i64(LANES * c))
-                    ok = b.and_(b.icmp_signed("<", col, _i64(width)), b.icmp_signed("<", qrow, _i64(spec.L)))
+                    col = b.add(self.lane, i64(LANES * c))
+                    ok = b.and_(b.icmp_signed("<", col, i64(width)), b.icmp_signed("<", qrow, i64(spec.L)))
                     with b.if_then(ok):
-                        X.atomic_add(b, self.pointer(dq_t, dq_mm.out.buffer, qrow, b.add(col, _i64(c0))), part[c])
+                        X.atomic_add(b, self.pointer(dq_t, dq_mm.out.buffer, qrow, b.add(col, i64(c0))), part[c])
                 r += cols
             ql.next = dk + dv
         dk, dv = list(ql.carried[:nk]), list(ql.carried[nk:])
-        with b.if_then(b.icmp_signed("<", key, _i64(spec.S))):
+        with b.if_then(b.icmp_signed("<", key, i64(spec.S))):
             for out, terms, buf, chunks in ((dk, dk_t, dk_mm.out.buffer, echunks), (dv, dv_t, dv_mm.out.buffer, vchunks)):
                 r = 0
                 for c0, width in chunks:
                     for c in range(-(-width // LANES)):
-                        col = b.add(self.lane, _i64(LANES * c))
-                        with b.if_then(b.icmp_signed("<", col, _i64(width))):
-                            b.store(out[r + c], self.pointer(terms, buf, key, b.add(col, _i64(c0))))
+                        col = b.add(self.lane, i64(LANES * c))
+                        with b.if_then(b.icmp_signed("<", col, i64(width))):
+                            b.store(out[r + c], self.pointer(terms, buf, key, b.add(col, i64(c0))))
                     r += -(-width // LANES)
 
     def lane_row(self, q0, u: int) -> ir.Value:
-        return self.b.add(q0, self.b.add(self.lane, _i64(LANES * u)))
+        return self.b.add(q0, self.b.add(self.lane, i64(LANES * u)))
 
     def inside(self, row, key) -> ir.Value:
         b, spec = self.b, self.spec
-        return b.and_(b.icmp_signed("<", row, _i64(spec.L)), b.icmp_signed("<", key, _i64(spec.S)))
+        return b.and_(b.icmp_signed("<", row, i64(spec.L)), b.icmp_signed("<", key, i64(spec.S)))
 
     def p_slot(self, u: int) -> ir.Value:
         """The shared slot of P[lane + 4u][me] (backward: the thread's key column)."""
         b = self.b
-        return b.add(b.mul(b.add(b.trunc(self.lane, S.I32), _i32(LANES * u)), _i32(PPAD)), b.trunc(self.me, S.I32))
+        return b.add(b.mul(b.add(b.trunc(self.lane, S.I32), i32(LANES * u)), i32(PPAD)), b.trunc(self.me, S.I32))
 
     def transposed_product(self, acc: list, r: int, width: int) -> None:
         """acc[r + c] += sum_i P[i][me] * A[i][lane + 4c]: the thread's key row of P^T A,
@@ -525,9 +518,9 @@ class _Emitter:
         b = self.b
         lane32, me32 = b.trunc(self.lane, S.I32), b.trunc(self.me, S.I32)
         for i in range(BLOCK):
-            p = self.lds(self.p_s, b.add(me32, _i32(i * PPAD)))
+            p = self.lds(self.p_s, b.add(me32, i32(i * PPAD)))
             for c in range(-(-width // LANES)):
-                col = b.add(lane32, _i32(LANES * c))
+                col = b.add(lane32, i32(LANES * c))
                 if LANES * c + LANES - 1 >= width:
-                    col = b.select(b.icmp_signed("<", col, _i32(width)), col, _i32(0))
-                acc[r + c] = self.fma(p, self.lds(self.a_s, b.add(col, _i32(i * PAD))), acc[r + c])
+                    col = b.select(b.icmp_signed("<", col, i32(width)), col, i32(0))
+                acc[r + c] = self.fma(p, self.lds(self.a_s, b.add(col, i32(i * PAD))), acc[r + c])
