@@ -412,3 +412,16 @@ def test_tile_rows_of_cheap_epilogues_unroll_and_of_math_epilogues_do_not():
     assert "llvm.loop.unroll.full" in cheap and "llvm.loop.unroll.full" not in heavy
     np.testing.assert_allclose(np.asarray(tc.trace(lambda x, w, b: tc.erf(x @ w) * b)(x, w, bias)),
                                np.asarray(tc.erf(tc.tensor(x @ w))) * bias, rtol=1e-4, atol=1e-5)   # f32 sums in another order
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transposed_reshape_is_read_in_place(dtype):
+    """A weight gradient's pattern: stacked rows (T, B, n) merged into one matrix and read
+    transposed.  The product reads the buffer through strides; no copy kernel."""
+    xs, ys = _inputs(7, dtype, (5, 6, 40), (5, 6, 33))
+    fn = lambda a, b: a.reshape(30, 40).T @ b.reshape(30, 33)     # noqa: E731
+    [k] = _program(fn, xs, ys).kernels
+    assert "matmul" in k.name and "permute" not in k.name
+    got = np.asarray(tc.trace(fn)(xs, ys))
+    want = xs.reshape(30, 40).astype(np.float64).T @ ys.reshape(30, 33)
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)

@@ -30,9 +30,14 @@ def strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
     """(buffer, offset, strides) when `v` reads a buffer at an affine index, else None.
     A reshape of a dense value is dense too (its index arithmetic is not affine, its
     addresses are: conv2d's weight (O, C, kh, kw) read as (O, C*kh*kw))."""
-    if v.op is not None and v not in sched.names and getattr(sched.table.get(v.op.name), "kind", None) in ("reshape", "squeeze", "unsqueeze"):
+    kind = getattr(sched.table.get(v.op.name), "kind", None) if v.op is not None and v not in sched.names else None
+    if kind in ("reshape", "squeeze", "unsqueeze", "permute"):
         source = v.op.operands[0]
         inner = strided(sched, source) if source in sched.names or source.op is not None else None
+        if inner is not None and kind == "permute":
+            # the transpose of a reshape (a scan's stacked rows read as one matrix, transposed
+            # for a weight gradient): its address stays affine although its index is not
+            return inner[0], inner[1], tuple(inner[2][d % source.type.ndim] for d in v.op.attrs["dims"])
         if inner is not None and _dense(inner[2], source.type.shape):
             return inner[0], inner[1], dense_strides(v.type.shape)
     syms = tuple(L.Var(f"s{d}", L.INDEX) for d in range(v.type.ndim))
