@@ -12,6 +12,7 @@ with _short_blas_spin():        # before anything loads NumPy: see numpy_blas.py
 
 from .core.dtypes import DType
 from .core.dtypes import BOOL as bool, FLOAT32 as float32, FLOAT64 as float64, INT32 as int32, INT64 as int64
+from .core.dtypes import BFLOAT16 as bfloat16, FLOAT16 as float16
 from .core.errors import (ArgumentError, DTypeError, IndexingError, IndexTypeError, IRError,
                           OutOfMemoryError, ShapeError, TableError, TraceError, TracecompError)
 from .tensors.factories import tensor
@@ -25,6 +26,7 @@ from .tensors.pytree import register_pytree_node, tree_map
 from .core.version import __version__
 float = float32        # PyTorch's aliases
 double = float64
+half = float16
 long = int64
 int = int32
 

@@ -1896,7 +1896,8 @@ def _cast_samples():
     sample("to.device", lambda x: x.to("cpu:0", tc.int64), [x], _cast(I64), I64, "device and dtype")
     sample("to.other", lambda x, y: x.to(y), [x, arr((2,), F64)], lambda x, y: x.astype(F64), F64,
            "x.to(other) takes its dtype")
-    for name, d in (("float", F32), ("double", F64), ("int", I32), ("long", I64), ("bool", B)):
+    for name, d in (("float", F32), ("double", F64), ("int", I32), ("long", I64), ("bool", B),
+                    ("half", "float16"), ("bfloat16", "bfloat16")):
         for src in (F32, I64, B):
             v = x if src == F32 else arr((6,), src)
             sample(name, lambda t, n=name: getattr(t, n)(), [v], _cast(d), d, f"x.{name}() from {src}")

@@ -53,7 +53,7 @@ def test_save_converts_other_arrays_as_tc_tensor_does(tmp_path):
     ckpt.save({"half": np.array([0.5, 2], np.float16), "small": np.array([200], np.uint8),
                "number": 3.5}, tmp_path / "c.safetensors")
     loaded = ckpt.load_state(tmp_path / "c.safetensors")
-    assert (loaded["half"].dtype, loaded["small"].dtype, loaded["number"].dtype) == (tc.float32, tc.int32, tc.float32)
+    assert (loaded["half"].dtype, loaded["small"].dtype, loaded["number"].dtype) == (tc.float16, tc.int32, tc.float32)
     assert loaded["half"].tolist() == [0.5, 2.0] and loaded["small"].tolist() == [200]
 
 
@@ -163,16 +163,20 @@ def test_torch_tensors_save_through_dlpack(tmp_path):
     np.testing.assert_array_equal(ckpt.load_state(tmp_path / "d.safetensors")["w"].numpy(), weight.numpy())
 
 
-def test_half_precision_from_pytorch_widens_exactly_to_float32(tmp_path):
+def test_half_precision_round_trips_with_pytorch(tmp_path):
     torch = pytest.importorskip("torch")
-    from safetensors.torch import save_file
+    from safetensors.torch import load_file, save_file
     values = torch.tensor([1.5, -2.0, 3.140625, 65504.0, float("inf"), float("nan"), 1e-7])
     state = {"half": values.half(), "brain": values.bfloat16()}
     save_file(state, str(tmp_path / "h.safetensors"))
     loaded = ckpt.load_state(tmp_path / "h.safetensors")
+    assert (loaded["half"].dtype, loaded["brain"].dtype) == (tc.float16, tc.bfloat16)
+    for key, value in state.items():     # the bits, NaN included
+        np.testing.assert_array_equal(loaded[key].numpy().view(np.uint16), value.view(torch.int16).numpy().view(np.uint16))
+    ckpt.save(loaded, tmp_path / "back.safetensors")
+    back = load_file(str(tmp_path / "back.safetensors"))
     for key, value in state.items():
-        assert loaded[key].dtype is tc.float32
-        np.testing.assert_array_equal(loaded[key].numpy(), value.float().numpy())
+        assert back[key].dtype == value.dtype and torch.equal(back[key].view(torch.int16), value.view(torch.int16))
 
 
 @pytest.mark.parametrize("dtype, label", [(np.uint64, "U64"), (np.complex64, "C64")])

@@ -1,14 +1,19 @@
-"""The five dtypes and PyTorch's type-promotion lattice.
+"""The seven dtypes and PyTorch's type-promotion lattice.
 
 Categories order bool < integer < floating.  Promotion follows PyTorch: within one
-category the wider type wins; Python scalars ("weak" operands) and 0-d tensors only
-move the result to a higher category, never widen it inside one (combine_categories).
+category the wider type wins (bfloat16 and float16 are both below float32 and neither
+holds the other, so together they give float32); Python scalars ("weak" operands) and
+0-d tensors only move the result to a higher category, never widen it inside one
+(combine_categories).  bfloat16 and float16 are storage types: arithmetic on them
+computes in float32 (their `compute` type, PyTorch's opmath type) and rounds once, to
+nearest even, on the way back.  NumPy holds bfloat16 as `ml_dtypes.bfloat16`.
 """
 from __future__ import annotations
 
 import enum
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .errors import DTypeError
@@ -21,6 +26,8 @@ class DType(enum.Enum):
     int64 = ("int64", np.int64, "i64", 1, 8)
     float32 = ("float32", np.float32, "f32", 2, 4)
     float64 = ("float64", np.float64, "f64", 2, 8)
+    bfloat16 = ("bfloat16", ml_dtypes.bfloat16, "bf16", 2, 2)
+    float16 = ("float16", np.float16, "f16", 2, 2)
 
     def __init__(self, label, np_type, mlir, category, itemsize):
         self.label = label
@@ -43,6 +50,16 @@ class DType(enum.Enum):
     def is_integer(self) -> bool:
         return self.category == 1
 
+    @property
+    def is_half(self) -> bool:
+        """bfloat16 or float16: stored in 2 bytes, computed in float32."""
+        return self.itemsize == 2
+
+    @property
+    def compute(self) -> "DType":
+        """The dtype arithmetic on this one runs in (PyTorch's opmath type)."""
+        return DType.float32 if self.itemsize == 2 else self
+
     def __repr__(self) -> str:
         return f"tracecomp.{self.label}"
 
@@ -50,16 +67,27 @@ class DType(enum.Enum):
 
 
 BOOL, INT32, INT64, FLOAT32, FLOAT64 = DType.bool, DType.int32, DType.int64, DType.float32, DType.float64
+BFLOAT16, FLOAT16 = DType.bfloat16, DType.float16
+HALF_TYPES = (BFLOAT16, FLOAT16)
 DEFAULT_FLOAT = FLOAT32
 DEFAULT_INT = INT64
 _BY_NUMPY = {d.np: d for d in DType}
 _BY_MLIR = {d.mlir: d for d in DType}
-_RANK = {d: i for i, d in enumerate(DType)}   # bool < i32 < i64 < f32 < f64
+_ALIASES = {"half": FLOAT16, "float": FLOAT32, "double": FLOAT64, "long": INT64, "int": INT32}
+# bool < i32 < i64 < {bf16, f16} < f32 < f64; the two half types share a rank
+_RANK = {BOOL: 0, INT32: 1, INT64: 2, BFLOAT16: 3, FLOAT16: 3, FLOAT32: 4, FLOAT64: 5}
+NAMES = ", ".join(DType.__members__)
+
+
+def is_float_array_dtype(np_dtype) -> bool:
+    """A NumPy dtype of floats, ml_dtypes' bfloat16 included (its kind is 'V', not 'f')."""
+    d = np.dtype(np_dtype)
+    return d.kind == "f" or d == BFLOAT16.np
 
 
 def from_numpy(np_dtype) -> DType:
-    """The DType for a NumPy dtype: smaller ints and floats widen to one that holds every
-    value (uint8 -> int32, uint32 -> int64, float16 -> float32); uint64 and complex are
+    """The DType for a NumPy dtype: smaller ints widen to one that holds every value
+    (uint8 -> int32, uint32 -> int64); uint64, complex and other small floats are
     refused.  uint64 is refused as a type rather than checked value by value: its values
     past 2^63 have no int64, and a per-call scan would cost what a compiled call costs."""
     dt = np.dtype(np_dtype)
@@ -70,16 +98,14 @@ def from_numpy(np_dtype) -> DType:
     if dt.kind == "u":
         raise DTypeError(f"unsupported dtype {dt}: its values past 2^63 do not fit int64, tracecomp's "
                          "widest integer (convert with .astype(np.int64) if yours are smaller)")
-    if dt.kind == "f" and dt.itemsize < 4:
-        return FLOAT32
-    raise DTypeError(f"unsupported dtype {dt}: tracecomp has bool, int32, int64, float32, float64")
+    raise DTypeError(f"unsupported dtype {dt}: tracecomp has {NAMES}")
 
 
 def from_mlir(name: str) -> DType:
     try:
         return _BY_MLIR[name]
     except KeyError:
-        raise DTypeError(f"unknown element type '{name}' (expected one of i1, i32, i64, f32, f64)") from None
+        raise DTypeError(f"unknown element type '{name}' (expected one of {', '.join(_BY_MLIR)})") from None
 
 
 def to_dtype(x) -> DType:
@@ -92,7 +118,9 @@ def to_dtype(x) -> DType:
     if isinstance(x, str):
         if x in DType.__members__:
             return DType[x]
-        raise DTypeError(f"unsupported dtype '{x}': tracecomp has bool, int32, int64, float32, float64")
+        if x in _ALIASES:
+            return _ALIASES[x]
+        raise DTypeError(f"unsupported dtype '{x}': tracecomp has {NAMES}")
     if x is float:
         return DEFAULT_FLOAT
     if x is int:
@@ -104,8 +132,7 @@ def to_dtype(x) -> DType:
     except (TypeError, ValueError):          # ValueError: an object whose .dtype is ours
         raise DTypeError(f"not a dtype: {type(x).__name__} {x!r}") from None
     if np_dtype not in _BY_NUMPY:     # an explicit request for a dtype we lack is refused
-        raise DTypeError(f"unsupported dtype '{np_dtype}': tracecomp has bool, int32, int64, "
-                         "float32, float64")
+        raise DTypeError(f"unsupported dtype '{np_dtype}': tracecomp has {NAMES}")
     return _BY_NUMPY[np_dtype]
 
 
@@ -115,6 +142,10 @@ def cast_array(a: np.ndarray, to: np.dtype) -> np.ndarray:
     integer's range give its minimum (INT_MIN), as x86's conversion instructions and so
     PyTorch on x86 do.  NumPy alone leaves these to the platform."""
     a, to = np.asarray(a), np.dtype(to)
+    if a.dtype.itemsize == 2 and is_float_array_dtype(a.dtype):
+        a = a.astype(np.float32)            # exact; ml_dtypes' own integer casts wrap
+    if to.itemsize == 2 and is_float_array_dtype(to) and a.dtype == np.float64:
+        a = a.astype(np.float32)            # PyTorch rounds f64 -> f32 -> half (twice), so do we
     if a.dtype.kind != "f" or to.kind not in "iu":
         return a.astype(to)
     low, high = float(np.iinfo(to).min), -float(np.iinfo(to).min)   # -2^(w-1), 2^(w-1): exact
@@ -133,7 +164,10 @@ def highest(t: DType):
 
 
 def promote_types(a: DType, b: DType) -> DType:
-    """Smallest dtype both convert to: the higher of the two in bool < i32 < i64 < f32 < f64."""
+    """Smallest dtype both convert to: the higher of the two in bool < i32 < i64 < {bf16,
+    f16} < f32 < f64; bfloat16 with float16 is float32 (neither holds the other's values)."""
+    if a is not b and _RANK[a] == _RANK[b]:
+        return FLOAT32
     return a if _RANK[a] >= _RANK[b] else b
 
 

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..core.dtypes import is_float_array_dtype
 from ..core.types import TensorType
 from ..core.locations import Location
 
@@ -60,7 +61,7 @@ def attrs_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
         if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
             if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)
                     and x.dtype == y.dtype and x.shape == y.shape
-                    and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")):
+                    and np.array_equal(x, y, equal_nan=is_float_array_dtype(x.dtype))):
                 return False
         elif type(x) is not type(y) or (x != y and not (x != x and y != y)):
             return False

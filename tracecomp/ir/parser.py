@@ -493,13 +493,15 @@ def _dense_from_hex(parser: _Parser, token: Token, type: TensorType) -> np.ndarr
     if len(data) not in (type.numel * np_type.itemsize, np_type.itemsize):
         raise parser.error(token, f"hex constant has {len(data)} bytes but {type} needs "
                                   f"{type.numel * np_type.itemsize}")
-    raw = np.frombuffer(data, np_type.newbyteorder("<") if np_type.kind != "b" else np.uint8)
-    array = raw.astype(np_type)
+    if np_type.itemsize == 2:           # bfloat16, float16: little-endian bits
+        array = np.frombuffer(data, "<u2").astype(np.uint16).view(np_type)
+    else:
+        array = np.frombuffer(data, np_type.newbyteorder("<") if np_type.kind != "b" else np.uint8).astype(np_type)
     return np.full(type.shape, array[0]) if len(array) != type.numel else array.reshape(type.shape)
 
 
 def _dense_from_literal(parser: _Parser, keyword: Token, content: Any, type: TensorType) -> np.ndarray:
-    kind = type.dtype.np.kind
+    kind = "f" if type.dtype.is_floating_point else type.dtype.np.kind
     for leaf in _leaves(content):
         is_bool = isinstance(leaf, bool)
         if (kind == "b") != is_bool or (kind == "f" and not isinstance(leaf, float)):
@@ -514,7 +516,7 @@ def _dense_from_literal(parser: _Parser, keyword: Token, content: Any, type: Ten
         return np.full(type.shape, array, dtype=type.dtype.np)
     if array.shape != type.shape:
         raise parser.error(keyword, f"dense literal has shape {array.shape} but the type is {type}")
-    if kind == "f" and not np.isfinite(array).all():
+    if kind == "f" and not np.isfinite(array.astype(np.float64)).all():
         raise parser.error(keyword, f"a literal in this constant does not fit {type.dtype.mlir}")
     return array
 

@@ -285,7 +285,7 @@ def format_dense(array: np.ndarray) -> str:
     """`dense<...> : tensor<...>`: literal lists for small arrays, else hex of LE bytes."""
     if array.dtype not in _NUMPY_TO_MLIR:
         raise IRError(f"cannot print a constant of dtype {array.dtype} "
-                      "(expected bool, int32, int64, float32 or float64)")
+                      f"(expected one of {', '.join(DType.__members__)})")
     dims = "".join(f"{d}x" for d in array.shape)
     type_text = f"tensor<{dims}{_NUMPY_TO_MLIR[array.dtype]}>"
     return f"dense<{_dense_body(array)}> : {type_text}"
@@ -294,6 +294,8 @@ def format_dense(array: np.ndarray) -> str:
 def _dense_body(array: np.ndarray) -> str:
     if array.size == 0:
         return ""
+    if array.dtype.itemsize == 2:       # bfloat16, float16: their bits (exact, and NumPy has no bf16 text)
+        return '"0x' + array.view(np.uint16).astype("<u2").tobytes().hex().upper() + '"'
     is_float = array.dtype.kind == "f"
     non_finite = is_float and not np.isfinite(array).all()
     if array.dtype.kind != "b" and (array.size > DENSE_LITERAL_LIMIT or non_finite):

@@ -521,7 +521,7 @@ HELPERS = {
     "steps_checked": _steps_checked, "triangle_indices": _triangle_indices, "class_count": _class_count,
     **composites_nn.HELPERS,        # normalization layers, embedding, dropout
     "range": range, "len": len, "list": list, "tuple": tuple, "int": int, "reversed": reversed, "float": float, "abs_int": abs,
-    "float32": dt.FLOAT32, "float64": dt.FLOAT64, "int32": dt.INT32, "int64": dt.INT64, "bool": dt.BOOL,
+    **dt.DType.__members__,
     **windows.HELPERS,
     **resampling.HELPERS,       # pad, interpolate, adaptive pooling
 }

@@ -77,9 +77,13 @@ kernel = per_kind(KERNELS)
 
 
 def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np.ndarray]:
+    """Half-precision tensors (bfloat16, float16) enter every kernel as float32 and its results
+    leave it rounded once, to nearest even, as PyTorch's CPU kernels compute and accumulate
+    them (an elementwise formula, a sum, a matmul)."""
     try:
         with np.errstate(all="ignore"):
-            outs = KERNELS[op.kind](op, args, out_types)
+            compute_types = [TensorType(t.shape, t.dtype.compute) for t in out_types]
+            outs = KERNELS[op.kind](op, {k: _widen(v) for k, v in args.items()}, compute_types)
             # conformed and writable (a broadcast view is copied) while a MemoryError is still ours
             return [_writable(_conform(o, t)) for o, t in zip(outs, out_types)]
     except KeyError:
@@ -95,6 +99,15 @@ def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np
         shapes = ", ".join(f"{t.dtype.label}{list(t.shape)}" for t in out_types)
         raise OutOfMemoryError(f"{op.full_name}: cannot allocate {need / 2 ** 30:.1f} GiB for its "
                                f"result ({shapes})") from None
+
+
+def _widen(v):
+    """A half-precision array (or list of them) as float32, exactly; anything else as it is."""
+    if isinstance(v, np.ndarray) and v.dtype.itemsize == 2 and dt.is_float_array_dtype(v.dtype):
+        return v.astype(np.float32)
+    if isinstance(v, list) and v and isinstance(v[0], np.ndarray):
+        return [_widen(x) for x in v]
+    return v
 
 
 def _writable(a: np.ndarray) -> np.ndarray:

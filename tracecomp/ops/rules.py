@@ -132,12 +132,12 @@ def elementwise_dtypes(op: OpDef, args: dict[str, Any]) -> tuple[DType, DType]:
         return dt.BOOL, dt.BOOL
     _check_accepts(op, common, "the promoted input")
     if op.dtype_rule == "bool":
-        return common, dt.BOOL
+        return common.compute, dt.BOOL
     if op.dtype_rule == "float" and not common.is_floating_point:
         common = dt.DEFAULT_FLOAT
     if common.is_integer:
         _check_int_scalars(op, args, common)
-    return common, common
+    return common.compute, common       # half types compute in float32, round once at the end
 
 
 def _check_int_scalars(op: OpDef, args: dict[str, Any], dtype: DType) -> None:

@@ -35,7 +35,7 @@ def save(state_dict: Mapping[str, Any], path, metadata: Mapping[str, str] | None
     to `path` as a safetensors file, with `metadata` (str -> str) in its header.
 
     Values are converted as `tc.tensor` converts them, so the file holds tracecomp's
-    dtypes (float32, float64, int32, int64, bool; a float16 array is stored as float32).
+    dtypes (float32, float64, int32, int64, bool, bfloat16 as BF16, float16 as F16).
     Traced tensors have no values yet and are refused.  The file is written next to its
     final name and renamed into place, so a failed save leaves an older file intact."""
     path = os.fspath(path)
@@ -102,9 +102,9 @@ def load_state(path) -> dict[str, Tensor]:
     """Read a safetensors file into a dict name -> tc.Tensor, in the order the tensors'
     data lies in the file (safetensors does not keep the order they were saved in).
 
-    dtypes tracecomp lacks are widened when every value survives, by the rule of
-    `tc.tensor` (dtypes.from_numpy): float16 and bfloat16 become float32 (exactly: a
-    bfloat16 is the top half of a float32); int8, int16, uint8, uint16 become int32;
+    BF16 and F16 load as tc.bfloat16 and tc.float16.  Integer dtypes tracecomp lacks are
+    widened when every value survives, by the rule of `tc.tensor` (dtypes.from_numpy):
+    int8, int16, uint8, uint16 become int32;
     uint32 becomes int64.  uint64, float8, complex and other dtypes raise a DTypeError
     naming the file, the key and the dtype.  A missing file raises
     CheckpointNotFoundError; a truncated or corrupt one, or one that is not a regular file
@@ -243,8 +243,8 @@ def _file_order(header: dict) -> list[str]:
 
 def _to_tensor(f, key: str, entry: dict, fd: int, data_start: int, path: str) -> Tensor:
     file_dtype = entry["dtype"]
-    if file_dtype == "BF16":             # NumPy has no bfloat16: read the bits, widen them
-        array = _bfloat16_as_float32(fd, data_start, entry)
+    if file_dtype == "BF16":             # older safetensors.numpy lacks bfloat16: read its bits
+        array = _bfloat16(fd, data_start, entry)
     else:
         try:
             array = f.get_tensor(key)
@@ -256,18 +256,18 @@ def _to_tensor(f, key: str, entry: dict, fd: int, data_start: int, path: str) ->
         raise _unsupported(path, key, file_dtype, str(e)) from None
 
 
-def _bfloat16_as_float32(fd: int, data_start: int, entry: dict) -> np.ndarray:
-    """bfloat16 is the high 16 bits of a float32, so the widening is exact.  (safe_open has
-    checked the entry's offsets and shape against the file by now.)"""
+def _bfloat16(fd: int, data_start: int, entry: dict) -> np.ndarray:
+    """The entry's little-endian bits as ml_dtypes' bfloat16.  (safe_open has checked the
+    entry's offsets and shape against the file by now.)"""
     from ..core.safe_files import read_all
     begin, end = entry["data_offsets"]
     bits = np.frombuffer(read_all(fd, end - begin, data_start + begin), dtype="<u2")
-    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+    return bits.astype(np.uint16).view(dt.BFLOAT16.np).reshape(entry["shape"])
 
 
 def _unsupported(path: str, key: str, file_dtype: str, why: str) -> DTypeError:
     return DTypeError(f"{path}: tensor '{key}' has dtype {file_dtype}, which tracecomp cannot hold "
-                      f"({why}); tracecomp has bool, int32, int64, float32, float64")
+                      f"({why}); tracecomp has {dt.NAMES}")
 
 
 # ------------------------------------------------------------------ checking a loaded state

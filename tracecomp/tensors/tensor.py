@@ -264,6 +264,8 @@ class Tensor:
 
 def format_array(data: np.ndarray, prefix: str) -> str:
     """PyTorch's look: `1., 2.` for whole floats, 4 decimals otherwise."""
+    if data.dtype.itemsize == 2 and dt.is_float_array_dtype(data.dtype):
+        data = data.astype(np.float32)        # NumPy prints ml_dtypes' bfloat16 without precision
     if data.size and data.dtype.kind == "f":
         finite = data[np.isfinite(data)]
         whole = finite.size == 0 or np.all(finite == np.round(finite))
