@@ -67,8 +67,10 @@ def _op(fn: str, a: L.Expr, b) -> L.Expr:
     b = ic(b) if isinstance(b, (int, Dim)) else b
     if isinstance(a, L.Const) and isinstance(b, L.Const) and (fn not in ("floordiv", "mod") or b.value):
         return ic(_FOLD[fn](a.value, b.value))
-    if fn == "mul" and isinstance(b, L.Const) and b.value == 1:
+    if fn in ("mul", "floordiv") and isinstance(b, L.Const) and b.value == 1:
         return a
+    if fn == "mod" and isinstance(b, L.Const) and b.value == 1:
+        return ic(0)
     if fn in ("add", "sub") and isinstance(b, L.Const) and b.value == 0:
         return a
     if fn == "add" and isinstance(a, L.Const) and a.value == 0:

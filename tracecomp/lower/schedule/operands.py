@@ -51,7 +51,7 @@ def strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
     dense = [math.prod(shape[c + 1:]) for c in range(len(shape))]
     offset, strides = 0, [0] * len(syms)
     for c, index in enumerate(e.index):
-        terms = _affine(index)
+        terms = affine(index)
         if terms is None:
             return None
         for name, coef in terms.items():
@@ -72,7 +72,7 @@ def _dense(strides, shape) -> bool:
     return all(n == 1 or st == want for st, want, n in zip(strides, dense_strides(shape), shape))
 
 
-def _affine(e: L.Expr) -> Optional[dict]:
+def affine(e: L.Expr) -> Optional[dict]:
     """{var name: coefficient, None: constant} for an affine index expression, else None.
     Sizes of dynamic dims are constants here: coefficients may be symbolic.Dim values."""
     if isinstance(e, L.Const):
@@ -82,7 +82,7 @@ def _affine(e: L.Expr) -> Optional[dict]:
     if isinstance(e, L.Var):
         return {e.name: 1}
     if isinstance(e, L.Binary) and e.fn in ("add", "sub", "mul"):
-        a, b = _affine(e.a), _affine(e.b)
+        a, b = affine(e.a), affine(e.b)
         if a is None or b is None:
             return None
         if e.fn == "mul":

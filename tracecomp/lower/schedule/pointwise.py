@@ -142,11 +142,11 @@ class Inliner:
         n, step = grad.type.shape[d], args["step"]
         start, _, _ = rules.slice_bounds(out.shape[d], args["start"], args["end"], step)
         j = I.sub(index[d], start)
-        k = I.clamp(L.Binary("floordiv", j, I.ic(step), L.INDEX), 0, max(n - 1, 0))
-        inside = L.Binary("and", L.Binary("and", L.Binary("ge", j, I.ic(0), dt.BOOL),
-                                          L.Binary("eq", L.Binary("mod", j, I.ic(step), L.INDEX), I.ic(0), dt.BOOL),
-                                          dt.BOOL),
-                          L.Binary("lt", j, I.ic(n * step), dt.BOOL), dt.BOOL)
+        k = I.clamp(I.floordiv(j, step), 0, max(n - 1, 0))
+        inside = L.Binary("and", L.Binary("ge", j, I.ic(0), dt.BOOL), L.Binary("lt", j, I.ic(n * step), dt.BOOL), dt.BOOL)
+        if step != 1:
+            on_step = L.Binary("eq", I.mod(j, step), I.ic(0), dt.BOOL)
+            inside = L.Binary("and", inside, on_step, dt.BOOL)
         g = cast(self.value_at(grad, index[:d] + (k,) + index[d + 1:]), out.dtype)
         return L.Select(inside, g, const(0, out.dtype), out.dtype) if n else const(0, out.dtype)
 

@@ -49,6 +49,7 @@ from .index_checks import IndexCheck, IndexChecks
 from .matmul import fuse_epilogues, matmul_body
 from .nests import BufferTable, kernel_name, loop_nest
 from .rows import RowFusion, expression_size, mark_parallel, recomputable
+from .pieces import split_piecewise_loops
 from .split import split_divided_loops
 
 # Kinds with a loop nest of their own whose results always live in memory (never inlined)
@@ -220,7 +221,7 @@ class Scheduler:
         p.outputs = [self._output_buffer(v) for v in g.outputs]
         fuse_epilogues(p)
         for k in p.kernels:
-            k.body = split_divided_loops(k.body)
+            k.body = split_piecewise_loops(split_divided_loops(k.body))
         self._mark_index_inputs()
         self.indices.finish(self.program)
         if any(is_dynamic(d) for v in g.inputs for d in v.type.shape):
