@@ -65,7 +65,7 @@ def test_pipeline_keeps_meaning(make):
 
 
 def test_pipeline_runs_control_before_cse_and_dce():
-    assert pipeline().names == ["decompose", "fold", "simplify", "control", "cse", "dce"]
+    assert pipeline().names == ["decompose", "widen_half", "fold", "simplify", "control", "cse", "dce"]
 
 
 # ---------------------------------------------------------------- fold, simplify, cse, dce inside
@@ -600,3 +600,83 @@ def test_a_while_body_keeps_ops_that_could_raise_or_not_end():
     # no step runs, so the out-of-range index is never used: no error
     out = run_graph(lowered.graph, [np.int64(0), np.array([5]), np.ones(3, np.float32)])
     assert float(out[0]) == 0.0
+
+
+# ---------------------------------------------------------------- sums of products
+
+@pytest.mark.parametrize("a_kind, b_kind", [("x^T", "y"), ("x", "x"), ("y", "x^T"), ("y^T", "y"), ("x^T", "x^T")])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_carry_summing_products_of_rows_is_one_product_after_the_loop(a_kind, b_kind, reverse):
+    """acc + a_i @ b_i over the steps (a weight gradient: dW += h_i^T da_i) becomes
+    acc0 + (stacked a) @ (stacked b); the loop keeps no carry of the weight's shape.
+    A row is an x row or a y (here z_i * s_i, s a second carry), either read transposed."""
+    length, m, kk, n = 4, 3, 2, 5
+    kinds = {"a": a_kind, "b": b_kind}
+    shapes = {name: ((kk, m) if name == "a" else (n, kk)) if kinds[name].endswith("^T")
+              else ((m, kk) if name == "a" else (kk, n)) for name in kinds}
+    xs_types = [T(*shapes[name]) for name in kinds]     # x rows, or the z rows of a y
+    g = Graph("f", [T(m, n), T()] + [T(length, *t.shape) for t in xs_types])
+    body = region("body", T(m, n), T(), *xs_types)
+    acc, scale = body.inputs[:2]
+    operands, ys = {}, []
+    for i, name in enumerate(kinds):
+        v = body.inputs[2 + i]
+        if kinds[name].startswith("y"):
+            v = op(body, "tc.mul", [v, scale]).result
+            ys.append(v)
+        operands[name] = op(body, "tc.permute", [v], dims=(1, 0)).result if kinds[name].endswith("^T") else v
+    product = op(body, "tc.matmul", [operands["a"], operands["b"]]).result
+    next_scale = op(body, "tc.mul", [scale], other=0.9).result
+    body.outputs = [op(body, "tc.add", [acc, product], alpha=1).result, next_scale] + ys
+    loop = scan(g, [], g.inputs[:2], g.inputs[2:], body, reverse=reverse, length=length)
+    g.outputs = list(loop.results)
+    out = control(g)
+    same_results(g, out)
+    [new] = [o for o in out.ops if o.name == "tc.scan"]
+    assert [v.type for v in new.results[:new.attrs["num_carry"]]] == [T()]
+    assert any(o.name == "tc.matmul" and o.results[0].type == T(m, n) for o in out.ops)
+
+
+def test_a_sum_whose_rows_are_not_stacked_stays_in_the_loop():
+    """acc + h_i^T h_i with h a carry: no stack of h exists, so the sum stays a carry."""
+    g = Graph("f", [T(3, 3), T(2, 3), T(4, 2, 3)])
+    body = region("body", T(3, 3), T(2, 3), T(2, 3))
+    acc, h, x = body.inputs
+    hn = op(body, "tc.tanh", [op(body, "tc.add", [h, x], alpha=1).result]).result
+    product = op(body, "tc.matmul", [op(body, "tc.permute", [h], dims=(1, 0)).result, h]).result
+    body.outputs = [op(body, "tc.add", [acc, product], alpha=1).result, hn]
+    g.outputs = list(scan(g, [], [g.inputs[0], g.inputs[1]], [g.inputs[2]], body).results)
+    out = control(g)
+    same_results(g, out)
+    assert the(out, "tc.scan").attrs["num_carry"] == 2
+
+
+def test_the_lstm_weight_gradient_leaves_the_backward_loop():
+    """tc.grad of a recurrent scan, h' = tanh(x + h @ W), with respect to W and the xs (as
+    an LSTM's projected inputs are): the backward scan stacks the xs' gradients and the
+    forward the hs, so dW = sum h_i^T dx_i is one product after the loop; no (8, 8) sum
+    is carried.  The gradients match the unrolled loop's."""
+    import tracecomp as tc
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 8)) * 0.3
+    xs = rng.standard_normal((5, 3, 8))
+
+    def loss(w, xs, unrolled):
+        def cell(h, x):
+            h = tc.tanh(x + h @ w)
+            return h, None
+        h = tc.zeros((3, 8), dtype=tc.float64)
+        if unrolled:
+            for t in range(xs.shape[0]):
+                h, _ = cell(h, xs[t])
+        else:
+            h, _ = tc.scan(cell, h, xs)
+        return (h * h).sum()
+    scanned = tc.trace(tc.grad(lambda w, xs: loss(w, xs, False), argnums=(0, 1)))
+    graph = scanned.lower(w, xs).optimized
+    scans = [o for o in graph.ops if o.name == "tc.scan"]
+    assert len(scans) == 2 and all(
+        v.type.shape != (8, 8) for o in scans for v in o.results[:o.attrs["num_carry"]])
+    want = tc.trace(tc.grad(lambda w, xs: loss(w, xs, True), argnums=(0, 1)))(w, xs)
+    for got, ref in zip(scanned(w, xs), want):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-12)

@@ -13,6 +13,12 @@ rewrite driver rewrites an op's regions before the op):
   carry, elementwise or a matmul whose other operand is invariant, runs once over the
   whole stacked xs before the loop ((xs @ W)[i] = xs[i] @ W, a batched matmul), and the
   body receives its rows as new xs; a y that is such a row is the stacked value itself;
+- sums of products (scan): a carry that only accumulates a product of per-step rows,
+  acc + a_i @ b_i (a weight's gradient in a backward scan: dW += h_i^T da_i), is one
+  product after the loop over the stacked rows, sum_i a_i @ b_i = [a_1 .. a_T] @ [b_1; ..;
+  b_T]: one large matmul instead of T small ones, and no T reads and writes of the sum.
+  The rows must be x rows or ys already (a new y would hold T rows in memory); a row's
+  transpose is read as a transposed view of the stack;
 - dead results: a carry whose result is unused and that no kept carry, y or while
   condition depends on is dropped (its init, block argument and yield), and so are unused
   ys and unused cond results; an op none of whose results is used is dropped;
@@ -36,7 +42,7 @@ from .. import regions as R
 from ..graph import CONSTANT, Graph, Op, Value
 from .rewrite import DROP, RuleResult, Rewriter, is_constant, rewrite
 
-MATMUL = "tc.matmul"
+MATMUL, ADD, PERMUTE, RESHAPE = "tc.matmul", "tc.add", "tc.permute", "tc.reshape"
 
 
 def control(graph: Graph) -> Graph:
@@ -191,6 +197,8 @@ class _Loop:
         self.carry_results = list(op.results[:c])
         self.y_results = list(op.results[c:]) if self.scan else []
         self.replaced: dict[Value, Value] = {}     # original result -> value computed outside
+        self.summed: list[tuple] = []             # (carry result, init, [(stack, transposed)] of a and b)
+        self.needed: set[Value] = set()           # ys that the sums read after the loop
         self.changed = False
 
     @property
@@ -202,7 +210,7 @@ class _Loop:
         return g.inputs[:k], g.inputs[k:k + c], g.inputs[k + c:]
 
     def used(self, result: Value) -> bool:
-        return bool(self.rw.old_uses.get(result, 0))
+        return bool(self.rw.old_uses.get(result, 0)) or result in self.needed
 
     # -- hoisting ------------------------------------------------------------------------
     def hoist(self) -> None:
@@ -287,6 +295,56 @@ class _Loop:
             return None
         return invariant, row_values
 
+    # -- sums of products -------------------------------------------------------------------
+    def sum_products(self) -> None:
+        """Carries that accumulate a product of rows become one product after the loop
+        (module docstring)."""
+        length = self.op.attrs.get("length")
+        if not self.scan or not isinstance(length, int) or length < 1:
+            return
+        body, k, c = self.body, len(self.consts), len(self.init)
+        uses: dict[Value, int] = {}
+        for v in [v for op in body.ops for v in op.operands] + list(body.outputs):
+            uses[v] = uses.get(v, 0) + 1
+        xs_args, ys = body.inputs[k + c:], body.outputs[c:]
+        plans = []
+        for j in range(c):
+            product = _accumulated_product(body.inputs[k + j], body.outputs[j], uses)
+            rows = [_row(v, xs_args, ys) for v in product.operands] if product is not None else [None]
+            if None not in rows:
+                plans.append((j, rows))
+        if not plans:
+            return
+        self.changed = True
+        planned = {j for j, _ in plans}
+        kept = [j for j in range(c) if j not in planned]
+        consts, carry, xs = self.group_args(body)
+        inputs = [[v] for v in consts] + [[carry[j]] for j in kept] + [[v] for v in xs]
+        self.regions[-1] = _rebuild(body, inputs, [body.outputs[j] for j in kept] + list(ys))
+        for j, rows in plans:
+            stacks = [(self.xs[xs_args.index(v)] if kind == "x" else self.y_results[ys.index(v)], t)
+                      for kind, v, t in rows]
+            self.summed.append((self.carry_results[j], self.init[j], stacks))
+            self.needed.update(s for s, _ in stacks)
+        self.init = [self.init[j] for j in kept]
+        self.carry_results = [self.carry_results[j] for j in kept]
+
+    def emit_sums(self, results: dict[Value, Value]) -> None:
+        """After the loop: each summed carry as init + one product of the stacked rows."""
+        rw, loc, length = self.rw, self.op.loc, self.op.attrs.get("length")
+        for result, init, ((sa, ta), (sb, tb)) in self.summed:
+            a, b = (results.get(v, v) for v in (sa, sb))
+            m, n = result.type.shape
+            kk = (a.type.shape[1] if ta else a.type.shape[2])
+            # a_i (m, kk): its stack (T, m, kk), or a_i^T's (T, kk, m), as (m, T*kk)
+            a = (_permute(rw, _reshape(rw, a, (length * kk, m), loc), (1, 0), loc) if ta
+                 else _reshape(rw, _permute(rw, a, (1, 0, 2), loc), (m, length * kk), loc))
+            # b_i (kk, n): its stack (T, kk, n), or b_i^T's (T, n, kk), as (T*kk, n)
+            b = (_reshape(rw, _permute(rw, b, (0, 2, 1), loc), (length * kk, n), loc) if tb
+                 else _reshape(rw, b, (length * kk, n), loc))
+            total = rw.add(MATMUL, [a, b], {}, [result.type], loc).result
+            results[result] = rw.add(ADD, [init, total], {"alpha": 1}, [result.type], loc).result
+
     # -- dead carries and ys ---------------------------------------------------------------
     def drop_dead(self) -> None:
         k, c = len(self.consts), len(self.init)
@@ -354,7 +412,44 @@ class _Loop:
         if types:
             new = self.rw.add(op.name, self.consts + self.init + self.xs, attrs, types, op.loc, self.regions)
             results.update(zip(self.carry_results + self.y_results, new.results))
+        self.emit_sums(results)
         return [results.get(r) or _unused(r.type) for r in op.results]
+
+
+def _accumulated_product(arg: Value, out: Value, uses: dict[Value, int]) -> Op | None:
+    """The matmul of 2-d rows that carry `arg` adds to itself (out = arg + a @ b, each
+    value used only there), or None."""
+    add = out.op
+    if add is None or add.name != ADD or add.attrs.get("alpha", 1) != 1 or len(add.operands) != 2 \
+            or uses.get(arg, 0) != 1 or uses.get(out, 0) != 1 or out.type != arg.type or arg.type.ndim != 2:
+        return None
+    a, b = add.operands
+    product = b if a is arg else a if b is arg else None
+    if product is None or product.op is None or product.op.name != MATMUL or uses.get(product, 0) != 1 \
+            or product.type != arg.type or any(v.type.ndim != 2 for v in product.op.operands):
+        return None
+    return product.op
+
+
+def _row(v: Value, xs_args: list[Value], ys: list[Value]):
+    """How a matmul operand of a summed product is stacked outside the loop: ("x", block
+    argument, transposed) or ("y", yielded value, transposed); None when it is not."""
+    transposed = v.op is not None and v.op.name == PERMUTE and tuple(v.op.attrs["dims"]) == (1, 0)
+    source = v.op.operands[0] if transposed else v
+    if source in xs_args:
+        return "x", source, transposed
+    if source in ys:
+        return "y", source, transposed
+    return None
+
+
+def _reshape(rw: Rewriter, v: Value, shape: tuple, loc) -> Value:
+    return rw.add(RESHAPE, [v], {"shape": shape}, [TensorType(shape, v.type.dtype)], loc).result
+
+
+def _permute(rw: Rewriter, v: Value, dims: tuple, loc) -> Value:
+    shape = tuple(v.type.shape[d] for d in dims)
+    return rw.add(PERMUTE, [v], {"dims": dims}, [TensorType(shape, v.type.dtype)], loc).result
 
 
 def _over_rows(op: Op, is_row: list[bool], length) -> list[TensorType] | None:
@@ -395,6 +490,7 @@ def _scan(op: Op, rw: Rewriter) -> RuleResult:
                              for r in op.results[c:]]
     loop = _Loop(op, rw)
     loop.hoist()
+    loop.sum_products()
     loop.drop_dead()
     loop.drop_operands()
     return loop.emit()
