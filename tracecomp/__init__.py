@@ -21,6 +21,7 @@ from .core.random import manual_seed
 from .tensors.tensor import Tensor, from_dlpack
 from .core.devices import Device as device
 from .runtime import cuda
+from .runtime import host_dlpack as _host_dlpack  # noqa: F401  (bfloat16 through DLPack)
 from .tensors.pytree import register_pytree_node, tree_map
 
 from .core.version import __version__

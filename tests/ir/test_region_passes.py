@@ -413,11 +413,13 @@ def test_matmul_and_elementwise_on_x_run_over_all_steps():
     loop = the(out, "tc.scan")
     mm = [o for o in out.ops if o.name == "tc.matmul"]
     assert len(mm) == 1 and mm[0].results[0].type == T(5, 2, 4)         # xs @ Wx, batched
-    assert names(loop.regions[0]) == ["tc.matmul", "tc.add", "tc.tanh"]   # h @ Wh and after
-    assert loop.attrs["num_consts"] == 1 and loop.operands[0] is out.inputs[1]
+    # + b stays: the body adds it to the row it reads anyway (a stack of xw + b would be
+    # written and read once more); then h @ Wh and after
+    assert names(loop.regions[0]) == ["tc.add", "tc.matmul", "tc.add", "tc.tanh"]
+    assert loop.attrs["num_consts"] == 2 and set(loop.operands[:2]) == {out.inputs[1], out.inputs[2]}
     assert len(loop.results) == 2                      # the exp(x) y is exp(xs) itself
     assert out.outputs[2] is the(out, "tc.exp").results[0]
-    assert [v.type for v in loop.operands[2:]] == [T(5, 2, 4)]            # the original xs went
+    assert [v.type for v in loop.operands[3:]] == [T(5, 2, 4)]            # the original xs went
 
 
 @pytest.mark.parametrize("x_row, w, x_left, hoisted", [
@@ -443,6 +445,27 @@ def test_matmul_on_x_is_hoisted_only_where_it_computes_every_row(x_row, w, x_lef
     out = control(g)
     same_results(g, out)
     assert ("tc.scan" not in names(out)) == hoisted      # the one y is the hoisted matmul
+
+
+def test_elementwise_on_x_moves_only_for_a_matmul_or_when_the_body_no_longer_needs_it():
+    """1 - x_i used by the body stays in it (a hoisted copy would be one more stack to write
+    and read); (x_i * 2) @ W moves with its matmul although the body also reads x_i * 2;
+    exp(x_i) that is only a y is exp(xs)."""
+    g = Graph("f", [T(3, 4), T(2, 3), T(5, 2, 3)])
+    body = region("body", T(3, 4), T(2, 3), T(2, 3))
+    w, h, x = body.inputs
+    one_minus = op(body, "tc.sub", [x], self=1, alpha=1).result
+    doubled = op(body, "tc.mul", [x], other=2.0).result
+    projected = op(body, "tc.matmul", [doubled, w]).result
+    hn = op(body, "tc.tanh", [op(body, "tc.add", [op(body, "tc.mul", [h, one_minus]).result, doubled],
+                                 alpha=1).result]).result
+    body.outputs = [hn, projected, op(body, "tc.exp", [x]).result]
+    g.outputs = list(scan(g, [g.inputs[0]], [g.inputs[1]], [g.inputs[2]], body).results)
+    out = control(g)
+    same_results(g, out)
+    outside = names(out)
+    assert "tc.sub" not in outside and "tc.matmul" in outside and "tc.exp" in outside
+    assert "tc.mul" in outside and "tc.sub" in names(the(out, "tc.scan").regions[0])
 
 
 def test_elementwise_on_x_with_a_row_of_fewer_dims_stays():

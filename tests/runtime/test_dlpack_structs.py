@@ -288,7 +288,7 @@ def test_is_contiguous_ignores_size_one_dims():
 
 
 @pytest.mark.parametrize("dtype,names", [(torch.complex64, ("complex64", "kDLComplex")),
-                                         (torch.bfloat16, ("bfloat16", "kDLBfloat"))])
+                                         (torch.complex128, ("complex128", "kDLComplex"))])
 def test_unsupported_dtype_raises_dtype_error_naming_it(dtype, names):
     t = torch.zeros(3, dtype=dtype)
     cap = t.__dlpack__()

@@ -88,6 +88,9 @@ class DeviceBuffer:
 # runtime/cuda/memory.py registers kDLCUDA's, so tc.from_dlpack (tensors/) takes GPU arrays
 # without knowing how device memory is held.
 dlpack_importers: dict[int, Callable[[Any], DeviceBuffer]] = {}
+# Host arrays NumPy's DLPack cannot carry (bfloat16): runtime/host_dlpack.py registers
+# "export" (array -> capsule) and "import" (producer -> NumPy array sharing its memory).
+host_dlpack: dict[str, Callable[[Any], Any]] = {}
 
 
 def device_of(data: Any) -> Device:

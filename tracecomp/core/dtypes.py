@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import DTypeError
+from .halfs import round_float32, widen
 from .symbolic import Dim
 
 
@@ -143,9 +144,9 @@ def cast_array(a: np.ndarray, to: np.dtype) -> np.ndarray:
     PyTorch on x86 do.  NumPy alone leaves these to the platform."""
     a, to = np.asarray(a), np.dtype(to)
     if a.dtype.itemsize == 2 and is_float_array_dtype(a.dtype):
-        a = a.astype(np.float32)            # exact; ml_dtypes' own integer casts wrap
-    if to.itemsize == 2 and is_float_array_dtype(to) and a.dtype == np.float64:
-        a = a.astype(np.float32)            # PyTorch rounds f64 -> f32 -> half (twice), so do we
+        a = widen(a)            # exact; ml_dtypes' own integer casts wrap
+    if to.itemsize == 2 and is_float_array_dtype(to):     # via float32, as PyTorch rounds (twice
+        return round_float32(a.astype(np.float32), to)      # from float64) and our compiled code
     if a.dtype.kind != "f" or to.kind not in "iu":
         return a.astype(to)
     low, high = float(np.iinfo(to).min), -float(np.iinfo(to).min)   # -2^(w-1), 2^(w-1): exact

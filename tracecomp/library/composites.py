@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import composites_nn, contraction, resampling, windows
+from .opmath import run_in_float32
 from .assignment import put
 from .indexing import values_for, wrapped
 from ..core import dtypes as dt
@@ -550,10 +551,11 @@ def _describe_args(args: dict[str, Any]) -> str:
 
 
 def run_composite(op: OpDef, args: dict[str, Any]):
-    env = {**{k: v for k, v in HELPERS.items() if not callable(v) or isinstance(v, dt.DType)}, **args}
+    constants = {k: v for k, v in HELPERS.items() if not callable(v) or isinstance(v, dt.DType)}
     try:
         with _derived_from(op), _on_device_of(args):
-            result = formula.Evaluator(env, _call).run_program(op.program)
+            result = run_in_float32(op, args, lambda a: formula.Evaluator({**constants, **a}, _call)
+                                    .run_program(op.program))
         returns = op.schema.returns
         if len(returns) > 1 or returns[0].type.is_list:     # a tuple, or a named tuple, as for kernels
             result = package(op, list(result))

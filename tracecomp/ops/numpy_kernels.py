@@ -104,7 +104,7 @@ def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np
 def _widen(v):
     """A half-precision array (or list of them) as float32, exactly; anything else as it is."""
     if isinstance(v, np.ndarray) and v.dtype.itemsize == 2 and dt.is_float_array_dtype(v.dtype):
-        return v.astype(np.float32)
+        return dt.cast_array(v, np.float32)
     if isinstance(v, list) and v and isinstance(v[0], np.ndarray):
         return [_widen(x) for x in v]
     return v

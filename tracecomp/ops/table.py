@@ -26,7 +26,7 @@ ELEMENTWISE_DTYPE_RULES = ("promote", "float", "bool", "logical")
 ACCEPTED_DTYPES = ("any", "numeric", "float", "integral")
 KNOWN_KEYS = {"func", "variants", "operators", "reflected", "properties", "elementwise",
               "composite", "kind", "dtype", "promote", "accepts", "nondeterministic",
-              "doc", "impl", "choices", "torch", "regions"}
+              "doc", "impl", "choices", "torch", "regions", "opmath"}
 VARIANTS = ("function", "method", "inplace")    # inplace: a `name_` method too (elementwise methods get one anyway)
 OPERATORS = {"__add__", "__sub__", "__mul__", "__truediv__", "__pow__", "__matmul__", "__neg__",
              "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__",
@@ -57,6 +57,7 @@ class OpDef:
     doc: str = ""
     torch: str = ""                            # PyTorch's name when not torch.<name> ("-": none)
     regions: tuple[str, ...] = ()              # kind "region": the names of the graphs it holds
+    opmath: bool = False                       # composite: half inputs run the program in float32
     source: str = field(default="", compare=False)   # the schema text, for round-trip tests
 
     @property
@@ -225,7 +226,14 @@ def _build(entry: dict, file: str) -> OpDef:
         nondeterministic=bool(entry.get("nondeterministic", False)),
         choices=tuple((k, tuple(map(str, v))) for k, v in choices.items()),
         doc=str(entry.get("doc", "")), torch=str(entry.get("torch", "")), regions=regions,
-        source=label, **sem)
+        opmath=_opmath(entry, sem["kind"], err), source=label, **sem)
+
+
+def _opmath(entry: dict, kind: str, err) -> bool:
+    value = entry.get("opmath", False)
+    if not isinstance(value, bool) or (value and kind != "composite"):
+        err("'opmath' is true or false, and only a composite op may set it")
+    return value
 
 
 def _check_references(ops: dict[str, OpDef]) -> None:

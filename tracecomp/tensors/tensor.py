@@ -12,8 +12,8 @@ import numpy as np
 
 from ..core.locations import user_location
 from ..core import dtypes as dt
-from ..core.devices import Device, DeviceBuffer, device_of, dlpack_importers
-from ..core.errors import ArgumentError, DTypeError, TraceError, VmapError, add_location
+from ..core.devices import Device, DeviceBuffer, device_of, dlpack_importers, host_dlpack
+from ..core.errors import ArgumentError, DTypeError, TraceError, TracecompError, VmapError, add_location
 from ..core.types import TensorType
 
 
@@ -195,7 +195,10 @@ class Tensor:
         if isinstance(self._data, DeviceBuffer):
             check_fresh(self)
             return self._data.__dlpack__(*args, **kwargs)
-        return self._concrete("__dlpack__").__dlpack__(*args, **kwargs)
+        data = self._concrete("__dlpack__")
+        if data.dtype == dt.BFLOAT16.np and "export" in host_dlpack:     # NumPy's DLPack lacks it
+            return host_dlpack["export"](data)
+        return data.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
         return self._data.__dlpack_device__() if isinstance(self._data, DeviceBuffer) else (1, 0)   # kDLCPU
@@ -305,6 +308,11 @@ def from_dlpack(x: Any) -> Tensor:
     try:
         return Tensor.from_numpy(np.from_dlpack(x))
     except (TypeError, RuntimeError, BufferError) as e:
+        if "import" in host_dlpack:          # bfloat16, which NumPy's DLPack lacks
+            try:
+                return Tensor.from_numpy(host_dlpack["import"](x))
+            except TracecompError:
+                pass
         raise ArgumentError(f"from_dlpack: cannot share the memory of a {foreign_name(x)} ({e}); "
                             "tracecomp takes CPU arrays") from None
 

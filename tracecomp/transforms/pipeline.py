@@ -1,7 +1,8 @@
 """The optimization pipeline run on every traced graph: a plain list of named passes.
 
-decompose -> fold -> simplify -> control -> cse -> dce (see tracecomp/ir/passes for each
-pass; control rewrites loops and branches after folding made their predicates constant,
+decompose -> widen_half -> fold -> simplify -> control -> cse -> dce (see tracecomp/ir/passes
+for each pass; widen_half leaves half-precision types to casts, views and data movement;
+control rewrites loops and branches after folding made their predicates constant,
 before CSE merges the ops it hoisted and DCE drops what it left unused).
 Every pass's result is verified when TRACECOMP_VERIFY=1 is set (the test suite sets it);
 the final graph is always verified, so a backend only ever receives a verified graph.
@@ -13,7 +14,7 @@ import os
 
 from .decompose import decompose
 from ..ir import Graph
-from ..ir.passes import PassManager, control, cse, dce, fold_constants, simplify
+from ..ir.passes import PassManager, control, cse, dce, fold_constants, simplify, widen_half
 from ..ir.verifier import verify
 from ..ops import numpy_kernels
 
@@ -26,6 +27,7 @@ def pipeline(verify_each: bool | None = None, record: bool = False) -> PassManag
     """The passes `optimize` runs; `record=True` keeps the text after each (for the CLI)."""
     return PassManager([
         ("decompose", decompose),
+        ("widen_half", widen_half),
         ("fold", functools.partial(fold_constants, evaluate=numpy_kernels.run)),
         ("simplify", simplify),
         ("control", control),

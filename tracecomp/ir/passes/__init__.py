@@ -9,5 +9,6 @@ from .dce import dce
 from .fold import fold_constants
 from .manager import PassManager
 from .simplify import simplify
+from .widen_half import widen_half
 
-__all__ = ["PassManager", "control", "cse", "dce", "fold_constants", "simplify"]
+__all__ = ["PassManager", "control", "cse", "dce", "fold_constants", "simplify", "widen_half"]

@@ -14,7 +14,9 @@ there) does, on every host (dtypes.cast_array states the same rule for the eager
 never LLVM's poison); an integer `pow` with a negative exponent is 1 / a**-b truncated (1 for
 a == 1, +-1 for a == -1, else 0) where NumPy raises.
 
-Representation: bool is i1 in registers and i8 in memory; index is i64.  Integer
+Representation: bool is i1 in registers and i8 in memory; index is i64; bfloat16 and
+float16 are float32 in registers and i16 in memory (llvm/halfs.py), every arithmetic
+result of theirs rounded back at once, as NumPy with ml_dtypes computes them.  Integer
 arithmetic on user data wraps (no nsw: overflow is defined, like NumPy's); arithmetic on
 `index` values is nsw, which lets LLVM reason about addresses.  Transcendentals go through
 `math_function`, the one place that picks between llvm/math's vectorizable polynomials
@@ -25,16 +27,18 @@ from __future__ import annotations
 from typing import Callable, Union
 
 import llvmlite.ir as ir
+import numpy as np
 
-from ...core.dtypes import DType
+from ...core.dtypes import DType, cast_array
 from ...core.errors import BackendError
 from ..loops.ir import INDEX
+from . import halfs
 
 DTypeLike = Union[DType, str]
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 _REGISTER = {DType.bool: I1, DType.int32: I32, DType.int64: I64, DType.float32: F32,
-             DType.float64: F64, INDEX: I64}
+             DType.float64: F64, DType.bfloat16: F32, DType.float16: F32, INDEX: I64}
 MATH_FUNCTIONS = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh",
                   "erf", "pow", "atan2")
 _INTRINSIC_MATH = ("exp", "exp2", "log", "log2", "sin", "cos", "tan", "tanh", "pow", "atan2")
@@ -51,12 +55,18 @@ def register_type(dtype: DTypeLike) -> ir.Type:
     return _REGISTER[dtype]
 
 
+def is_half(dtype: DTypeLike) -> bool:
+    return isinstance(dtype, DType) and dtype.is_half
+
+
 def memory_type(dtype: DTypeLike) -> ir.Type:
-    """How a buffer stores the dtype: bool takes a byte, as in NumPy."""
-    return I8 if dtype is DType.bool else _REGISTER[dtype]
+    """How a buffer stores the dtype: bool takes a byte, as in NumPy; half types their bits."""
+    return I8 if dtype is DType.bool else I16 if is_half(dtype) else _REGISTER[dtype]
 
 
 def constant(value, dtype: DTypeLike) -> ir.Constant:
+    if is_half(dtype):        # the value the dtype holds, rounded as a cast rounds it
+        value = float(cast_array(np.asarray(float(value), np.float64), dtype.np).astype(np.float32))
     if kind(dtype) == "f":
         return ir.Constant(_REGISTER[dtype], float(value))
     return ir.Constant(_REGISTER[dtype], int(value))
@@ -65,12 +75,16 @@ def constant(value, dtype: DTypeLike) -> ir.Constant:
 def load_value(b: ir.IRBuilder, ptr: ir.Value, dtype: DTypeLike) -> ir.Value:
     """An element from memory as a register value (bool: any nonzero byte is true)."""
     v = b.load(ptr, typ=memory_type(dtype), align=dtype.itemsize)
+    if is_half(dtype):
+        return halfs.widen(b, v, dtype.label)
     return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dtype is DType.bool else v
 
 
 def store_value(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, dtype: DTypeLike) -> None:
     if dtype is DType.bool:
         v = b.zext(v, I8)
+    elif is_half(dtype):
+        v = halfs.narrow(b, v, dtype.label)
     b.store(v, ptr, align=dtype.itemsize)
 
 
@@ -101,7 +115,7 @@ def math_function(module: ir.Module, name: str, dtype: DTypeLike) -> ir.Function
     The vectorizable polynomial of llvm/math when it has one, else an LLVM intrinsic, else
     libm.  Intrinsics and libm calls are correct but become scalar libm calls inside
     vectorized loops."""
-    suffix = {DType.float32: "f32", DType.float64: "f64"}[dtype]
+    suffix = {DType.float32: "f32", DType.float64: "f64"}[dtype.compute]
     if name not in MATH_FUNCTIONS:
         raise BackendError(f"no math function '{name}' (known: {', '.join(MATH_FUNCTIONS)})")
     try:
@@ -167,7 +181,12 @@ def unary(b: ir.IRBuilder, fn: str, x: ir.Value, dtype: DTypeLike) -> ir.Value:
     rule = UNARY.get(kind(dtype), {}).get(fn)
     if rule is None:
         raise BackendError(f"the LLVM backend has no Unary '{fn}' for {dtype}")
-    return rule(b, x, dtype)
+    return _rounded(b, rule(b, x, dtype), dtype)
+
+
+def _rounded(b: ir.IRBuilder, v: ir.Value, dtype: DTypeLike) -> ir.Value:
+    """A half dtype's float32 result rounded to it (comparisons' bools pass)."""
+    return halfs.round_in_register(b, v, dtype.label) if is_half(dtype) and v.type == F32 else v
 
 
 # ---------------------------------------------------------------- binary
@@ -297,7 +316,7 @@ def binary(b: ir.IRBuilder, fn: str, x: ir.Value, y: ir.Value, dtype: DTypeLike)
     rule = BINARY.get(kind(dtype), {}).get(fn)
     if rule is None:
         raise BackendError(f"the LLVM backend has no Binary '{fn}' for {dtype}")
-    return rule(b, x, y, dtype)
+    return _rounded(b, rule(b, x, y, dtype), dtype)
 
 
 # ---------------------------------------------------------------- casts
@@ -306,6 +325,10 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DTypeLike, dst: DTypeLike) -> ir.Val
     """Convert a register value of dtype `src` to `dst` (see the module docstring)."""
     if src == dst:
         return x
+    if is_half(dst):           # through float32 (twice rounded from float64, as PyTorch does)
+        return halfs.round_in_register(b, cast(b, x, src, DType.float32), dst.label)
+    if is_half(src):           # its register already is the exact float32
+        return cast(b, x, DType.float32, dst)
     s, d, to = kind(src), kind(dst), _REGISTER[dst]
     if d == "b":
         if s == "f":

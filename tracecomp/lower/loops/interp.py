@@ -48,6 +48,8 @@ def _typed(value, dtype):
         return int(value)
     if dtype is dt.BOOL:
         return np.bool_(value)
+    if dtype.is_half:          # rounded as the eager kernels and the compiled code round
+        return dt.cast_array(np.asarray(value), dtype.np)[()]
     return dtype.np.type(value)
 
 

@@ -29,6 +29,7 @@ import ctypes
 import threading
 from ctypes import POINTER, Structure, c_char_p, c_int, c_int32, c_int64, c_uint8, c_uint16, c_uint64, c_void_p
 
+import ml_dtypes  # noqa: F401  (names bfloat16 for NumPy: np.dtype("bfloat16"))
 import numpy as np
 
 from tracecomp.core.errors import ArgumentError, DTypeError
@@ -104,7 +105,7 @@ _USED_NAME = ctypes.create_string_buffer(b"used_dltensor")
 _FROM_DL = {(kDLInt, 8): "int8", (kDLInt, 16): "int16", (kDLInt, 32): "int32", (kDLInt, 64): "int64",
             (kDLUInt, 8): "uint8", (kDLUInt, 16): "uint16", (kDLUInt, 32): "uint32",
             (kDLUInt, 64): "uint64", (kDLFloat, 16): "float16", (kDLFloat, 32): "float32",
-            (kDLFloat, 64): "float64", (kDLBool, 8): "bool"}
+            (kDLFloat, 64): "float64", (kDLBool, 8): "bool", (kDLBfloat, 16): "bfloat16"}
 _TO_DL = {np.dtype(v): k for k, v in _FROM_DL.items()}
 
 
@@ -121,7 +122,7 @@ def _numpy_dtype(dt: DLDataType) -> np.dtype:
     name = _FROM_DL.get((code, bits)) if lanes == 1 else None
     if name is None:
         raise DTypeError(f"DLPack dtype {_describe_dl_dtype(code, bits, lanes)} is not supported; "
-                         "tracecomp imports int8-64, uint8-64, float16/32/64 and bool, one lane")
+                         "tracecomp imports int8-64, uint8-64, bfloat16, float16/32/64 and bool, one lane")
     return np.dtype(name)
 
 
@@ -207,7 +208,7 @@ def to_capsule(ptr: int, shape, dtype, device, owner):
         raise ArgumentError(f"to_capsule: {dtype!r} is not a dtype") from None
     if not dt.isnative or dt.newbyteorder("=") not in _TO_DL:
         raise DTypeError(f"to_capsule: dtype {dt} has no DLPack export here "
-                         "(int8-64, uint8-64, float16/32/64, bool in native byte order)")
+                         "(int8-64, uint8-64, bfloat16, float16/32/64, bool in native byte order)")
     code, bits = _TO_DL[dt.newbyteorder("=")]
 
     ndim = len(shape)

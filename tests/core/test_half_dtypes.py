@@ -1,0 +1,164 @@
+"""bfloat16 and float16: conversions on every bit pattern against ml_dtypes and torch, eager
+and compiled; PyTorch's promotion table; NumPy, torch and text interop; the compiled
+loops' vectors."""
+from __future__ import annotations
+
+import itertools
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.core import dtypes as dt
+
+torch = pytest.importorskip("torch")
+
+HALVES = [(tc.bfloat16, ml_dtypes.bfloat16, torch.bfloat16), (tc.float16, np.float16, torch.float16)]
+ALL = [tc.bool, tc.int32, tc.int64, tc.bfloat16, tc.float16, tc.float32, tc.float64]
+
+
+def _torch_dtype(d):
+    return getattr(torch, d.label)
+
+
+def _float32_sample() -> np.ndarray:
+    """Every 4099th float32 bit pattern, and the ones that decide rounding: halfway between
+    two bfloat16/float16 values (ties) and next to them, subnormals, overflow, inf, NaN."""
+    bits = np.arange(0, 2 ** 32, 4099, dtype=np.uint64).astype(np.uint32)
+    base = np.arange(0, 2 ** 16, 37, dtype=np.uint32) << 16
+    ties = np.concatenate([base | 0x8000, base | 0x7FFF, base | 0x8001])           # bfloat16 ties
+    f16 = np.arange(2 ** 16, dtype=np.uint16).view(np.float16).astype(np.float32).view(np.uint32)
+    f16_ties = np.concatenate([f16 + 0x1000, f16 + 0xFFF, f16 + 0x1001])        # normal float16 ties
+    specials = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001,
+                         0x477FEFFF, 0x477FF000, 0x33000000, 0x33000001, 0x33800000, 0x387FE000,
+                         0x38800000, 0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0xFF7FFFFF], np.uint32)
+    return np.concatenate([bits, ties, f16_ties, specials]).view(np.float32)
+
+
+def _same_bits_or_both_nan(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    got_f, want_f = got.astype(np.float32), want.astype(np.float32)
+    nan = np.isnan(want_f)
+    assert np.array_equal(np.isnan(got_f), nan), what
+    g, w = got.view(np.uint16)[~nan], want.view(np.uint16)[~nan]
+    bad = np.flatnonzero(g != w)
+    assert not bad.size, f"{what}: {bad.size} differ, first {want_f[~nan][bad[0]]!r}: {g[bad[0]]:#06x} != {w[bad[0]]:#06x}"
+
+
+@pytest.mark.parametrize("d, np_type, torch_type", HALVES, ids=["bfloat16", "float16"])
+def test_every_bit_pattern_widens_and_narrows_back_exactly(d, np_type, torch_type):
+    bits = np.arange(2 ** 16, dtype=np.uint16)
+    halves = bits.view(np_type)
+    want = torch.from_numpy(bits.view(np.int16).copy()).view(torch_type).float().numpy()
+    widen, narrow = tc.trace(lambda x: x.float()), tc.trace(lambda x: x.to(d))
+    for label, wide in (("eager", np.asarray(tc.tensor(halves).float())), ("compiled", np.asarray(widen(halves)))):
+        np.testing.assert_array_equal(wide.view(np.uint32), want.view(np.uint32), err_msg=label)
+    nan = np.isnan(want)
+    for label, back in (("eager", np.asarray(tc.tensor(want).to(d))), ("compiled", np.asarray(narrow(want)))):
+        assert back.dtype == np_type
+        np.testing.assert_array_equal(back.view(np.uint16)[~nan], bits[~nan], err_msg=label)
+        assert np.isnan(back[nan].astype(np.float32)).all()
+        quiet = 0x40 if d is tc.bfloat16 else 0x200
+        assert np.all(back.view(np.uint16)[nan] & quiet), f"{label}: a NaN was not made quiet"
+        assert np.array_equal(back.view(np.uint16)[nan] >> 15, bits[nan] >> 15), f"{label}: a NaN lost its sign"
+
+
+@pytest.mark.parametrize("d, np_type, torch_type", HALVES, ids=["bfloat16", "float16"])
+def test_float32_rounds_to_nearest_even_as_ml_dtypes_and_torch(d, np_type, torch_type):
+    x = _float32_sample()
+    with np.errstate(all="ignore"):
+        by_ml_dtypes = x.astype(np_type)
+    by_torch = torch.from_numpy(x.copy()).to(torch_type).view(torch.int16).numpy().view(np_type)
+    eager = np.asarray(tc.tensor(x).to(d))
+    compiled = np.asarray(tc.trace(lambda t: t.to(d))(x))
+    for label, got in (("eager", eager), ("compiled", compiled)):
+        _same_bits_or_both_nan(got, by_ml_dtypes, f"{label} vs ml_dtypes")
+        _same_bits_or_both_nan(got, by_torch, f"{label} vs torch")
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+def test_float64_and_int_casts_round_as_torch(d):
+    x = np.concatenate([np.random.default_rng(1).standard_normal(5000) * 1e3, [1 + 2 ** -8 + 2 ** -40, 65519.999]])
+    want = torch.from_numpy(x).to(_torch_dtype(d)).float().numpy()
+    for got in (tc.tensor(x).to(d), tc.trace(lambda t: t.to(d))(x)):
+        np.testing.assert_array_equal(np.asarray(got).astype(np.float32), want)
+    ints = np.array([-(2 ** 40) - 1, -3, 0, 257, 2 ** 24 + 1, 65519], np.int64)
+    want = torch.from_numpy(ints).to(_torch_dtype(d)).float().numpy()
+    for got in (tc.tensor(ints).to(d), tc.trace(lambda t: t.to(d))(ints)):
+        np.testing.assert_array_equal(np.asarray(got).astype(np.float32), want)
+
+
+@pytest.mark.parametrize("a, b", list(itertools.product(ALL, ALL)), ids=str)
+def test_promotion_is_torchs(a, b):
+    want = torch.promote_types(_torch_dtype(a), _torch_dtype(b))
+    assert dt.promote_types(a, b).label == str(want).removeprefix("torch.")
+    x, y = tc.ones((2,), dtype=a), tc.ones((2,), dtype=b)
+    tx, ty = torch.ones(2, dtype=_torch_dtype(a)), torch.ones(2, dtype=_torch_dtype(b))
+    assert (x + y).dtype.label == str((tx + ty).dtype).removeprefix("torch.")
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+@pytest.mark.parametrize("other", [2.5, 3, True, "0-d float32", "0-d float64", "int tensor"])
+def test_scalars_and_0d_tensors_are_weak_as_in_torch(d, other):
+    operand = {"0-d float32": (tc.tensor(np.float32(2)), torch.tensor(2.0)),
+               "0-d float64": (tc.tensor(np.float64(2)), torch.tensor(2.0, dtype=torch.float64)),
+               "int tensor": (tc.ones((2,), dtype=tc.int64), torch.ones(2, dtype=torch.int64))}.get(other, (other, other))
+    got = (tc.ones((2,), dtype=d) * operand[0]).dtype
+    want = (torch.ones(2, dtype=_torch_dtype(d)) * operand[1]).dtype
+    assert got.label == str(want).removeprefix("torch.")
+
+
+@pytest.mark.parametrize("d, np_type, torch_type", HALVES, ids=["bfloat16", "float16"])
+def test_numpy_and_torch_interop(d, np_type, torch_type):
+    values = np.array([1.5, -2.0, 3.140625, np.inf], np_type)
+    t = tc.tensor(values)
+    assert t.dtype is d and np.asarray(t).dtype == np_type and t.numpy().dtype == np_type
+    assert tc.tensor(values.astype(np.float32), dtype=d).dtype is d
+    assert tc.zeros((2,), dtype=d).dtype is d and tc.ones((2,)).to(d).dtype is d
+    assert tc.ones((2,)).to(torch_type).dtype is d
+    from_torch = tc.tensor(torch.tensor([1.5, -2.0], dtype=torch_type))
+    assert from_torch.dtype is d and from_torch.tolist() == [1.5, -2.0]
+    back = torch.from_dlpack(t)
+    assert back.dtype == torch_type and back.float().tolist() == [1.5, -2.0, 3.140625, float("inf")]
+    assert tc.from_dlpack(back).dtype is d
+
+
+def test_half_and_bfloat16_methods_and_aliases():
+    x = tc.tensor(np.array([1.0, 2.0], np.float32))
+    assert x.half().dtype is tc.float16 is tc.half and x.bfloat16().dtype is tc.bfloat16
+    assert dt.to_dtype("half") is tc.float16 and dt.to_dtype(ml_dtypes.bfloat16) is tc.bfloat16
+    assert "dtype=tracecomp.bfloat16" in repr(x.bfloat16())
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+def test_graph_text_round_trips(d):
+    from tracecomp.ir.parser import parse_graph
+    f = tc.trace(lambda x: x * 3 + tc.tensor(np.array([0.1, 0.2], np.float32)).to(d))
+    for stage in ("graph", "optimized"):
+        text = f.lower(np.ones(2, d.np)).as_text(stage)
+        assert f"xtensor" not in text and f"2x{d.mlir}>" in text
+        assert str(parse_graph(text)) == text
+
+
+def _loops(asm: str) -> list[str]:
+    from tests.lower.test_asm import _loops as loops
+    return loops(asm)
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+def test_fused_half_loops_vectorize(d):
+    """The i16 loads widen and the stores narrow in vector registers (LLVM picks the width
+    from the 16-bit elements, so a host with AVX-512 may use zmm even when 256-bit loops were
+    chosen): a vector loop with no scalar 16-bit load or store and no call."""
+    f = tc.trace(lambda x, y: (x * 1.5 + y).exp() - y)
+    x = np.ones(1 << 16, d.np)
+    from tracecomp.lower import hostcpu
+    regs = "[yz]mm" if hostcpu.detected_target().has("avx") else "xmm"
+    loops = _loops(f.lower(x, x).as_text("asm"))
+    vector_loops = [body for body in loops if re.search(rf"\bv?(mul|add|sub)ps\s.*%{regs}\d", body)]
+    assert vector_loops, "no loop computes on packed floats"
+    for body in vector_loops:
+        assert re.search(r"\bv?(pmovzxwd|punpck\w+wd)\b", body), f"no packed widening in:\n{body}"
+        assert not re.search(r"\b(movzwl|movw)\b", body), f"a scalar 16-bit access in:\n{body}"
+        assert not re.search(r"^\s+call", body, re.M), f"a call inside a vector loop:\n{body}"
