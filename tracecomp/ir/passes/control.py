@@ -10,9 +10,11 @@ rewrite driver rewrites an op's regions before the op):
   (folding and simplification inside the body see them), copied out when a hoisted op
   needs one;
 - scanned-input hoisting (scan): a body op that depends on x rows and consts but on no
-  carry, elementwise or a matmul whose other operand is invariant, runs once over the
+  carry, a matmul whose other operand is invariant or elementwise, runs once over the
   whole stacked xs before the loop ((xs @ W)[i] = xs[i] @ W, a batched matmul), and the
-  body receives its rows as new xs; a y that is such a row is the stacked value itself;
+  body receives its rows as new xs; a y that is such a row is the stacked value itself.
+  An elementwise op moves only for a hoisted matmul or where the body no longer needs
+  its row (_worth_hoisting);
 - sums of products (scan): a carry that only accumulates a product of per-step rows,
   acc + a_i @ b_i (a weight's gradient in a backward scan: dW += h_i^T da_i), is one
   product after the loop over the stacked rows, sum_i a_i @ b_i = [a_1 .. a_T] @ [b_1; ..;
@@ -258,6 +260,7 @@ class _Loop:
         constants: dict[Value, Op] = {}
         invariant, row_values = [], []
         length = self.op.attrs.get("length")
+        worth = _worth_hoisting(g, len(self.init), _over_all_rows(g, consts, xs, length, speculative)) if rows else set()
 
         def outside(v: Value) -> Value:
             if v not in outer:      # a tc.constant of the body: copied out
@@ -277,11 +280,9 @@ class _Loop:
                 outer.update(zip(inner.results, copy.results))
                 invariant += zip(inner.results, copy.results)
                 continue
-            if not rows or not all(v in outer or v in constants or v in stacked for v in inner.operands):
+            if inner not in worth:
                 continue
             types = _over_rows(inner, [v in stacked for v in inner.operands], length)
-            if types is None:
-                continue
             copy = self.rw.add(inner.name, [stacked[v] if v in stacked else outside(v) for v in inner.operands],
                                inner.attrs, types, inner.loc)
             stacked.update(zip(inner.results, copy.results))
@@ -450,6 +451,56 @@ def _reshape(rw: Rewriter, v: Value, shape: tuple, loc) -> Value:
 def _permute(rw: Rewriter, v: Value, dims: tuple, loc) -> Value:
     shape = tuple(v.type.shape[d] for d in dims)
     return rw.add(PERMUTE, [v], {"dims": dims}, [TensorType(shape, v.type.dtype)], loc).result
+
+
+def _over_all_rows(g: Graph, consts: list[Value], xs: list[Value], length, speculative: bool) -> list[Op]:
+    """The ops of scan body `g` that can run over all steps at once (hoist_region's
+    classification, without emitting anything): on x rows, consts and earlier such ops."""
+    outer, stacked, out = set(consts), set(xs), []
+    for inner in g.ops:
+        if inner.name == CONSTANT:
+            outer.add(inner.result)
+            continue
+        if not _deterministic(inner) or speculative and not _safe_to_speculate(inner):
+            continue
+        if all(v in outer for v in inner.operands):
+            outer.update(inner.results)
+        elif all(v in outer or v in stacked for v in inner.operands) and \
+                _over_rows(inner, [v in stacked for v in inner.operands], length) is not None:
+            out.append(inner)
+            stacked.update(inner.results)
+    return out
+
+
+def _worth_hoisting(g: Graph, num_carry: int, over_rows: list[Op]) -> set[Op]:
+    """Of the ops over rows, those worth running over all steps: matmuls (one large product
+    instead of a small one per step) and what they read; another op only when the body no
+    longer needs its row (its uses are hoisted too, or ys).  Otherwise the loop reads a
+    stacked row that it could compute from rows it reads anyway, and the stack costs a
+    write and a read of every row (W12's backward scan: 7% of the step)."""
+    users: dict[Value, list[Op]] = {}
+    for op in g.ops:
+        for v in op.operands:
+            users.setdefault(v, []).append(op)
+    carried = set(g.outputs[:num_carry])
+    feeds: set[Op] = set()
+    for op in reversed(over_rows):       # users come later: a matmul's producers after it
+        if op.name == MATMUL or any(u in feeds for r in op.results for u in users.get(r, ())):
+            feeds.add(op)
+    row_op = set(over_rows)
+    hoisted = set(over_rows)
+    changed = True
+    while changed:
+        changed = False
+        for op in over_rows:
+            if op not in hoisted or op in feeds:
+                continue
+            needed = any(r in carried or any(u not in hoisted for u in users.get(r, ())) for r in op.results)
+            orphan = any(v.op in row_op and v.op not in hoisted for v in op.operands)
+            if needed or orphan:
+                hoisted.discard(op)
+                changed = True
+    return hoisted
 
 
 def _over_rows(op: Op, is_row: list[bool], length) -> list[TensorType] | None:
