@@ -69,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="text (every stage), dot, svg or png (graph stages; svg and png need "
                            "Graphviz's dot)")
     dump.add_argument("-o", "--output", metavar="PATH", help="write here instead of printing")
+    dump.add_argument("--torch", action="store_true",
+                      help="FUNCTION is a PyTorch model (an nn.Module, an nn.Module class taking no "
+                           "arguments, or a function of torch tensors): dump the graphs that "
+                           "torch.compile(backend='tracecomp') imports from it (tracecomp.torch.lower)")
+    dump.add_argument("--graph", default="forward", metavar="GRAPH",
+                      help="with --torch: forward (default) or backward, the graph AOTAutograd gives "
+                           "for the gradients of the parameters and of the --grad inputs; --stage all "
+                           "writes both, each into a folder of its own")
 
     export = sub.add_parser("export", help="compile a function into a shared library and C header")
     _add_function_args(export)
@@ -201,12 +209,27 @@ def parse_input(spec: str, rng):
         raise CliError(f"bad input spec {spec!r}: NumPy cannot make an array of this shape ({e})") from None
 
 
-def _prepare(args):
+def _prepare_inputs(args) -> list:
     import numpy as np
+    rng = np.random.default_rng(0)
+    return [parse_input(s, rng) for s in args.input]
+
+
+def _argnums(spec: str, count: int) -> tuple[int, ...]:
+    """--grad's argument numbers, checked against the `count` inputs."""
+    try:
+        argnums = tuple(int(a) for a in spec.split(","))
+    except ValueError:
+        raise CliError(f"--grad takes comma-separated argument numbers, got {spec!r}") from None
+    if any(a < 0 or a >= count for a in argnums):
+        raise CliError(f"--grad {spec}: the function gets {count} inputs")
+    return argnums
+
+
+def _prepare(args):
     import tracecomp as tc
     fn = load_function(args.function)
-    rng = np.random.default_rng(0)
-    inputs = [parse_input(s, rng) for s in args.input]
+    inputs = _prepare_inputs(args)
     try:
         inspect.signature(fn).bind(*inputs)
     except TypeError as e:
@@ -214,12 +237,7 @@ def _prepare(args):
     except ValueError:
         pass                       # no signature (a builtin): let tracing tell
     if args.grad is not None:
-        try:
-            argnums = tuple(int(a) for a in args.grad.split(","))
-        except ValueError:
-            raise CliError(f"--grad takes comma-separated argument numbers, got {args.grad!r}") from None
-        if any(a < 0 or a >= len(inputs) for a in argnums):
-            raise CliError(f"--grad {args.grad}: the function gets {len(inputs)} inputs")
+        argnums = _argnums(args.grad, len(inputs))
         fn = tc.value_and_grad(fn, argnums=argnums if len(argnums) > 1 else argnums[0])
     return fn, inputs
 
@@ -254,8 +272,39 @@ def _lower(fn, inputs, spec: str, dynamic: dict | None = None):
         raise CliError(f"tracing {spec} failed: {type(e).__name__}: {e}") from None
 
 
+def _torch_graphs(args) -> dict:
+    """--torch: {"forward": Lowered, "backward": Lowered} of the model, as imported."""
+    if args.dynamic:
+        raise CliError("--dynamic is for tracecomp functions; --torch imports the model at the --input shapes")
+    from tracecomp.core.errors import TracecompError
+    try:
+        import torch
+        import tracecomp.torch as tt
+    except ImportError as e:
+        raise CliError(f"--torch needs PyTorch (pip install torch): {e}") from None
+    model = load_function(args.function)
+    if isinstance(model, type) and issubclass(model, torch.nn.Module):
+        model = model()
+    inputs = [torch.from_numpy(x.numpy().copy()) for x in _prepare_inputs(args)]
+    for i in _argnums(args.grad, len(inputs)) if args.grad is not None else ():
+        if not inputs[i].is_floating_point():
+            raise CliError(f"--grad {args.grad}: input {i} is not a float tensor")
+        inputs[i].requires_grad_(True)
+    try:
+        graphs = tt.lower(model, *inputs).graphs
+    except TracecompError:
+        raise
+    except Exception as e:
+        raise CliError(f"importing {args.function} through torch.compile failed: {type(e).__name__}: "
+                       f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if args.stage != "all" and args.graph not in graphs:
+        raise CliError(f"--graph {args.graph}: {args.function} has " + (
+            "no backward graph (no parameter or --grad input needs gradients)" if args.graph == "backward"
+            else f"graphs {', '.join(graphs)} only"))
+    return graphs
+
+
 def _dump(args) -> int:
-    import tracecomp as tc
     if args.stage not in STAGES + ("all",):
         raise CliError(f"unknown stage {args.stage!r}; available: {', '.join(STAGES)}, all")
     if args.format not in FORMATS:
@@ -263,11 +312,20 @@ def _dump(args) -> int:
     if args.format != "text" and args.stage not in GRAPH_STAGES + ("all",):
         raise CliError(f"--format {args.format} draws graph stages ({', '.join(GRAPH_STAGES)}); "
                        f"stage {args.stage} is text only")
-    fn, inputs = _prepare(args)
+    if args.graph not in ("forward", "backward"):
+        raise CliError(f"unknown graph {args.graph!r}; available: forward, backward (with --torch)")
+    if args.graph != "forward" and not args.torch:
+        raise CliError("--graph picks a graph of a PyTorch model (--torch); for a tracecomp "
+                       "function, --grad and --stage backward show its backward")
     t0 = time.perf_counter()
-    lowered = _lower(fn, inputs, args.function, _dynamic_spec(args.dynamic))
+    if args.torch:
+        graphs = _torch_graphs(args)
+    else:
+        fn, inputs = _prepare(args)
+        graphs = {"": _lower(fn, inputs, args.function, _dynamic_spec(args.dynamic))}
     trace_time = time.perf_counter() - t0
     if args.stage != "all":
+        lowered = graphs[args.graph if args.torch else ""]
         data = _render(lowered, args.stage, args.format, args.arch)
         if args.output:
             with open(args.output, "wb") as f:
@@ -277,7 +335,15 @@ def _dump(args) -> int:
         else:
             sys.stdout.write(data.decode() if data.endswith(b"\n") else data.decode() + "\n")
         return 0
-    folder = args.output or "tracecomp_dump"
+    for name, lowered in graphs.items():
+        if name:
+            print(f"{name} graph:")
+        _dump_all(lowered, os.path.join(args.output or "tracecomp_dump", name), args, trace_time)
+    return 0
+
+
+def _dump_all(lowered, folder: str, args, trace_time: float) -> None:
+    """Every stage of `lowered` into `folder`, with the time each took (and times.json)."""
     os.makedirs(folder, exist_ok=True)
     print(f"{'trace+optimize':>16}  {trace_time * 1e3:9.1f} ms")
     times = {"trace+optimize": trace_time}
@@ -302,7 +368,6 @@ def _dump(args) -> int:
     with open(os.path.join(folder, "times.json"), "w") as f:
         json.dump({"seconds": times, "compile_seconds": compile_times, "function": args.function,
                    "inputs": args.input, "grad": args.grad}, f, indent=2)
-    return 0
 
 
 def _dynamic_spec(items: list[str]) -> dict | None:

@@ -7,6 +7,8 @@ Where and how to switch it:
   the environment's choice);
 - `TRACECOMP_CACHE=0` turns it off; from Python, `tc.compile_cache.enabled = False`
   (None: back to the environment's choice);
+- `with tc.compile_cache.scoped(enabled=..., directory=...)`: either, in this thread only
+  (the torch backend's `cache` option);
 - `tc.compile_cache.clear()` deletes the entries; `tc.compile_cache.stats` counts hits,
   misses, stores, rejected (corrupt or unauthenticated) and evicted entries in this process;
 - the folder holds at most `$TRACECOMP_CACHE_MAX_BYTES` (default 1 GiB; from Python,
@@ -61,6 +63,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import fcntl
 import functools
@@ -114,6 +117,10 @@ class CacheStats:
     evicted: int = 0         # entries deleted to keep the folder under its cap
 
 
+# (enabled, directory) set by CacheSettings.scoped for the current thread, or None
+_scoped: contextvars.ContextVar = contextvars.ContextVar("tracecomp_cache_scoped", default=None)
+
+
 class CacheSettings:
     """The process-wide switch and folder (`tc.compile_cache`); None defers to the
     environment, read at each compile."""
@@ -126,6 +133,9 @@ class CacheSettings:
 
     @property
     def enabled(self) -> bool:
+        scoped = _scoped.get()
+        if scoped is not None and scoped[0] is not None:
+            return scoped[0]
         if self._enabled is not None:
             return self._enabled
         return switched_on("TRACECOMP_CACHE")
@@ -136,6 +146,9 @@ class CacheSettings:
 
     @property
     def directory(self) -> Path:
+        scoped = _scoped.get()
+        if scoped is not None and scoped[1] is not None:
+            return scoped[1]
         if self._directory is not None:
             return self._directory
         if os.environ.get("TRACECOMP_CACHE_DIR"):
@@ -164,14 +177,22 @@ class CacheSettings:
             raise ValueError(f"compile_cache.max_bytes must be a non-negative int or None, got {value!r}")
         self._max_bytes = value
 
+    def off(self) -> contextlib.AbstractContextManager:
+        """Inside, in this thread: no lookups, no stores (the switch as it was afterwards)."""
+        return self.scoped(enabled=False)
+
     @contextlib.contextmanager
-    def off(self) -> Iterator[None]:
-        """Inside: no lookups, no stores (the switch as it was afterwards)."""
-        was, self._enabled = self._enabled, False
+    def scoped(self, enabled: Optional[bool] = None, directory: Optional[str | os.PathLike] = None) -> Iterator[None]:
+        """Inside, in this thread (a context variable) only: the switch and/or the folder
+        given (None: as outside), over the process-wide settings and the environment.  The
+        torch backend's `cache` option compiles each graph inside one."""
+        outer = _scoped.get() or (None, None)
+        token = _scoped.set((outer[0] if enabled is None else bool(enabled),
+                             outer[1] if directory is None else Path(directory)))
         try:
             yield
         finally:
-            self._enabled = was
+            _scoped.reset(token)
 
     def clear(self) -> None:
         """Delete every entry of the current folder."""

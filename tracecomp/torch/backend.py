@@ -21,11 +21,16 @@ Options (`torch.compile(..., options={...})`, or keyword arguments of `backend`)
   report        a callable receiving a GraphReport per graph (explain uses it)
   trace         keyword arguments for tc.trace (backend="interp", fastmath=True, ...)
   decompositions  a decomposition table replacing decompositions()
+  cache         the compile cache for this model's graphs: False (off), True (on), or a
+                folder (str or path: on, there); left out, tc.compile_cache's settings
+  lowered       a callable receiving (GraphReport, Lowered) at each call of a graph that
+                compiled whole (tracecomp.torch.lower uses it)
 """
 from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Any, Callable
 
 import torch
@@ -40,7 +45,7 @@ from .report import GraphReport
 
 log = logging.getLogger("tracecomp.torch")
 
-OPTIONS = ("strict", "report", "trace", "decompositions")
+OPTIONS = ("strict", "report", "trace", "decompositions", "cache", "lowered")
 
 # Ops that tracecomp takes whole, which Core ATen would decompose (see the docstring).
 KEEP = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
@@ -61,7 +66,18 @@ def _options(options: dict | None, kwargs: dict) -> dict:
     if unknown:
         raise ArgumentError(f"tracecomp backend: unknown option(s) {', '.join(unknown)} "
                             f"(it takes {', '.join(OPTIONS)})")
+    if "cache" in merged:
+        merged["cache"] = _cache_scope(merged["cache"])
     return merged
+
+
+def _cache_scope(cache) -> tuple:
+    """The `cache` option as compile_cache.scoped's (enabled, folder)."""
+    if isinstance(cache, bool):
+        return cache, None
+    if isinstance(cache, (str, os.PathLike)) and str(cache):
+        return True, os.fspath(cache)
+    raise ArgumentError(f"tracecomp backend: option cache takes False, True or a folder, got {cache!r}")
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: list, options: dict | None = None, **kwargs) -> Callable:
@@ -95,19 +111,23 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, kind: str, opt
         lines = "\n".join(f"  {op}: {report.reasons[op]}" for op in sorted(report.fallback))
         raise BackendError(f"tracecomp (strict): {name} has ops tracecomp cannot compile:\n{lines}")
     log_fallbacks(refused, name)
-    trace_options = options.get("trace")
+    trace_options, cache = options.get("trace"), options.get("cache")
     if not refused:
-        compiled: Any = CompiledGraph(gm, name, trace_options, fallback=not strict)
+        compiled: Any = CompiledGraph(gm, name, trace_options, fallback=not strict, cache=cache)
         pieces = [compiled]
     else:
-        compiled, pieces = split(gm, refused, name, trace_options, fallback=not strict)
+        compiled, pieces = split(gm, refused, name, trace_options, fallback=not strict, cache=cache)
         report.partitions = len(pieces)
     log.info("%s: %d ops compiled in %d piece(s), %d run by PyTorch", name, sum(report.compiled.values()),
              len(pieces), sum(report.fallback.values()))
     if options.get("report") is not None:
         options["report"](report)
 
+    keep = options.get("lowered") if not refused else None
+
     def run(args: list):
+        if keep is not None:
+            keep(report, compiled.lower(*args))
         return compiled(*args)
     run._boxed_call = True          # AOTAutograd's convention: the arguments come as one list
     run.pieces = pieces

@@ -27,6 +27,20 @@ def _leaves(outputs: list) -> list:
     return leaves
 
 
+def run_once(model, inputs: tuple, kwargs: dict, options: dict, **compile_options):
+    """Run `model(*inputs, **kwargs)` once through torch.compile with the tracecomp backend
+    and `options`, and, where an output needs gradients, its backward (torch.autograd.grad
+    of the outputs' sum: the parameters' .grad stay as they are); the outputs."""
+    compiled = torch.compile(model, backend=functools.partial(backend, options=options), **compile_options)
+    out = compiled(*inputs, **kwargs)
+    flat = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = _leaves(flat)
+    if leaves:
+        total = sum(t.sum() for t in flat)
+        torch.autograd.grad(total, leaves, allow_unused=True)
+    return out
+
+
 def explain(model, *inputs, **kwargs) -> Explanation:
     """Run `model(*inputs, **kwargs)` once through torch.compile with the tracecomp
     backend, and, where an output needs gradients, its backward (torch.autograd.grad of
@@ -34,11 +48,5 @@ def explain(model, *inputs, **kwargs) -> Explanation:
     compiled and fallen-back ops.  The model runs for real, so a BatchNorm in training
     mode moves its running statistics, as with torch._dynamo.explain."""
     reports: list[GraphReport] = []
-    compiled = torch.compile(model, backend=functools.partial(backend, options={"report": reports.append}))
-    out = compiled(*inputs, **kwargs)
-    flat = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-    leaves = _leaves(flat)
-    if leaves:
-        total = sum(t.sum() for t in flat)
-        torch.autograd.grad(total, leaves, allow_unused=True)
+    run_once(model, inputs, kwargs, {"report": reports.append})
     return Explanation(reports)

@@ -28,9 +28,12 @@ node on stand-ins of its own, at the example sizes).  The partitioner (partition
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import operator
+import os
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -38,7 +41,11 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw, has_guarding_hint
 
+from ..core.locations import Location
 from ..dispatch import api as tc
+from ..dispatch import tracer
+from ..runtime.cache import settings as compile_cache
+from ..transforms.stages import Lowered
 from ..transforms.trace import ShapeDtype, TracedFunction
 from .aten import rule_for
 
@@ -273,6 +280,30 @@ def _views_of_inputs_only(node) -> bool:
     return True
 
 
+def user_frame(node: torch.fx.Node) -> tuple[str, int, str, str] | None:
+    """(file, line, function, code) of the innermost frame of the node's recorded stack
+    (Dynamo's `meta["stack_trace"]`: the user's line the node comes from), or None."""
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    lines = trace.rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = re.match(r'\s*File "(.+)", line (\d+), in (.+)', lines[i])
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") else ""
+            return m.group(1), int(m.group(2)), m.group(3), code
+    return None
+
+
+def _location(node: torch.fx.Node) -> Location | None:
+    """The node's user line as the location of the ops its rule records."""
+    frame = user_frame(node)
+    if frame is None:
+        return None
+    rel = os.path.relpath(frame[0]) if os.path.isabs(frame[0]) else frame[0]
+    return Location(frame[0] if rel.startswith("..") else rel, frame[1])
+
+
 class _Replay:
     """The FX graph as the traced function replays it: slotted, so that tc.trace's walk of
     what the function closes over (closures.py) finds no tensors in it.
@@ -293,9 +324,12 @@ class _Replay:
         if layouts is not None:      # an input passed as its dims in memory order: put back
             values = tuple(v if p is None else tc.permute(v, _inverse(p)) for v, p in zip(values, layouts))
         env = dict(zip(self.inputs, values))
+        ctx = tracer.current()
         for node, call in self.steps:
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
-            env[node] = call(args, kwargs)
+            loc = _location(node) if ctx is not None else None
+            with ctx.located(loc) if loc is not None else contextlib.nullcontext():
+                env[node] = call(args, kwargs)
         outs = [env[n] for n in self.outputs]
         tensors = [i for i, o in enumerate(outs) if isinstance(o, tc.Tensor)]
         self.scalars[self.pending] = (tensors, {i: o for i, o in enumerate(outs) if i not in tensors})
@@ -326,10 +360,11 @@ class CompiledGraph:
     Nones, or what the graph's output node holds)."""
 
     def __init__(self, gm: torch.fx.GraphModule, name: str = "graph", trace_options: dict | None = None,
-                 fallback: bool = True):
+                 fallback: bool = True, cache: tuple | None = None):
         self.gm = gm
         self.name = name
         self.fallback = fallback
+        self.cache = cache          # (enabled, folder) for the compile cache while it compiles; None: as set
         graph = gm.graph
         self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         self.attrs = [n for n in graph.nodes if n.op == "get_attr"]
@@ -418,22 +453,38 @@ class CompiledGraph:
                      self.name, i, tuple(t.shape), t.stride())
         return t.contiguous().numpy(), None
 
-    def __call__(self, *args):
-        inputs = list(args) + [getattr(self.gm, n.target) for n in self.attrs]
-        if self.failed is not None:
-            return self.gm(*args)
+    def _arguments(self, inputs: list) -> tuple:
+        """(the traced function to call, its arguments) for the graph's `inputs`."""
         arrays = [self._array(i, inputs[i]) for i in self.used]
         values = [a for a, _ in arrays]
         layouts = tuple(p for _, p in arrays)
         self.replay.pending = (layouts, tuple((a.shape, a.dtype.str) if isinstance(a, np.ndarray) else (type(a), a)
                                              for a in values))
+        if any(p is not None for p in layouts):
+            return self.traced_laid_out, (layouts, *values)
+        return self.traced, tuple(values)
+
+    def _cache_scope(self):
+        if self.cache is None:
+            return contextlib.nullcontext()
+        return compile_cache.scoped(*self.cache)
+
+    def lower(self, *args) -> Lowered:
+        """The `Lowered` of tc.trace for these inputs (the graph's, as for a call)."""
+        traced, values = self._arguments(list(args) + [getattr(self.gm, n.target) for n in self.attrs])
+        with self._cache_scope():
+            return traced.lower(*values)
+
+    def __call__(self, *args):
+        inputs = list(args) + [getattr(self.gm, n.target) for n in self.attrs]
+        if self.failed is not None:
+            return self.gm(*args)
+        traced, values = self._arguments(inputs)
         first = self._calls == 0
         self._calls += 1
         try:
-            if any(p is not None for p in layouts):
-                results = self.traced_laid_out(layouts, *values)
-            else:
-                results = self.traced(*values)
+            with self._cache_scope():
+                results = traced(*values)
         except Exception as e:            # noqa: BLE001 - a first call that cannot compile runs in PyTorch
             if not first or not self.fallback:
                 raise

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 import operator
-import re
 
 import torch
 import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .importer import QUIET, CompiledGraph
+from .importer import QUIET, CompiledGraph, user_frame
 
 log = logging.getLogger("tracecomp.torch")
 
@@ -52,7 +51,7 @@ class CompiledModule(torch.nn.Module):
 
 
 def split(gm: torch.fx.GraphModule, refused: dict, name: str, trace_options: dict | None = None,
-          fallback: bool = True) -> tuple[torch.fx.GraphModule, list[CompiledGraph]]:
+          fallback: bool = True, cache: tuple | None = None) -> tuple[torch.fx.GraphModule, list[CompiledGraph]]:
     """`gm` with each largest group of accepted nodes (no cycles through PyTorch's nodes)
     replaced by a call of a CompiledGraph; the graph and the compiled pieces."""
     partitioner = CapabilityBasedPartitioner(gm, _Accepted(refused), allows_single_node_partition=True)
@@ -61,7 +60,8 @@ def split(gm: torch.fx.GraphModule, refused: dict, name: str, trace_options: dic
     pieces = []
     for child, module in list(fused.named_children()):
         if child.startswith("tracecomp_") and isinstance(module, torch.fx.GraphModule):
-            compiled = CompiledGraph(module, f"{name}_{child.removeprefix('tracecomp_')}", trace_options, fallback)
+            compiled = CompiledGraph(module, f"{name}_{child.removeprefix('tracecomp_')}", trace_options, fallback,
+                                     cache)
             setattr(fused, child, CompiledModule(compiled))
             pieces.append(compiled)
     fused.recompile()
@@ -70,16 +70,11 @@ def split(gm: torch.fx.GraphModule, refused: dict, name: str, trace_options: dic
 
 def user_line(node: torch.fx.Node) -> str | None:
     """`file:line in function: code` of the innermost frame of the node's recorded stack."""
-    trace = node.meta.get("stack_trace")
-    if not trace:
+    frame = user_frame(node)
+    if frame is None:
         return None
-    lines = trace.rstrip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        m = re.match(r'\s*File "(.+)", line (\d+), in (.+)', lines[i])
-        if m:
-            code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") else ""
-            return f"{m.group(1)}:{m.group(2)} in {m.group(3)}" + (f": {code}" if code else "")
-    return None
+    file, line, function, code = frame
+    return f"{file}:{line} in {function}" + (f": {code}" if code else "")
 
 
 def op_name(node: torch.fx.Node) -> str:

@@ -26,7 +26,8 @@ def short_location(op: Op) -> str:
         return ""
     stem, ext = os.path.splitext(os.path.basename(op.loc.file))
     stem = re.sub(r"[^A-Za-z0-9_]", "_", stem).strip("_")[:16] or "src"
-    return f"{stem}_{ext.lstrip('.')[:4] or 'l'}{op.loc.line}"
+    ext = re.sub(r"[^A-Za-z0-9]", "", ext)[:4]     # a generated frame's name: "x.py:codegen(f)"
+    return f"{stem}_{ext or 'l'}{op.loc.line}"
 
 
 def kernel_name(number: int, ops: list[Op]) -> str:
