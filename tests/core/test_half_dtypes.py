@@ -132,13 +132,20 @@ def test_half_and_bfloat16_methods_and_aliases():
 
 
 @pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
-def test_graph_text_round_trips(d):
+def test_graph_text_round_trips_and_mlir_opt_accepts_every_stage(d):
+    from tracecomp.ir.mlir_tool import check_with_mlir_opt, find_mlir_opt
     from tracecomp.ir.parser import parse_graph
     f = tc.trace(lambda x: x * 3 + tc.tensor(np.array([0.1, 0.2], np.float32)).to(d))
+    lowered = f.lower(np.ones(2, d.np))
     for stage in ("graph", "optimized"):
-        text = f.lower(np.ones(2, d.np)).as_text(stage)
-        assert f"xtensor" not in text and f"2x{d.mlir}>" in text
+        text = lowered.as_text(stage)
+        assert f"tensor<2x{d.mlir}>" in text
         assert str(parse_graph(text)) == text
+    assert f"memref<2x{d.mlir}>" in lowered.as_text("loops")
+    if find_mlir_opt() is None:
+        pytest.skip("mlir-opt is not installed")
+    for stage in ("graph", "optimized", "loops"):
+        check_with_mlir_opt(lowered.as_text(stage), f"<{stage}>")
 
 
 def _loops(asm: str) -> list[str]:

@@ -22,8 +22,7 @@ SAMPLED = [s for samples in SAMPLES.values() for s in samples
            if not s.nondeterministic and any(np.asarray(a).dtype == np.float32 for a in s.inputs)]
 # Samples whose meaning does not survive rounding the inputs (the reference is exact only
 # for the float32 values the sample chose), each with why.
-NOT_IN_HALF = {
-}
+NOT_IN_HALF: dict[str, str] = {}
 
 
 def _half_inputs(s: Sample, half) -> list[np.ndarray]:

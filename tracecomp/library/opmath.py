@@ -40,5 +40,6 @@ def _map(v: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     if isinstance(v, Tensor):
         return fn(v)
     if isinstance(v, (list, tuple)):
-        return type(v)(_map(x, fn) for x in v)
+        items = [_map(x, fn) for x in v]
+        return type(v)(*items) if hasattr(v, "_fields") else type(v)(items)     # a named tuple
     return v

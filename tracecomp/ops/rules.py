@@ -672,12 +672,13 @@ def _attention(op: OpDef, args):
             raise ShapeError(f"{op.full_name}: attn_mask of shape {mask.shape} must broadcast to the scores' "
                              f"shape {scores} ({shapes})")
     out = TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
+    lse = TensorType(batch + (q.shape[-2],), q.dtype.compute)     # float32 for half queries, as PyTorch's
     if op.impl == "forward":
-        return [out, TensorType(batch + (q.shape[-2],), q.dtype)]
-    for name, want in (("grad_out", out.shape), ("out", out.shape), ("logsumexp", batch + (q.shape[-2],))):
+        return [out, lse]
+    for name, want in (("grad_out", out), ("out", out), ("logsumexp", lse)):
         t = _tensor(op, args, name)
-        if t.shape != want or t.dtype != q.dtype:
-            raise ShapeError(f"{op.full_name}: '{name}' must be {q.dtype.label} of shape {want}, got "
+        if t != want:
+            raise ShapeError(f"{op.full_name}: '{name}' must be {want.dtype.label} of shape {want.shape}, got "
                              f"{t.dtype.label} of shape {t.shape} ({shapes})")
     return [TensorType(q.shape, q.dtype), TensorType(k.shape, k.dtype), TensorType(v.shape, v.dtype)]
 

@@ -8,8 +8,11 @@ from ...tensors.pytree import output_paths
 from .entry_point import ERR_INDEX_BASE, ERR_INPUT_SHAPE, ERR_OUTPUT_SHAPE
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
-           "bool": "uint8_t"}
-ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+           "bool": "uint8_t", "bfloat16": "uint16_t", "float16": "uint16_t"}
+ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "bfloat16": 2, "float16": 2}
+# C has no portable type for these: their bits travel as uint16_t, and the header says whose
+BITS_OF = {"bfloat16": "  (uint16_t: bfloat16 bits, the top half of a float32)",
+           "float16": "  (uint16_t: IEEE float16 bits, _Float16 where the compiler has it)"}
 
 
 def render_header(name: str, metadata: dict, checks: list) -> str:
@@ -30,7 +33,7 @@ def render_header(name: str, metadata: dict, checks: list) -> str:
             else:
                 n = "*".join(f"({x})" if isinstance(x, str) and " " in x else str(x) for x in d["shape"])
                 size = f"{ctype}[{n}], {n}*{ITEMSIZE[d['dtype']]} bytes"
-            lines.append(f" *   {kind}[{d['index']}]: {d['dtype']}{shape}  -> {size}{where}")
+            lines.append(f" *   {kind}[{d['index']}]: {d['dtype']}{shape}  -> {size}{where}{BITS_OF.get(d['dtype'], '')}")
         return "\n".join(lines) or f" *   (no {kind})"
 
     sizes = metadata.get("sizes", [])

@@ -1,0 +1,68 @@
+"""Gradients in bfloat16 and float16, from the gradcheck samples of test_gradcheck_ops.py:
+the inputs rounded to the half dtype, the gradient of sum(outputs * fixed cotangents)
+eagerly (backward) and compiled (tc.trace of tc.grad), against the float64 gradient on the
+same rounded inputs.  The tolerance is PyTorch's for the dtype (rtol 1.6e-2 for bfloat16,
+1e-3 for float16), with atol that rtol times the larger of 1 and the largest reference
+gradient: the samples' values and cotangents are of order one, and a backward pass rounds
+the order-one values it reads (1 - tanh(x)^2 from a rounded tanh, a normalized input), so
+an entry that cancels to near zero keeps the error of those terms.  Gradients have their
+input's dtype, as in PyTorch; an input no gradient reaches gets none.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tracecomp as tc
+
+from test_gradcheck_ops import FIRST
+
+# Samples whose inputs cannot all be rounded to the half dtype, each with why.
+NOT_IN_HALF = {"_scaled_dot_product_flash_attention_for_cpu_backward":
+               "its logsumexp input stays float32 for half queries, as in PyTorch"}
+HALF = {"bfloat16": (tc.bfloat16, ml_dtypes.bfloat16, 1.6e-2), "float16": (tc.float16, np.float16, 1e-3)}
+
+
+def _loss(fn, cotangents):
+    def loss(*xs):
+        outs = fn(*xs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return sum((o.to(c.dtype) * c).sum() for o, c in zip(outs, cotangents))
+    return loss
+
+
+def _cotangents(fn, inputs, dtype) -> list:
+    outs = fn(*[tc.tensor(x) for x in inputs])
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    rng = np.random.default_rng(7)
+    return [tc.tensor(rng.uniform(0.5, 1.5, o.shape).astype(dtype)) for o in outs]
+
+
+@pytest.mark.parametrize("dtype", list(HALF))
+@pytest.mark.parametrize("s, prepared", FIRST)
+def test_half_gradients_match_float64(s, prepared, dtype):
+    if s.op in NOT_IN_HALF:
+        pytest.skip(NOT_IN_HALF[s.op])
+    d, np_type, rtol = HALF[dtype]
+    fn, inputs = prepared
+    with np.errstate(over="ignore"):
+        halves = [x.astype(np.float32).astype(np_type) for x in inputs]
+    if not all(np.isfinite(h.astype(np.float32)).all() for h in halves):
+        pytest.skip(f"an input overflows {dtype}")
+    wide = [h.astype(np.float64) for h in halves]
+    want = tc.grad(_loss(fn, _cotangents(fn, wide, np.float64)), argnums=tuple(range(len(wide))))(*wide)
+    loss = _loss(fn, _cotangents(fn, wide, np.float32))
+    leaves = [tc.tensor(h, requires_grad=True) for h in halves]
+    value = loss(*leaves)
+    if not value.requires_grad:
+        pytest.skip("no gradient reaches the inputs")
+    value.backward()
+    compiled = tc.trace(tc.grad(loss, argnums=tuple(range(len(halves)))))(*halves)
+    for i, w in enumerate(np.asarray(w, np.float64) for w in want):
+        atol = rtol * max(float(np.max(np.abs(w), initial=0.0)), 1.0)
+        eager = leaves[i].grad if leaves[i].grad is not None else tc.zeros(halves[i].shape, dtype=d)
+        for label, g in (("eager", eager), ("compiled", compiled[i])):
+            assert g.dtype is d, f"{s.id} ({label}): gradient {i} is {g.dtype}"
+            np.testing.assert_allclose(np.asarray(g).astype(np.float64), w, rtol=rtol, atol=atol,
+                                       err_msg=f"{s.id} ({label}) gradient {i}")
