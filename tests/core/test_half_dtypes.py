@@ -169,3 +169,14 @@ def test_fused_half_loops_vectorize(d):
         assert re.search(r"\bv?(pmovzxwd|punpck\w+wd)\b", body), f"no packed widening in:\n{body}"
         assert not re.search(r"\b(movzwl|movw)\b", body), f"a scalar 16-bit access in:\n{body}"
         assert not re.search(r"^\s+call", body, re.M), f"a call inside a vector loop:\n{body}"
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+def test_nan_to_num_gives_the_half_dtypes_own_maximum(d):
+    """Computed in float32, yet the default for inf is the result dtype's largest value (as in
+    torch), not float32's, which would round back to inf."""
+    x = np.array([np.inf, -np.inf, np.nan, 1.0], np.float32)
+    want = torch.from_numpy(x).to(_torch_dtype(d)).nan_to_num().float().numpy()
+    for backend in (None, "interp", "cpu"):
+        fn = (lambda t: t.nan_to_num()) if backend is None else tc.trace(lambda t: t.nan_to_num(), backend=backend)
+        np.testing.assert_array_equal(np.asarray(fn(tc.tensor(x).to(d))).astype(np.float32), want)

@@ -154,6 +154,11 @@ def cast_array(a: np.ndarray, to: np.dtype) -> np.ndarray:
     return np.where(valid, np.where(valid, a, 0).astype(to), np.iinfo(to).min).astype(to, copy=False)
 
 
+def finite_max(t: DType) -> float:
+    """The largest finite value of floating dtype `t` (ml_dtypes' finfo knows bfloat16)."""
+    return float(ml_dtypes.finfo(t.np).max)
+
+
 def lowest(t: DType):
     """The smallest value of `t` (-inf for floats): max's identity."""
     return -math.inf if t.is_floating_point else (False if t is BOOL else int(np.iinfo(t.np).min))

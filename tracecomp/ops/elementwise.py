@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core.dtypes import DType, finite_max as finite_max_of
 from . import formula
 from .special import SPECIAL
 from .table import OpDef, default_table
@@ -55,8 +56,10 @@ def finite_max(x: Any) -> float:
 BUILTINS: dict[str, Callable] = {"is_floating": is_floating, "finite_max": finite_max}
 
 
-def evaluate(op: OpDef, env: dict[str, Any], primitives: dict[str, Callable]) -> Any:
-    """The value of `op`'s formula with its arguments in `env`."""
+def evaluate(op: OpDef, env: dict[str, Any], primitives: dict[str, Callable], result: DType | None = None) -> Any:
+    """The value of `op`'s formula with its arguments in `env`.  `result`, the op's result
+    dtype, answers `finite_max` where the values are computed wider than the result (a
+    bfloat16 op's formula runs on float32 values, yet nan_to_num gives bfloat16's maximum)."""
     table = default_table()
 
     def call(name, values, kwargs):
@@ -64,8 +67,10 @@ def evaluate(op: OpDef, env: dict[str, Any], primitives: dict[str, Callable]) ->
             return SPECIAL[name](primitives, *values, **kwargs)
         if name in primitives:
             return primitives[name](*values, **kwargs)
+        if name == "finite_max" and result is not None and result.is_half:
+            return finite_max_of(result)
         if name in BUILTINS:
             return BUILTINS[name](*values, **kwargs)
         callee = table[name]
-        return evaluate(callee, bind_call(callee, values, kwargs), primitives)
+        return evaluate(callee, bind_call(callee, values, kwargs), primitives, result)
     return formula.Evaluator({**CONSTANTS, **env}, call).eval(op.expr)

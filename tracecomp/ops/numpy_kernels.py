@@ -83,7 +83,8 @@ def run(op: OpDef, args: dict[str, Any], out_types: list[TensorType]) -> list[np
     try:
         with np.errstate(all="ignore"):
             compute_types = [TensorType(t.shape, t.dtype.compute) for t in out_types]
-            outs = KERNELS[op.kind](op, {k: _widen(v) for k, v in args.items()}, compute_types)
+            wide = args if op.kind == "elementwise" else {k: _widen(v) for k, v in args.items()}
+            outs = KERNELS[op.kind](op, wide, compute_types)      # elementwise: by its dtype rule
             # conformed and writable (a broadcast view is copied) while a MemoryError is still ours
             return [_writable(_conform(o, t)) for o, t in zip(outs, out_types)]
     except KeyError:
@@ -126,21 +127,21 @@ def _conform(value, t: TensorType) -> np.ndarray:
 
 # ---------------------------------------------------------------- elementwise
 
-def evaluate_elementwise(op: OpDef, env: dict[str, Any]) -> Any:
-    return elementwise.evaluate(op, env, PRIMITIVES)
+def evaluate_elementwise(op: OpDef, env: dict[str, Any], result: dt.DType | None = None) -> Any:
+    return elementwise.evaluate(op, env, PRIMITIVES, result)
 
 
 @kernel("elementwise")
 def _elementwise(op: OpDef, args: dict, out_types):
     types = {k: (TensorType(v.shape, _dtype_of(v)) if isinstance(v, np.ndarray) else v)
              for k, v in args.items()}
-    compute, _ = rules.elementwise_dtypes(op, types)
+    compute, result = rules.elementwise_dtypes(op, types)
     env = {}
     for k, v in args.items():
         if isinstance(v, np.ndarray) and (k in op.promote or op.dtype_rule == "logical"):
-            v = v.astype(compute.np, copy=False)
+            v = dt.cast_array(v, compute.np) if v.dtype != compute.np else v
         env[k] = v
-    return [evaluate_elementwise(op, env)]
+    return [evaluate_elementwise(op, env, result)]
 
 
 def _dtype_of(arr: np.ndarray):

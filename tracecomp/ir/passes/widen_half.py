@@ -1,10 +1,12 @@
 """Half-precision arithmetic as float32 between two casts, as PyTorch's CPU kernels do it.
 
 Before: a graph whose ops may take or give bfloat16/float16 tensors.  After: only casts,
-constants, views and ops with regions (whose bodies are rewritten the same way) touch a
-half-precision tensor; every other such op reads its half operands cast to float32
-(exact), computes in float32 (a sum or a matmul accumulates there) and its half results
-are cast back, rounding once to nearest even.  So a backend needs half types only for
+constants, views, elementwise ops (whose dtype rule computes in float32 already, and whose
+formula may ask for its result dtype: nan_to_num's finite maximum) and ops with regions
+(whose bodies are rewritten the same way) touch a half-precision tensor; every other such
+op reads its half operands cast to float32 (exact), computes in float32 (a sum or a
+matmul accumulates there) and its half results are cast back, rounding once to nearest
+even.  So a backend needs half types only for
 loads, stores, casts and data movement, and a chain `exp(x * 2)` rounds after each op as
 eager mode does (the casts between the ops are the rounding, and no pass folds a
 `to(to(x, bf16), f32)` pair).
@@ -19,7 +21,7 @@ from ..graph import CONSTANT, Graph, Op, Value
 from .rewrite import Rewriter, RuleResult, rewrite
 
 CAST = "tc.to"
-_KEEP_KINDS = ("cast", "region", *VIEW_KINDS)      # exact on half values, or rewritten inside
+_KEEP_KINDS = ("cast", "region", "elementwise", *VIEW_KINDS)   # exact, float32 inside, or rewritten inside
 
 
 def widen_half(graph: Graph) -> Graph:

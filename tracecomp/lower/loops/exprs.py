@@ -72,7 +72,7 @@ class X:
     __hash__ = None
 
 
-def const(value, dtype) -> L.Const:
+def const(value, dtype) -> L.Expr:
     """A constant whose Python value matches its dtype (1 -> 1.0 for floats).  A symbolic
     size (an attribute such as `x / x.shape[0]` with a dynamic dim) is the size parameter
     converted to `dtype`."""
@@ -82,6 +82,8 @@ def const(value, dtype) -> L.Const:
         return L.Const(int(value), dtype)
     if dtype is dt.BOOL:
         return L.Const(bool(value), dtype)
+    if isinstance(dtype, dt.DType) and dtype.is_half:     # a float32 literal, rounded as a cast rounds
+        return L.Cast(L.Const(float(value), dt.FLOAT32), dtype)
     return L.Const(float(value), dtype)
 
 

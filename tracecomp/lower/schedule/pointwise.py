@@ -65,10 +65,11 @@ class Inliner:
         for k, v in args.items():
             if isinstance(v, Value):
                 e = self.value_at(v, I.broadcast(index, out.shape, v.type.shape))
-                env[k] = X(e if opdef.dtype_rule == "logical" else cast(e, compute))
+                # logical ops read their inputs as bools (a half one through float32, as eager)
+                env[k] = X(cast(e, e.dtype.compute) if opdef.dtype_rule == "logical" else cast(e, compute))
             else:
                 env[k] = v
-        value = elementwise.evaluate(opdef, env, PRIMITIVES)
+        value = elementwise.evaluate(opdef, env, PRIMITIVES, result)
         return cast(lift(value, compute), result)
 
     def _view_index(self, opdef: OpDef, op: Op, args: dict, result: int, index: I.Index) -> I.Index:
@@ -254,6 +255,6 @@ def _where_all(conditions: list, value: L.Expr, dtype, otherwise: L.Expr | None 
 def _scalar_constant(value: np.ndarray, dtype) -> L.Expr:
     """0-d and splat constants inline; others must have been given a buffer."""
     flat = value.reshape(-1)
-    if flat.size == 0 or np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=flat.dtype.kind == "f"):
+    if flat.size == 0 or np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=dt.is_float_array_dtype(flat.dtype)):
         return const(flat[0].item() if flat.size else 0, dtype)
     raise BackendError("a non-splat constant needs a buffer")
