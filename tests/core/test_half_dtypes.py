@@ -180,3 +180,28 @@ def test_nan_to_num_gives_the_half_dtypes_own_maximum(d):
     for backend in (None, "interp", "cpu"):
         fn = (lambda t: t.nan_to_num()) if backend is None else tc.trace(lambda t: t.nan_to_num(), backend=backend)
         np.testing.assert_array_equal(np.asarray(fn(tc.tensor(x).to(d))).astype(np.float32), want)
+
+
+ERRORS = [
+    ("an integer-only op", lambda x: tc.bitwise_and(x, x), tc.DTypeError, ["bitwise_and", "bfloat16", "integral"]),
+    ("the same, traced", lambda x: tc.trace(lambda a: tc.bitwise_and(a, a))(x), tc.DTypeError,
+     ["bitwise_and", "bfloat16"]),
+    ("matmul of bfloat16 with float16", lambda x: x @ x.half(), tc.DTypeError, ["matmul", "bfloat16", "float16"]),
+    ("a float8 array", lambda x: tc.tensor(np.ones(2, ml_dtypes.float8_e4m3fn)), tc.DTypeError,
+     ["float8_e4m3fn", "bfloat16, float16"]),
+    ("a float8 torch tensor", lambda x: tc.tensor(torch.ones(2, dtype=torch.float8_e4m3fn)), tc.TracecompError,
+     ["torch.Tensor", "Float8", "bfloat16"]),
+    ("an unknown dtype name", lambda x: x.to("bfloat8"), tc.TracecompError, ["bfloat8", "bfloat16, float16"]),
+    ("logsumexp of a half attention must stay float32",
+     lambda x: tc._scaled_dot_product_flash_attention_for_cpu_backward(
+         x, x, x, x, x, x.sum(-1), 0.0, False), tc.ShapeError, ["logsumexp", "float32", "bfloat16"]),
+]
+
+
+@pytest.mark.parametrize("desc, fn, error, needles", ERRORS, ids=[e[0] for e in ERRORS])
+def test_bad_half_inputs_raise_errors_naming_op_and_dtype(desc, fn, error, needles):
+    x = tc.ones((2, 2), dtype=tc.bfloat16)
+    with pytest.raises(error) as info:
+        fn(x)
+    for needle in needles:
+        assert needle in str(info.value), f"{desc}: {needle!r} not in: {info.value}"

@@ -311,8 +311,8 @@ def from_dlpack(x: Any) -> Tensor:
         if "import" in host_dlpack:          # bfloat16, which NumPy's DLPack lacks
             try:
                 return Tensor.from_numpy(host_dlpack["import"](x))
-            except TracecompError:
-                pass
+            except TracecompError as why:    # names the DLPack dtype where NumPy's message does not
+                e = why
         raise ArgumentError(f"from_dlpack: cannot share the memory of a {foreign_name(x)} ({e}); "
                             "tracecomp takes CPU arrays") from None
 
