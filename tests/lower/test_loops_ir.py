@@ -551,7 +551,7 @@ BROKEN = [
      " at Loop i in range(8) > Store y[i]: 1.0 has dtype 'float16'; expected a tracecomp DType"
      " or 'index'"),
     ("not-a-statement", bad(X),
-     ': x[i] (Load) is not a statement (expected Let, Store, Loop, Reduce or Matmul)'),
+     ': x[i] (Load) is not a statement (expected Let, Store, Loop, Reduce, Matmul or PackB)'),
     ("not-an-expression", bad(put(1.0)),
      ' at Loop i in range(8) > Store y[i]: 1.0 (float) is not an expression (expected Const, '
      'Var, Load, Unary, Binary, Select, Cast or CheckedIndex)'),

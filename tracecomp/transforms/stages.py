@@ -113,12 +113,18 @@ class Lowered:
                  timings.summary(self.compile_times))
 
     @functools.cached_property
+    def cpu_program(self):
+        """The program as the CPU runs it: loop weights packed once (schedule/prepack.py)."""
+        from ..lower.schedule.prepack import prepack_loop_weights
+        return prepack_loop_weights(self.program)
+
+    @functools.cached_property
     def compiled(self):
         if self.device == "cuda":
             from ..runtime.cuda.runner import CudaProgram      # raises at once without a driver or GPU
             return CudaProgram(self.program)
         from ..runtime.compiled import CompiledProgram
-        program = self.program
+        program = self.cpu_program
         if any(k.sizes for k in program.kernels):
             raise ArgumentError("a trace with dynamic sizes (lower_dynamic) is for tc.export; "
                                 "tc.trace runs each shape it is called with")
@@ -141,14 +147,15 @@ class Lowered:
     def loops(self) -> str:
         from ..lower.loops.steps_printer import print_program
         from ..lower.loops.source_notes import source_notes
-        return print_program(self.program, source_notes(self.program))
+        program = self.program if self.device == "cuda" else self.cpu_program
+        return print_program(program, source_notes(program))
 
     @functools.cached_property
     def cpu_module(self):
         """The kernels' LLVM module (llvmlite.ir), as the CPU backend compiles it; built
         without compiling (a dump needs no JIT, and a dynamic trace has none)."""
         from ..lower.llvm.codegen import codegen_program
-        return codegen_program(self.program, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
+        return codegen_program(self.cpu_program, f"tc_{self.program.name}", align=None, fastmath=self.fastmath)
 
     def _optimized_cpu_module(self):
         """(the CPU module optimized for the host, its target machine), the kernels built first

@@ -16,9 +16,9 @@ from typing import Optional, Sequence
 import llvmlite.ir as ir
 
 from ...core.errors import ArgumentError, BackendError
-from ..loops.ir import Kernel, Loop, Matmul
+from ..loops.ir import Kernel, Loop, Matmul, PackB
 from .emitter import BUFFER_ALIGN, FunctionEmitter, declare_kernel_function
-from .gemm.matmul import cpu_body, emit_matmul
+from .gemm.matmul import cpu_body, emit_matmul, emit_pack_b
 from .parallel import emit_parallel_loop
 
 
@@ -30,6 +30,9 @@ class KernelEmitter(FunctionEmitter):
 
     def matmul(self, s: Matmul, env: dict[str, ir.Value]) -> None:
         emit_matmul(self, s, env)
+
+    def pack_b(self, s: PackB, env: dict[str, ir.Value]) -> None:
+        emit_pack_b(self, s, env)
 
 
 FASTMATH_FLAGS = ("nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc")

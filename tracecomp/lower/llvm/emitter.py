@@ -47,7 +47,7 @@ from ...core.errors import BackendError
 from . import loop_ids
 from .index_checks import IndexCheckSlots
 from . import scalar as S
-from ..loops.ir import (Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
+from ..loops.ir import (Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, PackB, Reduce, Select, Store, Unary, Var)
 from ..loops.matmul import expand_matmul, flat_name
 from ..loops.walk import var_names
 
@@ -171,6 +171,8 @@ class FunctionEmitter:
                 self.reduce(s, env)
             elif isinstance(s, Matmul):
                 self.matmul(s, env)
+            elif isinstance(s, PackB):
+                self.pack_b(s, env)
             else:
                 raise BackendError(f"kernel '{self.kernel.name}': {s!r} is not a statement")
 
@@ -178,6 +180,10 @@ class FunctionEmitter:
         """A Matmul statement (a hook: the CPU's packed kernel, the PTX code generator's
         tiles); here, its loop expansion."""
         self.matmul_loops(s, env)
+
+    def pack_b(self, s: PackB, env: dict[str, ir.Value]) -> None:
+        """A PackB statement (a hook: the CPU's packed kernel); here, nothing, since plain
+        loops read b itself."""
 
     def matmul_loops(self, s: Matmul, env: dict[str, ir.Value]) -> None:
         """A Matmul as plain loops (loops/matmul.py): ikj order, or ijk for a vector."""

@@ -16,7 +16,7 @@ Every Expr carries its dtype; nothing is inferred, every recorded dtype is check
   Select's condition is bool and both arms have the Select's dtype;
 - loops: extents are ints >= 0 or kernel.sizes (a serial Loop's may use enclosing loop vars); a Reduce has one update per accumulator
   and its body holds only Lets and Reduces; no parallel Loop is nested in another;
-- Matmul: views, dtypes, aliasing and the epilogue (loops/check_matmul.py);
+- Matmul: views, dtypes, aliasing and the epilogue (loops/check_matmul.py), and PackB;
 - CheckedIndex: an `index` value and an extent as its size, recording into a 1-D int64
   buffer of role "errors" that nothing else writes, at a slot inside it.
 Failures raise IRError naming the kernel, the statement (with the loops around it) and
@@ -33,8 +33,8 @@ import numpy as np
 
 from ...core.dtypes import DType
 from ...core.errors import IRError
-from .ir import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, CheckedIndex, Const, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
-from .check_matmul import check_matmul
+from .ir import (BINARY, COMPARISONS, INDEX, UNARY, Binary, Buffer, Cast, CheckedIndex, Const, GuardedLoad, Kernel, Let, Load, Loop, Matmul, PackB, Reduce, Select, Store, Unary, Var)
+from .check_matmul import check_matmul, check_pack_b
 
 ROLES = ("input", "output", "temp", "constant", "errors")
 READ_ONLY = ("input", "constant", "errors")      # (CheckedIndex alone writes an "errors" buffer)
@@ -131,6 +131,8 @@ def describe_stmt(s: object) -> str:
     if isinstance(s, Matmul):
         dims = "x".join(str(d) for d in s.extents())
         return f"Matmul {s.out.buffer} = {s.a.buffer} @ {s.b.buffer} ({dims})"
+    if isinstance(s, PackB):
+        return f"PackB {s.buffer} = packed {s.b.buffer} ({describe_expr(s.k)}x{describe_expr(s.n)})"
     return type(s).__name__
 
 
@@ -220,14 +222,14 @@ class _Checker:
         self.scopes[-1][name] = _Name(dtype, origin)
 
     # --- statements ------------------------------------------------------------------
-    def block(self, stmts: list, allowed: tuple[type, ...] = (Let, Store, Loop, Reduce, Matmul)) -> None:
+    def block(self, stmts: list, allowed: tuple[type, ...] = (Let, Store, Loop, Reduce, Matmul, PackB)) -> None:
         outer = self.checked
         for s in stmts:
             self.checked = {}
             rule = _STMT_RULES.get(type(s))
             if rule is None:
                 self.fail(f"{describe_expr(s)} ({type(s).__name__}) is not a statement "
-                          "(expected Let, Store, Loop, Reduce or Matmul)")
+                          "(expected Let, Store, Loop, Reduce, Matmul or PackB)")
             self.path.append(describe_stmt(s))
             if not isinstance(s, allowed):
                 self.fail("a Reduce body holds only Let and Reduce statements, "
@@ -444,7 +446,7 @@ class _Checker:
 
 _STMT_RULES: dict[type, Callable] = {Let: _Checker.let, Store: _Checker.store,
                                      Loop: _Checker.loop, Reduce: _Checker.reduce,
-                                     Matmul: check_matmul}
+                                     Matmul: check_matmul, PackB: check_pack_b}
 _EXPR_RULES: dict[type, Callable] = {Const: _Checker.const, Var: _Checker.var, Load: _Checker.load,
                                      GuardedLoad: _Checker.guarded_load,
                                      Unary: _Checker.unary, Binary: _Checker.binary,

@@ -17,13 +17,16 @@ that thread's slice of the workspace (it parallelizes itself only outside one).
   and n_shape multiplying to k and n, every element it names inside its buffer (static
   offset and shape), b's buffer distinct from the windows', and not inside a parallel
   Loop (the CPU skips b's fill, which the per-thread fallback there would read).
+- `b_packed`: a known 1-D buffer of the same dtype holding at least k * n elements, for a
+  Matmul without batch dims or windows.  PackB: a rank-2 View (k, n) of a known buffer
+  inside it, packed into a writable 1-D buffer of its dtype with at least k * n elements.
 """
 from __future__ import annotations
 
 import math
 
 from ...core.dtypes import DType
-from .ir import INDEX, Const, Matmul, View, Windows
+from .ir import INDEX, Const, Matmul, PackB, View, Windows
 from .matmul import const_view, index_names, view_extents
 from .walk import buffers_read
 
@@ -55,6 +58,27 @@ def check_matmul(c, s: Matmul) -> None:
     _epilogue(c, s, dtype, rank)
     if s.b_windows is not None:
         _windows(c, s, dtype)
+    if s.b_packed is not None:
+        if s.batch or s.b_windows is not None:
+            c.fail(f"Matmul with b_packed '{s.b_packed}' has batch dims or windows; it packs one matrix")
+        _packed(c, "Matmul b_packed", s.b_packed, dtype, s.k, s.n)
+
+
+def check_pack_b(c, s: PackB) -> None:
+    for e in (s.k, s.n):
+        c.extent(e)
+    b = _view(c, s, "b", s.b, 2, (s.k, s.n))
+    _packed(c, "PackB", s.buffer, b.dtype, s.k, s.n)
+    if c.buffers[s.buffer].role in ("input", "constant") or s.buffer == s.b.buffer:
+        c.fail(f"PackB writes '{s.buffer}', which is read-only or its own source")
+
+
+def _packed(c, what: str, name: str, dtype: DType, k, n) -> None:
+    p = c.buffers.get(name)
+    if p is None or p.dtype != dtype or len(p.shape) != 1:
+        c.fail(f"{what} '{name}' must be a 1-D {dtype.label} buffer of the kernel")
+    if all(isinstance(d, int) for d in (k, n, p.shape[0])) and p.shape[0] < k * n:
+        c.fail(f"{what} '{name}' holds {p.shape[0]} elements; a {k}x{n} matrix needs {k * n}")
 
 
 def _windows(c, s: Matmul, dtype: DType) -> None:
@@ -83,7 +107,7 @@ def _windows(c, s: Matmul, dtype: DType) -> None:
                    f"{math.prod(src.shape)} elements (shape {tuple(src.shape)})")
 
 
-def _view(c, s: Matmul, role: str, view: View, rank: int, extents: tuple):
+def _view(c, s: Matmul | PackB, role: str, view: View, rank: int, extents: tuple):
     if not isinstance(view, View):
         c.fail(f"Matmul {role} is {view!r}, not a View")
     b = c.buffers.get(view.buffer)

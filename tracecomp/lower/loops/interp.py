@@ -80,7 +80,8 @@ class LoopInterpreter:
                     accs = {a.name: _typed(v, a.dtype) for a, v in zip(s.accumulators, new)}
                 env.update(accs)
             elif isinstance(s, L.Matmul):
-                self.matmul(s, env)
+                self.matmul(s, env)          # reads b (b_packed holds the same, packed)
+            # a PackB only serves the CPU's packed kernel: nothing to do here
 
     def matmul(self, s: L.Matmul, env: dict) -> None:
         """Run the statement's loop expansion on flat views of its buffers."""

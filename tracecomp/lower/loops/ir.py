@@ -70,6 +70,9 @@ code generators that ignore it read `b`, which the statements before the Matmul 
 kernel fill (im2col).  The CPU code generator packs B's panels straight from the windows
 (implicit GEMM) and skips those statements, so `b`'s buffer must be a temp that only this
 Matmul reads (the scheduler makes it one; the checker checks it within the kernel).
+`b_packed` (optional) likewise adds nothing to the meaning: a buffer into which a PackB
+statement, run earlier, packed `b` whole (schedule/prepack.py: a loop's weight is packed
+once before the loop, not at every step); the CPU's packed kernel reads its panels there.
 """
 from __future__ import annotations
 
@@ -258,6 +261,7 @@ class Matmul:
     index: tuple[str, ...] = ()            # names of (batch..., i, j) in the epilogue
     workspace: Optional[str] = None        # temp buffer for packed panels (CPU codegen)
     b_windows: Optional[Windows] = None    # b's elements read in place (CPU codegen: implicit GEMM)
+    b_packed: Optional[str] = None         # b already packed whole into this buffer (PackB; CPU codegen)
 
     def views(self) -> tuple[View, View, View]:
         return self.out, self.a, self.b
@@ -266,7 +270,19 @@ class Matmul:
         return (*self.batch, self.m, self.n, self.k)
 
 
-Stmt = Union[Let, Store, Loop, Reduce, Matmul]
+@dataclass
+class PackB:
+    """Pack the (k, n) matrix `b` (a View of rank 2) whole into `buffer`, in the micro-panels
+    of the CPU's packed kernel, for Matmuls whose `b_packed` names that buffer (a loop's
+    weight, packed once before the loop instead of at every step).  Code generators
+    without a packed kernel do nothing: such a Matmul reads `b`, which holds the same."""
+    buffer: str
+    b: View
+    k: "Size"
+    n: "Size"
+
+
+Stmt = Union[Let, Store, Loop, Reduce, Matmul, PackB]
 Size = Union[int, Expr]        # an int, or an `index` expression of Vars naming size parameters
 
 

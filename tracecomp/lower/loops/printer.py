@@ -40,7 +40,7 @@ from typing import Callable, Iterable, Union
 
 from ...core.dtypes import DType
 from ...core.errors import IRError
-from .ir import (COMPARISONS, INDEX, Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, Reduce, Select, Store, Unary, Var)
+from .ir import (COMPARISONS, INDEX, Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, PackB, Reduce, Select, Store, Unary, Var)
 from .check import check_kernel, dtype_kind
 from .matmul import expand_matmul, flat_name
 from .source_notes import annotate
@@ -372,6 +372,10 @@ class _Printer:
         for a, result in zip(s.accumulators, results):
             self.bind(a.name, result)
 
+    def pack_b(self, s: PackB) -> None:
+        """A comment: packing changes no value the loops read (Matmul.b_packed)."""
+        self.line(f"// pack {s.b.buffer} ({s.k}x{s.n}) into {s.buffer}, for the packed matmul kernel")
+
     def matmul(self, s: Matmul) -> None:
         """The loop expansion, reading and writing 1-D views of the three buffers."""
         for name in dict.fromkeys(v.buffer for v in s.views()):
@@ -496,7 +500,7 @@ class _Printer:
 
 _STMT_RULES: dict[type, Callable] = {Let: _Printer.let, Store: _Printer.store,
                                      Loop: _Printer.loop, Reduce: _Printer.reduce,
-                                     Matmul: _Printer.matmul}
+                                     Matmul: _Printer.matmul, PackB: _Printer.pack_b}
 _EXPR_RULES: dict[type, Callable] = {Const: _Printer.e_const, Var: _Printer.e_var,
                                      Load: _Printer.e_load, GuardedLoad: _Printer.e_guarded_load,
                                      Unary: _Printer.e_unary,

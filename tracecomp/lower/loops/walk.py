@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any, Callable, Iterator, Optional
 
 from .ir import (SIZE_PREFIX, Accumulator, Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop,
-                 Matmul, Reduce, Select, Store, Unary, Var, View, Windows)
+                 Matmul, PackB, Reduce, Select, Store, Unary, Var, View, Windows)
 
 # The fields of each node type that hold nodes (or lists/tuples of them; int sizes and
 # None are skipped), in evaluation order.  The other fields hold names, dtypes and flags.
@@ -35,10 +35,11 @@ CHILDREN: dict[type, tuple[str, ...]] = {
     View: ("offset", "strides"),
     Windows: ("offset",),
     Matmul: ("out", "a", "b", "m", "n", "k", "batch", "epilogue", "b_windows"),
+    PackB: ("b", "k", "n"),
     Buffer: ("shape",),
     Kernel: ("buffers", "body"),
 }
-STATEMENTS = (Let, Store, Loop, Reduce, Matmul)
+STATEMENTS = (Let, Store, Loop, Reduce, Matmul, PackB)
 
 
 _LEAVES = (int, bool, type(None))     # what a node's fields hold besides nodes: sizes, absent parts
@@ -113,7 +114,7 @@ def fingerprint(root: Any, buffers: Optional[dict[str, str]] = None) -> str:
     return "\n".join(lines + [text(root)])
 
 
-_BUFFER_FIELDS = ("buffer", "workspace", "buffer name")
+_BUFFER_FIELDS = ("buffer", "workspace", "b_packed", "buffer name")
 
 
 def _field(node: Any, name: str) -> str:
@@ -143,8 +144,9 @@ def loads(root: Any) -> list[Load]:
 
 def buffers_accessed(root: Any) -> tuple[set[str], set[str]]:
     """(buffers read, buffers written) under `root`, in one walk.  Read: by Loads, by a
-    Matmul's operands (b's windows too), and by its output when it accumulates.  Written: by Stores, a
-    Matmul's output and its packing workspace, and the error record by CheckedIndex."""
+    Matmul's operands (b's windows and packed copy too), by its output when it accumulates, and by
+    PackB's source.  Written: by Stores, a Matmul's output and its packing workspace, PackB's
+    buffer, and the error record by CheckedIndex."""
     read: set[str] = set()
     written: set[str] = set()
     for n in walk(root):
@@ -159,7 +161,12 @@ def buffers_accessed(root: Any) -> tuple[set[str], set[str]]:
                 read.add(n.b_windows.buffer)
             if n.accumulate:
                 read.add(n.out.buffer)
+            if n.b_packed is not None:
+                read.add(n.b_packed)
             written.update(b for b in (n.out.buffer, n.workspace) if b is not None)
+        elif t is PackB:
+            read.add(n.b.buffer)
+            written.add(n.buffer)
     return read, written
 
 
@@ -236,6 +243,6 @@ def rename_buffer(root: Any, old: str, new: str) -> Any:
         return substitute(node, rule, memo)
 
     def rule(node):
-        renamed = {f: new for f in ("buffer", "workspace") if getattr(node, f, None) == old}
+        renamed = {f: new for f in ("buffer", "workspace", "b_packed") if getattr(node, f, None) == old}
         return _rebuild(dataclasses.replace(node, **renamed), go) if renamed else None
     return go(root)

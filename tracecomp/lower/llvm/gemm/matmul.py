@@ -56,13 +56,14 @@ from .. import scalar as S
 from ..emitter import FunctionEmitter, counted_loop
 from ..loop_hints import plain_loop
 from ..math.functions import math_calls
+from .microkernel import pack_function
 from .nest import EPILOGUE_PTR, EPILOGUE_TYPE, nest_function
 from ..parallel import (claimed_chunks, entry_alloca, mark_done, outlined_function, recently_late, start_team,
                         struct_field)
-from ...loops.ir import Const, Kernel, Let, Load, Matmul, Store, Var, View, INDEX
+from ...loops.ir import Const, Kernel, Let, Load, Matmul, PackB, Store, Var, View, INDEX
 from ...loops.walk import buffers_written
 from ...loops.matmul import flat_index, flat_name, index_names
-from ...schedule.tiles import PACKED_DTYPES, Blocks, blocks, flops, max_threads
+from ...schedule.tiles import PACKED_DTYPES, Blocks, blocks, flops, max_threads, tiles_for
 
 PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
 ITEMS_PER_THREAD = 2                # work items per thread, claimed dynamically
@@ -112,6 +113,17 @@ def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> Non
         em.matmul_loops(s, env)
     else:
         _emit_packed(em, s, env, plan)
+
+
+def emit_pack_b(em: FunctionEmitter, s: PackB, env: dict[str, ir.Value]) -> None:
+    """b packed whole into s.buffer: the panels of NR columns, each all k rows deep (the
+    layout a nest given b_packed reads: llvm/gemm/nest.py)."""
+    dtype = em.kernel.buffer(s.buffer).dtype
+    b, t = em.builder, S.register_type(dtype)
+    src = b.gep(em.buffers[s.b.buffer][1], [em.expr(s.b.offset, env)], source_etype=t)
+    rs, cs = (em.expr(st, env) for st in s.b.strides)
+    pack = pack_function(em.module, dtype, tiles_for(dtype).nr)
+    b.call(pack, [em.buffers[s.buffer][1], src, em.extent(s.n), em.extent(s.k), cs, rs])
 
 
 def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
@@ -339,6 +351,7 @@ class _Item:
         null = ir.Constant(_PTR, None)
         self.tables = (null, null) if windows is None else \
             (_offset_table(em.module, windows.row_offsets()), _offset_table(em.module, windows.column_offsets()))
+        self.b_packed = null if s.b_packed is None or windows is not None else em.buffers[s.b_packed][1]
         self.visible = [(n, v) for n, v in env.items() if n not in em.sizes]   # passed to the epilogues
 
     def c64(self, v: int) -> ir.Constant:
@@ -354,7 +367,8 @@ class _Item:
         operands = [value for role in ("a", "b", "out") for value in (self.ptr[role], self.rs[role], self.cs[role])]
         self.b.call(nest, operands + [m_lo, m_hi, n_lo, n_hi, self.em.extent(s.k), self.c64(bl.kc), self.c64(bl.mc),
                                       self.c64(bl.nc), self.ws, self.c64(bl.a_elements),
-                                      ir.Constant(S.I1, int(s.accumulate)), whole, edge, context, *self.tables])
+                                      ir.Constant(S.I1, int(s.accumulate)), whole, edge, context, *self.tables,
+                                      self.b_packed])
 
     def epilogues(self) -> tuple[ir.Value, ir.Value, ir.Value]:
         """(whole-tile epilogue, edge-tile epilogue, their context): null pointers without an

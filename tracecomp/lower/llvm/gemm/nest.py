@@ -7,7 +7,7 @@ packing functions of llvm/gemm/microkernel.py) the internal function
         ptr a, i64 rs_a, i64 cs_a, ptr b, i64 rs_b, i64 cs_b, ptr c, i64 rs_c, i64 cs_c,
         i64 m_lo, i64 m_hi, i64 n_lo, i64 n_hi, i64 k, i64 kc, i64 mc, i64 nc,
         ptr ws, i64 a_elements, i1 accumulate, ptr epilogue_whole, ptr epilogue_edge, ptr context,
-        ptr b_rows, ptr b_cols)
+        ptr b_rows, ptr b_cols, ptr b_packed)
 
 running the GotoBLAS/BLIS loops over rows [m_lo, m_hi) and columns [n_lo, n_hi) of one
 (batch) matrix, element (i, j) of a / b / c at i * rs + j * cs:
@@ -22,7 +22,10 @@ tile is in L1: `epilogue_whole(context, i0, j0, MR, NR)` for full tiles,
 (llvm/gemm/matmul.py) supplies the epilogues and their context (the kernel's buffers, sizes and
 visible names).  With b_rows non-null, B is a convolution's window matrix read in place
 (implicit GEMM): element (p, j) is b[b_rows[p] + b_cols[j]] (i32 offset tables), packed
-by pack_windows instead of from rs_b and cs_b.
+by pack_windows instead of from rs_b and cs_b.  With b_packed non-null, B was packed whole
+before the call (a PackB statement: micro-panel q of NR columns at q * NR * k, each all k
+rows deep), so no B panel is packed: the block (jc, p0) starts at b_packed + jc * k + p0 * NR
+and its micro-panels lie k * NR apart (n_lo is a multiple of NR: items are whole tiles).
 
 Why one function with run-time sizes rather than a copy per product with constant ones:
 every copy costs its own LLVM time (5 nested loops through the whole pass pipeline, for
@@ -49,7 +52,8 @@ NEST_ARGS = [("a", _PTR), ("rs_a", S.I64), ("cs_a", S.I64), ("b", _PTR), ("rs_b"
              ("c", _PTR), ("rs_c", S.I64), ("cs_c", S.I64), ("m_lo", S.I64), ("m_hi", S.I64),
              ("n_lo", S.I64), ("n_hi", S.I64), ("k", S.I64), ("kc", S.I64), ("mc", S.I64), ("nc", S.I64),
              ("ws", _PTR), ("a_elements", S.I64), ("accumulate", S.I1), ("epilogue_whole", EPILOGUE_PTR),
-             ("epilogue_edge", EPILOGUE_PTR), ("context", _PTR), ("b_rows", _PTR), ("b_cols", _PTR)]
+             ("epilogue_edge", EPILOGUE_PTR), ("context", _PTR), ("b_rows", _PTR), ("b_cols", _PTR),
+             ("b_packed", _PTR)]
 
 
 def define_helpers(module: ir.Module, dtypes: Iterable[DType]) -> list[str]:
@@ -129,22 +133,27 @@ class _Nest:
             with counted_loop(b, self.c64(0), k_blocks, "mm.pc") as pstate:
                 p0 = b.mul(pstate.index, kc)
                 kcur = S.intrinsic(b, "smin", [kc, b.sub(k, p0)])
-                windows = b.icmp_unsigned("!=", arg["b_rows"], ir.Constant(_PTR, None))
-                with b.if_else(windows) as (implicit, strided):
-                    with implicit:
-                        b.call(self.pack_windows, [self.b_pack, arg["b"], b.gep(arg["b_rows"], [p0], source_etype=S.I32),
-                                                   b.gep(arg["b_cols"], [jc], source_etype=S.I32), nc, kcur])
-                    with strided:
-                        b.call(self.pack_b, [self.b_pack, self.at("b", p0, jc), nc, kcur, arg["cs_b"], arg["rs_b"]])
+                prepacked = b.icmp_unsigned("!=", arg["b_packed"], ir.Constant(_PTR, None))
+                with b.if_then(b.not_(prepacked)):
+                    windows = b.icmp_unsigned("!=", arg["b_rows"], ir.Constant(_PTR, None))
+                    with b.if_else(windows) as (implicit, strided):
+                        with implicit:
+                            b.call(self.pack_windows, [self.b_pack, arg["b"], b.gep(arg["b_rows"], [p0], source_etype=S.I32),
+                                                       b.gep(arg["b_cols"], [jc], source_etype=S.I32), nc, kcur])
+                        with strided:
+                            b.call(self.pack_b, [self.b_pack, self.at("b", p0, jc), nc, kcur, arg["cs_b"], arg["rs_b"]])
+                packed_at = self.gep(arg["b_packed"], b.add(b.mul(jc, k), b.mul(p0, self.c64(self.tiles.nr))))
+                b_block = b.select(prepacked, packed_at, self.b_pack)
+                panel_depth = b.select(prepacked, k, kcur)      # elements between micro-panels / NR
                 add = b.or_(b.icmp_signed(">", pstate.index, self.c64(0)), arg["accumulate"])
                 last = b.icmp_signed("==", pstate.index, b.sub(k_blocks, self.c64(1)))
                 iloop, iblock = self.blocks_of(arg["m_lo"], arg["m_hi"], arg["mc"], "mm.ic")
                 with iloop as istate:
                     ic, mc = iblock(istate)
                     b.call(self.pack_a, [self.a_pack, self.at("a", ic, p0), mc, kcur, arg["rs_a"], arg["cs_a"]])
-                    self.tile_loops(ic, mc, jc, nc, kcur, add, last)
+                    self.tile_loops(ic, mc, jc, nc, kcur, add, last, b_block, panel_depth)
 
-    def tile_loops(self, ic, mc, jc, nc, kc, add, last) -> None:
+    def tile_loops(self, ic, mc, jc, nc, kc, add, last, b_block, panel_depth) -> None:
         b, tiles, arg = self.b, self.tiles, self.arg
         jloop, jtile = self.blocks_of(self.c64(0), nc, self.c64(tiles.nr), "mm.jr")
         with jloop as jstate:
@@ -153,7 +162,7 @@ class _Nest:
             with iloop as istate:
                 ir_, mr = itile(istate)
                 a_panel = self.gep(self.a_pack, b.mul(ir_, kc))
-                b_panel = self.gep(self.b_pack, b.mul(jr, kc))
+                b_panel = self.gep(b_block, b.mul(jr, panel_depth))
                 i0, j0 = b.add(ic, ir_), b.add(jc, jr)
                 c = self.at("c", i0, j0)
                 full = b.and_(b.and_(b.icmp_signed("==", mr, self.c64(tiles.mr)),
