@@ -324,11 +324,15 @@ def test_random_programs_exported_with_a_dynamic_first_dim(tmp_path_factory, dat
         _compare(_as_list(f(*inputs)), want, [p.vals[i] for i in p.outputs], f"output at n={n}")
 
 
-def test_a_dynamic_trace_is_for_export_only(libs):
+def test_a_dynamic_trace_runs_in_the_jit_at_every_size(libs):
+    """The trace export compiles also runs in this process (tc.trace(dynamic=...)'s program)."""
     x, _ = batch(np.random.default_rng(0), 4)
     lowered = tc.trace(mlp).lower_dynamic((*libs["w"], x), {"x": {0: "batch"}})
-    with pytest.raises(tc.ArgumentError, match="for tc.export"):
-        lowered.run([*libs["w"], x])
+    for n in (1, 3, 40):
+        x, _ = batch(np.random.default_rng(n), n)
+        assert_same(lowered.run([*libs["w"], x]), tc.trace(mlp, dynamic=False)(*libs["w"], x))
+    with pytest.raises(tc.ArgumentError, match=r"input 4 axis 1 must be 12, got 3"):
+        lowered.run([*libs["w"], x[:, :3]])
 
 
 CHILD_HUGE_SIZE = """

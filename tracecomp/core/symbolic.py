@@ -15,13 +15,24 @@ rules, the autograd formulas and the scheduler mostly work on it unchanged:
 Every error is a DynamicShapeError naming the size, so a program the dynamic size cannot
 flow through fails at trace/export time with a message, never with wrong code.  Heuristics
 (is this loop big enough for threads?) use `hint(x)`: the example input's size.
+
+An `==` that answers False (`seq == 8`, `seq == other`) is true of the example but not of
+every size: inside `recording_guards()` each one the user's code makes (outside the
+tracecomp package, whose shape rules compare sizes only to refuse what does not fit) is
+kept, and tc.trace runs a program traced with dynamic sizes only at sizes where all of them
+still hold (PyTorch's guards), so `if x.shape[1] == 8:` never takes the wrong branch at 8.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import operator
+import os
+import sys
 from typing import Union
 
-from .locations import user_location
+from .locations import PACKAGE_DIR, user_location
 from .errors import ShapeError, add_location
 
 
@@ -165,13 +176,26 @@ class Dim:
 
     # ------------------------------------------------------------------ comparisons
     def __eq__(self, o):
-        if isinstance(o, Dim):
-            return self.terms == o.terms
-        return False if isinstance(o, int) else NotImplemented
+        return self._equals(o)
 
     def __ne__(self, o):
-        r = self.__eq__(o)
+        r = self._equals(o)
         return r if r is NotImplemented else not r
+
+    def _equals(self, o):
+        if isinstance(o, Dim):
+            same = self.terms == o.terms
+        elif isinstance(o, int):
+            same = False
+        else:
+            return NotImplemented
+        if not same:
+            guards = _guards.get()
+            if guards is not None and _users(sys._getframe(2).f_code.co_filename):
+                # keyed by plain tuples: no Dim.__eq__ while adding
+                key = (tuple(self.terms.items()), o if isinstance(o, int) else tuple(o.terms.items()))
+                guards.setdefault(key, (self, o))
+        return same
 
     def __hash__(self):
         return hash(tuple(self.terms.items()))
@@ -220,7 +244,7 @@ class Dim:
         return sum(c * _prod(self.hints[n] for n in m) for m, c in self.terms.items())
 
     def __repr__(self) -> str:
-        parts = []
+        parts = [] if self.terms else ["0"]      # (an int lifted for arithmetic may be 0)
         for m, c in sorted(self.terms.items(), key=lambda t: (-len(t[0]), t[0])):
             body = "*".join(m)
             text = (body if c == 1 else f"{c}*{body}" if body else str(c)) if c > 0 else \
@@ -232,6 +256,33 @@ class Dim:
         return out
 
     __str__ = __repr__
+
+
+_guards: contextvars.ContextVar = contextvars.ContextVar("tracecomp_dim_guards", default=None)
+
+
+@contextlib.contextmanager
+def recording_guards():
+    """Inside: every `==` between a Dim and an int or another Dim that answered False adds
+    the pair to the dict this yields, among its values (see the module docstring)."""
+    guards: dict = {}
+    token = _guards.set(guards)
+    try:
+        yield guards
+    finally:
+        _guards.reset(token)
+
+
+@functools.lru_cache(maxsize=1024)
+def _users(filename: str) -> bool:
+    """Whether code in `filename` is the user's: outside the tracecomp package."""
+    return not os.path.abspath(filename).startswith(PACKAGE_DIR + os.sep)
+
+
+def guards_hold(guards, sizes: dict[str, int]) -> bool:
+    """Whether the pairs `recording_guards` kept (its dict's values) are still unequal at
+    these sizes."""
+    return all(evaluate(a, sizes) != evaluate(b, sizes) for a, b in guards)
 
 
 def _prod(xs) -> int:

@@ -24,24 +24,35 @@ call.  It takes the call's pointer list as an array and a table of the kernels' 
 entry stay what they are for any program; the driver's object code has a cache entry of
 its own, keyed by its LLVM IR, which names no kernel).  Programs without control flow
 keep one ctypes call per kernel.
+
+Dynamic sizes (tc.trace(dynamic=...): buffer shapes that hold size parameters): a
+`DynamicProgram` compiles the kernels as above (they take the sizes as trailing arguments)
+and runs them through the entry point tc.export writes into a library
+(lower/llvm/entry_point.py build_jit_module), its own small JIT module that calls the
+kernels through the table of their addresses, places the temps in a block it allocates for
+the sizes of the call, and returns an error code.  Per call, the sizes come from the input
+shapes (entry_sizes.ShapeEquations: a mismatch names the input, axis, expected and actual
+size) and the outputs are allocated at the shapes they give.
 """
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import operator
 import threading
 
 import numpy as np
 
-from ..core.errors import ArgumentError
+from ..core.errors import ArgumentError, BackendError
+from ..core.symbolic import DynamicShapeError, evaluate
 from ..lower.llvm.codegen import codegen_kernels
 from ..lower.schedule.index_checks import recorded_error
 from ..lower.schedule.scheduler import Program
 from ..core import random as tc_random
 from .cache import compile_kernels
 from ..lower.schedule.workspace import buffer_nbytes, plan_program
-from .memory import ALIGN, BlockCache, aligned_empty, data_pointer, output_blocks
+from .memory import ALIGN, BlockCache, aligned_empty, aligned_empty_at, data_pointer, output_blocks
 
 
 def check_indices(a: np.ndarray, checks) -> None:
@@ -147,7 +158,7 @@ class CompiledProgram:
         module = lir.Module(name=f"{self._module_name}_driver")
         name = f"{self._module_name}_driver"
         driver_function(module, p, name, position, table_call({k.name: i for i, k in enumerate(p.kernels)}))
-        self._driver_library = _compile_driver(module)
+        self._driver_library = _compile_cached(module)
         fn = self._driver_library.function(name, None, ctypes.c_void_p, ctypes.c_void_p)
         table = (ctypes.c_void_p * len(p.kernels))(*[self.library.address(k.name) for k in p.kernels])
         array = ctypes.c_void_p * len(position)
@@ -230,9 +241,89 @@ class CompiledProgram:
         raise err
 
 
-def _compile_driver(module):
-    """The driver module as a JIT library, its object code from the compile cache when an
-    entry matches (cache.py's key, with the driver's IR as the code), else compiled and stored."""
+class DynamicProgram:
+    """A Program with dynamic sizes, run through its entry point (the module docstring)."""
+
+    def __init__(self, program: Program, fastmath: tuple[str, ...] = ()):
+        from ..lower.llvm.entry_checks import add_computed_checks
+        from ..lower.llvm.entry_point import build_jit_module
+        from ..lower.llvm.entry_sizes import ShapeEquations, public_name, size_names
+        from ..lower.loops.index import symbolic
+        p = self.program = program
+        if p.fills:
+            raise DynamicShapeError("random draws (rand, randn, dropout) take static shapes only")
+        self.fastmath = fastmath
+        self.library = compile_kernels(p.kernels, f"tc_{p.name}", align=None, fastmath=fastmath)
+        name = f"tc_{p.name}_entry"
+        self._entry_library = _compile_cached(build_jit_module(p, name))
+        self._sizes = [public_name(n) for n in size_names(p)]
+        self._entry = self._entry_library.function(name, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                   ctypes.c_void_p, *[ctypes.c_int64] * len(self._sizes))
+        self._error_string = self._entry_library.function(f"{name}_error_string", ctypes.c_char_p, ctypes.c_int)
+        self._error_index = self._entry_library.function(f"{name}_error_index", ctypes.c_int64)
+        self._table = (ctypes.c_void_p * max(1, len(p.kernels)))(*[self.library.address(k.name) for k in p.kernels])
+        self._equations = ShapeEquations([p.buffers[n].shape for n in p.inputs],
+                                         [f"@{p.name}: input {i}" for i in range(len(p.inputs))])
+        self._dtypes = [p.buffers[n].dtype.np for n in p.inputs]
+        self._outputs = [([symbolic(d) for d in p.buffers[n].shape], p.buffers[n].dtype.np) for n in p.outputs]
+        self._constants = []                        # in aligned memory, their pointers after the inputs'
+        for cname, value in p.constants.items():
+            arr = aligned_empty(value.shape, value.dtype)
+            arr[...] = value
+            self._constants.append(arr)
+        self._constant_pointers = [data_pointer(a) for a in self._constants]
+        self._checks = {i: p.index_checks[n] for i, n in enumerate(p.inputs) if n in p.index_checks}
+        self._metadata: dict = {}
+        add_computed_checks(self._metadata, p)
+        self._lock = threading.Lock()
+
+    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self._dtypes):
+            raise ArgumentError(f"compiled function @{self.program.name} takes {len(self._dtypes)} inputs, "
+                                f"got {len(inputs)}")
+        sizes = self._equations.bind([np.shape(a) for a in inputs])
+        ready, pointers = [], []            # (ready: the arrays the pointers point into, kept alive)
+        for i, (a, dtype) in enumerate(zip(inputs, self._dtypes)):
+            a = np.asarray(a)
+            if a.dtype != dtype:
+                raise ArgumentError(f"@{self.program.name}: input {i} must be {np.dtype(dtype)}, got {a.dtype}")
+            pointer = data_pointer(a)
+            if not a.flags.c_contiguous or pointer % a.dtype.itemsize:
+                a, pointer = aligned_empty_at(a.shape, a.dtype)
+                a[...] = inputs[i]
+            if i in self._checks and a.size:
+                check_indices(a, [dataclasses.replace(c, size=evaluate(c.size, sizes)) for c in self._checks[i]])
+            ready.append(a)
+            pointers.append(pointer)
+        outs, out_pointers = [], []
+        for shape, dtype in self._outputs:
+            out, pointer = aligned_empty_at(tuple(evaluate(d, sizes) for d in shape), dtype)
+            outs.append(out)
+            out_pointers.append(pointer)
+        in_ptrs = (ctypes.c_void_p * max(1, len(pointers) + len(self._constants)))(*pointers, *self._constant_pointers)
+        out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*out_pointers)
+        with self._lock:          # a workspace of static size is one global: one call at a time
+            code = self._entry(in_ptrs, out_ptrs, self._table, *[sizes[n] for n in self._sizes])
+            if code:
+                raise self._failure(code, sizes)
+        return outs
+
+    def _failure(self, code: int, sizes: dict) -> Exception:
+        from ..lower.llvm.entry_checks import computed_index_error
+        from ..lower.llvm.entry_point import ERR_ALLOC
+        error = computed_index_error(self._metadata, code, int(self._error_index()), sizes)
+        if error is not None:
+            return error
+        text = self._error_string(code).decode()
+        if code == ERR_ALLOC:
+            return MemoryError(f"@{self.program.name}: {text} ({sizes})")
+        return BackendError(f"@{self.program.name} failed with error {code}: {text} ({sizes})")
+
+
+def _compile_cached(module):
+    """The driver module (or a dynamic program's entry point) as a JIT library, its object
+    code from the compile cache when an entry matches (cache.py's key, with the module's IR
+    as the code), else compiled and stored."""
     from . import cache, jit
     engine = jit.default_engine()
     settings = cache.settings

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import timings
 from ..core.errors import ArgumentError
+from ..core.symbolic import Dim
 from ..ir import Graph, TensorType
 from ..library.assignment import update
 from ..tensors import pytree
@@ -123,15 +124,17 @@ class Lowered:
         if self.device == "cuda":
             from ..runtime.cuda.runner import CudaProgram      # raises at once without a driver or GPU
             return CudaProgram(self.program)
-        from ..runtime.compiled import CompiledProgram
+        from ..runtime.compiled import CompiledProgram, DynamicProgram
         program = self.cpu_program
-        if any(k.sizes for k in program.kernels):
-            raise ArgumentError("a trace with dynamic sizes (lower_dynamic) is for tc.export; "
-                                "tc.trace runs each shape it is called with")
         with timings.recording(self.compile_times), timings.stage("lowering"):
-            compiled = CompiledProgram(program, self.fastmath)
+            compiled = (DynamicProgram if self.dynamic else CompiledProgram)(program, self.fastmath)
         self._log_compile()
         return compiled
+
+    @functools.cached_property
+    def dynamic(self) -> bool:
+        """Whether some input dims are symbolic sizes (symbolic.Dim): one program for many shapes."""
+        return any(isinstance(d, Dim) for v in self.optimized.inputs for d in v.type.shape)
 
     @functools.cached_property
     def gpu_module(self):
@@ -217,11 +220,13 @@ class Lowered:
             arrays, inputs, hidden = self.split(arrays)
             self._write_back(leaves, inputs)
             self._write_back_hidden(hidden)
+        types = self.result_types if not self.dynamic else \
+            [TensorType(a.shape, t.dtype) for a, t in zip(arrays, self.result_types)]
         if self.out_structure == pytree.LEAF:
-            return Tensor(arrays[0], self.result_types[0])
+            return Tensor(arrays[0], types[0])
         if self._repeated:
-            return pytree.unflatten(self.out_structure, self._distinct(arrays))
-        return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, self.result_types)])
+            return pytree.unflatten(self.out_structure, self._distinct(arrays, types))
+        return pytree.unflatten(self.out_structure, [Tensor(a, t) for a, t in zip(arrays, types)])
 
     def _write_back(self, leaves: list, arrays: list[np.ndarray]) -> None:
         """What eager would have left in the caller's arguments the function assigned into:
@@ -249,13 +254,13 @@ class Lowered:
             update(t, Tensor(a, t._type), f"in-place change of closed-over tensor "
                                           f"{self.hidden.sources[i].where} inside tc.trace")
 
-    def _distinct(self, arrays: list[np.ndarray]) -> list[Tensor]:
+    def _distinct(self, arrays: list[np.ndarray], types: list[TensorType]) -> list[Tensor]:
         """The outputs as Tensors when some output Value repeats: an output the passes merged
         into an earlier one (CSE of `(x * 2, x * 2)`) though the function returned two
         objects gets its own copy, as eager gives two tensors; the same object returned
         twice comes back as the same Tensor twice, as eager."""
         out: list[Tensor] = []
-        for i, (a, t) in enumerate(zip(arrays, self.result_types)):
+        for i, (a, t) in enumerate(zip(arrays, types)):
             j = self.same_leaf[i]
             if j != i:
                 out.append(out[j])

@@ -13,11 +13,24 @@ structure with its leaves' types (`_fast_signature`), filled after the full look
 signature and took every argument as it was.  Each signature is a `Lowered`
 (stages.py), which records the time of every compile stage (timings.py; `Lowered.timings`),
 logged when TRACECOMP_LOG is set.
+
+Dynamic dims (`dynamic=`, torch.compile's rule by default): the signatures that differ only
+in sizes (same structure, Python values, dtypes and ranks) form a group, which remembers
+each dim's one size, or that it changed.  A call that no compile serves traces with the
+dims that changed (or those `dynamic` names) as symbolic sizes (symbolic.Dim; equal sizes
+share one, as PyTorch's duck sizing), so the second size of a growing sequence compiles
+one program that every later size runs (runtime/compiled.py DynamicProgram).  A size of 0
+or 1 stays static (its own compile).  A dynamic compile serves a call whose shapes meet
+its size equations (entry_sizes.ShapeEquations, every size >= 2) and where the `==` that
+answered False during its trace still do (symbolic.recording_guards).  Where the trace or
+compile with symbolic sizes fails (a DynamicShapeError: the function reads a size as a
+number), that group compiles each shape, and the log says why, once.
 """
 from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import logging
 import time
 import uuid
@@ -37,7 +50,7 @@ from ..core.dtypes import from_numpy
 from ..core.devices import Device, DeviceBuffer
 from ..core.errors import ArgumentError, TraceError
 from ..ir import Graph, TensorType
-from ..core.symbolic import Dim
+from ..core.symbolic import Dim, DynamicShapeError, guards_hold, recording_guards
 from ..tensors.tensor import Tensor, as_tensor
 from ..dispatch.tracer import TraceContext
 from ..core.locations import user_stacklevel
@@ -46,6 +59,10 @@ log = logging.getLogger("tracecomp.transforms.trace")
 
 DEFAULT_MAX_RETRACES = 8
 DEFAULT_CACHE_SIZE = 64      # compiled signatures kept per traced function (least recently used go)
+# A dynamic dim's hint (symbolic.hint: the size the scheduler's heuristics plan for, such as
+# a packed matmul) is its size at the call that compiles it or this, the larger: a size that
+# varies is compiled for the larger sizes it will see (a decode compiles at length 2).
+DYNAMIC_HINT = 64
 BACKENDS = ("cpu", "interp")
 DEVICES = ("cpu", "cuda")
 
@@ -125,10 +142,34 @@ class _TimedTraceContext(TraceContext):
         self._depth = depth
 
 
+class _Dynamic(collections.namedtuple("_Dynamic", "group equations guards lowered")):
+    """A compile with dynamic dims and what it serves: calls of its `group` (_group) whose
+    argument shapes meet `equations` with every size >= 2 and where `guards` hold."""
+
+    def sizes(self, group, types: list[TensorType]) -> dict[str, int] | None:
+        """The sizes of a call of these types, where they meet the equations; else None."""
+        if group != self.group:
+            return None
+        try:
+            return self.equations.bind([t.shape for t in types], least=2)
+        except ArgumentError:
+            return None
+
+    def serves(self, group, types: list[TensorType]) -> bool:
+        sizes = self.sizes(group, types)
+        return sizes is not None and guards_hold(self.guards, sizes)
+
+
+def _group(key) -> tuple:
+    """A signature without its sizes: the signatures that one compile with dynamic dims may serve."""
+    structure, types = key
+    return structure, tuple((t.dtype, len(t.shape)) for t in types)
+
+
 class TracedFunction:
     def __init__(self, fn: Callable, backend: str = "cpu", max_retraces: int = DEFAULT_MAX_RETRACES,
                  device: str = "cpu", donate_argnums: int | tuple[int, ...] = (), fastmath=False,
-                 cache_size: int = DEFAULT_CACHE_SIZE, check_indices: bool = True):
+                 cache_size: int = DEFAULT_CACHE_SIZE, check_indices: bool = True, dynamic=None):
         from ..lower.llvm.codegen import fastmath_flags
         if backend not in BACKENDS:
             raise ArgumentError(f"tc.trace: unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
@@ -154,7 +195,20 @@ class TracedFunction:
         self._warned = False
         self._mapped: dict[tuple, TracedFunction] = {}    # in tc.vmap: the mapped function, per axes
         self.check_indices = bool(check_indices)
-        self._options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, self.check_indices)
+        if not (dynamic is None or isinstance(dynamic, (bool, dict))):
+            raise ArgumentError(f"tc.trace: dynamic must be None, True, False or a dict like "
+                                f"{{'x': {{0: 'batch'}}}}, got {dynamic!r}")
+        if dynamic not in (None, False) and (backend != "cpu" or device != "cpu"):
+            raise ArgumentError("tc.trace: dynamic dims run on the CPU backend (backend='cpu', device='cpu'); "
+                                f"this function has backend={backend!r}, device={device!r}")
+        self.dynamic = dynamic if backend == "cpu" and device == "cpu" else False
+        if isinstance(dynamic, dict):
+            _dynamic_leaves(fn, None, dynamic)         # a bad spec fails now, not at the first call
+        self._sizes_seen: dict[tuple, list[list]] = {}  # per group: each dim's size, None once it changed
+        self._dynamic: list[_Dynamic] = []             # the compiles with dynamic dims, newest first
+        self._static_only: set[tuple] = set()          # groups whose dims cannot be dynamic (logged once)
+        self._options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, self.check_indices,
+                         dynamic)
         self._identity = uuid.uuid4().hex      # the same across pickles (pickling.rebuild)
         self._warned_arrays: set[str] = set()  # closed-over NumPy arrays warned about
         functools.update_wrapper(self, fn)
@@ -208,7 +262,7 @@ class TracedFunction:
         its value now (what tc.export writes: a library has no Python to read it from):
         the cached signature where the function closes over none, else a fresh trace."""
         lowered = self._lookup(args, kwargs)[0]
-        if lowered.hidden is None:
+        if lowered.hidden is None and not lowered.dynamic:
             return lowered
         _, structure, tensors, _ = self._signature(args, kwargs)
         return self._trace(structure, tensors, bake=True)
@@ -219,7 +273,7 @@ class TracedFunction:
         Closed-over tensors are baked in as constants (lower_baked)."""
         _, structure, tensors, _ = self._signature(args, {})
         types = [t._type for t in tensors]
-        for leaf, axes in _dynamic_leaves(self.fn, args, dynamic).items():
+        for leaf, axes in _dynamic_leaves(self.fn, args, dynamic, examples=True).items():
             shape = list(types[leaf].shape)
             for axis, name in axes.items():
                 shape[axis] = Dim.named(name, shape[axis])
@@ -239,6 +293,8 @@ class TracedFunction:
             lowered, tensors, leaves = self._lookup(args, kwargs, flat)     # the signature is computed once per call
             if fast is not None and len(fast[1]) == len(leaves) and all(
                     x is y and (type(x) is not np.ndarray or t._data is x) for x, y, t in zip(fast[1], leaves, tensors)):
+                if len(self._fast) >= 4 * self.cache_size:     # (one per size a dynamic compile served)
+                    del self._fast[next(iter(self._fast))]
                 self._fast[fast[0]] = lowered     # every argument reached the program as it was
             return lowered.run([t._data for t in tensors], leaves)
         except closures.ClosureMoved as moved:
@@ -246,18 +302,24 @@ class TracedFunction:
 
     def _trace_again(self, lowered: Lowered, moved: closures.ClosureMoved, args: tuple, kwargs: dict):
         """The call after a closed-over tensor of `lowered` was replaced by one of another
-        shape or dtype, or can no longer be reached: that signature is traced again.  A
-        second miss right after a fresh trace means the function moves its own closure."""
+        shape or dtype, or can no longer be reached: that signature is traced again (after
+        every other compile that served it and closes over the same tensor: a dynamic one is
+        dropped too).  A second miss right after a fresh trace means the function moves its
+        own closure."""
         why = lowered.hidden.explain(moved)
         log.info("retracing %s: %s", self.__name__, why)
-        if lowered.cache_key in self._cache:
-            self._evict(lowered.cache_key)
-        lowered, tensors, leaves = self._lookup(args, kwargs)
-        try:
-            return lowered.run([t._data for t in tensors], leaves)
-        except closures.ClosureMoved as again:
-            raise TraceError(f"tc.trace({self.__name__}): {lowered.hidden.explain(again)} right after "
-                             f"it was traced (does the function rebind the tensors it closes over?)") from None
+        while True:
+            if lowered.cache_key in self._cache:
+                self._evict(lowered.cache_key)
+            cached = {id(v) for v in self._cache.values()}
+            lowered, tensors, leaves = self._lookup(args, kwargs)
+            try:
+                return lowered.run([t._data for t in tensors], leaves)
+            except closures.ClosureMoved as again:
+                if id(lowered) in cached:
+                    continue                  # an older compile that closes over it: dropped in turn
+                raise TraceError(f"tc.trace({self.__name__}): {lowered.hidden.explain(again)} right after "
+                                 f"it was traced (does the function rebind the tensors it closes over?)") from None
 
     @staticmethod
     def _is_transformed(leaves: list) -> bool:
@@ -311,12 +373,13 @@ class TracedFunction:
     def _lookup(self, args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[Lowered, list[Tensor], list]:
         key, structure, tensors, leaves = self._signature(args, kwargs, flat)
         lowered = self._cache.get(key)
+        if lowered is None:
+            group = _group(key)
+            lowered = next((d.lowered for d in self._dynamic if d.serves(group, key[1])), None)
         if lowered is not None:
-            self._cache.move_to_end(key)
+            self._cache.move_to_end(lowered.cache_key)
             return lowered, tensors, leaves
-        self._note_retrace((structure, key[1]))
-        donated = self._donated_leaves(args)
-        lowered = self._cache[key] = self._trace(structure, tensors, donated=donated, key=key)
+        lowered = self._compile(key, structure, tensors, args, kwargs)
         while len(self._cache) > self.cache_size:
             self._evict(next(iter(self._cache)))
         return lowered, tensors, leaves
@@ -326,6 +389,102 @@ class TracedFunction:
         gone = self._cache.pop(key)
         for fast in [k for k, v in self._fast.items() if v is gone]:
             del self._fast[fast]
+        self._dynamic = [d for d in self._dynamic if d.lowered is not gone]
+
+    def _compile(self, key, structure, tensors: list[Tensor], args: tuple, kwargs: dict) -> Lowered:
+        """A new signature's Lowered, cached: with dynamic dims where the group's sizes changed
+        or `dynamic` names them (the module docstring; cached under its signature with the
+        symbolic sizes), else specialized to its shapes."""
+        from ..lower.llvm.entry_sizes import ShapeEquations      # (llvmlite: not at import time)
+        group, types = _group(key), list(key[1])
+        labels = _leaf_labels(self.fn, structure)
+        changed = self._note_sizes(group, types)
+        dims = self._dynamic_dims(group, types, labels, args, kwargs)
+        if any(d.sizes(group, types) is not None for d in self._dynamic):
+            dims = {}                # a compile with these dims exists; its guards exclude this call
+        if dims:
+            dynamic_types = list(types)
+            for (leaf, axis), name in dims.items():
+                shape = list(dynamic_types[leaf].shape)
+                shape[axis] = Dim.named(name, max(shape[axis], DYNAMIC_HINT))
+                dynamic_types[leaf] = TensorType(tuple(shape), types[leaf].dtype)
+            why = "; ".join(f"{labels[leaf]} axis {axis} " + (
+                f"became dynamic ({name}): {changed[leaf, axis][0]} then {changed[leaf, axis][1]}"
+                if (leaf, axis) in changed else f"is dynamic ({name})") for (leaf, axis), name in dims.items())
+            if self._history:
+                log.info("retracing %s: %s", self.__name__, why)
+            dynamic_key = (key[0], tuple(dynamic_types))
+            try:
+                with recording_guards() as guards:
+                    lowered = self._trace(structure, tensors, dynamic_types, key=dynamic_key)
+                    lowered.compiled         # compiled now: a failure falls back to this shape alone
+            except Exception as e:
+                if isinstance(self.dynamic, dict):
+                    if isinstance(e, DynamicShapeError):
+                        raise DynamicShapeError(f"tc.trace({self.__name__}): the dynamic sizes {self.dynamic} "
+                                                f"cannot flow through this function: {e.reason}") from e
+                    raise
+                self._static_only.add(group)
+                log.info("tc.trace(%s): compiling each shape: %s, but tracing with dynamic sizes failed: "
+                         "%s: %s", self.__name__, why, type(e).__name__, getattr(e, "reason", e))
+            else:
+                self._note_retrace((structure, tuple(dynamic_types)), logged=True)
+                equations = ShapeEquations([t.shape for t in dynamic_types], labels)
+                self._dynamic.insert(0, _Dynamic(group, equations, list(guards.values()), lowered))
+                self._cache[dynamic_key] = lowered
+                if self._dynamic[0].serves(group, types):
+                    return lowered
+                # (the function compared a size with a number that is this call's size: it serves others)
+        self._note_retrace((structure, key[1]))
+        lowered = self._cache[key] = self._trace(structure, tensors, donated=self._donated_leaves(args), key=key)
+        return lowered
+
+    def _note_sizes(self, group, types: list[TensorType]) -> dict[tuple[int, int], tuple[int, int]]:
+        """Remember the group's sizes; {(leaf, axis): (size before, size now)} for the dims
+        that change for the first time with this call."""
+        seen = self._sizes_seen.get(group)
+        if seen is None:
+            if len(self._sizes_seen) >= 4 * self.cache_size:      # (a Python value that changes every call)
+                oldest = next(iter(self._sizes_seen))
+                del self._sizes_seen[oldest]
+                self._static_only.discard(oldest)
+            self._sizes_seen[group] = [list(t.shape) for t in types]
+            return {}
+        changed = {}
+        for leaf, (sizes, t) in enumerate(zip(seen, types)):
+            for axis, (before, now) in enumerate(zip(sizes, t.shape)):
+                if before is not None and before != now:
+                    changed[leaf, axis] = (before, now)
+                    sizes[axis] = None
+        return changed
+
+    def _dynamic_dims(self, group, types: list[TensorType], labels: list[str], args: tuple,
+                      kwargs: dict) -> dict[tuple[int, int], str]:
+        """{(leaf, axis): size name} of the dims to trace as symbolic sizes: those `dynamic`
+        names or (True) all, and those whose size changed in the group; only sizes >= 2.
+        Equal sizes share a name (a name `dynamic` gave, else s0, s1, ...)."""
+        from ..lower.llvm.entry_sizes import ShapeEquations
+        explicit: dict[int, dict[int, str]] = {}
+        if isinstance(self.dynamic, dict):
+            explicit = _dynamic_leaves(self.fn, args, self.dynamic, kwargs)
+            spec = [[explicit.get(leaf, {}).get(axis) for axis in range(len(t.shape))] for leaf, t in enumerate(types)]
+            ShapeEquations([[d and Dim.named(d, 1) for d in s] for s in spec], labels).bind(
+                [t.shape for t in types], least=0)                 # one name is one size
+        if self.dynamic is False or group in self._static_only:
+            return {}
+        seen = self._sizes_seen[group]
+        chosen = {(leaf, axis): explicit.get(leaf, {}).get(axis)
+                  for leaf, t in enumerate(types) for axis, size in enumerate(t.shape)
+                  if size >= 2 and (self.dynamic is True or seen[leaf][axis] is None or axis in explicit.get(leaf, {}))}
+        names = {types[leaf].shape[axis]: name for (leaf, axis), name in reversed(chosen.items()) if name}
+        taken, fresh = set(names.values()), (f"s{i}" for i in itertools.count())
+        for (leaf, axis), name in chosen.items():
+            if name is None:
+                size = types[leaf].shape[axis]
+                if size not in names:
+                    names[size] = next(n for n in fresh if n not in taken)
+                chosen[leaf, axis] = names[size]
+        return chosen
 
     def _donated_leaves(self, args: tuple) -> frozenset:
         """The positions, among the flattened tensor inputs, of the donated arguments' leaves."""
@@ -398,8 +557,8 @@ class TracedFunction:
                           "it in a tc.Tensor (closed-over tensors are read at every call)",
                           UserWarning, stacklevel=user_stacklevel())
 
-    def _note_retrace(self, key) -> None:
-        if self._history:
+    def _note_retrace(self, key, logged: bool = False) -> None:
+        if self._history and not logged:
             log.info("retracing %s: %s", self.__name__, _explain_change(self._history[-1], key))
         self._history.append(key)
         if self._warned:                  # only the last signature is still needed (the log)
@@ -419,53 +578,94 @@ class TracedFunction:
 closures.register(TracedFunction, closures.Container(wraps="fn", state=lambda t: (t._options, t.fn)))
 
 
-def _dynamic_leaves(fn: Callable, args: tuple, dynamic: dict) -> dict[int, dict[int, str]]:
-    """{flattened tensor leaf: {axis: size name}} for `dynamic` = {arg: {axis: name}}, where
-    arg is a position or a parameter name of `fn` and the argument must be one tensor."""
+def _parameters(fn: Callable) -> list[str]:
+    """The names of `fn`'s parameters that take positional arguments, in order."""
     import inspect
     try:
-        params = list(inspect.signature(fn).parameters)
+        params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        params = []
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _dynamic_leaves(fn: Callable, args: tuple | None, dynamic: dict, kwargs: dict | None = None,
+                    examples: bool = False) -> dict[int, dict[int, str]]:
+    """{flattened tensor leaf: {axis: size name}} for `dynamic` = {arg: {axis: name}}, where
+    arg is a position or a parameter name of `fn` (passed by position, or by keyword in
+    `kwargs`) and the argument must be one tensor.  `args` None: only the spec's form is
+    checked.  `examples` (export): the arguments are examples, and each size must be >= 1
+    and one name one size."""
+    params = _parameters(fn)
     if not isinstance(dynamic, dict):
         raise ArgumentError(f"dynamic= must be a dict like {{'x': {{0: 'batch'}}}}, got {dynamic!r}")
-    starts, at = [], 0
-    for a in args:
-        starts.append(at)
+    for key, axes in dynamic.items():
+        if not isinstance(axes, dict) or not axes:
+            raise ArgumentError(f"dynamic=: argument {key!r} needs a dict of {{axis: size name}}, got {axes!r}")
+        for axis, name in axes.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ArgumentError(f"dynamic=: argument {key!r} axis {axis}: the size name must be "
+                                    f"an identifier, got {name!r}")
+    if args is None:
+        return {}
+    kwargs = kwargs or {}
+    starts, at = {}, 0
+    for i, a in enumerate(args):
+        starts[i] = at
+        at += len(pytree.flatten(a, _is_array_leaf)[0])
+    for k, a in kwargs.items():
+        starts[k] = at
         at += len(pytree.flatten(a, _is_array_leaf)[0])
     out: dict[int, dict[int, str]] = {}
     seen: dict[str, tuple] = {}           # size name -> (example size, where)
     for key, axes in dynamic.items():
         pos = key if isinstance(key, int) and not isinstance(key, bool) else \
-            params.index(key) if key in params else None
-        if pos is None or not 0 <= pos < len(args):
-            known = ", ".join(params[:len(args)]) or f"positions 0..{len(args) - 1}"
+            params.index(key) if key in params and params.index(key) < len(args) else key
+        if pos not in starts or (isinstance(key, int) and not 0 <= pos < len(args)):
+            known = ", ".join(params[:len(args)] + list(kwargs)) or f"positions 0..{len(args) - 1}"
             raise ArgumentError(f"dynamic=: {key!r} is not an argument of {getattr(fn, '__name__', 'fn')} "
                                 f"(arguments: {known})")
-        leaves = pytree.flatten(args[pos], _is_array_leaf)[0]
+        arg = args[pos] if isinstance(pos, int) else kwargs[pos]
+        leaves = pytree.flatten(arg, _is_array_leaf)[0]
         if len(leaves) != 1:
             raise ArgumentError(f"dynamic=: argument {key!r} must be one tensor, not a "
-                                f"{type(args[pos]).__name__} of {len(leaves)} tensors")
+                                f"{type(arg).__name__} of {len(leaves)} tensors")
         shape = np.shape(leaves[0])
-        if not isinstance(axes, dict) or not axes:
-            raise ArgumentError(f"dynamic=: argument {key!r} needs a dict of {{axis: size name}}, got {axes!r}")
         fixed = {}
         for axis, name in axes.items():
             if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
                 raise ArgumentError(f"dynamic=: argument {key!r} has shape {shape}; axis {axis!r} "
                                     "is not one of its dims")
-            if not isinstance(name, str) or not name.isidentifier():
-                raise ArgumentError(f"dynamic=: argument {key!r} axis {axis}: the size name must be "
-                                    f"an identifier, got {name!r}")
-            if shape[axis] < 1:
+            if examples and shape[axis] < 1:
                 raise ArgumentError(f"dynamic=: argument {key!r} axis {axis}: the example size is "
                                     f"{shape[axis]}; give an example of size >= 1")
             size, where = shape[axis], f"{key!r} axis {axis}"
-            if seen.setdefault(name, (size, where))[0] != size:
+            if examples and seen.setdefault(name, (size, where))[0] != size:
                 raise ArgumentError(f"dynamic=: size {name!r} is {seen[name][0]} at {seen[name][1]} but "
                                     f"{size} at {where} in the example inputs; one name is one size")
             fixed[axis % len(shape)] = name
         out[starts[pos]] = fixed
+    return out
+
+
+def _leaf_labels(fn: Callable, structure) -> list[str]:
+    """Each tensor leaf of a call, as messages name it: `x`, `batch[0]`, `params['w']` (the
+    function's parameter names for its positional arguments)."""
+    params, out = _parameters(fn), []
+
+    def walk(s, path: str) -> None:
+        if s == pytree.LEAF:
+            out.append(path)
+            return
+        kind, body = s
+        if kind == "static":
+            return
+        for k, v in (body if kind == "dict" else enumerate(body)):
+            walk(v, f"{path}[{k!r}]")
+    args, kwargs = structure[1]
+    for i, s in enumerate(args[1]):
+        walk(s, params[i] if i < len(params) else f"args[{i}]")
+    for k, s in kwargs[1]:
+        walk(s, str(k))
     return out
 
 
@@ -525,12 +725,24 @@ def _spec_type(x) -> TensorType:
 def trace(fn: Callable | None = None, *, backend: str = "cpu",
           max_retraces: int = DEFAULT_MAX_RETRACES, device: str = "cpu",
           donate_argnums: int | tuple[int, ...] = (), fastmath=False, cache_size: int = DEFAULT_CACHE_SIZE,
-          check_indices: bool = True):
+          check_indices: bool = True, dynamic=None):
     """Compile `fn` on its first call per input signature; usable as @trace or trace(fn).
     The signature is the pytree structure, each tensor's shape and dtype, and each other
     value by type and bits (1, 1.0 and True differ; a NaN is one signature).  The last
     `cache_size` signatures used keep their compiled code; older ones are dropped and
     compile again if they come back.
+
+    dynamic (torch.compile's convention; CPU only): None (default) compiles the first call
+    for its shapes; a later call whose signature differs from one compiled only in sizes
+    compiles once more with the dims that changed as sizes known at run time, and that
+    program serves every later size (a growing sequence compiles twice).  A size of 0 or 1
+    keeps a compile of its own, and a function that reads a size as a number (`if
+    x.shape[0] > 4:`, `range(n)`) compiles each shape (TRACECOMP_LOG=1 logs why).  True: every
+    dim of every tensor argument is dynamic from the first call; False: every shape
+    compiles its own program; a dict as tc.export's, `{"x": {1: "seq"}, "mask": {0: "seq"}}`
+    (argument name or position -> {axis: size name}), makes those dims dynamic from the
+    first call (an ArgumentError where one name takes two sizes in a call, a
+    DynamicShapeError where the size cannot flow through the function), others as None.
     device="cuda" runs it on the first CUDA GPU (lower/nvptx, runtime/cuda); its "ptx" stage prints
     without one.  It takes tensors in GPU memory (x.to("cuda")) as they are and host arrays
     by a copy, and returns tensors in GPU memory; its launches are queued without waiting.
@@ -559,7 +771,7 @@ def trace(fn: Callable | None = None, *, backend: str = "cpu",
     as it does eagerly.  Index arguments are still checked.  By default (True) the compiled
     code checks every computed index that is not known to lie in range, at the cost of a
     compare per index."""
-    options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, check_indices)
+    options = (backend, max_retraces, device, donate_argnums, fastmath, cache_size, check_indices, dynamic)
     if fn is None:
         return lambda f: TracedFunction(f, *options)
     return TracedFunction(fn, *options)

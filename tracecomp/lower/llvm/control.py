@@ -54,13 +54,16 @@ def driver_function(module: ir.Module, program, name: str, positions: dict[str, 
     return fn
 
 
-def table_call(kernel_index: dict[str, int]) -> Callable[[ir.Function], Call]:
-    """A caller through the table of kernel addresses in the driver's second argument."""
+def table_call(kernel_index: dict[str, int], sizes: Callable[[object], list] = lambda k: [],
+               argument: int = 1) -> Callable[[ir.Function], Call]:
+    """A caller through the table of kernel addresses in the function's argument `argument`
+    (the driver's second; the JIT's dynamic entry point's third), `sizes(kernel)` after the pointers."""
     def make(fn: ir.Function) -> Call:
         def call(b: ir.IRBuilder, kernel, pointers: list) -> None:
-            slot = b.gep(fn.args[1], [ir.Constant(I64, kernel_index[kernel.name])], inbounds=True, source_etype=PTR)
+            slot = b.gep(fn.args[argument], [ir.Constant(I64, kernel_index[kernel.name])], inbounds=True,
+                         source_etype=PTR)
             target = b.load(slot, typ=PTR)           # (unnamed: the IR is the driver's cache key)
-            b.call(_Callee(target, kernel_function_type(kernel.buffers, kernel.sizes)), pointers)
+            b.call(_Callee(target, kernel_function_type(kernel.buffers, kernel.sizes)), pointers + sizes(kernel))
         return call
     return make
 

@@ -54,15 +54,18 @@ def error_index_function(module: ir.Module, name: str) -> None:
     returned ERR_COMPUTED_INDEX_BASE + c (a thread-local, like errno)."""
     fn = ir.Function(module, ir.FunctionType(I64, []), f"{name}_error_index")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    b.ret(b.load(_error_index_global(module, name), typ=I64))
+    b.ret(b.load(error_index_global(module, name), typ=I64))
 
 
-def _error_index_global(module: ir.Module, name: str) -> ir.GlobalVariable:
+def error_index_global(module: ir.Module, name: str, thread_local: bool = True) -> ir.GlobalVariable:
+    """The error index's global, made on first use: thread-local in a library; a plain
+    global in the JIT's entry point (LLJIT cannot allocate TLS; its caller holds a lock)."""
     g = module.globals.get(f"{name}__error_index")
     if g is None:
         g = ir.GlobalVariable(module, I64, f"{name}__error_index")
         g.linkage = "internal"
-        g.storage_class = "thread_local"     # llvmlite has no TLS flag; it prints where LLVM expects it
+        if thread_local:
+            g.storage_class = "thread_local"     # llvmlite has no TLS flag; it prints where LLVM expects it
         g.initializer = ir.Constant(I64, 0)
         g.align = 8
     return g
@@ -96,7 +99,7 @@ def return_if_index_failed(module: ir.Module, b: ir.IRBuilder, program, name: st
                                  b.sub(value, ir.Constant(I64, check.size)), value)
             code = b.select(failed, ir.Constant(I32, ERR_COMPUTED_INDEX_BASE + c), code)
             index = b.select(failed, value, index)
-        b.store(index, _error_index_global(module, name))
+        b.store(index, error_index_global(module, name))
         if heap is not None:
             free = module.globals.get("free") or ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), "free")
             b.call(free, [heap])

@@ -9,6 +9,12 @@ index checks and the kernels and copies outputs that are inputs or constants;
 `NAME_metadata` (the JSON tc.load reads).  The error codes are the constants below; the C
 header (c_header.py) documents them.
 
+`build_jit_module(program, name)` is the same entry point for tc.trace's programs with
+dynamic sizes (runtime/compiled.py DynamicProgram): `int NAME(inputs, outputs, kernels,
+sizes...)`, whose kernels live in the JIT library any program's kernels compile into (and
+the compile cache keeps) and are called through `kernels`, the table of their addresses;
+the constants follow the inputs in `inputs`.
+
 A Program with loops and branches runs its steps instead of its kernels in order: the
 same native loops as the JIT's driver (llvm/control.py), so a while loop whose carry
 holds a trip count read from an input (a tc.fori_loop with a tensor bound) runs that
@@ -30,11 +36,12 @@ from ...core.errors import ArgumentError
 from ..schedule.workspace import plan_program
 from . import scalar as S
 from .codegen import codegen_kernels
-from .control import direct_call, emit_steps
+from .control import direct_call, emit_steps, table_call
 from .emitter import counted_loop
 from ..loops.ir import Var
 from .entry_checks import (ERR_COMPUTED_INDEX_BASE, add_computed_checks, computed_index_error,  # noqa: F401
-                           dim_text, error_index_function, error_record, return_if_index_failed)
+                           dim_text, error_index_function, error_index_global, error_record,
+                           return_if_index_failed)
 from .entry_sizes import EntrySizes, describe_dim, public_name, size_names
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -114,6 +121,18 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
     return module
 
 
+def build_jit_module(program, name: str) -> ir.Module:
+    """The JIT's entry point of a program with dynamic sizes: NAME (the module docstring),
+    NAME_error_string and NAME_error_index.  Index inputs are checked by the runtime before
+    the call, as for a static program, so NAME checks none."""
+    module = ir.Module(name=f"tc_jit_{name}")
+    error_index_global(module, name, thread_local=False)
+    _entry(module, program, name, [], None)
+    _error_strings(module, program, name, [])
+    error_index_function(module, name)
+    return module
+
+
 def _kernels(program, name: str, fastmath) -> ir.Module:
     """The kernels, internal: two exported libraries in one process never bind each other's."""
     module = codegen_kernels(program.kernels, f"tc_export_{name}", align=None, fastmath=fastmath)
@@ -145,20 +164,29 @@ def _constants(module: ir.Module, program, name: str) -> dict[str, ir.GlobalVari
     return consts
 
 
-def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) -> ir.Function:
+def _entry(module: ir.Module, program, name: str, checks: list, consts: dict | None) -> ir.Function:
     """`int NAME(inputs, outputs, sizes...)`: check the arguments, place the temps, run the
-    index checks and the kernels, copy the outputs that are not written in place."""
-    kernels = {f.name: f for f in module.functions if not f.is_declaration and f.linkage == "internal"}
+    index checks and the kernels, copy the outputs that are not written in place.  `consts`
+    None: the JIT's entry point, `NAME(inputs, outputs, kernels, sizes...)` (build_jit_module)."""
     sizes = size_names(program)
+    jit = consts is None
     memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-    entry = ir.Function(module, ir.FunctionType(I32, [PTR, PTR] + [I64] * len(sizes)), name)
+    entry = ir.Function(module, ir.FunctionType(I32, [PTR, PTR] + [PTR] * jit + [I64] * len(sizes)), name)
     entry.args[0].name, entry.args[1].name = "inputs", "outputs"
-    for arg, n in zip(entry.args[2:], sizes):
+    size_args = entry.args[2 + jit:]
+    for arg, n in zip(size_args, sizes):
         arg.name = public_name(n)
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     fail = entry.append_basic_block("fail")
     code_phi_incoming = []
-    dims = EntrySizes(b, dict(zip(sizes, entry.args[2:])))
+    dims = EntrySizes(b, dict(zip(sizes, size_args)))
+    if jit:                                    # kernels through the table, constants after the inputs
+        entry.args[2].name = "kernels"
+        call = table_call({k.name: i for i, k in enumerate(program.kernels)},
+                          lambda k: [dims.values[s] for s in k.sizes], argument=2)(entry)
+    else:
+        kernels = {f.name: f for f in module.functions if not f.is_declaration and f.linkage == "internal"}
+        call = direct_call(kernels, lambda k: [dims.values[s] for s in k.sizes])
 
     def check(cond, code: int):
         ok = entry.append_basic_block()
@@ -193,6 +221,8 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) ->
         out_ptrs.append(p)
         if program.buffers[n].role == "output":
             ptrs.setdefault(n, p)
+    if jit:
+        consts = {c: slot_ptr(entry.args[0], len(program.inputs) + j) for j, c in enumerate(program.constants)}
     ptrs.update(consts)
 
     # index checks: every element of an index input within [0, size)
@@ -217,10 +247,9 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict) ->
         ptrs[program.index_errors] = error_record(b, program)
     if program.steps is None:
         for k in program.kernels:
-            b.call(kernels[k.name], [ptrs[buf.name] for buf in k.buffers] + [dims.values[s] for s in k.sizes])
+            call(b, k, [ptrs[buf.name] for buf in k.buffers])
     else:                                      # loops and branches around the kernels
-        emit_steps(b, program, program.steps, ptrs,
-                   direct_call(kernels, lambda k: [dims.values[s] for s in k.sizes]))
+        emit_steps(b, program, program.steps, ptrs, call)
     if program.index_errors is not None:
         return_if_index_failed(module, b, program, name, ptrs[program.index_errors], heap)
     written = set()

@@ -5,12 +5,19 @@ A library exported with dynamic dims (`dynamic={"x": {0: "batch"}}`) takes each 
 expressions of those sizes (`size_batch`, `784*size_batch`).  `EntrySizes` evaluates such
 dims, byte counts and workspace offsets with an IRBuilder; static dims stay constants, so
 a library without dynamic dims gets exactly the constants it had before.
+
+`ShapeEquations` is the other side, in Python: the sizes of a call from its inputs' shapes
+(each size read where it first stands alone as a dim, every other dim checked against the
+value its expression takes), for tc.trace's programs with dynamic sizes, which call the
+same entry point from the JIT (runtime/compiled.py DynamicProgram), and for tc.trace's
+choice of the compiled program that serves a call (transforms/trace.py).
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ...core.symbolic import Dim
+from ...core.errors import ArgumentError
+from ...core.symbolic import Dim, evaluate
 from ..loops import ir as L
 from ..loops.index import dim as loop_dim, symbolic
 from ..loops.walk import size_params
@@ -96,3 +103,66 @@ class EntrySizes:
         """nbytes rounded up to a multiple of `align` (a power of two), at least `align`."""
         up = self.b.and_(self.b.add(nbytes, ir.Constant(I64, align - 1)), ir.Constant(I64, -align))
         return self.b.select(self.b.icmp_unsigned("<", up, ir.Constant(I64, align)), ir.Constant(I64, align), up)
+
+
+class ShapeEquations:
+    """The sizes a call's shapes give, for inputs of the expected `shapes` (per input, each
+    dim an int, a symbolic.Dim, a loop-IR size expression, or None for any size); `labels`
+    name the inputs in errors ("x", "input 2")."""
+
+    def __init__(self, shapes, labels: list[str]):
+        self.labels = labels
+        self.ranks = [len(s) for s in shapes]
+        self.static: list[tuple[int, tuple]] = []      # (input, shape): no dynamic dim
+        self.binds: list[tuple[int, int, str]] = []    # (input, axis, name): where a size is read
+        self.checks: list[tuple[int, int, object]] = []   # (input, axis, int or Dim): the others
+        self.where: dict[str, tuple[int, int]] = {}
+        for i, shape in enumerate(shapes):
+            shape = [d if d is None else symbolic(d) for d in shape]
+            if all(isinstance(d, int) for d in shape):
+                self.static.append((i, tuple(shape)))
+                continue
+            for axis, d in enumerate(shape):
+                if isinstance(d, Dim) and list(d.terms.items()) == [((d.names()[0],), 1)] \
+                        and d.names()[0] not in self.where:
+                    self.where[d.names()[0]] = (i, axis)
+                    self.binds.append((i, axis, d.names()[0]))
+                elif d is not None:
+                    self.checks.append((i, axis, d))
+        loose = {n for _, _, d in self.checks if isinstance(d, Dim) for n in d.names()} - set(self.where)
+        if loose:
+            raise AssertionError(f"sizes no input dim carries alone: {sorted(loose)}")
+
+    def bind(self, shapes, least: int = 1) -> dict[str, int]:
+        """{size name: value} for a call whose inputs have `shapes` (one per input); ArgumentError naming
+        the input, axis, expected and actual size where they do not fit, or where a size is
+        below `least` (the entry point takes sizes >= 1)."""
+        for i, shape in enumerate(shapes):
+            if len(shape) != self.ranks[i]:
+                raise ArgumentError(f"{self.labels[i]} must have {self.ranks[i]} dims, got shape {list(shape)}")
+        sizes = {}
+        for i, axis, name in self.binds:
+            got = shapes[i][axis]
+            if got < least:
+                raise ArgumentError(f"{self.labels[i]} axis {axis} is the size {name}, which must be at "
+                                    f"least {least}, got {got}")
+            sizes[name] = got
+        for i, shape in self.static:
+            if tuple(shapes[i]) != shape:
+                axis = next(a for a, (x, y) in enumerate(zip(shapes[i], shape)) if x != y)
+                raise ArgumentError(f"{self.labels[i]} axis {axis} must be {shape[axis]}, got {shapes[i][axis]} "
+                                    f"(shape {list(shapes[i])}, expected {list(shape)})")
+        for i, axis, d in self.checks:
+            want = evaluate(d, sizes)
+            if shapes[i][axis] != want:
+                raise ArgumentError(f"{self.labels[i]} axis {axis} must be {self._explain(d, want)}, "
+                                    f"got {shapes[i][axis]}")
+        return sizes
+
+    def _explain(self, d, value: int) -> str:
+        """`seq = 7 (seq from x axis 1)` for a size or an expression of sizes, with where
+        each is read; the int for a static dim."""
+        if not isinstance(d, Dim):
+            return str(d)
+        where = ", ".join(f"{n} from {self.labels[self.where[n][0]]} axis {self.where[n][1]}" for n in d.names())
+        return f"{d} = {value} ({where})"
