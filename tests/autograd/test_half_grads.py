@@ -66,3 +66,21 @@ def test_half_gradients_match_float64(s, prepared, dtype):
             assert g.dtype is d, f"{s.id} ({label}): gradient {i} is {g.dtype}"
             np.testing.assert_allclose(np.asarray(g).astype(np.float64), w, rtol=rtol, atol=atol,
                                        err_msg=f"{s.id} ({label}) gradient {i}")
+
+
+@pytest.mark.parametrize("method", ["half", "bfloat16"])
+def test_a_cast_to_half_passes_the_gradient_back_rounded(method):
+    """x.half() / x.bfloat16(): the cotangent, rounded to the half dtype on its way back
+    (as in PyTorch), eagerly and compiled."""
+    import torch
+    x = np.linspace(-3, 3, 12, dtype=np.float32)
+    c = np.linspace(0.1, 1.3, 12, dtype=np.float32) / 3
+
+    def loss(x):
+        return (getattr(x, method)().to(tc.float32) * tc.tensor(c)).sum()
+    want = torch.tensor(x, requires_grad=True)
+    (getattr(want, method)().float() * torch.tensor(c)).sum().backward()
+    xt = tc.tensor(x, requires_grad=True)
+    loss(xt).backward()
+    np.testing.assert_array_equal(np.asarray(xt.grad), want.grad.numpy())
+    np.testing.assert_array_equal(np.asarray(tc.trace(tc.grad(loss))(x)), want.grad.numpy())
