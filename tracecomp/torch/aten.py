@@ -291,6 +291,17 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     return tc.zeros(size, dtype=torch.float32 if dtype is None else dtype)
 
 
+@hand(aten.empty_permuted.default, op="zeros")
+def empty_permuted(size, physical_layout, dtype=None, layout=None, device=None, pin_memory=None):
+    """The layout is PyTorch's memory order: tracecomp picks its own."""
+    return tc.zeros(size, dtype=torch.float32 if dtype is None else dtype)
+
+
+@hand(aten.new_empty_strided.default, op="zeros")
+def new_empty_strided(self, size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return tc.zeros(size, dtype=self.dtype if dtype is None else dtype)
+
+
 def _new(value):
     def fn(self, size, dtype=None, layout=None, device=None, pin_memory=None):
         return tc.full(size, value, dtype=self.dtype if dtype is None else dtype)
@@ -561,6 +572,36 @@ def _integer_indices(a: dict) -> str | None:
 @hand(aten.index.Tensor, aten._unsafe_index.Tensor, op="index", check=_integer_indices)
 def index(self, indices):
     return self[tuple(slice(None) if i is None else i for i in indices)]
+
+
+@hand(aten.put.default, op="index_add")
+def put(self, index, source, accumulate=False):
+    """`self` flattened, `source` written (or added) at `index` (negative: from the end)."""
+    flat, where = tc.reshape(self, [-1]), tc.reshape(index, [-1])
+    where = tc.where(where < 0, where + flat.shape[0], where)
+    values = tc.reshape(source, [-1])
+    put_into = tc.index_add if accumulate else tc.index_copy
+    return tc.reshape(put_into(flat, 0, where, values), list(self.shape))
+
+
+@hand(aten.elu.default, op="elu")
+def elu(self, alpha=1, scale=1, input_scale=1):
+    """ATen's elu with selu's scales: scale * (x > 0 ? x : alpha * (exp(x * input_scale) - 1))."""
+    if scale == 1 and input_scale == 1:
+        return tc.elu(self, alpha)
+    return tc.where(self > 0, self, tc.expm1(self * input_scale) * alpha) * scale
+
+
+@hand(aten._cdist_forward.default, op="cdist")
+def _cdist_forward(x1, x2, p, compute_mode=None):
+    return tc.cdist(x1, x2, p)
+
+
+@hand(aten._cdist_backward.default, op="cdist")
+def _cdist_backward(grad, x1, x2, p, cdist):
+    """x1's gradient: tracecomp's own derivative of cdist (ATen's returns x1's alone)."""
+    _, pull = vjp(lambda a: tc.cdist(a, x2, p), x1)
+    return pull(grad)[0]
 
 
 def rules() -> dict[str, Rule]:
