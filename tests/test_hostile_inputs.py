@@ -93,7 +93,7 @@ def test_huge_factories_are_tracecomp_errors():
 # ------------------------------------------------------------------ the signature cache's bound
 
 def test_the_signature_cache_keeps_the_most_recently_used():
-    f = tc.trace(lambda x: x + 1, cache_size=3, max_retraces=4)
+    f = tc.trace(lambda x: x + 1, cache_size=3, max_retraces=4, dynamic=False)   # a signature per size
     with pytest.warns(UserWarning, match="traced 5 times"):
         for n in range(1, 50):
             f(np.ones(n, np.float32))
