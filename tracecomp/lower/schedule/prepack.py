@@ -30,39 +30,29 @@ def prepack_loop_weights(program):
         return program
     new = dataclasses.replace(program, buffers=dict(program.buffers), kernel_ops=dict(program.kernel_ops))
     replaced: dict[str, L.Kernel] = {}
+    kernels = {k.name: k for k in program.kernels}
     steps = []
     for step in program.steps:
         if isinstance(step, C.Scan):
-            runs, step = _prepack(new, step, replaced)
+            runs, step = _prepack(new, step, kernels, replaced)
             steps += runs
         steps.append(step)
     if not replaced:
         return program
     new.steps = steps
-    by_name = {k.name: k for k in program.kernels}
-    by_name.update(replaced)
-    new.kernels = [by_name[name] for name in _kernel_order(steps)]
+    kernels.update(replaced)
+    new.kernels = [kernels[name] for name in C.kernels_run(steps)]
     return new
 
 
-def _kernel_order(steps: list) -> list[str]:
-    names = []
-    for step in steps:
-        if isinstance(step, C.Run):
-            names.append(step.kernel)
-        for block in C.blocks(step):
-            names += _kernel_order(block.steps)
-    return names
-
-
-def _candidate(kernel: L.Kernel, s, bound: set[str]) -> bool:
+def _candidate(kernel: L.Kernel, s, bound: dict[str, str]) -> bool:
     return (isinstance(s, L.Matmul) and s.workspace is not None and s.b_packed is None and not s.batch
             and s.b_windows is None and s.b.buffer in bound and const_view(s.b) is not None
             and all(isinstance(d, int) and d > 0 for d in (s.m, s.n, s.k))
             and kernel.buffer(s.out.buffer).dtype in PACKED_DTYPES)
 
 
-def _prepack(program, step: C.Scan, replaced: dict) -> tuple[list, C.Scan]:
+def _prepack(program, step: C.Scan, kernels: dict, replaced: dict) -> tuple[list, C.Scan]:
     """(the Runs of the pack kernels, the scan reading their buffers) for `step`."""
     n_consts = len(step.consts)
     bound_to = dict(zip(step.body.inputs[:n_consts], step.consts))
@@ -70,10 +60,10 @@ def _prepack(program, step: C.Scan, replaced: dict) -> tuple[list, C.Scan]:
     for run in step.body.steps:
         if not isinstance(run, C.Run):
             continue
-        kernel = replaced.get(run.kernel) or next(k for k in program.kernels if k.name == run.kernel)
+        kernel = replaced.get(run.kernel) or kernels[run.kernel]
         body, buffers, changed = list(kernel.body), list(kernel.buffers), False
         for i, s in enumerate(body):
-            if not _candidate(kernel, s, set(bound_to)):
+            if not _candidate(kernel, s, bound_to):
                 continue
             dtype = kernel.buffer(s.out.buffer).dtype
             nr = tiles_for(dtype).nr
