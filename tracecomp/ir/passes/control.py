@@ -259,8 +259,8 @@ class _Loop:
         stacked = dict(zip(xs, self.xs)) if rows else {}
         constants: dict[Value, Op] = {}
         invariant, row_values = [], []
-        length = self.op.attrs.get("length")
-        worth = _worth_hoisting(g, len(self.init), _over_all_rows(g, consts, xs, length, speculative)) if rows else set()
+        invariant_ops, over_rows = _movable(g, consts, xs if rows else [], self.op.attrs.get("length"), speculative)
+        worth = _worth_hoisting(g, len(self.init), list(over_rows)) if rows else set()
 
         def outside(v: Value) -> Value:
             if v not in outer:      # a tc.constant of the body: copied out
@@ -271,22 +271,16 @@ class _Loop:
         for inner in g.ops:
             if inner.name == CONSTANT:
                 constants[inner.result] = inner
-                continue
-            if not _deterministic(inner) or speculative and not _safe_to_speculate(inner):
-                continue
-            if all(v in outer or v in constants for v in inner.operands):
+            elif inner in invariant_ops:
                 copy = self.rw.add(inner.name, [outside(v) for v in inner.operands], inner.attrs,
                                    [r.type for r in inner.results], inner.loc, inner.regions)
                 outer.update(zip(inner.results, copy.results))
                 invariant += zip(inner.results, copy.results)
-                continue
-            if inner not in worth:
-                continue
-            types = _over_rows(inner, [v in stacked for v in inner.operands], length)
-            copy = self.rw.add(inner.name, [stacked[v] if v in stacked else outside(v) for v in inner.operands],
-                               inner.attrs, types, inner.loc)
-            stacked.update(zip(inner.results, copy.results))
-            row_values += zip(inner.results, copy.results)
+            elif inner in worth:
+                copy = self.rw.add(inner.name, [stacked[v] if v in stacked else outside(v) for v in inner.operands],
+                                   inner.attrs, over_rows[inner], inner.loc)
+                stacked.update(zip(inner.results, copy.results))
+                row_values += zip(inner.results, copy.results)
         if rows:       # a y that is a row of a value computed outside is that value
             c = len(self.init)
             for y, v in zip(self.y_results, g.outputs[c:]):
@@ -453,10 +447,12 @@ def _permute(rw: Rewriter, v: Value, dims: tuple, loc) -> Value:
     return rw.add(PERMUTE, [v], {"dims": dims}, [TensorType(shape, v.type.dtype)], loc).result
 
 
-def _over_all_rows(g: Graph, consts: list[Value], xs: list[Value], length, speculative: bool) -> list[Op]:
-    """The ops of scan body `g` that can run over all steps at once (hoist_region's
-    classification, without emitting anything): on x rows, consts and earlier such ops."""
-    outer, stacked, out = set(consts), set(xs), []
+def _movable(g: Graph, consts: list[Value], xs: list[Value], length, speculative: bool) -> tuple[set[Op], dict]:
+    """The ops of region `g` that need no step: (the invariant ones, which read only consts,
+    constants and each other; {op over x rows: its result types over all steps}, which read
+    x rows too).  No op that draws random numbers; in a while loop's body (`speculative`),
+    only ops safe to run when no step would have (_safe_to_speculate)."""
+    outer, stacked, invariant, over_rows = set(consts), set(xs), set(), {}
     for inner in g.ops:
         if inner.name == CONSTANT:
             outer.add(inner.result)
@@ -465,11 +461,13 @@ def _over_all_rows(g: Graph, consts: list[Value], xs: list[Value], length, specu
             continue
         if all(v in outer for v in inner.operands):
             outer.update(inner.results)
-        elif all(v in outer or v in stacked for v in inner.operands) and \
-                _over_rows(inner, [v in stacked for v in inner.operands], length) is not None:
-            out.append(inner)
-            stacked.update(inner.results)
-    return out
+            invariant.add(inner)
+        elif all(v in outer or v in stacked for v in inner.operands):
+            types = _over_rows(inner, [v in stacked for v in inner.operands], length)
+            if types is not None:
+                over_rows[inner] = types
+                stacked.update(inner.results)
+    return invariant, over_rows
 
 
 def _worth_hoisting(g: Graph, num_carry: int, over_rows: list[Op]) -> set[Op]:
