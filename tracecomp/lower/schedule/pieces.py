@@ -22,6 +22,9 @@ from ..loops.walk import substitute, walk
 from .operands import affine
 
 MAX_PIECES = 8
+# a comparison of a and b as a test of the sign of a - b
+_SIGN_TESTS = {"lt": lambda x: x < 0, "le": lambda x: x <= 0, "gt": lambda x: x > 0,
+               "ge": lambda x: x >= 0, "eq": lambda x: x == 0, "ne": lambda x: x != 0}
 
 
 def split_piecewise_loops(body: list) -> list:
@@ -81,8 +84,7 @@ def _fold(body: list, var: str, lo: int, hi: int) -> tuple[list, int]:
             return None
         k, c = found
         low, high = sorted((k * lo + c, k * (hi - 1) + c))       # the range of a - b
-        test = {"lt": lambda x: x < 0, "le": lambda x: x <= 0, "gt": lambda x: x > 0,
-                "ge": lambda x: x >= 0, "eq": lambda x: x == 0, "ne": lambda x: x != 0}.get(node.fn)
+        test = _SIGN_TESTS.get(node.fn)
         if test is not None:
             if node.fn in ("eq", "ne") and low != high:
                 return (node.fn == "ne") if not low <= 0 <= high else None
