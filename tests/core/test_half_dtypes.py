@@ -12,6 +12,7 @@ import pytest
 
 import tracecomp as tc
 from tracecomp.core import dtypes as dt
+from tracecomp.lower import hostcpu
 
 torch = pytest.importorskip("torch")
 
@@ -165,8 +166,12 @@ def test_fused_half_loops_vectorize(d, loop_vector_register):
     loops = _loops(f.lower(x, x).as_text("asm"))
     vector_loops = [body for body in loops if re.search(rf"\bv?(mul|add|sub)ps\s.*%{regs}\d", body)]
     assert vector_loops, "no loop computes on packed floats"
+    f16c = d is tc.float16 and hostcpu.host_target().has("f16c")     # F16C converts (llvm/halfs.py)
+    widening = r"\bvcvtph2ps\b" if f16c else r"\bv?(pmovzxwd|punpck\w+wd)\b"
     for body in vector_loops:
-        assert re.search(r"\bv?(pmovzxwd|punpck\w+wd)\b", body), f"no packed widening in:\n{body}"
+        assert re.search(widening, body), f"no packed widening in:\n{body}"
+        if f16c:
+            assert re.search(rf"\bvcvtps2ph\s.*%{regs}\d", body), f"no packed F16C narrowing in:\n{body}"
         assert not re.search(r"\b(movzwl|movw)\b", body), f"a scalar 16-bit access in:\n{body}"
         assert not re.search(r"^\s+call", body, re.M), f"a call inside a vector loop:\n{body}"
 
