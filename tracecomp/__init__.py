@@ -63,6 +63,7 @@ from .autograd.functional import grad, jvp, value_and_grad, vjp  # noqa: E402
 from .transforms.jacobians import hessian, jacfwd, jacrev  # noqa: E402
 from .transforms.gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 from .autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
+from .dispatch.autocast import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from .transforms.trace import trace  # noqa: E402
 from .transforms.vmap import vmap  # noqa: E402
 from .control import ControlFlowError, cond, fori_loop, scan, while_loop  # noqa: E402

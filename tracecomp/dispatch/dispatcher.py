@@ -12,6 +12,11 @@ as seed 003 describes for PyTorch (Autograd records history, then redispatches t
 A composite op reaches no key: the call runs its program through the public ops, so every
 key sees only the ops it decomposes into (PyTorch's CompositeImplicitAutograd), and a trace
 records those.  library/composites.py registers that runner (library comes after dispatch).
+
+tc.autocast (autocast.py) acts here too, before any key, as PyTorch's Autocast key: an op
+with an `autocast` policy in ops.yaml gets its inputs cast (autocast_policy.py; the casts
+are ordinary `to` calls, so autograd and the Tracer see them), then runs with autocast off,
+so a composite's program is not cast again inside.
 """
 from __future__ import annotations
 
@@ -20,10 +25,12 @@ import threading
 from typing import Any, Callable
 
 from ..core.devices import DeviceBuffer
+from ..core.dtypes import DType
 from ..core.errors import BackendError
 from ..ops.table import OpDef
 from ..tensors.results import map_tensors
 from ..tensors.tensor import Tensor
+from .autocast_policy import cast_arguments
 
 
 class DispatchKey(enum.IntEnum):
@@ -52,6 +59,7 @@ class _State(threading.local):
         self.grad_enabled = True
         self.differentiating = 0      # depth of tc.grad/vjp calls running their function
         self.region = None            # the RegionTrace recording a loop body (tracer.py), or None
+        self.autocast: DType | None = None   # tc.autocast's dtype while it is on
 
 
 state = _State()
@@ -117,9 +125,18 @@ class Dispatcher:
             # a loop body sees tensors from outside it as its own block arguments (captures),
             # so no key of theirs (grad, tangent, batch) acts inside the body
             args = map_tensors(args, state.region.local)
+        if state.autocast is not None and op.autocast:
+            return self._autocast(op, args)
         if op.kind == "composite":
             return self._composite(op, args)
         return self._run(op, args, self.keys_for(args))
+
+    def _autocast(self, op: OpDef, args: dict[str, Any]) -> Any:
+        low, state.autocast = state.autocast, None
+        try:
+            return self.call(op, cast_arguments(op, args, low, Tensor.to))
+        finally:
+            state.autocast = low
 
     def redispatch(self, op: OpDef, args: dict[str, Any], below: DispatchKey) -> Any:
         """Run the call again with only the keys of lower priority than `below`."""

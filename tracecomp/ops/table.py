@@ -26,7 +26,8 @@ ELEMENTWISE_DTYPE_RULES = ("promote", "float", "bool", "logical")
 ACCEPTED_DTYPES = ("any", "numeric", "float", "integral")
 KNOWN_KEYS = {"func", "variants", "operators", "reflected", "properties", "elementwise",
               "composite", "kind", "dtype", "promote", "accepts", "nondeterministic",
-              "doc", "impl", "choices", "torch", "regions", "opmath"}
+              "doc", "impl", "choices", "torch", "regions", "opmath", "autocast"}
+AUTOCAST_POLICIES = ("lower", "fp32", "promote")   # PyTorch's lower_precision_fp, fp32, promote
 VARIANTS = ("function", "method", "inplace")    # inplace: a `name_` method too (elementwise methods get one anyway)
 OPERATORS = {"__add__", "__sub__", "__mul__", "__truediv__", "__pow__", "__matmul__", "__neg__",
              "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__",
@@ -58,6 +59,7 @@ class OpDef:
     torch: str = ""                            # PyTorch's name when not torch.<name> ("-": none)
     regions: tuple[str, ...] = ()              # kind "region": the names of the graphs it holds
     opmath: bool = False                       # composite: half inputs run the program in float32
+    autocast: str = ""                         # what tc.autocast casts its inputs to ("": nothing)
     source: str = field(default="", compare=False)   # the schema text, for round-trip tests
 
     @property
@@ -226,13 +228,20 @@ def _build(entry: dict, file: str) -> OpDef:
         nondeterministic=bool(entry.get("nondeterministic", False)),
         choices=tuple((k, tuple(map(str, v))) for k, v in choices.items()),
         doc=str(entry.get("doc", "")), torch=str(entry.get("torch", "")), regions=regions,
-        opmath=_opmath(entry, sem["kind"], err), source=label, **sem)
+        opmath=_opmath(entry, sem["kind"], err), autocast=_autocast(entry, err), source=label, **sem)
 
 
 def _opmath(entry: dict, kind: str, err) -> bool:
     value = entry.get("opmath", False)
     if not isinstance(value, bool) or (value and kind != "composite"):
         err("'opmath' is true or false, and only a composite op may set it")
+    return value
+
+
+def _autocast(entry: dict, err) -> str:
+    value = entry.get("autocast", "")
+    if value and value not in AUTOCAST_POLICIES:
+        err(f"'autocast' must be one of {', '.join(AUTOCAST_POLICIES)}, not '{value}'")
     return value
 
 

@@ -43,6 +43,7 @@ from . import closures
 from ..tensors import pytree
 from ..tensors.pytree import fast_flatten
 from ..autograd.grad_mode import is_differentiating, is_grad_enabled
+from ..dispatch.autocast import autocast_key
 from ..core import timings
 from .pickling import portable, rebuild as _rebuild, source_files
 from .stages import Lowered, describe_leaf
@@ -112,7 +113,7 @@ def _fast_signature(args: tuple) -> tuple[tuple, list] | None:
                 types.append(_leaf_key(x))
             key.append(("tree", structure, tuple(types)))
             leaves += tree_leaves
-    return tuple(key), leaves
+    return (*key, autocast_key()), leaves
 
 
 def _check_donate_argnums(donate_argnums) -> tuple[int, ...]:
@@ -251,7 +252,7 @@ class TracedFunction:
                 raise ArgumentError(f"tc.trace({self.__name__}) runs on the cpu, but it was given a "
                                     f"{t.dtype.label}{list(t.shape)} tensor on {t.device}: trace it with "
                                     "device='cuda', or pass x.cpu()")
-        key = (pytree.cache_key(structure), tuple(t._type for t in tensors))
+        key = ((pytree.cache_key(structure), autocast_key()), tuple(t._type for t in tensors))   # (tc.autocast changes the program)
         return key, structure, tensors, leaves
 
     def lower(self, *args, **kwargs) -> Lowered:
