@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..tensors import pytree
+from ..core import dtypes as dt
 from ..core.devices import Device
 from ..core.errors import ArgumentError
 from ..tensors.tensor import Tensor, as_tensor
@@ -315,10 +316,12 @@ class Module:
         if kwargs:
             raise TypeError(f"Module.to() got unexpected keyword arguments {sorted(kwargs)}")
         for a in args:
-            if isinstance(a, (str, Device)) or type(a).__name__ == "device":       # (a torch.device too)
+            if isinstance(a, (str, Device)) and not (isinstance(a, str) and a in dt.DType.__members__) \
+                    or type(a).__name__ == "device":       # (a torch.device too)
                 device = a
             else:
                 dtype = a
+        dtype = None if dtype is None else _floating(dtype)
         for t in list(self.parameters()) + list(self.buffers()):
             moved = t.detach()
             if dtype is not None and t.dtype.is_floating_point and t.dtype != dtype:
@@ -327,8 +330,9 @@ class Module:
                 moved = moved.to(device)
             if moved._data is not t._data or moved._type != t._type:
                 t._data, t._type, t._value, t._trace = moved._data, moved._type, moved._value, moved._trace
-                if t.grad is not None and device is not None:
-                    t.grad = t.grad.to(device)
+                if t.grad is not None:       # a gradient follows its parameter, as in PyTorch
+                    t.grad = t.grad.to(device) if device is not None else t.grad
+                    t.grad = t.grad.to(t.dtype) if t.grad.dtype.is_floating_point else t.grad
         return self
 
     def cuda(self, device=None) -> "Module":
@@ -342,6 +346,12 @@ class Module:
 
     def double(self) -> "Module":
         return self.to(tc.float64)
+
+    def bfloat16(self) -> "Module":
+        return self.to(dt.BFLOAT16)
+
+    def half(self) -> "Module":
+        return self.to(dt.FLOAT16)
 
     # ------------------------------------------------------------ calling and printing
     def forward(self, *args, **kwargs):
@@ -368,6 +378,14 @@ class Module:
 
 # ---------------------------------------------------------------- the pytree of a module
 _SLOTS = ("_parameters", "_buffers", "_modules")
+
+
+def _floating(dtype) -> dt.DType:
+    d = dt.to_dtype(dtype)
+    if not d.is_floating_point:
+        raise ArgumentError(f"Module.to: casts only floating-point parameters and buffers, so it takes a "
+                            f"floating dtype (bfloat16, float16, float32, float64), got {d.label}")
+    return d
 
 
 def _flatten(m: Module):
@@ -402,17 +420,16 @@ _flat: "weakref.WeakKeyDictionary[Module, tuple]" = weakref.WeakKeyDictionary()
 
 
 def _flat_leaves(m: Module, is_leaf):
-    """(structure key, leaves) of `m` as pytree.flatten and cache_key give them, remembered
-    while no module changes (`_changes`); None where a leaf is not a plain tensor."""
+    """(structure key, leaves, scratch) of `m` as pytree.flatten and cache_key give them,
+    remembered while no module changes (`_changes`); None where a leaf is not a plain tensor."""
     memo = _flat.get(m)
     if memo is not None and memo[0] == _changes[0] and memo[1] is is_leaf:
-        return memo[2], memo[3]
+        return memo[2:]
     leaves, structure = pytree.flatten(m, is_leaf)
     if not all(type(t) in (Tensor, Parameter) for t in leaves):
         return None
-    key = pytree.cache_key(structure)
-    _flat[m] = (_changes[0], is_leaf, key, leaves)
-    return key, leaves
+    memo = _flat[m] = (_changes[0], is_leaf, pytree.cache_key(structure), leaves, {})
+    return memo[2:]
 
 
 def _register(cls: type) -> None:
