@@ -9,10 +9,11 @@ from ..dispatch import api as tc
 
 class Adagrad(Optimizer):
     def __init__(self, params: Any = None, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
-                 initial_accumulator_value: float = 0, eps: float = 1e-10, *, maximize: bool = False) -> None:
+                 initial_accumulator_value: float = 0, eps: float = 1e-10, *, maximize: bool = False,
+                 master_weights: bool = False) -> None:
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value, eps=eps,
-                                      maximize=maximize))
+                                      maximize=maximize), master_weights)
 
     def _check(self, hyper: dict, where: str) -> None:
         for key in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"):

@@ -15,9 +15,10 @@ class Adam(Optimizer):
 
     def __init__(self, params: Any = None, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, master_weights: bool = False) -> None:
         super().__init__(params, dict(lr=lr, betas=tuple(betas) if isinstance(betas, list) else betas,
-                                      eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize))
+                                      eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize),
+                         master_weights)
 
     def _check(self, hyper: dict, where: str) -> None:
         for key in ("lr", "eps", "weight_decay"):
@@ -55,6 +56,6 @@ class AdamW(Adam):
 
     def __init__(self, params: Any = None, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, master_weights: bool = False) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         amsgrad=amsgrad, maximize=maximize)
+                         amsgrad=amsgrad, maximize=maximize, master_weights=master_weights)

@@ -6,6 +6,12 @@ A subclass declares its hyper-parameters (`defaults`), checks them (`_check`), n
 per-parameter buffers a group needs (`_buffer_names`) and implements `_rule`: one
 parameter's new value and buffers from its gradient, the step count and the lr, with
 tensor ops only (no Python branch on a tensor's value), so that the rule traces.
+
+`master_weights=True` (mixed-precision training): each bfloat16/float16 parameter gets a
+float32 copy in its state ("master_param"), its buffers are float32, and the rule runs on
+that copy with the gradient widened to float32; the parameter receives the new copy
+rounded to its dtype.  Small updates then accumulate in the copy instead of vanishing in
+the parameter's 8 bits of mantissa.  Eager step, init/update and state_dict all carry it.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import numpy as np
 
 from ..tensors import pytree
 from ..autograd.grad_mode import enable_grad, no_grad
-from ..core.dtypes import FLOAT64 as float64
+from ..core.dtypes import FLOAT32 as float32, FLOAT64 as float64
 from ..core.errors import ArgumentError, TraceError
 from ..tensors.tensor import Tensor, as_tensor
 from ..dispatch import api as tc
@@ -26,6 +32,7 @@ _PARAMS = "params"
 _HYPER_PARAMETERS = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "betas", "eps",
                      "amsgrad", "alpha", "centered", "lr_decay", "initial_accumulator_value"}
 _FLAGS = {"nesterov", "maximize", "amsgrad", "centered"}     # the hyper-parameters that are bools
+MASTER = "master_param"      # a half parameter's float32 copy, under master_weights
 
 
 def _is_tensor_leaf(x: Any) -> bool:
@@ -73,9 +80,12 @@ def _write(param: Tensor, value: Tensor) -> None:
 class Optimizer:
     """Base class of tc.optim's optimizers (torch.optim.Optimizer's interface)."""
 
-    def __init__(self, params: Any, defaults: dict[str, Any]) -> None:
+    def __init__(self, params: Any, defaults: dict[str, Any], master_weights: bool = False) -> None:
         name = type(self).__name__
         self._check(defaults, f"{name}(...)")
+        if not isinstance(master_weights, bool):
+            raise ArgumentError(f"{name}: master_weights must be True or False, got {master_weights!r}")
+        self.master_weights = master_weights
         self.defaults = dict(defaults)
         self.state: dict[Tensor, dict[str, Tensor]] = {}
         self.param_groups: list[dict[str, Any]] = []
@@ -175,16 +185,38 @@ class Optimizer:
                         state = self.state[p] = self._fresh_state(p, group)
                     state["step"] = state["step"] + 1
                     buffers = {n: state[n] for n in names}
-                    value, buffers = self._rule(p.detach(), p.grad, buffers, state["step"], lr, group)
+                    value, buffers, master = self._update_one(p.detach(), p.grad, buffers, state.get(MASTER),
+                                                              state["step"], lr, group)
                     state.update(buffers)
+                    if master is not None:
+                        state[MASTER] = master
                     _write(p, value)
         return loss
 
     def _fresh_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         state = {"step": as_tensor(np.zeros((), np.float32))}
+        master = self._master_copy(param)
+        if master is not None:
+            state[MASTER] = master
         for n in self._buffer_names(group):
-            state[n] = self._init_buffer(n, param.detach(), group)
+            state[n] = self._init_buffer(n, param.detach() if master is None else master, group)
         return state
+
+    def _master_copy(self, param: Tensor | None) -> Tensor | None:
+        """The float32 copy a parameter steps through, or None where it steps itself."""
+        if not self.master_weights or param is None or not param.dtype.is_half:
+            return None
+        return param.detach().to(float32)
+
+    def _update_one(self, param: Tensor, grad: Tensor, buffers: dict[str, Tensor], master: Tensor | None,
+                    step: Tensor, lr: Tensor, group: dict[str, Any]) -> tuple[Tensor, dict[str, Tensor], Tensor | None]:
+        """(new param, new buffers, new master copy or None): the rule, on the master copy
+        where there is one (the module docstring)."""
+        if master is None:
+            value, buffers = self._rule(param, grad, buffers, step, lr, group)
+            return value, buffers, None
+        value, buffers = self._rule(master, grad.to(master.dtype), buffers, step, lr, group)
+        return value.to(param.dtype), buffers, value
 
     # ------------------------------------------------------------------ functional
     def init(self, params: Any) -> dict[str, Any]:
@@ -197,9 +229,12 @@ class Optimizer:
         group = self.defaults
         state: dict[str, Any] = {"step": as_tensor(np.zeros((), np.float32)),
                                  "lr": scalar(group["lr"])}
+        masters = [self._master_copy(p) if w else None for p, w in zip(leaves, wanted)]
+        if self.master_weights:
+            state[MASTER] = pytree.unflatten(structure, masters)
         for n in self._buffer_names(group):
-            state[n] = pytree.unflatten(structure, [self._init_buffer(n, p, group) if w else None
-                                                    for p, w in zip(leaves, wanted)])
+            state[n] = pytree.unflatten(structure, [self._init_buffer(n, p if m is None else m, group) if w else None
+                                                    for p, m, w in zip(leaves, masters, wanted)])
         return state
 
     def update(self, grads: Any, state: dict[str, Any], params: Any, lr: Any = None) -> tuple[Any, dict[str, Any]]:
@@ -222,23 +257,41 @@ class Optimizer:
                 raise ArgumentError(f"{type(self).__name__}.update: state[{n!r}] does not have the "
                                     "structure of params; make the state with init(params)")
             buffer_leaves[n] = leaves
+        masters = self._state_masters(state, structure, len(p_leaves))
         step = as_tensor(state["step"]) + 1
         lr = scalar(state["lr"] if lr is None else lr)
-        new_params, new_buffers = [], {n: [] for n in names}
+        new_params, new_buffers, new_masters = [], {n: [] for n in names}, list(masters)
         for i, (p, g) in enumerate(zip(p_leaves, g_leaves)):
             if p is None or g is None:          # no parameter here, or a buffer (tc.grad gives None)
                 new_params.append(p)
                 for n in names:
                     new_buffers[n].append(buffer_leaves[n][i])
                 continue
-            value, buffers = self._rule(p, g, {n: buffer_leaves[n][i] for n in names}, step, lr, group)
+            value, buffers, new_masters[i] = self._update_one(p, g, {n: buffer_leaves[n][i] for n in names},
+                                                              masters[i], step, lr, group)
             new_params.append(value)
             for n in names:
                 new_buffers[n].append(buffers[n])
         new_state: dict[str, Any] = {"step": step, "lr": lr}
+        if self.master_weights:
+            new_state[MASTER] = pytree.unflatten(structure, new_masters)
         for n in names:
             new_state[n] = pytree.unflatten(structure, new_buffers[n])
         return pytree.unflatten(structure, new_params), new_state
+
+    def _state_masters(self, state: dict[str, Any], structure: Any, n: int) -> list[Tensor | None]:
+        """The master copies in a functional state, one per parameter leaf (None: none)."""
+        if not self.master_weights:
+            return [None] * n
+        name = type(self).__name__
+        if MASTER not in state:
+            raise ArgumentError(f"{name}.update: the state has no {MASTER!r}; with master_weights=True "
+                                f"make it with {name}.init(params)")
+        leaves, s = pytree.flatten(state[MASTER], _tensor_or_none)
+        if s != structure:
+            raise ArgumentError(f"{name}.update: state[{MASTER!r}] does not have the structure of params; "
+                                "make the state with init(params)")
+        return [None if x is None else as_tensor(x) for x in leaves]
 
     def _leaves(self, tree: Any, what: str) -> tuple[list[Tensor], Any]:
         leaves, structure = pytree.flatten(tree, _tensor_or_none)
@@ -320,14 +373,15 @@ class Optimizer:
     def _loaded_param_state(self, p: Tensor, saved: dict, group: dict, where: str) -> dict[str, Tensor]:
         name = type(self).__name__
         out: dict[str, Tensor] = {}
+        master = self._master_copy(p)
+        if master is not None and saved.get(MASTER) is not None:     # (else: from the parameter)
+            master = _saved_like(saved[MASTER], master, f"{name}.load_state_dict: {where}[{MASTER!r}]")
+        if master is not None:
+            out[MASTER] = master
         for n in self._buffer_names(group):
             if saved.get(n) is None:
                 raise ArgumentError(f"{name}.load_state_dict: {where} has no {n!r} (it has {sorted(saved)})")
-            t = as_tensor(_host(saved[n]))
-            if tuple(t.shape) != tuple(p.shape):
-                raise ArgumentError(f"{name}.load_state_dict: {where}[{n!r}] has shape {tuple(t.shape)}, "
-                                    f"but its parameter has shape {tuple(p.shape)}")
-            out[n] = t.to(p.dtype).clone()
+            out[n] = _saved_like(saved[n], p if master is None else master, f"{name}.load_state_dict: {where}[{n!r}]")
         step = saved.get("step")
         # torch's SGD keeps no step count; a saved momentum buffer means a step was taken.
         out["step"] = as_tensor(np.float32(1 if step is None else float(_host(step))))
@@ -339,6 +393,14 @@ class Optimizer:
             lines.append(f"Parameter Group {i}")
             lines += [f"    {k}: {v}" for k, v in sorted(group.items()) if k != _PARAMS]
         return "\n".join(lines + [")"])
+
+
+def _saved_like(saved: Any, like: Tensor, where: str) -> Tensor:
+    """A saved state tensor as a fresh tensor of `like`'s dtype, its shape checked."""
+    t = as_tensor(_host(saved))
+    if tuple(t.shape) != tuple(like.shape):
+        raise ArgumentError(f"{where} has shape {tuple(t.shape)}, but its parameter has shape {tuple(like.shape)}")
+    return t.to(like.dtype).clone()
 
 
 def _host(x: Any) -> Any:

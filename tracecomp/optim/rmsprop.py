@@ -9,9 +9,9 @@ from .optimizer import Optimizer, non_negative, coef, lerp
 class RMSprop(Optimizer):
     def __init__(self, params: Any = None, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0, momentum: float = 0, centered: bool = False, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, master_weights: bool = False) -> None:
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered, maximize=maximize))
+                                      momentum=momentum, centered=centered, maximize=maximize), master_weights)
 
     def _check(self, hyper: dict, where: str) -> None:
         for key in ("lr", "alpha", "eps", "weight_decay", "momentum"):

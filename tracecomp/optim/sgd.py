@@ -9,9 +9,10 @@ from ..dispatch import api as tc
 
 class SGD(Optimizer):
     def __init__(self, params: Any = None, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
-                 weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False) -> None:
+                 weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False, master_weights: bool = False) -> None:
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
+                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize),
+                         master_weights)
 
     def _check(self, hyper: dict, where: str) -> None:
         for key in ("lr", "momentum", "weight_decay"):
