@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import composites_nn, contraction, resampling, windows
+from . import composites_nn, contraction, resampling, unbacked, windows
 from .opmath import run_in_float32
 from .assignment import put
 from .indexing import values_for, wrapped
@@ -275,15 +275,10 @@ def _scatter_mode(name: str, reduce: str, allowed: tuple) -> str:
     return reduce
 
 
-def _nonzero_rows(name: str, x) -> np.ndarray:
-    return np.argwhere(values_for(name, x)).astype(np.int64)
-
-
-def _masked_positions(mask, shape) -> np.ndarray:
-    values = values_for("masked_select", mask)
-    if values.dtype != np.bool_:
+def _masked_positions(mask, shape):
+    if mask.dtype is not dt.BOOL:
         raise DTypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype.label}")
-    return np.flatnonzero(np.broadcast_to(values, tuple(shape))).astype(np.int64)
+    return unbacked.masked_positions(mask, shape)
 
 
 def _row_major_strides(shape) -> list[int]:
@@ -292,8 +287,10 @@ def _row_major_strides(shape) -> list[int]:
 
 def _unique_values(x, return_inverse: bool, return_counts: bool, dim):
     """torch.unique: the values (a tensor), or a tuple with the inverse and/or the counts."""
+    if dim is None:
+        return unbacked.unique_values(x, return_inverse, return_counts)
     values = values_for("unique", x)
-    axis = None if dim is None else _dim("unique", x.ndim, dim)
+    axis = _dim("unique", x.ndim, dim)
     found, inverse, counts = np.unique(values, return_inverse=True, return_counts=True, axis=axis)
     inverse = inverse.reshape(x.shape if axis is None else (x.shape[axis] if x.ndim else 1,))
     out = [tc.tensor(found)]
@@ -357,13 +354,18 @@ def _index_put(t, indices, values, accumulate: bool):
     return put(t, tuple(slice(None) if i is None else i for i in indices), values, accumulate)
 
 
-def _split_points(t):
-    """A tensor of split points as Python ints (a 0-d tensor: a count of sections).  Their
-    values decide the result's shapes: inside tc.trace this raises the TraceError of .tolist()."""
+def _split_pieces(x, t, dim: int) -> list:
+    """tensor_split at a tensor of split points (a 0-d tensor: a count of sections).  Their
+    values decide the pieces' shapes: eagerly they are Python ints, under tc.trace each
+    piece is an index_select of positions a host step computes (unbacked.py)."""
     if t.dtype.is_floating_point or t.dtype is dt.BOOL or t.ndim > 1:
         raise ArgumentError(f"tensor_split: tensor_indices_or_sections must be a 0-d or 1-D integer tensor, "
                             f"got {t.dtype.label}{list(t.shape)}")
-    return t.tolist()
+    if t._data is not None:
+        return tc.tensor_split(x, t.tolist(), dim)
+    n = _dim_size("tensor_split", x, dim)
+    ranges = unbacked.split_ranges(n, t, lambda points: _index_bounds(x, points, dim))
+    return [tc.index_select(x, dim, r) for r in ranges]
 
 
 def _class_shape(weight, ndim: int) -> list[int]:
@@ -462,21 +464,22 @@ def _mesh_sizes(tensors) -> list[int]:
     return [t.numel() for t in tensors]
 
 
-def _repeated_positions(x, dim: int, repeats, output_size) -> list[int]:
-    """repeat_interleave with a tensor of repeats: position k along `dim`, repeats[k] times.
-    Inside tc.trace the repeats' .tolist() raises: their values are the result's shape."""
+def _repeated_positions(x, dim: int, repeats, output_size):
+    """repeat_interleave with a tensor of repeats: position k along `dim`, repeats[k] times
+    (an int64 tensor; under tc.trace its length is a value-dependent size: unbacked.py)."""
     n = _dim_size("repeat_interleave", x, dim)
-    counts = repeats.tolist()
-    counts = [counts] * n if isinstance(counts, int) else counts
-    if len(counts) == 1 and n != 1:
-        counts = counts * n
-    if len(counts) != n or any(c < 0 for c in counts):
-        raise ShapeError(f"repeat_interleave: repeats {repeats.shape} must hold one non-negative count per "
-                         f"element of dim {dim} (size {n})")
-    out = [k for k, c in enumerate(counts) for _ in range(c)]
-    if output_size is not None and output_size != len(out):
-        raise ShapeError(f"repeat_interleave: output_size {output_size} is not the sum of repeats {len(out)}")
-    return out
+
+    def checked(counts) -> list[int]:
+        counts = [counts] * n if isinstance(counts, int) else counts
+        if len(counts) == 1 and n != 1:
+            counts = counts * n
+        if len(counts) != n or any(c < 0 for c in counts):
+            raise ShapeError(f"repeat_interleave: repeats {repeats.shape} must hold one non-negative count per "
+                             f"element of dim {dim} (size {n})")
+        if output_size is not None and output_size != sum(counts):
+            raise ShapeError(f"repeat_interleave: output_size {output_size} is not the sum of repeats {sum(counts)}")
+        return counts
+    return unbacked.repeated_positions(n, repeats, output_size, checked)
 
 
 def _dim_shape(name: str, ndim: int, dim: int, n: int) -> list[int]:
@@ -503,7 +506,7 @@ HELPERS = {
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
     "expect_float": _expect_float, "halvable": _halvable, "class_shape": _class_shape,
     # layout
-    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "nonzero_rows": _nonzero_rows, "masked_positions": _masked_positions,
+    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "nonzero_rows": unbacked.nonzero_rows, "masked_positions": _masked_positions,
     "row_major_strides": _row_major_strides, "unique_values": _unique_values, "diagonal_place": _diagonal_place,
     "scatter_mode": _scatter_mode, "lowest": dt.lowest, "highest": dt.highest, "unsupported": _unsupported,
     "check_cdist": _check_cdist, "last_dims": _last_dims, "tensordot_contract": lambda a, b, p, q: contraction.tensordot(a, b, list(p), list(q)),
@@ -516,7 +519,7 @@ HELPERS = {
     "interleave_shapes": _interleave_shapes, "mesh_sizes": _mesh_sizes, "dim_shape": _dim_shape,
     "gather_shape": _gather_shape, "slice_range": _slice_range, "index_put": _index_put,
     # indices and values
-    "wrapped": wrapped, "start_index": _start_index, "split_points": _split_points,
+    "wrapped": wrapped, "start_index": _start_index, "split_pieces": _split_pieces,
     "repeated_positions": _repeated_positions, "weak_scalar": _weak_scalar, "any_floating": _any_floating,
     "scaled_sum": _scaled_sum, "kron_shapes": _kron_shapes, "cross_plan": _cross_plan,
     "steps_checked": _steps_checked, "triangle_indices": _triangle_indices, "class_count": _class_count,

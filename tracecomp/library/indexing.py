@@ -12,11 +12,9 @@ table ops, as PyTorch does it.
    backwards, as NumPy and JAX read them (PyTorch refuses them).
 3. Masks are checked against the dims they cover in the tensor that basic indexing left,
    each dim exactly (no broadcasting), with PyTorch's IndexError message, before their
-   values are read: inside tc.trace a mask's values set the result's shape, so reading a
-   traced one raises a TraceError that says how to keep the shape static, but a mask of
-   the wrong shape raises the IndexError first.  A mask over k dims stands for the k index
-   tensors of its nonzero positions; a 0-d mask stands for a new dim of size 1 (True) or 0
-   (False), indexed by [0] or by nothing.
+   values are read.  A mask over k dims stands for the k index tensors of its nonzero
+   positions (inside tc.trace their number is a value-dependent size: unbacked.py); a 0-d
+   mask stands for a new dim of size 1 (True) or 0 (False), indexed by [0] or by nothing.
 4. The advanced indices broadcast together to a shape B (refused with PyTorch's message
    when they do not); the indexed dims move to the front, the first index picks rows with
    one `index_select`, each further one picks from those rows with a `gather` along the
@@ -32,8 +30,10 @@ import math
 
 import numpy as np
 
-from ..core.errors import IndexingError, IndexTypeError, ShapeError
+from ..core.errors import IndexingError, IndexTypeError, ShapeError, TraceError, add_location
+from ..core.locations import user_location
 from ..dispatch import api as tc
+from . import unbacked
 
 _ROWS_HINT = "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where"
 _MASK_HINT = "for a static shape keep {}'s shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)"
@@ -208,18 +208,21 @@ def _dims(shape) -> str:
 def _masks_as_indices(advanced: list) -> list:
     """Masks replaced by the index tensors of their nonzero positions (which reads their
     values).  A lone 0-d True is only the new dim that _basic added: the result stays a view."""
-    if len(advanced) == 1 and _is_mask(advanced[0][1]) and advanced[0][1].ndim == 0:
-        if bool(values_for("x[mask]", advanced[0][1])):
+    if len(advanced) == 1 and _is_mask(advanced[0][1]) and advanced[0][1].ndim == 0 \
+            and advanced[0][1]._data is not None:
+        if bool(advanced[0][1]._data):
             return []
     out = []
     for dim, i in advanced:
         if not _is_mask(i):
             out.append((dim, i))
-        elif i.ndim == 0:
-            out.append((dim, tc.zeros([int(bool(values_for("x[mask]", i)))], dtype=tc.int64)))
-        else:
-            rows = np.argwhere(values_for("x[mask]", i)).astype(np.int64)
-            out.extend((dim + k, tc.tensor(rows[:, k].copy())) for k in range(i.ndim))
+        elif i.ndim == 0 and i._data is not None:
+            out.append((dim, tc.zeros([int(bool(i._data))], dtype=tc.int64)))
+        elif i.ndim == 0:          # [0] or nothing: the 0-d mask's one row index
+            out.append((dim, tc.select(unbacked.nonzero_rows("x[mask]", tc.reshape(i, [1])), 1, 0)))
+        else:       # (under tc.trace, the rows' number is a value-dependent size: unbacked.py)
+            rows = unbacked.nonzero_rows("x[mask]", i)
+            out.extend((dim + k, tc.select(rows, 1, k)) for k in range(i.ndim))
     return out
 
 
@@ -243,6 +246,10 @@ def _broadcast_indices(advanced: list) -> list:
         return list(broadcast_shapes("indexing", [(f"index {k}", i.shape) for k, (_, i) in enumerate(advanced)]))
     except ShapeError:
         shapes = ", ".join(_dims(i.shape) for _, i in advanced)
+        if any(not isinstance(d, int) for _, i in advanced for d in i.shape):
+            raise add_location(TraceError(   # (equal for some values: eager would decide per call)
+                f"x[mask]: the indexing tensors' shapes {shapes} hold value-dependent sizes that tc.trace "
+                "cannot broadcast together (it does not assume them equal)"), str(user_location())) from None
         raise IndexingError(f"shape mismatch: indexing tensors could not be broadcast together with "
                             f"shapes {shapes}") from None
 

@@ -244,7 +244,7 @@ class CompiledProgram:
 class DynamicProgram:
     """A Program with dynamic sizes, run through its entry point (the module docstring)."""
 
-    def __init__(self, program: Program, fastmath: tuple[str, ...] = ()):
+    def __init__(self, program: Program, fastmath: tuple[str, ...] = (), least_size: int = 1):
         from ..lower.llvm.entry_checks import add_computed_checks
         from ..lower.llvm.entry_point import build_jit_module
         from ..lower.llvm.entry_sizes import ShapeEquations, public_name, size_names
@@ -255,7 +255,8 @@ class DynamicProgram:
         self.fastmath = fastmath
         self.library = compile_kernels(p.kernels, f"tc_{p.name}", align=None, fastmath=fastmath)
         name = f"tc_{p.name}_entry"
-        self._entry_library = _compile_cached(build_jit_module(p, name))
+        self.least_size = least_size        # 0 where sizes are counts (transforms/staging.py)
+        self._entry_library = _compile_cached(build_jit_module(p, name, least_size))
         self._sizes = [public_name(n) for n in size_names(p)]
         self._entry = self._entry_library.function(name, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                                    ctypes.c_void_p, *[ctypes.c_int64] * len(self._sizes))
@@ -281,7 +282,7 @@ class DynamicProgram:
         if len(inputs) != len(self._dtypes):
             raise ArgumentError(f"compiled function @{self.program.name} takes {len(self._dtypes)} inputs, "
                                 f"got {len(inputs)}")
-        sizes = self._equations.bind([np.shape(a) for a in inputs])
+        sizes = self._equations.bind([np.shape(a) for a in inputs], self.least_size)
         ready, pointers = [], []            # (ready: the arrays the pointers point into, kept alive)
         for i, (a, dtype) in enumerate(zip(inputs, self._dtypes)):
             a = np.asarray(a)

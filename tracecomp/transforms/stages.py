@@ -46,8 +46,9 @@ class Lowered:
                  mutated_inputs: tuple[int, ...] = (), hidden: Reader | None = None,
                  mutated_hidden: tuple[int, ...] = (), donated_inputs: frozenset = frozenset(),
                  fastmath: tuple[str, ...] = (), check_indices: bool = True,
-                 compile_times: dict[str, float] | None = None, cache_key=None):
+                 compile_times: dict[str, float] | None = None, cache_key=None, host_steps: list = ()):
         self.graph = graph
+        self.host_steps = list(host_steps)          # value-dependent steps (staging.py), run between stages
         self.optimized = optimized
         self.out_structure = out_structure
         self.backward_ops = backward_ops
@@ -125,6 +126,12 @@ class Lowered:
             from ..runtime.cuda.runner import CudaProgram      # raises at once without a driver or GPU
             return CudaProgram(self.program)
         from ..runtime.compiled import CompiledProgram, DynamicProgram
+        if self.host_steps:
+            from .staging import StagedProgram
+            with timings.recording(self.compile_times), timings.stage("lowering"):
+                staged = StagedProgram(self)
+            self._log_compile()
+            return staged
         program = self.cpu_program
         with timings.recording(self.compile_times), timings.stage("lowering"):
             compiled = (DynamicProgram if self.dynamic else CompiledProgram)(program, self.fastmath)

@@ -39,7 +39,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import closures
+from . import closures, staging
+from ..library import unbacked
 from ..tensors import pytree
 from ..tensors.pytree import fast_flatten
 from ..autograd.grad_mode import is_differentiating, is_grad_enabled
@@ -514,6 +515,8 @@ class TracedFunction:
         graph = Graph(getattr(self.fn, "__name__", "main").replace("<", "").replace(">", "") or "main",
                       types or [t._type for t in tensors])
         ctx = _TimedTraceContext(graph, closure=None if bake else closures.find(self.fn))
+        if not bake and self.backend == "cpu" and self.device == "cpu":
+            unbacked.enable(ctx)         # value-dependent sizes run in stages (staging.py)
         times: dict[str, float] = {}
         with timings.recording(times), timings.stage("trace"), ctx:
             traced = [ctx.wrap(v) for v in graph.inputs]
@@ -533,6 +536,9 @@ class TracedFunction:
             finally:
                 ctx.restore_lifted()
         self._warn_baked_arrays(ctx.baked_arrays)
+        steps = getattr(ctx, "host_steps", [])
+        if steps:
+            staging.move_results_last(graph, steps)
         with timings.recording(times), timings.stage("passes"):
             optimized = optimize(graph)
         hidden = closures.Reader([h.source for h in ctx.lifted], [h.tensor for h in ctx.lifted]) \
@@ -540,7 +546,8 @@ class TracedFunction:
         lowered = Lowered(graph, optimized, out_structure, ctx.backward_ops, backend=self.backend,
                           device=self.device, same_leaf=same_leaf, mutated_inputs=mutated, hidden=hidden,
                           mutated_hidden=mutated_hidden, donated_inputs=donated, fastmath=self.fastmath,
-                          check_indices=self.check_indices, compile_times=times, cache_key=key)
+                          check_indices=self.check_indices, compile_times=times, cache_key=key,
+                          host_steps=steps)
         if self.backend == "interp":
             lowered._log_compile()
         return lowered

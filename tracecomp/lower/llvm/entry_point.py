@@ -121,13 +121,13 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
     return module
 
 
-def build_jit_module(program, name: str) -> ir.Module:
+def build_jit_module(program, name: str, least_size: int = 1) -> ir.Module:
     """The JIT's entry point of a program with dynamic sizes: NAME (the module docstring),
     NAME_error_string and NAME_error_index.  Index inputs are checked by the runtime before
     the call, as for a static program, so NAME checks none."""
     module = ir.Module(name=f"tc_jit_{name}")
     error_index_global(module, name, thread_local=False)
-    _entry(module, program, name, [], None)
+    _entry(module, program, name, [], None, least_size)
     _error_strings(module, program, name, [])
     error_index_function(module, name)
     return module
@@ -164,7 +164,8 @@ def _constants(module: ir.Module, program, name: str) -> dict[str, ir.GlobalVari
     return consts
 
 
-def _entry(module: ir.Module, program, name: str, checks: list, consts: dict | None) -> ir.Function:
+def _entry(module: ir.Module, program, name: str, checks: list, consts: dict | None,
+           least: int = 1) -> ir.Function:
     """`int NAME(inputs, outputs, sizes...)`: check the arguments, place the temps, run the
     index checks and the kernels, copy the outputs that are not written in place.  `consts`
     None: the JIT's entry point, `NAME(inputs, outputs, kernels, sizes...)` (build_jit_module)."""
@@ -197,8 +198,8 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict | N
     def slot_ptr(array, i: int):
         return b.load(b.gep(array, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
 
-    for value in dims.values.values():        # dynamic sizes: >= 1
-        check(b.icmp_signed("<", value, ir.Constant(I64, 1)), ERR_SIZE)
+    for value in dims.values.values():        # dynamic sizes: >= 1 (>= 0: counts, transforms/staging.py)
+        check(b.icmp_signed("<", value, ir.Constant(I64, least)), ERR_SIZE)
     if dims.values:                            # and small enough that no byte count wraps
         total = ir.Constant(ir.DoubleType(), 0.0)
         for buf in program.buffers.values():

@@ -397,9 +397,14 @@ class Scheduler:
 
     def _view_source(self, v: Value) -> Value:
         while v.op is not None and v.op.name != CONSTANT and \
-                self.table[v.op.name].kind in VIEW_KINDS + ("cast",) and v not in self.names:
+                self.table[v.op.name].kind in _WHOLE_VIEWS + ("cast",) and v not in self.names:
             v = v.op.operands[0]
         return v
+
+
+# views that keep every element: an input checked through them is checked exactly (a column
+# that select takes of an input must not be checked as the whole input: nonzero's rows)
+_WHOLE_VIEWS = tuple(k for k in VIEW_KINDS if k not in ("select", "slice", "split"))
 
 
 def schedule(graph: Graph, check_indices: bool = True, region: bool = False) -> Program:
