@@ -86,7 +86,7 @@ from ..core.errors import BackendError
 from ..core.version import __version__
 from ..lower.loops.ir import Kernel
 from ..lower.loops.walk import kernel_shape_text
-from ..lower.schedule.tiles import host_tiles
+from ..lower.schedule.tiles import half_paths, host_tiles
 from . import cache_auth, compile_worker, elf_check, jit
 from ..lower.llvm import target
 from ..core.safe_files import UnsafeFile, check_private, read_regular
@@ -247,7 +247,7 @@ def key_parts(kernels: Sequence[Kernel], module_name: str, *, align: Optional[in
     return KeyParts(kernels="\n\n".join(texts), module=module_name,
                     options=f"align={align} reloc=default codemodel=jitdefault fastmath={','.join(fastmath)}",
                     opt=opt, triple=host.triple, cpu=host.cpu, features=host.features,
-                    tiles=repr(sorted((str(d), t) for d, t in host_tiles().items())),
+                    tiles=repr(sorted((str(d), t) for d, t in host_tiles().items())) + repr(half_paths()),
                     tracecomp_version=__version__, llvmlite_version=llvmlite.__version__,
                     llvm_version=".".join(map(str, llvm.llvm_version_info)),
                     source_hash=source_hash())

@@ -48,7 +48,7 @@ from . import loop_ids
 from .index_checks import IndexCheckSlots
 from . import scalar as S
 from ..loops.ir import (Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, PackB, Reduce, Select, Store, Unary, Var)
-from ..loops.matmul import expand_matmul, flat_name
+from ..loops.matmul import expand_matmul, flat_name, operand_dtypes
 from ..loops.walk import var_names
 
 BUFFER_ALIGN = 64
@@ -189,7 +189,8 @@ class FunctionEmitter:
         """A Matmul as plain loops (loops/matmul.py): ikj order, or ijk for a vector."""
         dtype = self.kernel.buffer(s.out.buffer).dtype
         order = "ijk" if s.n == 1 else "ikj"
-        self.emit_body(expand_matmul(s, dtype, order, parallel=not self.in_parallel), dict(env))
+        self.emit_body(expand_matmul(s, dtype, order, parallel=not self.in_parallel,
+                                     operand_dtypes=operand_dtypes(self.kernel, s)), dict(env))
 
     def store(self, s: Store, env: dict[str, ir.Value]) -> None:
         buf, _ = self._buffer(s.buffer)

@@ -3,8 +3,9 @@
 Checked, each failure an IRError through the checker's `fail` (kernel and statement path):
 - extents are ints >= 0 or size parameters; each View names a known buffer and has one
   stride per dim of (batch..., rows, cols); offsets and strides are `index` expressions;
-- out, a and b hold one dtype among f32, f64, i32, i64; out is writable and is neither a
-  nor b; a workspace is a writable 1-D buffer of that dtype distinct from the three;
+- out, a and b hold one dtype among f32, f64, i32, i64 (or out f32 and a, b each f32,
+  bf16 or f16: half operands read widened, without windows or b_packed); out is writable
+  and is neither a nor b; a workspace is a writable 1-D buffer of that dtype distinct from the three;
 - a View whose offset, strides and extents are all constants stays inside its buffer
   (when the buffer's shape is static), and such an `out` View is one-to-one (no two
   output elements share memory: threads write them independently);
@@ -46,9 +47,13 @@ def check_matmul(c, s: Matmul) -> None:
     if dtype not in MATMUL_DTYPES:
         c.fail(f"Matmul on {dtype.label} buffers; it takes f32, f64, i32 or i64")
     for role in ("a", "b"):
-        if buffers[role].dtype != dtype:
+        half = buffers[role].dtype.is_half and dtype is DType.float32
+        if half and (s.b_windows is not None or s.b_packed is not None):
+            c.fail(f"Matmul operand {role} ('{buffers[role].name}') holds {buffers[role].dtype.label}: "
+                   "half operands take neither b_windows nor b_packed")
+        if buffers[role].dtype != dtype and not half:
             c.fail(f"Matmul operand {role} ('{buffers[role].name}') holds {buffers[role].dtype.label} "
-                   f"but out ('{buffers['out'].name}') holds {dtype.label}; all three share one dtype")
+                   f"but out ('{buffers['out'].name}') holds {dtype.label}; all three share one dtype (half operands: out f32)")
     if buffers["out"].role in ("input", "constant"):
         c.fail(f"Matmul writes buffer '{s.out.buffer}', whose role is '{buffers['out'].role}' (read-only)")
     if s.out.buffer in (s.a.buffer, s.b.buffer):

@@ -20,7 +20,7 @@ def _sign(x):
         return x
     s = np.sign(x)
     return s.dtype.type(0) if s != s else s
-from .matmul import expand_matmul, flat_name
+from .matmul import expand_matmul, flat_name, operand_dtypes
 
 _UNARY = {
     "neg": np.negative, "abs": np.abs, "sign": _sign, "exp": np.exp, "exp2": np.exp2,
@@ -90,7 +90,8 @@ class LoopInterpreter:
             if view is s.out and flat.size and not np.shares_memory(flat, self.arrays[view.buffer]):
                 raise ValueError(f"Matmul out buffer '{view.buffer}' is not contiguous")
             self.arrays[flat_name(view.buffer)] = flat
-        self.block(expand_matmul(s, self.kernel.buffer(s.out.buffer).dtype), dict(env))
+        self.block(expand_matmul(s, self.kernel.buffer(s.out.buffer).dtype,
+                                 operand_dtypes=operand_dtypes(self.kernel, s)), dict(env))
 
     def expr(self, e: L.Expr, env: dict):
         if isinstance(e, L.Const):

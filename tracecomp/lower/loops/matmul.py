@@ -50,18 +50,31 @@ def flat_index(view: L.View, index: tuple[L.Expr, ...]) -> L.Expr:
     return total
 
 
+def _widened(load: L.Load, dtype) -> L.Expr:
+    """A half operand's element cast (exactly) to the product's dtype."""
+    return load if load.dtype == dtype else L.Cast(load, dtype)
+
+
 def _is(e: L.Expr, value: int) -> bool:
     return isinstance(e, L.Const) and e.value == value
 
 
-def expand_matmul(s: L.Matmul, dtype, order: str = "ikj", parallel: bool = True) -> list:
-    """The loop nest computing `s` (see the module docstring); dtype is the buffers'."""
+def operand_dtypes(kernel: L.Kernel, s: L.Matmul) -> tuple:
+    """(a's dtype, b's dtype): out's, or a half dtype read widened (loops/check_matmul.py)."""
+    return kernel.buffer(s.a.buffer).dtype, kernel.buffer(s.b.buffer).dtype
+
+
+def expand_matmul(s: L.Matmul, dtype, order: str = "ikj", parallel: bool = True,
+                  operand_dtypes: tuple = (None, None)) -> list:
+    """The loop nest computing `s` (see the module docstring); dtype is out's, and a's and
+    b's unless `operand_dtypes` names theirs (half operands: their loads cast to float32)."""
+    a_dtype, b_dtype = (d or dtype for d in operand_dtypes)
     names = index_names(s)
     batch = [L.Var(n, L.INDEX) for n in names[:-2]]
     i, j, p = L.Var(names[-2], L.INDEX), L.Var(names[-1], L.INDEX), L.Var(f"{s.acc}.p", L.INDEX)
     out_at = flat_index(s.out, (*batch, i, j))
-    a_at = L.Load(flat_name(s.a.buffer), (flat_index(s.a, (*batch, i, p)),), dtype)
-    b_at = L.Load(flat_name(s.b.buffer), (flat_index(s.b, (*batch, p, j)),), dtype)
+    a_at = _widened(L.Load(flat_name(s.a.buffer), (flat_index(s.a, (*batch, i, p)),), a_dtype), dtype)
+    b_at = _widened(L.Load(flat_name(s.b.buffer), (flat_index(s.b, (*batch, p, j)),), b_dtype), dtype)
     out = flat_name(s.out.buffer)
     old = L.Load(out, (out_at,), dtype)
     acc = L.Var(s.acc, dtype)

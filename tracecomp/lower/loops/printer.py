@@ -42,7 +42,7 @@ from ...core.dtypes import DType
 from ...core.errors import IRError
 from .ir import (COMPARISONS, INDEX, Binary, Buffer, Cast, CheckedIndex, Const, Expr, GuardedLoad, Kernel, Let, Load, Loop, Matmul, PackB, Reduce, Select, Store, Unary, Var)
 from .check import check_kernel, dtype_kind
-from .matmul import expand_matmul, flat_name
+from .matmul import expand_matmul, flat_name, operand_dtypes
 from .source_notes import annotate
 
 DTypeLike = Union[DType, str]
@@ -391,7 +391,8 @@ class _Printer:
             flat = self.op(f"memref.reinterpret_cast {ssa} to offset: [0], sizes: [{size}], "
                            f"strides: [1] : {ty} to {flat_ty}", f"{name}_flat")
             self.buffers[flat_name(name)] = (flat, flat_ty)
-        self.block(expand_matmul(s, self.kernel_ir.buffer(s.out.buffer).dtype))
+        self.block(expand_matmul(s, self.kernel_ir.buffer(s.out.buffer).dtype,
+                                 operand_dtypes=operand_dtypes(self.kernel_ir, s)))
 
     # --- expressions -----------------------------------------------------------------
     def expr(self, e: Expr, name: str | None = None) -> str:

@@ -111,17 +111,18 @@ def emit_matmul(em: GpuEmitter, s: Matmul) -> None:
 
 
 def _stage(em, s: Matmul, batch, i0, j0, p0, linear, m, n, k, a_tile, b_tile, dtype) -> None:
-    """This thread's share of the a and b slices for the k step at p0, into shared memory."""
+    """This thread's share of the a and b slices for the k step at p0, into shared memory
+    (half operands of a float32 product load widened: loops/check_matmul.py)."""
     b, tile, kstep = em.builder, MATMUL_TILE, MATMUL_K
     loads = tile * kstep // (MATMUL_THREADS * MATMUL_THREADS)
     for step in range(loads):
         e = b.add(linear, i64(step * MATMUL_THREADS * MATMUL_THREADS))
         row, p = b.udiv(e, i64(kstep)), b.urem(e, i64(kstep))          # a: (i, k) with k fastest
-        value = tile_load(em, s.a, batch, b.add(i0, row), b.add(p0, p), m, k, dtype)
+        value = tile_load(em, s.a, batch, b.add(i0, row), b.add(p0, p), m, k, em.kernel.buffer(s.a.buffer).dtype)
         slot = b.trunc(b.add(b.mul(p, i64(tile + 1)), row), S.I32)
         b.store(value, X.shared_element(b, a_tile, slot))
         p, col = b.udiv(e, i64(tile)), b.urem(e, i64(tile))            # b: (k, j) with j fastest
-        value = tile_load(em, s.b, batch, b.add(p0, p), b.add(j0, col), k, n, dtype)
+        value = tile_load(em, s.b, batch, b.add(p0, p), b.add(j0, col), k, n, em.kernel.buffer(s.b.buffer).dtype)
         b.store(value, X.shared_element(b, b_tile, b.trunc(e, S.I32)))
 
 

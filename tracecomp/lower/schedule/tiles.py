@@ -123,6 +123,30 @@ def tiles_for(dtype: DType) -> Tiles:
     return host_tiles()[dtype]
 
 
+# How a float32 product reads bfloat16/float16 operands (schedule/matmul.py reads them in
+# place): "widen" converts them to float32 inside the packing and runs the f32 micro-kernel;
+# "dpbf16ps" (both bfloat16, AVX-512 with AVX512-BF16) packs them as K-pairs of bf16 for
+# vdpbf16ps, which multiplies the pairs of each 32-bit lane and adds them in float32.
+HALF_PATHS = ("dpbf16ps", "widen")
+HALF_PATH_KEY = "matmul_half_path"      # hostcpu.tuned() key that forces one path (tests)
+
+
+def half_path(a: DType, b: DType) -> str:
+    """The path of a float32 product of operands of dtypes `a` and `b` (one of them half)."""
+    if not (a is DType.bfloat16 and b is DType.bfloat16) or tiles_for(DType.float32).lanes != 16:
+        return "widen"
+    forced = hostcpu.tuned().get(HALF_PATH_KEY)
+    if forced in HALF_PATHS:
+        return forced
+    return "dpbf16ps" if hostcpu.host_target().has("avx512bf16") else "widen"
+
+
+def half_paths() -> dict:
+    """{dtype label: path} of products of two operands of that half dtype (`tracecomp info`,
+    the compile cache's key)."""
+    return {d.label: half_path(d, d) for d in (DType.bfloat16, DType.float16)}
+
+
 def parallel_min_work() -> int:
     """Innermost loop iterations below which a loop (or nest) stays on one core: 2^15 with
     AVX-512, halved per halving of the vector.  A team's start and join cost the same

@@ -343,9 +343,11 @@ class _Item:
         if windows is not None:         # b's batch offset in the input; rows and columns from tables
             strides = tuple(Const(st, INDEX) for st in windows.batch_strides) + zeros
             views["b"] = View(windows.buffer, windows.offset, strides)
+        self.operand_dtypes = tuple(em.kernel.buffer(views[role].buffer).dtype for role in ("a", "b"))
         for role, view in views.items():
             base = em.buffers[view.buffer][1]
-            self.ptr[role] = self.gep(base, em.expr(flat_index(view, batch + zeros), env))
+            element = S.memory_type(em.kernel.buffer(view.buffer).dtype)      # (a half operand: i16)
+            self.ptr[role] = self.b.gep(base, [em.expr(flat_index(view, batch + zeros), env)], source_etype=element)
             self.rs[role] = em.expr(view.strides[-2], env)
             self.cs[role] = em.expr(view.strides[-1], env)
         null = ir.Constant(_PTR, None)
@@ -357,12 +359,9 @@ class _Item:
     def c64(self, v: int) -> ir.Constant:
         return ir.Constant(S.I64, v)
 
-    def gep(self, ptr: ir.Value, offset: ir.Value) -> ir.Value:
-        return self.b.gep(ptr, [offset], source_etype=self.t)
-
     def emit(self, m_lo, m_hi, n_lo, n_hi) -> None:
         bl, s = self.bl, self.s
-        nest = nest_function(self.em.module, self.dtype)
+        nest = nest_function(self.em.module, self.dtype, *self.operand_dtypes)
         whole, edge, context = self.epilogues()
         operands = [value for role in ("a", "b", "out") for value in (self.ptr[role], self.rs[role], self.cs[role])]
         self.b.call(nest, operands + [m_lo, m_hi, n_lo, n_hi, self.em.extent(s.k), self.c64(bl.kc), self.c64(bl.mc),

@@ -127,8 +127,7 @@ def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Functio
     accs = [ir.Constant(vt, None)] * (mr * nv)
     t = S.register_type(dtype)
     if PREFETCH_C:
-        _prefetch_tile(b, c, ldc, mr, nv * lanes * dtype.itemsize, t)
-    steps = b.udiv(kc, ir.Constant(S.I64, UNROLL))
+        prefetch_tile(b, c, ldc, mr, nv * lanes * dtype.itemsize, t)
 
     def step(accs, p):
         a_row = b.gep(a, [b.mul(p, ir.Constant(S.I64, mr))], source_etype=t)
@@ -143,6 +142,15 @@ def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Functio
                 out[r * nv + v] = fma(b, x, bv[v], out[r * nv + v])
         return out
 
+    store_tile(b, steps_of(b, kc, accs, step), c, ldc, add, mr, nv, dtype)
+    b.ret_void()
+    return fn
+
+
+def steps_of(b: ir.IRBuilder, count: ir.Value, accs: list, step) -> list:
+    """The accumulators after `accs = step(accs, p)` for p < count: UNROLL steps per
+    iteration, then a remainder loop."""
+    steps = b.udiv(count, ir.Constant(S.I64, UNROLL))
     with counted_loop(b, ir.Constant(S.I64, 0), steps, "p4", accs) as loop:
         p0 = b.mul(loop.index, ir.Constant(S.I64, UNROLL))
         cur = list(loop.carried)
@@ -150,14 +158,12 @@ def microkernel(module: ir.Module, dtype: DType, mr: int, nv: int) -> ir.Functio
             cur = step(cur, b.add(p0, ir.Constant(S.I64, u)))
         loop.next = cur
     start = b.mul(steps, ir.Constant(S.I64, UNROLL))
-    with counted_loop(b, start, kc, "p", list(loop.carried)) as tail:
+    with counted_loop(b, start, count, "p", list(loop.carried)) as tail:
         tail.next = step(list(tail.carried), tail.index)
-    _store_tile(b, list(tail.carried), c, ldc, add, mr, nv, dtype)
-    b.ret_void()
-    return fn
+    return list(tail.carried)
 
 
-def _prefetch_tile(b: ir.IRBuilder, c: ir.Value, ldc: ir.Value, mr: int, row_bytes: int, t: ir.Type) -> None:
+def prefetch_tile(b: ir.IRBuilder, c: ir.Value, ldc: ir.Value, mr: int, row_bytes: int, t: ir.Type) -> None:
     """Ask for the C tile's cache lines (for writing) before the k loop, so that the
     stores at its end (and the loads when accumulating) find them in L1."""
     prefetch = S.declare(b.module, "llvm.prefetch.p0", ir.VoidType(), [_PTR, S.I32, S.I32, S.I32])
@@ -168,7 +174,7 @@ def _prefetch_tile(b: ir.IRBuilder, c: ir.Value, ldc: ir.Value, mr: int, row_byt
             b.call(prefetch, [at, ir.Constant(S.I32, 1), ir.Constant(S.I32, 3), ir.Constant(S.I32, 1)])
 
 
-def _store_tile(b: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, add: ir.Value,
+def store_tile(b: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, add: ir.Value,
                 mr: int, nv: int, dtype: DType) -> None:
     """Row r of the tile goes to c + r * ldc (unaligned: C is any strided view)."""
     vt, t, lanes, align = accs[0].type, S.register_type(dtype), tiles_for(dtype).lanes, dtype.itemsize

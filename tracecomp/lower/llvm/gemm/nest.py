@@ -43,7 +43,8 @@ from .. import scalar as S
 from ..emitter import counted_loop
 from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function,
                           pack_windows_function)
-from ...schedule.tiles import PACKED_DTYPES, tiles_for
+from .halfpack import dpbf16_microkernel, pack_pairs_function, pack_widen_function
+from ...schedule.tiles import PACKED_DTYPES, half_path, tiles_for
 
 _PTR = ir.PointerType()
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [_PTR, S.I64, S.I64, S.I64, S.I64])
@@ -72,29 +73,51 @@ def helper_names(dtypes: Iterable[DType]) -> list[str]:
     return sorted({name for d in dtypes if d in PACKED_DTYPES for name in [nest_name(d), *leaf_helper_names(d)]})
 
 
-def nest_name(dtype: DType) -> str:
+def nest_name(dtype: DType, a: DType | None = None, b: DType | None = None) -> str:
+    """The nest's name; a product of half operands `a`, `b` (into float32) names them and
+    its path (schedule/tiles.py: half_path)."""
     t = tiles_for(dtype)
-    return f"tracecomp.matmul.nest.{dtype.label}.{t.mr}x{t.nr}"
+    if (a or dtype) is dtype and (b or dtype) is dtype:
+        return f"tracecomp.matmul.nest.{dtype.label}.{t.mr}x{t.nr}"
+    return f"tracecomp.matmul.nest.{dtype.label}.{a.label}.{b.label}.{half_path(a, b)}.{t.mr}x{t.nr}"
 
 
-def nest_function(module: ir.Module, dtype: DType) -> ir.Function:
-    fn, b = helper_function(module, dtype, nest_name(dtype), NEST_ARGS)
-    if b is not None:
-        _Nest(fn, b, dtype).emit()
-        b.ret_void()
+def nest_function(module: ir.Module, dtype: DType, a: DType | None = None, b: DType | None = None) -> ir.Function:
+    """The nest of a product into `dtype` of operands of dtypes `a` and `b` (default: dtype).
+    A nest with half operands is keyed by its half dtype (microkernel.helper_function): each
+    module defines its own, while the f32 helpers it calls may live elsewhere."""
+    a, b = a or dtype, b or dtype
+    key = next((d for d in (a, b) if d.is_half), dtype)
+    fn, builder = helper_function(module, key, nest_name(dtype, a, b), NEST_ARGS)
+    if builder is not None:
+        _Nest(fn, builder, dtype, a, b).emit()
+        builder.ret_void()
     return fn
 
 
+def _packer(module: ir.Module, dtype: DType, source: DType, width: int) -> ir.Function:
+    """The packing function of an operand of dtype `source` into a `dtype` product."""
+    if source is dtype:
+        return pack_function(module, dtype, width)
+    return pack_pairs_function(module, width) if half_path(source, source) == "dpbf16ps" \
+        else pack_widen_function(module, source, width)
+
+
 class _Nest:
-    def __init__(self, fn: ir.Function, b: ir.IRBuilder, dtype: DType):
+    def __init__(self, fn: ir.Function, b: ir.IRBuilder, dtype: DType, a: DType, b_dtype: DType):
         self.b, self.dtype, self.tiles = b, dtype, tiles_for(dtype)
         self.t = S.register_type(dtype)
+        self.elements = {"a": S.memory_type(a), "b": S.memory_type(b_dtype), "c": self.t}
         self.arg = {name: arg for (name, _), arg in zip(NEST_ARGS, fn.args)}
         module, tiles = fn.module, self.tiles
-        self.kernel = microkernel(module, dtype, tiles.mr, tiles.nv)
-        self.pack_a = pack_function(module, dtype, tiles.mr)
-        self.pack_b = pack_function(module, dtype, tiles.nr)
-        self.pack_windows = pack_windows_function(module, dtype, tiles.nr)
+        half = a is not dtype or b_dtype is not dtype
+        pairs = half and half_path(a, b_dtype) == "dpbf16ps"
+        self.kernel = dpbf16_microkernel(module, tiles.mr, tiles.nv) if pairs else \
+            microkernel(module, dtype, tiles.mr, tiles.nv)
+        # (with pairs: both bf16, so _packer's per-operand choice agrees with half_path's)
+        self.pack_a = _packer(module, dtype, a, tiles.mr)
+        self.pack_b = _packer(module, dtype, b_dtype, tiles.nr)
+        self.pack_windows = None if half else pack_windows_function(module, dtype, tiles.nr)     # (f32 b only)
         self.merge = merge_function(module, dtype, tiles.nr)
         self.tile = b.alloca(ir.ArrayType(self.t, tiles.mr * tiles.nr), name="tile")
         self.tile.align = 64
@@ -110,7 +133,8 @@ class _Nest:
     def at(self, role: str, i: ir.Value, j: ir.Value) -> ir.Value:
         """Address of element (i, j) of operand `role` (a, b or c)."""
         b = self.b
-        return self.gep(self.arg[role], b.add(b.mul(i, self.arg[f"rs_{role}"]), b.mul(j, self.arg[f"cs_{role}"])))
+        return b.gep(self.arg[role], [b.add(b.mul(i, self.arg[f"rs_{role}"]), b.mul(j, self.arg[f"cs_{role}"]))],
+                     source_etype=self.elements[role])
 
     def blocks_of(self, lo, hi, step: ir.Value, name: str):
         """A counted_loop over the blocks of [lo, hi), and the function giving a block's
@@ -135,13 +159,7 @@ class _Nest:
                 kcur = S.intrinsic(b, "smin", [kc, b.sub(k, p0)])
                 prepacked = b.icmp_unsigned("!=", arg["b_packed"], ir.Constant(_PTR, None))
                 with b.if_then(b.not_(prepacked)):
-                    windows = b.icmp_unsigned("!=", arg["b_rows"], ir.Constant(_PTR, None))
-                    with b.if_else(windows) as (implicit, strided):
-                        with implicit:
-                            b.call(self.pack_windows, [self.b_pack, arg["b"], b.gep(arg["b_rows"], [p0], source_etype=S.I32),
-                                                       b.gep(arg["b_cols"], [jc], source_etype=S.I32), nc, kcur])
-                        with strided:
-                            b.call(self.pack_b, [self.b_pack, self.at("b", p0, jc), nc, kcur, arg["cs_b"], arg["rs_b"]])
+                    self.pack_b_panel(p0, jc, nc, kcur)
                 packed_at = self.gep(arg["b_packed"], b.add(b.mul(jc, k), b.mul(p0, self.c64(self.tiles.nr))))
                 b_block = b.select(prepacked, packed_at, self.b_pack)
                 panel_depth = b.select(prepacked, k, kcur)      # elements between micro-panels / NR
@@ -152,6 +170,23 @@ class _Nest:
                     ic, mc = iblock(istate)
                     b.call(self.pack_a, [self.a_pack, self.at("a", ic, p0), mc, kcur, arg["rs_a"], arg["cs_a"]])
                     self.tile_loops(ic, mc, jc, nc, kcur, add, last, b_block, panel_depth)
+
+    def pack_b_panel(self, p0, jc, nc, kcur) -> None:
+        """B's panel into the workspace: from its window tables when given, else strided."""
+        b, arg = self.b, self.arg
+
+        def strided():
+            b.call(self.pack_b, [self.b_pack, self.at("b", p0, jc), nc, kcur, arg["cs_b"], arg["rs_b"]])
+        if self.pack_windows is None:
+            strided()
+            return
+        windows = b.icmp_unsigned("!=", arg["b_rows"], ir.Constant(_PTR, None))
+        with b.if_else(windows) as (implicit, other):
+            with implicit:
+                b.call(self.pack_windows, [self.b_pack, arg["b"], b.gep(arg["b_rows"], [p0], source_etype=S.I32),
+                                           b.gep(arg["b_cols"], [jc], source_etype=S.I32), nc, kcur])
+            with other:
+                strided()
 
     def tile_loops(self, ic, mc, jc, nc, kc, add, last, b_block, panel_depth) -> None:
         b, tiles, arg = self.b, self.tiles, self.arg

@@ -1,0 +1,125 @@
+"""Matmuls of bfloat16/float16 operands: every path of schedule/tiles.py's half_path forced
+in turn (the `matmul_half_path` tuning key) against torch's CPU matmul of the same dtype,
+within one ulp of the result's dtype (different summation orders in float32); the
+instructions each path promises are in the assembly; the operands are read in place (no
+float32 copy kernel)."""
+from __future__ import annotations
+
+import re
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.lower import hostcpu
+from tracecomp.lower.schedule import tiles
+from tracecomp.runtime import tuning
+
+torch = pytest.importorskip("torch")
+
+SHAPES = [((64, 64), (64, 64)), ((37, 131), (131, 45)), ((3, 20, 33), (33, 70)), ((1, 300), (300, 17)),
+          ((256, 257), (257, 300))]
+FEATURE = {"dpbf16ps": "avx512bf16", "widen": None}
+
+
+@pytest.fixture(params=tiles.HALF_PATHS)
+def half_path(request):
+    """Each half matmul path forced as the measured choice; a path this host cannot run
+    skips naming the CPU feature it lacks."""
+    path = request.param
+    if path == "dpbf16ps" and tiles.tiles_for(tc.float32).lanes != 16:
+        pytest.skip("the dpbf16ps path needs 512-bit vectors (avx512f); this target has none")
+    tuning.ensure_tuned()
+    before = hostcpu.tuned()
+    hostcpu.set_tuned({**before, tiles.HALF_PATH_KEY: path})
+    yield path
+    hostcpu.set_tuned(before)
+
+
+def _runs(path: str) -> None:
+    feature = FEATURE[path]
+    if feature and not hostcpu.detected_target().has(feature):
+        pytest.skip(f"the host CPU has no {feature}: the {path} path is compiled (test_*_assembly) but not run")
+
+
+def _torch_dtype(d):
+    return torch.bfloat16 if d is tc.bfloat16 else torch.float16
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_half_matmul_matches_torch_within_one_ulp(d, shapes, half_path):
+    _runs(half_path)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s).astype(d.np) for s in shapes)
+    out = tc.trace(lambda x, y: x @ y)(a, b)
+    assert out.dtype == d
+    got = np.asarray(out).astype(np.float64)
+    want = (torch.from_numpy(a.astype(np.float32)).to(_torch_dtype(d))
+            @ torch.from_numpy(b.astype(np.float32)).to(_torch_dtype(d))).double().numpy()
+    ulp = np.spacing(np.abs(want).astype(d.np)).astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert np.all(np.abs(got - want) <= ulp + 1e-6 * scale), np.abs(got - want).max()
+
+
+def test_transposed_and_offset_half_operands(half_path):
+    """Operands read in place through views (a transpose, a slice): every packing branch."""
+    _runs(half_path)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((70, 41)).astype(tc.bfloat16.np)
+    b = rng.standard_normal((50, 41)).astype(tc.bfloat16.np)
+    out = tc.trace(lambda x, y: x[3:, 1:] @ y[:, 1:].mT)(a, b)
+    ta, tb = (torch.from_numpy(v.astype(np.float32)).bfloat16() for v in (a, b))
+    want = (ta[3:, 1:] @ tb[:, 1:].mT).double().numpy()
+    got = np.asarray(out).astype(np.float64)
+    ulp = np.spacing(np.abs(want).astype(tc.bfloat16.np)).astype(np.float64)
+    assert np.all(np.abs(got - want) <= ulp + 1e-5)
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+def test_half_operands_are_read_in_place(d, half_path):
+    """The product's kernel takes the half inputs themselves (the packing converts): the
+    only other kernel rounds the float32 result to d."""
+    a = np.ones((64, 64), d.np)
+    loops = tc.trace(lambda x, y: x @ y).lower(a, a).as_text("loops")
+    kernels = re.findall(r"func\.func @(\w+)\(([^)]*)\)", loops)
+    assert len(kernels) == 2, loops
+    assert f"memref<64x64x{d.mlir}>" in kernels[0][1] and "xf32>" in kernels[0][1]
+
+
+def _assembly(path: str) -> str:
+    """The assembly of a bf16 product on `path`, for a CPU with the path's feature: the
+    host, or (feature missing) a target machine of the host's CPU with it turned on."""
+    a = np.ones((64, 64), tc.bfloat16.np)
+    lowered = tc.trace(lambda x, y: x @ y).lower(a, a)
+    feature = FEATURE[path]
+    if feature is None or hostcpu.detected_target().has(feature):
+        return lowered.as_text("asm")
+    host = hostcpu.host_target()
+    tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu, features=f"{host.features},+{feature}")
+    module = llvm.parse_assembly(lowered.as_text("llvm"))
+    module.triple, module.data_layout = tm.triple, str(tm.target_data)
+    return tm.emit_assembly(module)
+
+
+def test_each_path_uses_its_instructions(half_path):
+    asm = _assembly(half_path)
+    assert ("vdpbf16ps" in asm) == (half_path == "dpbf16ps")
+    assert re.search(r"\bvfmadd\w*ps\b", asm) or half_path == "dpbf16ps"
+
+
+def test_float16_packing_converts_with_f16c():
+    if not hostcpu.detected_target().has("f16c"):
+        pytest.skip("the host CPU has no f16c: float16 widens with integer ops")
+    a = np.ones((64, 64), tc.float16.np)
+    asm = tc.trace(lambda x, y: x @ y).lower(a, a).as_text("asm")
+    assert "vcvtph2ps" in asm and re.search(r"\bvfmadd\w*ps\b", asm)
+
+
+def test_default_path_follows_the_host():
+    want = "dpbf16ps" if hostcpu.host_target().has("avx512bf16") and tiles.tiles_for(tc.float32).lanes == 16 \
+        else "widen"
+    forced = hostcpu.tuned().get(tiles.HALF_PATH_KEY)
+    if forced is None:
+        assert tiles.half_paths() == {"bfloat16": want, "float16": "widen"}
