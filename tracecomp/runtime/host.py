@@ -40,7 +40,7 @@ def describe() -> dict:
     from . import numpy_blas
     from ..lower.hostcpu import tuned
     from ..core.dtypes import DType
-    from ..lower.schedule.tiles import host_tiles, max_threads, tiles_for
+    from ..lower.schedule.tiles import half_paths, host_tiles, max_threads, tiles_for
     from . import cache, jit
     from ..lower.llvm import target
     from . import tuning
@@ -55,12 +55,18 @@ def describe() -> dict:
         "matmul_blocks": {dt.label: {"mr": b.mr, "nr": b.nr, "mc": b.mc, "kc": b.kc, "nc": b.nc}
                           for dt, b in host_tiles().items()},
         "matmul_vector_bits": tiles_for(DType.float32).vector_bytes * 8,
+        "matmul_paths": {**{dt.label: "packed, native" for dt in host_tiles()}, **half_paths()},
         "vector_measured_ms": tuned().get("measured_ms", {}),     # {"matmul": {"512": ms, ...}, "loop": ...}
         "threads": max_threads(),
         "numpy_blas": numpy_blas.describe(),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", jit.GOMP_SPINCOUNT),
         "compile_cache": str(cache.settings.directory) if cache.settings.enabled else "off",
     }
+
+
+# schedule/tiles.py's half_path names, as `tracecomp info` explains them
+_PATH_TEXT = {"dpbf16ps": "K-pairs of bf16 into vdpbf16ps (AVX512-BF16), float32 accumulation",
+              "widen": "converted to float32 in the packing, float32 micro-kernel"}
 
 
 def _size(n: int) -> str:
@@ -95,6 +101,7 @@ def report(info: dict) -> str:
         + _measured(info, "loop", "LLVM's choice for this CPU"),
         f"matmul blocking: {blocks}",
         f"matmul vectors: {info['matmul_vector_bits']}-bit, " + _measured(info, "matmul", "the ISA's widest"),
+        "matmul paths: " + "; ".join(f"{dt}: {_PATH_TEXT.get(p, p)}" for dt, p in info.get("matmul_paths", {}).items()),
         f"threads: {info['threads']}; idle OpenMP workers spin {info['gomp_spincount']} times, then sleep",
         f"compile cache: {info['compile_cache']}",
         info.get("numpy_blas", ""),
