@@ -15,7 +15,7 @@ def _model():
 
 
 def _fast_keys(f):
-    return [k for k in f._fast if any(isinstance(part, tuple) and part and part[0] == "tree" for part in k)]
+    return [k for k in f._fast if any(getattr(part, "entry", ("",))[0] == "tree" for part in k)]
 
 
 def test_the_second_call_takes_the_remembered_flattening(monkeypatch):
@@ -58,3 +58,39 @@ def test_under_a_transform_the_model_is_traced_through():
     grads = tc.grad(lambda m: f(m, X))(model)               # differentiating: not the fast path
     want = tc.grad(lambda m: m(tc.tensor(X)).sum())(model)
     np.testing.assert_allclose(grads[0].weight.numpy(), want[0].weight.numpy(), rtol=1e-5)
+
+
+def test_a_models_arrays_are_checked_once_then_trusted_while_unchanged(monkeypatch):
+    """The compiled call checks each parameter's array the first time only; a new array in
+    any parameter (an eager optimizer step, load_state_dict) is checked again, and a freed
+    one can never pass for a new one (weak references, not addresses)."""
+    from tracecomp.runtime import compiled
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(10)])
+    f = tc.trace(lambda m, x: m(x))
+    x = tc.tensor(X)
+    f(model, x)
+    f(model, x)
+    calls = []
+    real = compiled.data_pointer
+    monkeypatch.setattr(compiled, "data_pointer", lambda a: calls.append(a.shape) or real(a))
+    f(model, tc.tensor(X))
+    assert (3, 4) in calls and (4, 4) not in calls        # the new input only (and outputs)
+    calls.clear()
+    with tc.no_grad():
+        model[3].weight.add_(1.0)           # an in-place change: a new array for that parameter
+    np.testing.assert_allclose(f(model, x).numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert calls.count((4, 4)) == 1
+    state = {k: v * 0.5 for k, v in model.state_dict().items()}
+    model.load_state_dict(state)
+    np.testing.assert_allclose(f(model, x).numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_parameter_rebound_to_another_shape_or_dtype_retraces():
+    model = _model()
+    f = tc.trace(lambda m, x: m(x))
+    f(model, X)
+    f(model, X)
+    model.to(tc.float64)
+    out = f(model, X.astype(np.float64))
+    assert out.dtype == tc.float64
+    np.testing.assert_allclose(out.numpy(), model(tc.tensor(X.astype(np.float64))).detach().numpy(), rtol=1e-12)

@@ -420,17 +420,16 @@ _flat: "weakref.WeakKeyDictionary[Module, tuple]" = weakref.WeakKeyDictionary()
 
 
 def _flat_leaves(m: Module, is_leaf):
-    """(structure key, leaves) of `m` as pytree.flatten and cache_key give them, remembered
-    while no module changes (`_changes`); None where a leaf is not a plain tensor."""
+    """(structure key, leaves, scratch) of `m` as pytree.flatten and cache_key give them,
+    remembered while no module changes (`_changes`); None where a leaf is not a plain tensor."""
     memo = _flat.get(m)
     if memo is not None and memo[0] == _changes[0] and memo[1] is is_leaf:
-        return memo[2], memo[3]
+        return memo[2:]
     leaves, structure = pytree.flatten(m, is_leaf)
     if not all(type(t) in (Tensor, Parameter) for t in leaves):
         return None
-    key = pytree.cache_key(structure)
-    _flat[m] = (_changes[0], is_leaf, key, leaves)
-    return key, leaves
+    memo = _flat[m] = (_changes[0], is_leaf, pytree.cache_key(structure), leaves, {})
+    return memo[2:]
 
 
 def _register(cls: type) -> None:

@@ -39,8 +39,10 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import itertools
 import operator
 import threading
+import weakref
 
 import numpy as np
 
@@ -53,6 +55,9 @@ from ..core import random as tc_random
 from .cache import compile_kernels
 from ..lower.schedule.workspace import buffer_nbytes, plan_program
 from .memory import ALIGN, BlockCache, aligned_empty, aligned_empty_at, data_pointer, output_blocks
+
+
+_NOTHING = object()
 
 
 def check_indices(a: np.ndarray, checks) -> None:
@@ -122,6 +127,10 @@ class CompiledProgram:
         self._input_specs = [(tuple(p.buffers[n].shape), p.buffers[n].dtype.np,
                               p.buffers[n].dtype.np.itemsize, n in p.index_checks or n in p.donated)
                              for n in p.inputs]
+        # per input: a weak reference to the owned array checked there last (`__call__`), or
+        # a callable that returns an object no input is, and that array's address
+        self._checked = [itertools.repeat(_NOTHING).__next__] * len(p.inputs)
+        self._checked_pointers = [0] * len(p.inputs)
         fixed = list(self._fixed)
         self._fixed_pointers = [data_pointer(self._fixed[n]) for n in fixed]
         position = {n: i for i, n in enumerate(list(p.inputs) + self._outputs + fixed)}
@@ -189,21 +198,34 @@ class CompiledProgram:
             ready.append(a)
         return ready
 
-    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    trusts_owned = True         # Lowered.run passes which inputs Tensors own
+
+    def __call__(self, inputs: list[np.ndarray], owned: tuple[bool, ...] | None = None) -> list[np.ndarray]:
         """Run the program; the fast path takes inputs that need neither a copy nor a check of
-        their values, the others go through check_inputs."""
+        their values, the others go through check_inputs.  An input that `owned` marks as a
+        Tensor's array is checked once: while the same array comes back at its position (a
+        model's parameters, closed-over tensors) its pointer is reused, found by one pass at
+        C speed.  (A Tensor's array never changes shape, dtype, layout or address in place:
+        NumPy refuses to resize an array others reference.)"""
         specs = self._input_specs
-        pointers = []
+        pointers = None
         if len(inputs) == len(specs):
-            for a, (shape, dtype, itemsize, slow) in zip(inputs, specs):
+            pointers = self._checked_pointers.copy()
+            checked = self._checked
+            for i in itertools.compress(range(len(specs)), map(operator.is_not, inputs, map(operator.call, checked))):
+                a = inputs[i]
+                shape, dtype, itemsize, slow = specs[i]
                 if type(a) is not np.ndarray or slow or a.shape != shape or a.dtype != dtype \
                         or not a.flags.c_contiguous:
+                    pointers = None
                     break
-                pointer = data_pointer(a)
+                pointer = pointers[i] = data_pointer(a)
                 if pointer % itemsize:
+                    pointers = None
                     break
-                pointers.append(pointer)
-        if len(pointers) != len(specs):
+                if owned is not None and owned[i]:
+                    checked[i], self._checked_pointers[i] = weakref.ref(a), pointer
+        if pointers is None:
             inputs = self.check_inputs(inputs)
             pointers = [data_pointer(a) for a in inputs]
         outs = []

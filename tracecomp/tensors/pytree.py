@@ -24,9 +24,11 @@ def register_pytree_node(cls: type, flatten_fn: Callable, unflatten_fn: Callable
     _NODES[cls] = (flatten_fn, unflatten_fn, constants_fn)
 
 
-# class -> fast(x, is_leaf): (cache_key(structure), leaves) of flatten(x, is_leaf), from a
-# memo the class keeps valid (nn.Module's), or None: tc.trace's per-call path for arguments
-# that are whole models, which would otherwise be walked and hashed at every call.
+# class -> fast(x, is_leaf): (cache_key(structure), leaves, scratch) of flatten(x, is_leaf),
+# from a memo the class keeps valid (nn.Module's), or None: tc.trace's per-call path for
+# arguments that are whole models, which would otherwise be walked and hashed at every call.
+# The leaves list is the same object while the memo holds; scratch is a dict that lives as
+# long as it, where a caller keeps what it derived from the leaves.
 _FAST: dict[type, Callable[[Any, Callable], Any]] = {}
 
 

@@ -205,11 +205,13 @@ class Lowered:
         value = getattr(self, stage)
         return value if isinstance(value, str) else print_graph(value)
 
-    def run(self, inputs: list[np.ndarray], leaves: list | None = None):
+    def run(self, inputs: list[np.ndarray], leaves: list | None = None, owned: tuple[bool, ...] | None = None):
         """The outputs for `inputs`, the arguments' arrays; `leaves` are the caller's arguments
         (Tensors or arrays) behind them, which receive the function's in-place changes to its
-        inputs.  The closed-over tensors' current arrays follow the arguments (ClosureMoved
-        where one is gone or changed type: tc.trace traces again)."""
+        inputs; `owned` says which of the arrays Tensors hold (the compiled program trusts
+        those it checked before: CompiledProgram.__call__).  The closed-over tensors' current
+        arrays follow the arguments (ClosureMoved where one is gone or changed type: tc.trace
+        traces again)."""
         if self.read_hidden is not None:
             hidden = self.read_hidden()
             if self.device == "cpu" and not all(type(a) is np.ndarray for a in hidden):
@@ -218,9 +220,13 @@ class Lowered:
                                     f"{', '.join(s.where for s in self.hidden.sources)}); trace it with "
                                     "device='cuda', or move the tensors back with .cpu()")
             inputs = inputs + hidden
+            if owned is not None:
+                owned = owned + (True,) * len(hidden)
         if self.backend == "interp":
             from ..runtime.interpreter import run_graph
             arrays = list(run_graph(self.optimized, inputs))
+        elif owned is not None and getattr(self.compiled, "trusts_owned", False):
+            arrays = self.compiled(inputs, owned)
         else:
             arrays = self.compiled(inputs)       # exactly the outputs' shapes and dtypes
         if self.writes_back:

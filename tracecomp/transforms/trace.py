@@ -32,6 +32,7 @@ import collections
 import functools
 import itertools
 import logging
+import operator
 import time
 import uuid
 import warnings
@@ -85,36 +86,84 @@ def _leaf_key(t: Tensor):
     return t._type if type(t._data) is np.ndarray else (t._type, "cuda")
 
 
-def _fast_signature(args: tuple) -> tuple[tuple, list] | None:
-    """(signature key, leaves) for calls whose arguments are NumPy arrays, concrete Tensors
-    or trees with a remembered flattening (a whole tc.nn model: pytree.fast_flatten), None
-    otherwise: cheaper than flattening the arguments and building Tensors."""
-    key, leaves = [], []
+def _fast_signature(args: tuple) -> tuple[tuple, list, list] | None:
+    """(signature key, leaves, their arrays) for calls whose arguments are NumPy arrays,
+    concrete Tensors or trees with a remembered flattening (a whole tc.nn model:
+    pytree.fast_flatten), None otherwise: cheaper than flattening the arguments and building
+    Tensors."""
+    key, leaves, arrays = [], [], []
     differentiating = None
     for a in args:
         t = type(a)
         if t is np.ndarray:
             key.append((a.shape, a.dtype))
             leaves.append(a)
+            arrays.append(a)
         elif t is Tensor and a._data is not None and not a.requires_grad and a._tangent is None:
             key.append(_leaf_key(a))     # (a tensor autograd tracks takes the full path: _is_transformed)
             leaves.append(a)
+            arrays.append(a._data)
         else:
             flat = fast_flatten(a, _is_array_leaf)
             if flat is None:
                 return None
-            structure, tree_leaves = flat
+            structure, tree_leaves, scratch = flat
             if differentiating is None:
                 differentiating = is_grad_enabled() and is_differentiating()
-            types = []
-            for x in tree_leaves:      # a model's parameters: data, unless a transform sees them
-                if x._data is None or x._tangent is not None or x.grad_fn is not None or \
-                        x._batch is not None or (x.requires_grad and differentiating):
+            seen = None if differentiating else _remembered_tree(tree_leaves, scratch)
+            if seen is None:
+                entry = _tree_entry(structure, tree_leaves, differentiating)
+                if entry is None:
                     return None
-                types.append(_leaf_key(x))
-            key.append(("tree", structure, tuple(types)))
+                seen = (tuple(map(_DATA, tree_leaves)), list(map(_VERSION, tree_leaves)), entry)
+                if not differentiating:
+                    scratch["trace"] = seen
+            key.append(seen[2])
             leaves += tree_leaves
-    return (*key, autocast_key()), leaves
+            arrays += seen[0]
+    return (*key, autocast_key()), leaves, arrays
+
+
+_DATA, _VERSION = operator.attrgetter("_data"), operator.attrgetter("_version")
+
+
+def _tree_entry(structure, leaves: list[Tensor], differentiating: bool) -> "_TreeKey | None":
+    """A whole model's part of a fast key, or None where a transform sees its tensors."""
+    types = []
+    for x in leaves:      # a model's parameters: data, unless a transform sees them
+        if x._data is None or x._tangent is not None or x.grad_fn is not None or \
+                x._batch is not None or (x.requires_grad and differentiating):
+            return None
+        types.append(_leaf_key(x))
+    return _TreeKey(("tree", structure, tuple(types)))
+
+
+def _remembered_tree(leaves: list[Tensor], scratch: dict) -> tuple | None:
+    """(the arrays, versions and key part) of the model's tensors at its last call, if every
+    tensor still holds the array it had then, unchanged in place (its version): their types,
+    device and flags are as they were (only in-place changes and rebinding the array change
+    them), so the per-leaf checks are skipped.  Two passes at C speed instead of a Python
+    loop over the parameters."""
+    seen = scratch.get("trace")
+    if seen is not None and all(map(operator.is_, map(_DATA, leaves), seen[0])) \
+            and list(map(_VERSION, leaves)) == seen[1]:
+        return seen
+    return None
+
+
+class _TreeKey:
+    """A model's part of a fast key, hashed once: a tuple would hash every leaf's type at each
+    lookup (tuples do not keep their hash)."""
+    __slots__ = ("entry", "_hash")
+
+    def __init__(self, entry: tuple):
+        self.entry, self._hash = entry, hash(entry)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (type(other) is _TreeKey and self._hash == other._hash and self.entry == other.entry)
 
 
 def _check_donate_argnums(donate_argnums) -> tuple[int, ...]:
@@ -187,7 +236,7 @@ class TracedFunction:
         self.device = device
         self.donate_argnums = _check_donate_argnums(donate_argnums)
         self.fastmath = fastmath_flags(fastmath)
-        self._fast: dict[tuple, Lowered] = {}     # _fast_signature's key -> Lowered
+        self._fast: dict[tuple, tuple[Lowered, tuple]] = {}     # _fast_signature's key -> (Lowered, owned)
         self.max_retraces = max_retraces
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
             raise ArgumentError(f"tc.trace: cache_size must be a positive int, got {cache_size!r}")
@@ -284,11 +333,13 @@ class TracedFunction:
 
     def __call__(self, *args, **kwargs):
         fast = None if kwargs else _fast_signature(args)
-        lowered = self._fast.get(fast[0]) if fast is not None else None
+        hit = self._fast.get(fast[0]) if fast is not None else None
+        lowered = None
         try:
-            if lowered is not None:
+            if hit is not None:
+                lowered, owned = hit
                 self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
-                return lowered.run([a if type(a) is np.ndarray else a._data for a in fast[1]], fast[1])
+                return lowered.run(fast[2], fast[1], owned)
             flat = pytree.flatten((args, kwargs), _is_array_leaf)
             if self._is_transformed(flat[0]):
                 return self._call_through(args, kwargs)
@@ -297,7 +348,8 @@ class TracedFunction:
                     x is y and (type(x) is not np.ndarray or t._data is x) for x, y, t in zip(fast[1], leaves, tensors)):
                 if len(self._fast) >= 4 * self.cache_size:     # (one per size a dynamic compile served)
                     del self._fast[next(iter(self._fast))]
-                self._fast[fast[0]] = lowered     # every argument reached the program as it was
+                # every argument reached the program as it was; which arrays Tensors own
+                self._fast[fast[0]] = (lowered, tuple(type(x) is not np.ndarray for x in leaves))
             return lowered.run([t._data for t in tensors], leaves)
         except closures.ClosureMoved as moved:
             return self._trace_again(lowered, moved, args, kwargs)
@@ -389,7 +441,7 @@ class TracedFunction:
     def _evict(self, key) -> None:
         """Drop the least recently used signature; its native code goes with its last user."""
         gone = self._cache.pop(key)
-        for fast in [k for k, v in self._fast.items() if v is gone]:
+        for fast in [k for k, (v, _) in self._fast.items() if v is gone]:
             del self._fast[fast]
         self._dynamic = [d for d in self._dynamic if d.lowered is not gone]
 
