@@ -5,7 +5,8 @@ The model: token and learned position embeddings, pre-norm Transformer blocks
 a final LayerNorm and a linear head over the characters.  The train step (forward,
 cross-entropy, backward, AdamW) is one compiled function with the model and optimizer
 state donated; the lr follows a cosine schedule over the run and is a NumPy scalar, data
-to the compiled step, so the step compiles once.  Training stops after `--seconds` of
+to the compiled step, so the step compiles once.  `--autocast bf16` runs the steps and
+the evaluations under tc.autocast (matmuls in bfloat16, float32 parameters and AdamW).  Training stops after `--seconds` of
 wall time (or `--steps` steps).  The demo prints the unigram baseline (the cross-entropy of
 predicting each character by its frequency), the validation loss, a sample of generated
 text, and writes loss.svg.
@@ -35,6 +36,7 @@ VALIDATION_FRACTION = 0.1    # the end of the play is held out
 WEIGHT_DECAY = 0.1
 EVALUATIONS = 10             # validation losses measured during the run (for the chart)
 EVAL_BATCHES = 8             # batches of validation windows per measurement
+AUTOCAST = {"bf16": tc.bfloat16, "f16": tc.float16}
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Options:
     seed: int = 0
     dask: str = ""                 # "": one process; "local": a LocalCluster of 2 workers; else an address
     device: str = "cpu"            # "cuda": the model, optimizer state and compiled steps on the GPU
+    autocast: str = ""             # "bf16" / "f16": train and evaluate under tc.autocast of that dtype
 
 
 @dataclass
@@ -92,6 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dask", nargs="?", const="local", default=d.dask, metavar="ADDRESS",
                    help="train data-parallel on a Dask cluster (tracecomp.dask.DataParallel): the "
                         "scheduler's address (tcp://host:8786), or none to start 2 local workers")
+    p.add_argument("--autocast", choices=tuple(AUTOCAST), default=d.autocast,
+                   help="mixed precision: train under tc.autocast with this dtype (default: float32 throughout)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=d.device,
                    help="where the model, the optimizer state and the compiled steps live (default cpu)")
 
@@ -99,9 +104,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def options_from(args: argparse.Namespace) -> Options:
     o = Options(args.seconds, args.steps, args.layers, args.dim, args.heads, args.context, args.batch_size,
                 args.lr, args.prompt.replace("\\n", "\n"), args.sample_length, args.temperature, args.out, args.seed,
-                args.dask, args.device)
+                args.dask, args.device, args.autocast)
     if o.device == "cuda" and o.dask:
         raise tc.ArgumentError("--device cuda trains in this process; it does not combine with --dask")
+    if o.autocast and o.dask:
+        raise tc.ArgumentError("--autocast trains in this process; it does not combine with --dask")
     if o.device == "cuda" and not tc.cuda.is_available():
         raise tc.ArgumentError("--device cuda: no CUDA GPU and driver on this machine")
     for name in ("layers", "dim", "heads", "context", "batch_size"):
@@ -255,16 +262,22 @@ def run(o: Options, say=print) -> Result:
     val = validation_batches(val_ids, o.context, o.batch_size, EVAL_BATCHES)
     rng = np.random.default_rng(o.seed)
 
+    if o.autocast:
+        say(f"mixed precision: steps and evaluations under tc.autocast({AUTOCAST[o.autocast]})")
+    precision = tc.autocast(AUTOCAST.get(o.autocast), enabled=bool(o.autocast))   # (compiled once, in that state)
+
     hits = tc.compile_cache.stats.hits
     t0 = time.perf_counter()
-    loss = trainer.step(*random_windows(train_ids, o.context, o.batch_size, rng), cosine_lr(o.lr, 0.0))
+    with precision:
+        loss = trainer.step(*random_windows(train_ids, o.context, o.batch_size, rng), cosine_lr(o.lr, 0.0))
     compile_seconds = time.perf_counter() - t0
     cached = " (machine code from the compile cache)" if tc.compile_cache.stats.hits > hits else ""
     say(f"compiled train step (forward, backward, AdamW): first call {compile_seconds:.2f} s{cached}, "
         f"loss {loss:.3f} (ln {len(vocab)} = {math.log(len(vocab)):.3f})")
 
     try:
-        model, losses, val_losses, seconds = train(o, trainer, evaluate, train_ids, val, rng, loss)
+        with precision:
+            model, losses, val_losses, seconds = train(o, trainer, evaluate, train_ids, val, rng, loss)
     finally:
         trainer.close()
     steps = len(losses)
