@@ -89,7 +89,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8a", "W9", "W10", "W11", "W12", "W12c", "W13")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -464,7 +464,7 @@ def w4_numpy(params, x, y, lr=LR):
     return [loss] + [p - lr * g for p, g in zip(params, grads)]
 
 
-def w4_tracecomp_step():
+def w4_tracecomp_step(bf16: bool = False):
     import tracecomp as tc
 
     def loss_fn(w1, b1, w2, b2, w3, b3, x, y):
@@ -472,7 +472,7 @@ def w4_tracecomp_step():
         h = tc.relu(h @ w2 + b2)
         return tc.cross_entropy(h @ w3 + b3, y)
 
-    vg = tc.value_and_grad(loss_fn, argnums=(0, 1, 2, 3, 4, 5))
+    vg = tc.value_and_grad(tc.autocast(tc.bfloat16)(loss_fn) if bf16 else loss_fn, argnums=(0, 1, 2, 3, 4, 5))
 
     def step(w1, b1, w2, b2, w3, b3, x, y):
         params = (w1, b1, w2, b2, w3, b3)
@@ -481,13 +481,15 @@ def w4_tracecomp_step():
     return tc.trace(step)
 
 
-def w4_torch_step(torch, compiled: bool):
+def w4_torch_step(torch, compiled: bool, bf16: bool = False):
     import torch.nn.functional as F
 
     def loss_fn(w1, b1, w2, b2, w3, b3, x, y):
         h = torch.relu(x @ w1 + b1)
         h = torch.relu(h @ w2 + b2)
         return F.cross_entropy(h @ w3 + b3, y)
+    if bf16:
+        loss_fn = torch.autocast("cpu", torch.bfloat16)(loss_fn)
 
     if not compiled:
         def step(*args):
@@ -1225,7 +1227,7 @@ W12_LR, W12_BETAS, W12_EPS = 1e-3, (0.9, 0.999), 1e-8
 W12_STEP = 10                    # Adam's step count: moments as after 9 steps (see w12_data)
 W12_GRAD_SCALE = (5e-4, 5e-5, 1e-3, 1e-3, 3e-3, 3e-2)     # about each gradient's size (T = 100)
 W12_NPARAMS = 6                  # w_ih, w_hh, b_ih, b_hh (PyTorch's LSTM), w_out, b_out (head)
-VARIANT_OF = {"tracecomp-unrolled": "tracecomp"}   # run beside its base implementation when that is selected
+VARIANT_OF = {"tracecomp-unrolled": "tracecomp", "tracecomp-f32": "tracecomp"}   # run beside its base implementation when that is selected
 
 
 def w12_data(length: int, seed: int = 0) -> list:
@@ -1539,10 +1541,63 @@ def w13_cases(quick: bool = False) -> list[Case]:
     return cases
 
 
+# ----------------------------------------------------------------------------- W4b, W8b
+# (issue 37) W4's and W8's train steps with the loss under bfloat16 autocast: tc.autocast
+# against torch.autocast("cpu") eager and torch.compile, and tracecomp's own float32 step
+# ("tracecomp-f32").  Parameters, gradients and the update stay float32, as autocast
+# leaves them; the reference is W4's / W8's float64 one, with a bfloat16-sized tolerance.
+
+
+def w4b_cases() -> list[Case]:
+    w4 = w4_cases()[0]
+
+    def b_tracecomp(inputs):
+        f = w4_tracecomp_step(bf16=True)
+        args = [aligned(v) for v in inputs]
+        return lambda: f(*args)
+
+    def b_torch(compiled):
+        def build(inputs):
+            import torch
+            step = w4_torch_step(torch, compiled, bf16=True)
+            args = [torch.from_numpy(v) for v in inputs]
+            return lambda: step(*args)
+        return build
+    impls = {"tracecomp": b_tracecomp, "tracecomp-f32": w4.impls["tracecomp"], "torch": b_torch(False),
+             "torch.compile": b_torch(True)}
+    return [dataclasses.replace(w4, key="W4b", workload="W4b", title=w4.title.replace("f32", "bf16 autocast"),
+                                tol=W_BF16_TOL, impls=impls)]
+
+
+W_BF16_TOL = 0.3             # max |new - ref_new| / max update: bfloat16 products in the gradients (torch: 0.15)
+
+
+def autocast_losses(losses: Callable) -> Callable:
+    """`losses()` (tracecomp's, PyTorch's, jax's) with the first two under bfloat16 autocast."""
+    def wrapped():
+        import torch
+        import tracecomp as tc
+        tc_loss, torch_loss, _ = losses()
+        return tc.autocast(tc.bfloat16)(tc_loss), torch.autocast("cpu", torch.bfloat16)(torch_loss), None
+    return wrapped
+
+
+def w8b_cases() -> list[Case]:
+    if not installed("torch"):
+        return []
+    w8 = next(c for c in w8_cases() if c.key == "W8-step")
+    n = len(w8_shapes())
+    impls = layer_builders("step", autocast_losses(w8_losses), n, 3 * n, adamw)
+    del impls["jax.jit"]
+    impls["tracecomp-f32"] = w8.impls["tracecomp"]
+    return [dataclasses.replace(w8, key="W8b", workload="W8b", title=w8.title.replace("f32", "bf16 autocast"),
+                                tol=W_BF16_TOL, impls=impls)]
+
+
 def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
         + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases() + w12_cases(quick) \
-        + w13_cases(quick)
+        + w13_cases(quick) + w4b_cases() + w8b_cases()
     return {c.key: c for c in cases}
 
 
