@@ -89,7 +89,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W3b", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -198,7 +198,8 @@ def as_numpy(r):
     if isinstance(r, (list, tuple)):
         return [as_numpy(v) for v in r]
     if hasattr(r, "detach"):
-        return r.detach().numpy()
+        r = r.detach()
+        return (r.float() if str(r.dtype) == "torch.bfloat16" else r).numpy()
     return np.asarray(r)
 
 
@@ -418,6 +419,42 @@ def w3_cases(sizes=(1024, 4096)) -> list[Case]:
         if n == 1024:
             cases += after_numpy(cases[-1])
     return cases
+
+
+# ----------------------------------------------------------------------------- W3b
+# (issue 37) W3's product with bfloat16 operands and result, accumulated in float32:
+# tracecomp's packed kernel (vdpbf16ps where the CPU has AVX512-BF16: `tracecomp info`
+# prints the path) against torch (oneDNN) and jax in bfloat16.  Its ratio to tracecomp's
+# float32 W3 comes from running both: --workloads W3,W3b.
+
+
+def w3b_cases(sizes=(1024, 4096)) -> list[Case]:
+    import ml_dtypes
+
+    def mm(a, b):
+        return a @ b
+
+    def jax_mm(a, b):
+        import jax.numpy as jnp
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+
+    def torch_bf16(inputs):
+        import torch
+        args = [torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) for a in inputs]
+
+        def call():
+            with torch.no_grad():
+                return args[0] @ args[1]
+        return call
+    standard_impls = standard(mm, mm, mm, jax_mm)
+    impls = {"tracecomp": standard_impls["tracecomp"], "torch": torch_bf16, "jax.jit": standard_impls["jax.jit"]}
+    # W3's cases with their operands rounded to bfloat16 (its float64 reference of them);
+    # one bfloat16 rounding of the result: 2^-9 of each entry, under 1e-2 of the largest
+    return [dataclasses.replace(c, key=f"W3b-{n}", workload="W3b", title=f"matmul {n}^3 bf16",
+                                inputs=lambda c=c: [a.astype(ml_dtypes.bfloat16) for a in c.inputs()], tol=1e-2,
+                                impls=impls, floor=lambda bw, peak, n=n: n ** 3 / peak,
+                                note="bf16 operands and result, f32 accumulation; floor: two bf16 products per f32 FMA")
+            for n in sizes for c in w3_cases((n,)) if c.key == f"W3-{n}"]
 
 
 # ----------------------------------------------------------------------------- W4
@@ -1595,7 +1632,8 @@ def w8b_cases() -> list[Case]:
 
 
 def all_cases(quick: bool = False) -> dict[str, Case]:
-    cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
+    cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) \
+        + w3b_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
         + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases() + w12_cases(quick) \
         + w13_cases(quick) + w4b_cases() + w8b_cases()
     return {c.key: c for c in cases}
