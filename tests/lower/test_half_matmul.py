@@ -123,3 +123,20 @@ def test_default_path_follows_the_host():
     forced = hostcpu.tuned().get(tiles.HALF_PATH_KEY)
     if forced is None:
         assert tiles.half_paths() == {"bfloat16": want, "float16": "widen"}
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+def test_mixed_operands_one_computed(d, half_path):
+    """relu(a) is computed into a float32 temp while b is read in place as d: a product of
+    one float32 and one half operand, whose packings must both feed the float32 kernel
+    (it once packed b as bf16 K-pairs for the f32 micro-kernel: garbage)."""
+    _runs(half_path)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((80, 64)).astype(d.np)
+    b = rng.standard_normal((64, 96)).astype(d.np)
+    for fn, tfn in ((lambda x, y: tc.relu(x) @ y, lambda x, y: torch.relu(x) @ y),
+                    (lambda x, y: y.mT @ tc.relu(x).mT, lambda x, y: y.mT @ torch.relu(x).mT)):
+        got = np.asarray(tc.trace(fn)(a, b)).astype(np.float64)
+        want = tfn(*(torch.from_numpy(v.astype(np.float32)).to(_torch_dtype(d)) for v in (a, b))).double().numpy()
+        ulp = np.spacing(np.abs(want).astype(d.np)).astype(np.float64)
+        assert np.all(np.abs(got - want) <= ulp + 1e-5), np.abs(got - want).max()

@@ -95,12 +95,12 @@ def nest_function(module: ir.Module, dtype: DType, a: DType | None = None, b: DT
     return fn
 
 
-def _packer(module: ir.Module, dtype: DType, source: DType, width: int) -> ir.Function:
-    """The packing function of an operand of dtype `source` into a `dtype` product."""
-    if source is dtype:
-        return pack_function(module, dtype, width)
-    return pack_pairs_function(module, width) if half_path(source, source) == "dpbf16ps" \
-        else pack_widen_function(module, source, width)
+def _packer(module: ir.Module, dtype: DType, source: DType, width: int, pairs: bool) -> ir.Function:
+    """The packing function of an operand of dtype `source` into a `dtype` product, as
+    K-pairs for the dpbf16ps micro-kernel (`pairs`: both operands bf16) or as `dtype`."""
+    if pairs:
+        return pack_pairs_function(module, width)
+    return pack_function(module, dtype, width) if source is dtype else pack_widen_function(module, source, width)
 
 
 class _Nest:
@@ -114,9 +114,8 @@ class _Nest:
         pairs = half and half_path(a, b_dtype) == "dpbf16ps"
         self.kernel = dpbf16_microkernel(module, tiles.mr, tiles.nv) if pairs else \
             microkernel(module, dtype, tiles.mr, tiles.nv)
-        # (with pairs: both bf16, so _packer's per-operand choice agrees with half_path's)
-        self.pack_a = _packer(module, dtype, a, tiles.mr)
-        self.pack_b = _packer(module, dtype, b_dtype, tiles.nr)
+        self.pack_a = _packer(module, dtype, a, tiles.mr, pairs)
+        self.pack_b = _packer(module, dtype, b_dtype, tiles.nr, pairs)
         self.pack_windows = None if half else pack_windows_function(module, dtype, tiles.nr)     # (f32 b only)
         self.merge = merge_function(module, dtype, tiles.nr)
         self.tile = b.alloca(ir.ArrayType(self.t, tiles.mr * tiles.nr), name="tile")
