@@ -98,14 +98,7 @@ def _problem(dtype):
     return {k: cast(v) for k, v in params.items()}, cast(x), cast(y)
 
 
-# The compiled bf16 matmul with a transposed operand computed in the same program (x.T @ d
-# in the backward) gives wrong values at 3488038 (tracecomp/lower/llvm/gemm, another
-# engineer's): the interpreter runs the same traced step meanwhile.
-COMPILED_BF16_BUG = pytest.mark.xfail(reason="compiled bf16 matmul of a transposed computed operand (gemm, 3488038)",
-                                      strict=False)
-
-
-@pytest.mark.parametrize("backend", ["interp", pytest.param("cpu", marks=COMPILED_BF16_BUG)])
+@pytest.mark.parametrize("backend", ["cpu", "interp"])
 @pytest.mark.parametrize("case", ["sgd_momentum", "adamw"])
 def test_traced_functional_step_equals_eager_and_follows_float32(case, backend):
     cls, _, hyper = CASES[case]
