@@ -60,6 +60,10 @@ cost.  W13 is a data-dependent while loop: Newton's method for x^3 + a x = b on 
 vector until max |f(x)| < 1e-12, tc.while_loop under tc.trace against jax.lax.while_loop
 under jax.jit (float64 enabled) and Python loops in NumPy and PyTorch; the reference is
 Cardano's formula, and each implementation's step count must be NumPy's (+- 1).
+W15 (issue 36) is the call overhead of a traced function taking a whole model: x plus the
+model's 1, 30 or 300 tensors of 8 floats, one fused kernel (w15_cases).  W16 is greedy
+generation with a growing sequence, compiles included, per implementation in a fresh
+process (generation.py: the GPT demo's model and a wider one, 128 tokens after 8).
 """
 from __future__ import annotations
 
@@ -89,7 +93,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W3b", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W3b", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13", "W15", "W16")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -638,6 +642,85 @@ def w6_cases() -> list[Case]:
 
     return [Case("W6", "W6", "x + 1 on 8 f32 (per-call overhead)", inputs,
                  lambda inputs: inputs[0].astype(np.float64) + 1, 0.0, standard(add1, add1, add1, add1))]
+
+
+# ----------------------------------------------------------------------------- W15
+# (issue 36) The call overhead of a traced function that takes a whole model: x (8 f32) plus
+# each of the model's n tensors (8 f32 each), one fused kernel everywhere, so the time is
+# the call path's work per tensor.  tracecomp and torch.compile take a module (tc.nn /
+# torch.nn) with n parameters; jax.jit takes them as a pytree (a list), as JAX users pass
+# parameters; NumPy takes the list.  Target: n = 30 at most 5 us more than n = 1.
+
+W15_SIZES = (1, 30, 300)
+
+
+def w15_sum(x, params):
+    out = x
+    for p in params:
+        out = out + p
+    return out
+
+
+def w15_cases() -> list[Case]:
+    cases = []
+    for n in W15_SIZES:
+        def inputs(n=n):
+            rng = np.random.default_rng(n)
+            return [rng.standard_normal(8).astype(np.float32) for _ in range(n + 1)]
+
+        def reference(inputs):
+            return w15_sum(inputs[0].astype(np.float64), [p.astype(np.float64) for p in inputs[1:]])
+
+        def b_tracecomp(inputs):
+            import tracecomp as tc
+
+            class Model(tc.nn.Module):
+                def __init__(self, arrays):
+                    super().__init__()
+                    for i, a in enumerate(arrays):
+                        setattr(self, f"p{i}", tc.nn.Parameter(tc.tensor(aligned(a))))
+            model = Model(inputs[1:])
+            f = tc.trace(lambda m, x: w15_sum(x, list(m.parameters())))
+            x = tc.tensor(aligned(inputs[0]))
+            return lambda: f(model, x)
+
+        def b_torch(compiled):
+            def build(inputs):
+                import torch
+
+                class Model(torch.nn.Module):
+                    def __init__(self, arrays):
+                        super().__init__()
+                        for i, a in enumerate(arrays):
+                            setattr(self, f"p{i}", torch.nn.Parameter(torch.from_numpy(a.copy())))
+                model = Model(inputs[1:])
+                fn = lambda m, x: w15_sum(x, list(m.parameters()))      # noqa: E731
+                f = torch.compile(fn) if compiled else fn
+                x = torch.from_numpy(inputs[0].copy())
+
+                def call():
+                    with torch.no_grad():
+                        return f(model, x)
+                return call
+            return build
+
+        def b_jax(inputs):
+            import jax
+            params = [jax.device_put(a) for a in inputs[1:]]
+            f = jax.jit(lambda params, x: w15_sum(x, params))
+            x = jax.device_put(inputs[0])
+            return lambda: jax.block_until_ready(f(params, x))
+
+        def b_numpy(inputs):
+            x, params = inputs[0], inputs[1:]
+            return lambda: w15_sum(x, params)
+
+        impls = {"tracecomp": b_tracecomp, "numpy": b_numpy, "torch": b_torch(False),
+                 "torch.compile": b_torch(True), "jax.jit": b_jax}
+        cases.append(Case(f"W15-{n}", "W15", f"call overhead: x + the {n} tensors of a model (8 f32 each)",
+                          inputs, reference, 1e-5, impls,
+                          note="one fused kernel; the model (tc.nn / torch.nn module, jax pytree) is an argument"))
+    return cases
 
 
 # ----------------------------------------------------------------------------- W7, W8
@@ -1635,7 +1718,7 @@ def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) \
         + w3b_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
         + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases() + w12_cases(quick) \
-        + w13_cases(quick) + w4b_cases() + w8b_cases()
+        + w13_cases(quick) + w15_cases() + w4b_cases() + w8b_cases()
     return {c.key: c for c in cases}
 
 
@@ -2102,6 +2185,60 @@ def w12c(cases: dict, impls: list[str], args) -> list[Row]:
     return rows
 
 
+# ----------------------------------------------------------------------------- W16
+# (issue 36) Greedy generation with a growing sequence, compiles included: generation.py
+# runs each implementation in a process of its own with no on-disk compile caches.  A row's
+# time is the cost per token once compiled; its first call is the whole generation's time
+# (compiles included); extra holds the compile count.  Targets: at most 2 compiles, the
+# total ahead of torch.compile's, per token at least as fast as PyTorch eager.
+
+W16_CONFIGS = ("demo", "lm")
+W16_TOKENS = 128
+
+
+def w16(impls: list[str], args) -> list[Row]:
+    rows = []
+    impls = [i for i in impls if i != "numpy"]          # (no NumPy model)
+    record = tuning_record() if "tracecomp" in impls else None
+    env = dict(os.environ, **({"TRACECOMP_TUNING_DIR": os.path.dirname(record)} if record else {}))
+    tokens = 16 if args.quick else W16_TOKENS
+    for config in W16_CONFIGS:
+        results = {}
+        for impl in impls:
+            title = f"{config} model: {tokens} tokens after {8}"
+            row = Row("W16", title, impl, reps=1, calls_per_rep=tokens)
+            rows.append(row)
+            cmd = [sys.executable, os.path.join(HERE, "generation.py"), "--impl", impl, "--config", config,
+                   "--tokens", str(tokens), "--json"]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
+                line = next((ln for ln in p.stdout.splitlines() if ln.startswith("W16RESULT ")), None)
+                if line is None:
+                    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+                    raise RuntimeError(f"child failed (exit {p.returncode}): {tail[:200]}")
+                d = results[impl] = json.loads(line[len("W16RESULT "):])
+            except Exception as e:
+                row.status, row.note = "error", f"{type(e).__name__}: {str(e)[:300]}"
+                print(f"  {title:<34} {impl:<14} error: {row.note}", flush=True)
+                continue
+            row.median_s = row.min_s = row.max_s = d["per_token_s"]
+            row.first_call_s = d["total_s"]
+            row.extra = {"compiles": d["compiles"], "total_s": d["total_s"],
+                         "per_token_last8_s": d["per_token_last8_s"]}
+            row.note = f"{d['compiles']} compile(s); total {fmt_time(d['total_s'])} compiles included"
+            print(f"  {title:<34} {impl:<14} {fmt_time(d['per_token_s']):>10} per token; {row.note}", flush=True)
+        ref = results.get("torch") or next(iter(results.values()), None)
+        for row in rows[-len(impls):]:
+            d = results.get(row.impl)
+            if d is None or ref is None:
+                continue
+            got, want = np.asarray(d["last_logits"]), np.asarray(ref["last_logits"])
+            row.error = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+            if d["ids"] != ref["ids"] and row.error > 1e-4:
+                row.status = "WRONG"
+    return rows
+
+
 # ----------------------------------------------------------------------------- W5
 
 W5_CHILD = r"""
@@ -2479,6 +2616,8 @@ def main(argv=None) -> int:
             rows += w5(impls, args)
         elif w == "W12c":
             rows += w12c(cases, impls, args)
+        elif w == "W16":
+            rows += w16(impls, args)
         else:
             for case in (c for c in cases.values() if c.workload == w):
                 skip = {}
