@@ -126,17 +126,32 @@ def test_default_path_follows_the_host():
 
 
 @pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
-def test_mixed_operands_one_computed(d, half_path):
-    """relu(a) is computed into a float32 temp while b is read in place as d: a product of
-    one float32 and one half operand, whose packings must both feed the float32 kernel
-    (it once packed b as bf16 K-pairs for the f32 micro-kernel: garbage)."""
+def test_computed_half_operand_stays_half(d, half_path):
+    """relu(a) is computed into a temp of its own dtype d (not a float32 copy), then
+    packed like an input."""
     _runs(half_path)
     rng = np.random.default_rng(2)
     a = rng.standard_normal((80, 64)).astype(d.np)
     b = rng.standard_normal((64, 96)).astype(d.np)
-    for fn, tfn in ((lambda x, y: tc.relu(x) @ y, lambda x, y: torch.relu(x) @ y),
-                    (lambda x, y: y.mT @ tc.relu(x).mT, lambda x, y: y.mT @ torch.relu(x).mT)):
+    lowered = tc.trace(lambda x, y: tc.relu(x) @ y).lower(a, b)
+    assert "xf32>" not in re.search(r"func\.func @\w*relu\w*\(([^)]*)\)", lowered.as_text("loops")).group(1)
+    got = np.asarray(tc.trace(lambda x, y: tc.relu(x) @ y)(a, b)).astype(np.float64)
+    ta, tb = (torch.from_numpy(v.astype(np.float32)).to(_torch_dtype(d)) for v in (a, b))
+    want = (torch.relu(ta) @ tb).double().numpy()
+    ulp = np.spacing(np.abs(want).astype(d.np)).astype(np.float64)
+    assert np.all(np.abs(got - want) <= ulp + 1e-5), np.abs(got - want).max()
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
+def test_float32_times_half_operand(d, half_path):
+    """A float32 operand (computed) times a half one cast to float32 (read in place as d):
+    each packing feeds the float32 kernel (b was once packed as bf16 K-pairs for it)."""
+    _runs(half_path)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((80, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 96)).astype(d.np)
+    want = (2 * a.astype(np.float64)) @ b.astype(np.float64)
+    for fn, expected in ((lambda x, y: (x * 2) @ y.to(tc.float32), want),
+                         (lambda x, y: y.to(tc.float32).mT @ (x * 2).mT, want.T)):
         got = np.asarray(tc.trace(fn)(a, b)).astype(np.float64)
-        want = tfn(*(torch.from_numpy(v.astype(np.float32)).to(_torch_dtype(d)) for v in (a, b))).double().numpy()
-        ulp = np.spacing(np.abs(want).astype(d.np)).astype(np.float64)
-        assert np.all(np.abs(got - want) <= ulp + 1e-5), np.abs(got - want).max()
+        assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()

@@ -41,7 +41,7 @@ from ..loops.walk import substitute
 from .depth import MAX_LEVELS, expression_depth
 from .implicit_gemm import window_operand
 from .nests import fresh_name, kernel_name
-from .operands import operand_view, strided
+from .operands import operand_view
 from .tiles import uses_packed, workspace_elements
 
 
@@ -78,14 +78,13 @@ def matmul_body(sched, op: Op, args: dict) -> list:
 
 def _half_source(sched, v):
     """The bfloat16/float16 tensor that float32 operand `v` is a cast of (widen_half's
-    `to(x, float32)`), when x is read in place: the packed kernel converts it in its packing
-    (llvm/gemm/halfpack.py) instead of a copy kernel writing a float32 copy of x.  Else `v`."""
+    `to(x, float32)`), else `v`.  The packed kernel converts x in its packing
+    (llvm/gemm/halfpack.py): x is read in place, or (computed: relu(x)) its copy kernel
+    writes it in its half dtype, never a float32 copy."""
     if v in sched.names or v.op is None or v.op.name != CAST or v.type.dtype is not FLOAT32:
         return v
     x = v.op.operands[0]
-    if not x.type.dtype.is_half or strided(sched, x) is None:
-        return v
-    return x
+    return x if x.type.dtype.is_half else v
 
 
 # ---------------------------------------------------------------- epilogue fusion
