@@ -96,11 +96,25 @@ def _assembly(path: str) -> str:
     feature = FEATURE[path]
     if feature is None or hostcpu.detected_target().has(feature):
         return lowered.as_text("asm")
+    return _assembly_with(lowered, feature)
+
+
+def _assembly_with(lowered, feature: str) -> str:
+    """The assembly of `lowered`'s LLVM IR for the host's CPU with `feature` turned on."""
     host = hostcpu.host_target()
     tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu, features=f"{host.features},+{feature}")
     module = llvm.parse_assembly(lowered.as_text("llvm"))
     module.triple, module.data_layout = tm.triple, str(tm.target_data)
     return tm.emit_assembly(module)
+
+
+def test_the_compile_only_route_emits_vdpbf16ps(half_path):
+    """How a host without AVX512-BF16 checks the dpbf16ps path (_assembly): its IR compiled
+    for the host's CPU with the feature on; exercised here whatever the host has."""
+    if half_path != "dpbf16ps":
+        pytest.skip("the dpbf16ps path only")
+    a = np.ones((64, 64), tc.bfloat16.np)
+    assert "vdpbf16ps" in _assembly_with(tc.trace(lambda x, y: x @ y).lower(a, a), "avx512bf16")
 
 
 def test_each_path_uses_its_instructions(half_path):
