@@ -58,6 +58,15 @@ def test_mean_matmul_and_broadcast_over_the_selection():
         np.testing.assert_allclose(np.asarray(f(X, m)), X[m].mean(), rtol=1e-5)
 
 
+def test_a_mask_computed_in_the_function_and_a_step_on_a_step():
+    """The mask's producers run as a stage of their own; nonzero of unique's values takes
+    a count from a count."""
+    xs = [X, -np.abs(X), np.abs(X) + 1]
+    _check_once(lambda x: (x[x > 0].sum(), tc.nonzero(x > 0.5), tc.softmax(x[x > 0], 0)), [(x,) for x in xs])
+    _check_once(lambda v: tc.nonzero(tc.unique(v) > 2), [(RNG.integers(0, k, 8),) for k in (2, 5, 9)])
+    _check_once(tc.value_and_grad(lambda x: (x[x > 0] ** 2).sum()), [(x,) for x in xs])
+
+
 def test_nonzero_its_rows_index_and_as_tuple():
     _check_once(lambda m: tc.nonzero(m), [(m,) for m in MASKS])
     _check_once(lambda x, m: (lambda nz: x[nz[:, 0], nz[:, 1]] + 1)(tc.nonzero(m)), [(X, m) for m in MASKS])

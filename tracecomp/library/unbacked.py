@@ -60,7 +60,7 @@ def host_step(name: str, fn: Callable[..., list], inputs: list, shapes: list[tup
     HostStep whose results are new graph inputs of `shapes` and `dtypes`, where a str dim is
     a new size (equal strs: one size), planned for `hint` by the scheduler's heuristics."""
     if all(t._data is not None and t._batch is None for t in inputs):
-        arrays = fn(*[np.asarray(t._data) for t in inputs])
+        arrays = fn(*[t._concrete(name) for t in inputs])      # (from GPU memory too)
         return [tc.tensor(a) for a in arrays]
     ctx = current()
     steps = getattr(ctx, "host_steps", None)

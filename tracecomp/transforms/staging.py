@@ -38,7 +38,8 @@ class StagedProgram:
         self.final = DynamicProgram(lowered.cpu_program, lowered.fastmath, least_size=0)
         counts = {n for s in self.steps for v in s.results for d in v.type.shape if isinstance(d, Dim)
                   for n in d.names()}
-        self.empty_reductions = _empty_reductions(lowered.optimized, counts)
+        # (the traced graph: its ops are those eager runs; softmax decomposes to amax only later)
+        self.empty_reductions = _empty_reductions(self.graph, counts)
 
     def _stage(self, i: int, lowered_type, fastmath):
         """A callable from the arrays known before step i to its operands' arrays."""
@@ -91,8 +92,10 @@ def _empty_reductions(graph: Graph, counts: set) -> list:
     out = []
     for op in graph.ops:
         base = op.name.removeprefix("tc.").split(".")[0]
-        if base not in _NO_IDENTITY or not op.operands:
-            continue
+        source = op.loc.source if op.loc is not None else None
+        if base not in _NO_IDENTITY or not op.operands or source is not None and \
+                source.removeprefix("tc.").split(".")[0] not in _NO_IDENTITY + ("logsumexp",):
+            continue        # (a composite such as softmax returns early on no elements, eagerly)
         shape = op.operands[0].type.shape
         dims = op.attrs.get("dim")
         dims = range(len(shape)) if dims is None else [dims] if isinstance(dims, int) else dims
