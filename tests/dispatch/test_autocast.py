@@ -222,3 +222,15 @@ def test_table_rejects_an_unknown_policy(tmp_path):
     path.write_text("- func: f(Tensor self) -> Tensor\n  autocast: half\n  kind: matmul\n")
     with pytest.raises(TableError, match="'autocast' must be one of lower, fp32, promote"):
         load_table(path)
+
+
+def test_a_model_argument_takes_the_program_of_the_autocast_state(caplog):
+    """A whole tc.nn model as an argument (tc.trace's fast path keys it too)."""
+    m = tc.nn.Sequential(tc.nn.Linear(8, 16), tc.nn.ReLU(), tc.nn.Linear(16, 4))
+    x = np.random.default_rng(5).standard_normal((4, 8)).astype(np.float32)
+    f = tc.trace(lambda m, x: m(x))
+    assert [f(m, x).dtype for _ in range(2)] == [tc.float32] * 2
+    with caplog.at_level("INFO", logger="tracecomp.transforms.trace"), tc.autocast():
+        assert [f(m, x).dtype for _ in range(2)] == [tc.bfloat16] * 2
+    assert "tc.autocast's state" in caplog.text
+    assert f(m, x).dtype == tc.float32 and len(f._cache) == 2

@@ -761,7 +761,8 @@ def _explain_change(old, new) -> str:
     if [p for p, _ in a] != [p for p, _ in b]:
         return f"argument structure changed from ({_explain_key(old)}) to ({_explain_key(new)})"
     changes = [f"{p} changed from {x} to {y}" for (p, x), (_, y) in zip(a, b) if x != y]
-    return "; ".join(changes) or "the same signature again (evicted from the cache, or a closed-over tensor changed)"
+    return "; ".join(changes) or ("the same signature again (evicted from the cache, a closed-over tensor changed, "
+                                   "or tc.autocast's state differs)")
 
 
 class ShapeDtype(collections.namedtuple("ShapeDtype", "shape dtype")):
