@@ -134,6 +134,11 @@ def test_an_op_that_needs_the_size_as_a_number_names_it_and_the_line():
     assert "test_unbacked_sizes.py" in str(e.value) and "reshape" in str(e.value)
 
 
+def test_one_selection_made_twice_has_one_size():
+    _check_once(lambda x, m: tc.stack([x[m], x[m] + 1, x[tc.nonzero(m, as_tuple=True)]]),
+                [(X, m) for m in MASKS])
+
+
 def test_two_selections_have_two_sizes():
     """Two value-dependent sizes are not assumed equal (PyTorch's unbacked sizes neither)."""
     with pytest.raises(tc.TracecompError, match="nonzero_0.*nonzero_1|broadcast"):

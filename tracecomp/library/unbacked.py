@@ -49,16 +49,19 @@ class HostStep:
     operands: list[Value]
     results: list[Value]
     where: str
+    key: tuple
 
 
 FRESH = "count"     # a result dim that is the step's count, in `shapes` below
 
 
 def host_step(name: str, fn: Callable[..., list], inputs: list, shapes: list[tuple], dtypes: list,
-              hint: int):
+              hint: int, key: tuple):
     """fn(*arrays of inputs) as tensors: eagerly run at once; under tc.trace recorded as a
     HostStep whose results are new graph inputs of `shapes` and `dtypes`, where a str dim is
-    a new size (equal strs: one size), planned for `hint` by the scheduler's heuristics."""
+    a new size (equal strs: one size), planned for `hint` by the scheduler's heuristics.
+    A step with the same `key` (what fn computes, besides its inputs) on the same traced
+    values is recorded once: `x[m]` twice has one size, as eager's two results do."""
     if all(t._data is not None and t._batch is None for t in inputs):
         arrays = fn(*[t._concrete(name) for t in inputs])      # (from GPU memory too)
         return [tc.tensor(a) for a in arrays]
@@ -71,6 +74,9 @@ def host_step(name: str, fn: Callable[..., list], inputs: list, shapes: list[tup
                         "branch body, tc.vmap or tc.export)")
         raise AssertionError("unreachable: a traced input's values were read")
     operands = [ctx.value_of(t) for t in inputs]
+    same = next((st for st in steps if st.key == key and st.operands == operands), None)
+    if same is not None:
+        return [ctx.wrap(v) for v in same.results]
     fresh: dict[str, Dim] = {}
     for d in (d for shape in shapes for d in shape if isinstance(d, str)):
         if d not in fresh:
@@ -78,7 +84,7 @@ def host_step(name: str, fn: Callable[..., list], inputs: list, shapes: list[tup
     results = [ctx.graph.add_input(TensorType(tuple(fresh.get(d, d) if isinstance(d, str) else d
                                                     for d in shape), dtype))
                for shape, dtype in zip(shapes, dtypes)]
-    steps.append(HostStep(name, fn, operands, results, str(user_location())))
+    steps.append(HostStep(name, fn, operands, results, str(user_location()), key))
     return [ctx.wrap(v) for v in results]
 
 
@@ -102,7 +108,7 @@ def nonzero_rows(name: str, x):
     """nonzero's rows: int64 (count, x.ndim)."""
     def rows(a):
         return [np.argwhere(a).astype(np.int64)]
-    return host_step(name, rows, [x], [(FRESH, x.ndim)], [tc.int64], _numel(x.shape))[0]
+    return host_step(name, rows, [x], [(FRESH, x.ndim)], [tc.int64], _numel(x.shape), ("rows",))[0]
 
 
 def masked_positions(mask, shape):
@@ -111,7 +117,8 @@ def masked_positions(mask, shape):
 
     def positions(m):
         return [np.flatnonzero(np.broadcast_to(m, shape)).astype(np.int64)]
-    return host_step("masked_select", positions, [mask], [(FRESH,)], [tc.int64], _numel(shape))[0]
+    return host_step("masked_select", positions, [mask], [(FRESH,)], [tc.int64], _numel(shape),
+                     ("positions", shape))[0]
 
 
 def unique_values(x, return_inverse: bool, return_counts: bool):
@@ -120,7 +127,7 @@ def unique_values(x, return_inverse: bool, return_counts: bool):
         found, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
         return [found, inverse.reshape(a.shape).astype(np.int64), counts.astype(np.int64)]
     shapes, dtypes = [(FRESH,), tuple(x.shape), (FRESH,)], [x.dtype, tc.int64, tc.int64]
-    found, inverse, counts = host_step("unique", run, [x], shapes, dtypes, _numel(x.shape))
+    found, inverse, counts = host_step("unique", run, [x], shapes, dtypes, _numel(x.shape), ("unique",))
     out = [found] + ([inverse] if return_inverse else []) + ([counts] if return_counts else [])
     return out[0] if len(out) == 1 else tuple(out)
 
@@ -132,7 +139,8 @@ def repeated_positions(n: int, repeats, output_size, check: Callable):
         counts = check(r.tolist())
         return [np.repeat(np.arange(n, dtype=np.int64), counts)]
     total = FRESH if output_size is None else output_size
-    return host_step("repeat_interleave", run, [repeats], [(total,)], [tc.int64], n)[0]
+    return host_step("repeat_interleave", run, [repeats], [(total,)], [tc.int64], n,
+                     ("repeat", n, output_size))[0]
 
 
 def split_ranges(n: int, points, bounds: Callable):
@@ -148,7 +156,7 @@ def split_ranges(n: int, points, bounds: Callable):
     def run(p):
         return [np.arange(a, b, dtype=np.int64) for a, b in bounds(p.tolist())]
     return host_step("tensor_split", run, [points], [(f"piece{k}",) for k in range(pieces)],
-                     [tc.int64] * pieces, n)
+                     [tc.int64] * pieces, n, ("split", n))
 
 
 def _numel(shape) -> int:
