@@ -8,7 +8,7 @@ import pytest
 
 import tracecomp as tc
 from tracecomp.core.errors import ArgumentError, DTypeError, TableError
-from tracecomp.ops.table import load_table
+from tracecomp.ops.table import default_table, load_table
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -47,7 +47,45 @@ OPS = [
     ("matmul_then_cross_entropy", lambda m, f, a, b: f.cross_entropy(m.matmul(a, b), m.tensor([0, 2, 1, 0])),
      [(4, 8), (8, 3)]),
     ("cat_mixed", lambda m, f, a, b: m.cat([m.matmul(a, b), a[:, :3]]), [(4, 8), (8, 3)]),
+    ("conv1d", lambda m, f, x, w: f.conv1d(x, w), [(1, 2, 7), (3, 2, 3)]),
+    ("conv1d_same", lambda m, f, x, w: f.conv1d(x, w, padding="same"), [(1, 2, 7), (3, 2, 3)]),
+    ("conv2d_same", lambda m, f, x, w: f.conv2d(x, w, padding="same"), [(1, 2, 5, 5), (3, 2, 3, 3)]),
+    ("conv_transpose2d", lambda m, f, x, w: f.conv_transpose2d(x, w), [(1, 2, 4, 4), (2, 3, 3, 3)]),
+    ("cdist", lambda m, f, a, b: m.cdist(a, b), [(4, 8), (5, 8)]),
+    ("prod_of_bf16", lambda m, f, a, b: (0.5 * m.matmul(a, b)).prod(), [(2, 8), (8, 2)]),
+    ("mse_of_bf16", lambda m, f, a, b, c: f.mse_loss(m.matmul(a, b), c), [(4, 8), (8, 3), (4, 3)]),
+    ("nll_loss", lambda m, f, a, b: f.nll_loss(f.log_softmax(m.matmul(a, b), -1), m.tensor([0, 2, 1, 0])),
+     [(4, 8), (8, 3)]),
+    ("binary_cross_entropy", lambda m, f, a, b, c: f.binary_cross_entropy(m.sigmoid(m.matmul(a, b)), m.sigmoid(c)),
+     [(4, 8), (8, 3), (4, 3)]),
+    ("bce_with_logits", lambda m, f, a, b, c: f.binary_cross_entropy_with_logits(m.matmul(a, b), m.sigmoid(c)),
+     [(4, 8), (8, 3), (4, 3)]),
+    ("l1_loss", lambda m, f, a, b, c: f.l1_loss(m.matmul(a, b), c), [(4, 8), (8, 3), (4, 3)]),
+    ("smooth_l1_loss", lambda m, f, a, b, c: f.smooth_l1_loss(m.matmul(a, b), c), [(4, 8), (8, 3), (4, 3)]),
+    ("huber_loss", lambda m, f, a, b, c: f.huber_loss(m.matmul(a, b), c), [(4, 8), (8, 3), (4, 3)]),
+    ("kl_div", lambda m, f, a, b, c: f.kl_div(f.log_softmax(m.matmul(a, b), -1), f.softmax(c, -1), reduction="sum"),
+     [(4, 8), (8, 3), (4, 3)]),
+    ("stack_mixed", lambda m, f, a, b, c: m.stack([m.matmul(a, b), c]), [(4, 8), (8, 3), (4, 3)]),
+    ("index_copy_mixed", lambda m, f, a, b, c: m.matmul(a, b).index_copy(0, m.tensor([0, 2]), c),
+     [(4, 8), (8, 3), (2, 3)]),
 ]
+# The ops.yaml entries (full names) with an `autocast` policy that each case above reaches
+COVERS = {"linear": ["linear"], "matmul": ["matmul"], "mm": ["mm"], "bmm": ["bmm"], "addmm": ["addmm"],
+          "baddbmm": ["baddbmm"], "conv2d": ["conv2d"], "sdpa": ["scaled_dot_product_attention"],
+          "prod": ["prod"], "mse_loss": ["mse_loss"], "matmul_then_cross_entropy": ["cross_entropy"],
+          "cat_mixed": ["cat"], "conv1d": ["conv1d"], "conv1d_same": ["conv1d.padding"],
+          "conv2d_same": ["conv2d.padding"], "conv_transpose2d": ["conv_transpose2d"], "cdist": ["cdist"],
+          "nll_loss": ["nll_loss"], "binary_cross_entropy": ["binary_cross_entropy"],
+          "bce_with_logits": ["binary_cross_entropy_with_logits"], "l1_loss": ["l1_loss"],
+          "smooth_l1_loss": ["smooth_l1_loss"], "huber_loss": ["huber_loss"], "kl_div": ["kl_div"],
+          "stack_mixed": ["stack"], "index_copy_mixed": ["index_copy"]}
+
+
+def test_every_op_with_an_autocast_policy_is_compared_with_torch():
+    policied = {name for name, op in default_table().items() if op.autocast}
+    covered = {name for case in COVERS.values() for name in case}
+    assert policied <= covered, f"ops.yaml ops with an autocast policy no case here checks: {sorted(policied - covered)}"
+    assert set(COVERS) <= {o[0] for o in OPS}
 
 
 @pytest.mark.parametrize("name,fn,shapes", OPS, ids=[o[0] for o in OPS])
