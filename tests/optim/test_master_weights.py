@@ -175,3 +175,27 @@ def test_float32_parameters_are_stepped_as_without_master_weights():
     with pytest.raises(ArgumentError, match="has no 'master_param'.*master_weights=True"):
         optim.SGD(lr=0.1, master_weights=True).update({"w": tc.ones(3)}, optim.SGD(lr=0.1).init({"w": tc.ones(3)}),
                                                         {"w": tc.ones(3)})
+
+
+def test_a_bfloat16_module_trained_eagerly_follows_its_float32_run():
+    """Module.bfloat16() after the optimizer is made (it keeps the cast parameters), eager
+    steps with master weights: the loss curve stays with the float32 model's."""
+    _, x, y = _problem(tc.float32)
+    curves = {}
+    for dtype in (tc.float32, tc.bfloat16):
+        tc.manual_seed(0)
+        m = tc.nn.Sequential(tc.nn.Linear(8, 16), tc.nn.Tanh(), tc.nn.Linear(16, 2))
+        opt = optim.AdamW(m.parameters(), lr=0.02, master_weights=True)
+        m.to(dtype)
+        losses = []
+        for _ in range(30):
+            opt.zero_grad()
+            loss = ((m(x.to(dtype)).float() - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+        curves[dtype] = np.array(losses)
+        assert all(p.dtype == dtype for p in m.parameters())
+        assert all(("master_param" in s) == (dtype == tc.bfloat16) for s in opt.state.values())
+    assert curves[tc.float32][-1] < 0.5 * curves[tc.float32][0]
+    np.testing.assert_allclose(curves[tc.bfloat16], curves[tc.float32], rtol=0.05, atol=2e-3)
