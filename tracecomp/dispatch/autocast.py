@@ -23,11 +23,13 @@ class autocast(contextlib.ContextDecorator):
     """`with tc.autocast(tc.bfloat16, enabled=True):` (also a decorator); bfloat16 by default.
 
     PyTorch's spelling `tc.autocast("cpu", dtype=...)` is accepted; the policy is the CPU one.
+    `cache_enabled` is accepted and ignored: there is no cast cache (a traced step casts each
+    parameter once in its graph, and eager casts are cheap next to the ops they feed).
     """
 
     def __init__(self, device_or_dtype=None, dtype=None, enabled: bool = True, cache_enabled: bool | None = None):
-        device_type = device_or_dtype if isinstance(device_or_dtype, str) and device_or_dtype in DEVICES else None
-        if device_type is None and device_or_dtype is not None:
+        is_device = isinstance(device_or_dtype, str) and device_or_dtype in DEVICES
+        if not is_device and device_or_dtype is not None:
             if dtype is not None:
                 raise ArgumentError(f"tc.autocast: the first argument is a device type ({', '.join(DEVICES)}) "
                                     f"or the dtype, got {device_or_dtype!r} and dtype={dtype!r}")
