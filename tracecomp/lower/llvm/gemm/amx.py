@@ -1,0 +1,100 @@
+"""An AMX micro-kernel for bfloat16 products (Sapphire Rapids and later): compiled and
+checked in assembly only so far (no AMX host has run it; the nest does not call it yet).
+
+    void tracecomp.matmul.uk.amx.32x32(i64 kc, ptr a, ptr b, ptr c, i64 ldc, i1 add)
+
+computes the 32 x 32 float32 tile c[r * ldc + j] (+)= sum_p a(r, p) * b(p, j) with
+- `a`: 32 rows of bf16, each `kcp` = kc rounded up to 32 elements (zero-padded), row after row
+  (AMX's A tiles are rows of K, unlike the vdpbf16ps kernel's K-pair A panels);
+- `b`: K-pairs of bf16 as halfpack.pack_pairs_function packs a 32-wide B micro-panel (pair
+  pp's 32 lanes at b + pp * 128 bytes), zero-padded to kcp / 2 pairs: a B tile is 16 pairs
+  x 16 lanes of it, 64 bytes per row with a 128-byte stride;
+- tiles: tmm0-3 the four 16 x 16 float32 blocks of C, tmm4-5 the two A tiles (16 rows x 32
+  bf16), tmm6-7 the two B tiles; per 32 steps of K, four tileloadd and four tdpbf16ps.
+The tile configuration is a 64-byte struct on the stack (palette 1; bytes 16-47: bytes per
+row of each tile, 48-63: rows), loaded by ldtilecfg on entry; tilerelease on exit.  Linux
+hands out the tile data state only on request: runtime/amx.py asks (arch_prctl) before a
+first use.
+"""
+from __future__ import annotations
+
+import functools
+
+import llvmlite.ir as ir
+
+from ....core.dtypes import DType
+from .. import scalar as S
+from ..emitter import counted_loop
+from .microkernel import helper_function
+
+_PTR = ir.PointerType()
+I8 = ir.IntType(8)
+MR = NR = 32
+K_STEP = 32                      # bf16 elements of K per tdpbf16ps (64-byte tile rows)
+C_TILES = {(0, 0): 0, (0, 1): 1, (1, 0): 2, (1, 1): 3}
+A_TILES, B_TILES = (4, 5), (6, 7)
+c64 = functools.partial(ir.Constant, S.I64)
+
+
+def amx_microkernel_name() -> str:
+    return f"tracecomp.matmul.uk.amx.{MR}x{NR}"
+
+
+def tile_config() -> list[int]:
+    """The 64 bytes ldtilecfg reads: palette 1, eight tiles of 16 rows x 64 bytes."""
+    config = [0] * 64
+    config[0] = 1
+    for tile in range(8):
+        config[16 + 2 * tile] = 64            # bytes per row (little-endian u16)
+        config[48 + tile] = 16                # rows
+    return config
+
+
+def _call(b: ir.IRBuilder, name: str, args: list) -> None:
+    fn = S.declare(b.module, name, ir.VoidType(), [a.type for a in args])
+    b.call(fn, args)
+
+
+def _tile(n: int) -> ir.Constant:
+    return ir.Constant(I8, n)
+
+
+def amx_microkernel(module: ir.Module) -> ir.Function:
+    """The 32 x 32 AMX micro-kernel (module docstring), defined on first use."""
+    fn, b = helper_function(module, DType.bfloat16, amx_microkernel_name(),
+                            [("kc", S.I64), ("a", _PTR), ("b", _PTR), ("c", _PTR), ("ldc", S.I64), ("add", S.I1)])
+    if b is None:
+        return fn
+    kc, a, bp, c, ldc, add = fn.args
+    config_type = ir.ArrayType(I8, 64)
+    config = b.alloca(config_type, name="tilecfg")
+    config.align = 64
+    b.store(ir.Constant(config_type, tile_config()), config)
+    _call(b, "llvm.x86.ldtilecfg", [config])
+    c_stride = b.mul(ldc, c64(4))
+
+    def c_block(i: int, j: int) -> ir.Value:
+        return b.gep(c, [b.add(b.mul(ldc, c64(16 * i)), c64(16 * j))], source_etype=S.F32)
+    with b.if_else(add) as (accumulate, overwrite):
+        with accumulate:
+            for (i, j), t in C_TILES.items():
+                _call(b, "llvm.x86.tileloadd64", [_tile(t), c_block(i, j), c_stride])
+        with overwrite:
+            for t in C_TILES.values():
+                _call(b, "llvm.x86.tilezero", [_tile(t)])
+    kcp = b.mul(b.udiv(b.add(kc, c64(K_STEP - 1)), c64(K_STEP)), c64(K_STEP))
+    a_stride = b.mul(kcp, c64(2))
+    with counted_loop(b, c64(0), b.udiv(kcp, c64(K_STEP)), "ks") as step:
+        for r, t in enumerate(A_TILES):
+            at = b.gep(a, [b.add(b.mul(c64(16 * r), kcp), b.mul(step.index, c64(K_STEP)))], source_etype=S.I16)
+            _call(b, "llvm.x86.tileloadd64", [_tile(t), at, a_stride])
+        for j, t in enumerate(B_TILES):       # 16 pairs of 32 lanes (128 bytes) per K step
+            at = b.gep(bp, [b.add(b.mul(step.index, c64(16 * NR)), c64(16 * j))], source_etype=S.I32)
+            _call(b, "llvm.x86.tileloadd64", [_tile(t), at, c64(4 * NR)])
+        for (i, j), t in C_TILES.items():
+            _call(b, "llvm.x86.tdpbf16ps", [_tile(t), _tile(A_TILES[i]), _tile(B_TILES[j])])
+    for (i, j), t in C_TILES.items():
+        _call(b, "llvm.x86.tilestored64", [_tile(t), c_block(i, j), c_stride])
+    _call(b, "llvm.x86.tilerelease", [])
+    b.ret_void()
+    return fn
