@@ -148,8 +148,17 @@ def test_two_selections_have_two_sizes():
 def test_inside_a_loop_body_the_op_still_raises_naming_it():
     def body(c, m):
         return c + tc.masked_select(X[0], m).sum(), c
-    with pytest.raises(tc.TraceError, match="masked_select"):
+    with pytest.raises(tc.TraceError, match=r"tc.masked_select .*not inside a loop.*tc.where") as e:
         tc.trace(lambda ms: tc.scan(body, tc.tensor(np.float32(0)), ms))(np.ones((3, 4), bool))
+    assert "test_unbacked_sizes.py" in str(e.value)
+
+
+def test_forms_whose_count_of_results_depends_on_values_are_refused():
+    with pytest.raises(tc.TraceError, match=r"tensor_split under tc.trace: a 0-d tensor of sections") as e:
+        tc.trace(lambda x, n: tc.tensor_split(x, n))(X, np.array(2))
+    assert "test_unbacked_sizes.py" in str(e.value)
+    with pytest.raises(tc.TraceError, match=r"tc.unique .*dim=None"):
+        tc.trace(lambda v: tc.unique(v, dim=0))(np.array([[1, 2], [1, 2]]))
 
 
 @settings(max_examples=15, deadline=None)

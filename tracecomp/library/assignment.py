@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import dtypes as dt
-from ..core.errors import ArgumentError, ShapeError
+from ..core.errors import ArgumentError, ShapeError, TraceError, add_location
+from ..core.locations import user_location
 from ..dispatch import api as tc
 from ..dispatch.batching import take_over_batch
 from ..tensors.tensor import check_fresh
@@ -122,6 +123,12 @@ def _broadcast_value(values, shape: list):
     try:
         return tc.broadcast_to(values, shape)
     except ShapeError:
+        if any(not isinstance(d, int) for d in shape):      # (tracing: a mask's count of elements)
+            raise add_location(TraceError(
+                f"x[mask] = values: the value tensor of shape {list(values.shape)} cannot be broadcast to "
+                f"the indexing result of shape {list(shape)}, whose size depends on the mask's values "
+                "under tc.trace; assign a scalar, or keep the shape: tc.where(mask, values, x)"),
+                str(user_location())) from None
         raise ShapeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast "
                          f"to indexing result of shape {list(shape)}") from None
 

@@ -18,7 +18,8 @@ import numpy as np
 from . import composites_nn, contraction, resampling, unbacked, windows
 from .opmath import run_in_float32
 from .assignment import put
-from .indexing import values_for, wrapped
+from .indexing import wrapped
+from .unbacked import values_for
 from ..core import dtypes as dt
 from ..core.errors import ArgumentError, DTypeError, ShapeError, TracecompError
 from ..ops import formula

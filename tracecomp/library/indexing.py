@@ -35,23 +35,6 @@ from ..core.locations import user_location
 from ..dispatch import api as tc
 from . import unbacked
 
-_ROWS_HINT = "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where"
-_MASK_HINT = "for a static shape keep {}'s shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)"
-_STATIC_HINTS = {
-    "nonzero": _ROWS_HINT, "argwhere": _ROWS_HINT,
-    "masked_select": _MASK_HINT.format("self"), "x[mask]": _MASK_HINT.format("x"),
-    "unique": "there is no static-shape form: call it outside the traced function",
-    "one_hot": "pass num_classes to fix the number of classes",
-}
-
-
-def values_for(name: str, x) -> np.ndarray:
-    """x's values, which `name`'s result shape depends on: inside tc.trace, a TraceError at
-    the user's line that says how to keep the shape static."""
-    what = name if name.startswith("x[") else f"tc.{name}"
-    return x._concrete(f"{what} (its result's shape depends on the values; {_STATIC_HINTS[name]})")
-
-
 def wrapped(index, n):
     """Negative indices counted from the end (index + n), by a `where`: the values may be symbolic."""
     return tc.where(index < 0, index + n, index)

@@ -54,6 +54,27 @@ class HostStep:
 
 FRESH = "count"     # a result dim that is the step's count, in `shapes` below
 
+_ROWS_HINT = "for a static shape use tc.nonzero_static(x, size=...), or keep x's shape with tc.where"
+_MASK_HINT = "for a static shape keep {}'s shape: tc.where(mask, x, 0) or x.masked_fill(~mask, 0)"
+_STATIC_HINTS = {
+    "nonzero": _ROWS_HINT, "argwhere": _ROWS_HINT,
+    "masked_select": _MASK_HINT.format("self"), "x[mask]": _MASK_HINT.format("x"),
+    "unique": "tc.trace compiles unique over all elements (dim=None) only",
+    "one_hot": "pass num_classes to fix the number of classes",
+    "repeat_interleave": "pass output_size to fix the result's size",
+    "tensor_split": "pass the split points as a list of ints",
+}
+_WHERE = ("tc.trace compiles such sizes only at the top level of a function traced for the CPU, "
+          "not inside a loop or branch body, tc.vmap or tc.export")
+
+
+def values_for(name: str, x, where: str = "") -> np.ndarray:
+    """x's values, which `name`'s result shape depends on: inside tc.trace (where no host
+    step can stage them), a TraceError at the user's line that says how to keep the shape
+    static."""
+    what = name if name.startswith("x[") else f"tc.{name}"
+    return x._concrete(f"{what} (its result's shape depends on the values{where}; {_STATIC_HINTS[name]})")
+
 
 def host_step(name: str, fn: Callable[..., list], inputs: list, shapes: list[tuple], dtypes: list,
               hint: int, key: tuple):
@@ -69,9 +90,7 @@ def host_step(name: str, fn: Callable[..., list], inputs: list, shapes: list[tup
     steps = getattr(ctx, "host_steps", None)
     if steps is None or any(t._batch is not None for t in inputs):
         for t in inputs:                   # the error of reading a value here (TraceError, VmapError)
-            t._concrete(f"{name} (its result's size depends on the values, which tc.trace compiles "
-                        "only at the top level of a function traced for the CPU, not inside a loop or "
-                        "branch body, tc.vmap or tc.export)")
+            values_for(name, t, f": {_WHERE}")
         raise AssertionError("unreachable: a traced input's values were read")
     operands = [ctx.value_of(t) for t in inputs]
     same = next((st for st in steps if st.key == key and st.operands == operands), None)
