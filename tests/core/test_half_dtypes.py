@@ -210,3 +210,22 @@ def test_bad_half_inputs_raise_errors_naming_op_and_dtype(desc, fn, error, needl
         fn(x)
     for needle in needles:
         assert needle in str(info.value), f"{desc}: {needle!r} not in: {info.value}"
+
+
+def test_float16_integer_conversions_without_f16c(monkeypatch):
+    """The integer sequence a target without F16C gets (llvm/halfs.py), forced here on any
+    host: every float16 bit pattern widens, and narrows back, as with F16C."""
+    from tracecomp.lower.llvm import halfs
+    monkeypatch.setattr(halfs, "has_f16c", lambda: False)
+    bits = np.arange(2 ** 16, dtype=np.uint16)
+    want = torch.from_numpy(bits.view(np.int16).copy()).view(torch.float16).float().numpy()
+    with tc.compile_cache.scoped(enabled=False):
+        widen, narrow = tc.trace(lambda x: x.float() * 1.0), tc.trace(lambda x: (x * 1.0).to(tc.float16))
+        halves = bits.view(np.float16)
+        assert "vcvtph2ps" not in widen.lower(halves).as_text("asm")
+        np.testing.assert_array_equal(np.asarray(widen(halves)).view(np.uint32)[~np.isnan(want)],
+                                      want.view(np.uint32)[~np.isnan(want)])
+        nan = np.isnan(want)
+        back = np.asarray(narrow(want))
+        np.testing.assert_array_equal(back.view(np.uint16)[~nan], bits[~nan])
+        assert np.all(back.view(np.uint16)[nan] & 0x200)
