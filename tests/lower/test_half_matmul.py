@@ -28,8 +28,8 @@ def half_path(request):
     """Each half matmul path forced as the measured choice; a path this host cannot run
     skips naming the CPU feature it lacks."""
     path = request.param
-    if path == "dpbf16ps" and tiles.tiles_for(tc.float32).lanes != 16:
-        pytest.skip("the dpbf16ps path needs 512-bit vectors (avx512f); this target has none")
+    if path == "dpbf16ps" and not hostcpu.host_target().has("avx512f"):
+        pytest.skip("the dpbf16ps path needs AVX-512 (avx512f); this target has none")
     tuning.ensure_tuned()
     before = hostcpu.tuned()
     hostcpu.set_tuned({**before, tiles.HALF_PATH_KEY: path})
@@ -132,7 +132,7 @@ def test_float16_packing_converts_with_f16c():
 
 
 def test_default_path_follows_the_host():
-    want = "dpbf16ps" if hostcpu.host_target().has("avx512bf16") and tiles.tiles_for(tc.float32).lanes == 16 \
+    want = "dpbf16ps" if hostcpu.host_target().has("avx512bf16") and hostcpu.host_target().has("avx512f") \
         else "widen"
     forced = hostcpu.tuned().get(tiles.HALF_PATH_KEY)
     if forced is None:
@@ -169,3 +169,28 @@ def test_float32_times_half_operand(d, half_path):
                          (lambda x, y: y.to(tc.float32).mT @ (x * 2).mT, want.T)):
         got = np.asarray(tc.trace(fn)(a, b)).astype(np.float64)
         assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_dpbf16ps_on_256_bit_matmul_vectors(half_path):
+    """Where 256-bit matmul vectors were measured best (tuning's matmul_vector_bytes), the
+    bf16 kernel takes ymm vdpbf16ps on 8-lane tiles."""
+    if half_path != "dpbf16ps":
+        pytest.skip("the dpbf16ps path only")
+    before = hostcpu.tuned()
+    hostcpu.set_tuned({**before, "matmul_vector_bytes": 32})
+    try:
+        assert tiles.tiles_for(tc.float32).lanes == 8
+        rng = np.random.default_rng(4)
+        a = rng.standard_normal((37, 131)).astype(tc.bfloat16.np)
+        b = rng.standard_normal((131, 45)).astype(tc.bfloat16.np)
+        f = tc.trace(lambda x, y: x @ y)
+        asm = _assembly_with(f.lower(a, b), "avx512bf16")
+        assert re.search(r"\bvdpbf16ps\s.*%ymm\d", asm) and not re.search(r"\bvdpbf16ps\s.*%zmm\d", asm)
+        _runs(half_path)
+        want = (torch.from_numpy(a.astype(np.float32)).bfloat16() @ torch.from_numpy(b.astype(np.float32)).bfloat16())
+        want = want.double().numpy()
+        got = np.asarray(f(a, b)).astype(np.float64)
+        ulp = np.spacing(np.abs(want).astype(tc.bfloat16.np)).astype(np.float64)
+        assert np.all(np.abs(got - want) <= ulp + 1e-5)
+    finally:
+        hostcpu.set_tuned(before)

@@ -125,15 +125,17 @@ def tiles_for(dtype: DType) -> Tiles:
 
 # How a float32 product reads bfloat16/float16 operands (schedule/matmul.py reads them in
 # place): "widen" converts them to float32 inside the packing and runs the f32 micro-kernel;
-# "dpbf16ps" (both bfloat16, AVX-512 with AVX512-BF16) packs them as K-pairs of bf16 for
-# vdpbf16ps, which multiplies the pairs of each 32-bit lane and adds them in float32.
+# "dpbf16ps" (both bfloat16, AVX-512 with AVX512-BF16; zmm, or ymm where 256-bit matmul
+# vectors were measured best) packs them as K-pairs of bf16 for vdpbf16ps, which
+# multiplies the pairs of each 32-bit lane and adds them in float32.
 HALF_PATHS = ("dpbf16ps", "widen")
 HALF_PATH_KEY = "matmul_half_path"      # hostcpu.tuned() key that forces one path (tests)
 
 
 def half_path(a: DType, b: DType) -> str:
     """The path of a float32 product of operands of dtypes `a` and `b` (one of them half)."""
-    if not (a is DType.bfloat16 and b is DType.bfloat16) or tiles_for(DType.float32).lanes != 16:
+    if not (a is DType.bfloat16 and b is DType.bfloat16) or tiles_for(DType.float32).lanes not in (8, 16) \
+            or not hostcpu.host_target().has("avx512f"):
         return "widen"
     forced = hostcpu.tuned().get(HALF_PATH_KEY)
     if forced in HALF_PATHS:

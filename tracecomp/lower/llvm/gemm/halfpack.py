@@ -27,7 +27,7 @@ from .microkernel import helper_function, prefetch_tile, splat, steps_of, store_
 
 _PTR = ir.PointerType()
 F32 = DType.float32
-DPBF16PS = "llvm.x86.avx512bf16.dpbf16ps.512"
+DPBF16PS = {16: "llvm.x86.avx512bf16.dpbf16ps.512", 8: "llvm.x86.avx512bf16.dpbf16ps.256"}    # by f32 lanes
 c64 = functools.partial(ir.Constant, S.I64)
 
 
@@ -170,9 +170,9 @@ def dpbf16_microkernel_name(mr: int, nv: int) -> str:
 
 
 def dpbf16_microkernel(module: ir.Module, mr: int, nv: int) -> ir.Function:
-    """The MR x (nv * 16) float32 tile from K-pair micro-panels (microkernel's signature and
-    contract, kc counting elements): per pair, nv B vectors of 16 lanes, and for each of
-    the MR rows its A lane broadcast and nv vdpbf16ps."""
+    """The MR x (nv * L) float32 tile from K-pair micro-panels (microkernel's signature and
+    contract, kc counting elements; L = 16 or, with 256-bit vectors chosen, 8 lanes): per
+    pair, nv B vectors, and for each of the MR rows its A lane broadcast and nv vdpbf16ps."""
     lanes = tiles_for(F32).lanes
     vt, it = ir.VectorType(S.F32, lanes), ir.VectorType(S.I32, lanes)
     bt = ir.VectorType(BFloatType(), 2 * lanes)
@@ -182,13 +182,13 @@ def dpbf16_microkernel(module: ir.Module, mr: int, nv: int) -> ir.Function:
     if b is None:
         return fn
     kc, a, bp, c, ldc, add = fn.args
-    dot = S.declare(module, DPBF16PS, vt, [vt, bt, bt])
+    dot = S.declare(module, DPBF16PS[lanes], vt, [vt, bt, bt])
     prefetch_tile(b, c, ldc, mr, nv * lanes * 4, S.F32)
 
     def step(accs, pp):
         a_row = b.gep(a, [b.mul(pp, c64(mr))], source_etype=S.I32)
         b_row = b.gep(bp, [b.mul(pp, c64(nv * lanes))], source_etype=S.I32)
-        bv = [b.bitcast(b.load(b.gep(b_row, [c64(v * lanes)], source_etype=S.I32), typ=it, align=64), bt)
+        bv = [b.bitcast(b.load(b.gep(b_row, [c64(v * lanes)], source_etype=S.I32), typ=it, align=4 * lanes), bt)
               for v in range(nv)]
         out = list(accs)
         for r in range(mr):
