@@ -507,7 +507,7 @@ HELPERS = {
     "swapped_dims": _swapped_dims, "chunk_size": _chunk_size, "expect_ranks": _expect_ranks,
     "expect_float": _expect_float, "halvable": _halvable, "class_shape": _class_shape,
     # layout
-    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "nonzero_rows": unbacked.nonzero_rows, "masked_positions": _masked_positions,
+    "dim_size": _dim_size, "count_in": _count_in, "matrix_dims": _matrix_dims, "nonzero_rows": unbacked.nonzero_rows, "mask_columns": unbacked.mask_columns, "masked_positions": _masked_positions,
     "row_major_strides": _row_major_strides, "unique_values": _unique_values, "diagonal_place": _diagonal_place,
     "scatter_mode": _scatter_mode, "lowest": dt.lowest, "highest": dt.highest, "unsupported": _unsupported,
     "check_cdist": _check_cdist, "last_dims": _last_dims, "tensordot_contract": lambda a, b, p, q: contraction.tensordot(a, b, list(p), list(q)),

@@ -204,8 +204,7 @@ def _masks_as_indices(advanced: list) -> list:
         elif i.ndim == 0:          # [0] or nothing: the 0-d mask's one row index
             out.append((dim, tc.select(unbacked.nonzero_rows("x[mask]", tc.reshape(i, [1])), 1, 0)))
         else:       # (under tc.trace, the rows' number is a value-dependent size: unbacked.py)
-            rows = unbacked.nonzero_rows("x[mask]", i)
-            out.extend((dim + k, tc.select(rows, 1, k)) for k in range(i.ndim))
+            out.extend((dim + k, c) for k, c in enumerate(unbacked.mask_columns("x[mask]", i)))
     return out
 
 
