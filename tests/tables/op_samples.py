@@ -176,8 +176,9 @@ def assert_close(s: Sample, got: np.ndarray, want: np.ndarray, i: int) -> None:
 
 
 SAMPLES: dict[str, list[Sample]] = {}
-# Ops whose result shapes depend on input values: eager only (tc.trace raises a TraceError,
-# which tests/ops/test_ops.py checks); kept apart so no traced or compiled test picks them up.
+# Ops whose result shapes depend on input values: tc.trace compiles them with value-dependent
+# sizes or raises a TraceError (tests/ops/test_ops.py checks which); kept apart so the traced
+# and compiled tests of static shapes do not pick them up.
 EAGER_ONLY: dict[str, list[Sample]] = {}
 
 

@@ -7,6 +7,12 @@ that compute them from the call's arrays and the earlier steps' results, compile
 none where the operands are inputs already), runs on the host, and its results are
 checked against their types; then the whole graph runs as one DynamicProgram, whose size
 parameters those results carry.  A count may be 0: the programs here take sizes >= 0.
+
+At a count of 0 a kernel may still read row -1 of a buffer of that size: cat evaluates each
+piece at an index clamped into [0, size - 1] and selects afterwards.  An empty step result
+therefore gets a row of zeros in front of it (valid indices), so such a read of an index
+input passes its check; a temporary of count size has no such row (its value is discarded
+by the select, but an index read from it could fail its check spuriously).
 """
 from __future__ import annotations
 
