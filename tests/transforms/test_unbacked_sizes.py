@@ -174,3 +174,12 @@ def test_hypothesis_mask_densities_match_numpy(density, rows, seed):
 
 
 _FN = tc.trace(lambda x, m: (x[m] * 2 + 1, x[m].sum(), tc.nonzero(m)), dynamic=True)
+
+
+def test_assigning_a_selection_into_its_mask_and_its_gradient():
+    def fn(x, m):
+        y = x * 1.0
+        y[m] = x[m] * 2          # the value's size is the index's: one step, one size
+        return y
+    _check_once(fn, [(X, m) for m in MASKS])
+    _check_once(tc.grad(lambda x, m: (fn(x, m) ** 2).sum()), [(X, m) for m in MASKS])
