@@ -1,5 +1,5 @@
 """Test-wide settings: verify the graph after every compiler pass, not just the last; a
-compile cache of the test run's own."""
+compile cache of the test run's own; slow tests only with TRACECOMP_SLOW=1."""
 import atexit
 import os
 import shutil
@@ -20,6 +20,16 @@ os.environ["TRACECOMP_CACHE_DIR"] = os.environ["TRACECOMP_TEST_CACHE_DIR"]
 os.environ["TRACECOMP_TUNING_DIR"] = os.environ["TRACECOMP_TEST_CACHE_DIR"]
 # ... and so does the key that authenticates its entries (never the user's own key file)
 os.environ["TRACECOMP_CACHE_KEY"] = os.path.join(os.environ["TRACECOMP_TEST_CACHE_DIR"], "cache.key")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slow run only with TRACECOMP_SLOW=1 (the README's default run leaves them out)."""
+    if os.environ.get("TRACECOMP_SLOW"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+        config.hook.pytest_deselected(items=slow)
 
 
 @pytest.fixture(params=[64, 32], ids=["512-bit", "256-bit"])

@@ -20,7 +20,7 @@ its result and its derivative by less than that tolerance (`_ill_conditioned`): 
 by a value that cancelled to about 0, or digamma at a pole's edge, would compare rounding
 noise (one backend's FMA leaves 1e-7 where another leaves 0).
 
-The default run takes ~30-60 s; TRACECOMP_SLOW=1 (or -m slow) runs many more examples.
+The default run takes ~30-60 s; TRACECOMP_SLOW=1 runs many more examples.
 """
 from __future__ import annotations
 

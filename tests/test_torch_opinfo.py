@@ -5,7 +5,7 @@ sum(outputs * fixed cotangents) against torch.autograd.grad; float32, float64 an
 OPS maps each OpInfo (name, or name.variant) to the tracecomp call, explicitly.  A sample is
 skipped only through SKIPS, which names the argument tracecomp does not support and why;
 pytest -rs lists every skip with its reason.  Any other refusal or mismatch fails.  The
-largest OpInfos run an even spread of SPREAD samples per dtype unless TRACECOMP_SLOW=1.  PyTorch is
+OpInfos run an even spread of SPREAD samples per dtype unless TRACECOMP_SLOW=1.  PyTorch is
 a test-only dependency: without it this module is skipped.  Random ops (randn) are not
 here: their values cannot match PyTorch's; test_ops.py checks them by distribution.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 import numpy as np
 import pytest
@@ -24,6 +23,9 @@ torch = pytest.importorskip("torch", reason="torch not installed (the test-only 
                             "pip install torch==2.13.0)")
 common = pytest.importorskip("torch.testing._internal.common_methods_invocations",
                              reason="PyTorch's OpInfo database needs expecttest (pip install expecttest)")
+from torch.testing._internal import common_utils  # noqa: E402
+
+from tables.sweeps import sweep  # noqa: E402
 
 # OpInfo name[.variant] -> the tracecomp call: "tc.f" (function), "x.f" (method of the
 # sample's input), "x.f@" (property), or a function taking the sample's (input, *args,
@@ -188,34 +190,52 @@ def samples(key: str, dtype: str) -> list:
     info = opinfos()[key]
     torch.manual_seed(0)
     grad = DTYPES[dtype].is_floating_point and info.supports_autograd
-    return list(info.sample_inputs("cpu", DTYPES[dtype], requires_grad=grad))
+    return _sample_inputs(info, DTYPES[dtype], grad)
 
 
-# A few OpInfos have hundreds of samples per dtype (unique, searchsorted, logspace, cdist,
-# ...): the default run takes SPREAD of them, evenly spaced through the list so that every
-# kind of argument stays covered; TRACECOMP_SLOW=1 runs them all (the last full run passed).
-# The layers' samples compile programs of several kernels each (convolution, pooling,
-# padding, resizing), so they take a smaller spread.
-SPREAD = None if os.environ.get("TRACECOMP_SLOW") else 64
-LAYER_SPREAD = None if SPREAD is None else 24
+def _sample_inputs(info, dtype, requires_grad: bool) -> list:
+    """What info.sample_inputs("cpu", ...) yields, without its search of the call stack for a
+    unittest test (inspect.stack, twice per call: ~40 s of this module's import under pytest,
+    which has no such test): the same seed before each sample, as its TrackedInputIter sets."""
+    made = iter(info.sample_inputs_func(info, "cpu", dtype, requires_grad))
+    found = []
+    while True:
+        common_utils.set_rng_seed(common_utils.SEED)
+        sample = next(made, None)
+        if sample is None:
+            return found
+        found.append(sample)
+
+
+# Many OpInfos have dozens of samples per dtype, a few hundreds (unique, searchsorted,
+# logspace, cdist, ...): the default run takes SPREAD of them, evenly spaced through the
+# list so that every kind of argument stays covered; the others are marked slow
+# (TRACECOMP_SLOW=1 runs them all; the last full run passed).  The layers' samples compile
+# programs of several kernels each (convolution, pooling, padding, resizing), so they take
+# a smaller spread.
+SPREAD, LAYER_SPREAD = 8, 4
 LAYERS = ("nn.functional.conv", "nn.functional.max_pool", "nn.functional.avg_pool", "nn.functional.adaptive_",
           "nn.functional.pad", "constant_pad_nd", "nn.functional.interpolate", "nn.functional.unfold",
           "nn.functional.upsample")
 
 
-def cases():
+def _all_cases() -> tuple[list, set]:
+    """Every (key, dtype, sample index) as a pytest.param, and the ids of the default spread."""
+    found, spread = [], set()
     for key in OPS:
         info = opinfos().get(key)
         if info is None:
             continue
         for dtype, tdt in DTYPES.items():
             if tdt in info.supported_dtypes("cpu"):
-                n, spread = len(samples(key, dtype)), LAYER_SPREAD if key.startswith(LAYERS) else SPREAD
-                for i in range(0, n, math.ceil(n / spread)) if spread and n > spread else range(n):
-                    yield key, dtype, i
+                n, k = len(samples(key, dtype)), LAYER_SPREAD if key.startswith(LAYERS) else SPREAD
+                spread |= {f"{key}-{dtype}-{i}" for i in range(0, n, max(1, math.ceil(n / k)))}
+                found += [pytest.param(key, dtype, i, id=f"{key}-{dtype}-{i}") for i in range(n)]
+    return found, spread
 
 
-CASES = list(cases())
+_ALL, _SPREAD_IDS = _all_cases()
+CASES = sweep(_ALL, lambda p: p.id in _SPREAD_IDS)
 
 
 def test_every_mapped_opinfo_exists():
@@ -382,7 +402,7 @@ def _case(key, dtype, i):
     return info, sample, want
 
 
-@pytest.mark.parametrize("key, dtype, i", CASES, ids=[f"{k}-{d}-{i}" for k, d, i in CASES])
+@pytest.mark.parametrize("key, dtype, i", CASES)
 def test_eager(key, dtype, i):
     info, sample, want = _case(key, dtype, i)
     tensors = [tc.tensor(a) for a in _arrays(sample)]
@@ -390,7 +410,7 @@ def test_eager(key, dtype, i):
     _compare(got, want, dtype, TOLERANCE_FOR.get(key, TOLERANCE), f"{key} eager", sample)
 
 
-@pytest.mark.parametrize("key, dtype, i", CASES, ids=[f"{k}-{d}-{i}" for k, d, i in CASES])
+@pytest.mark.parametrize("key, dtype, i", CASES)
 def test_compiled(key, dtype, i):
     info, sample, want = _case(key, dtype, i)
     compiled = tc.trace(lambda *tensors: _call(key, list(tensors), sample))
@@ -402,10 +422,10 @@ def test_compiled(key, dtype, i):
     _compare(got, want, dtype, TOLERANCE_FOR.get(key, TOLERANCE), f"{key} compiled", sample)
 
 
-GRAD_CASES = [c for c in CASES if c[1] != "int64" and opinfos()[c[0]].supports_autograd]
+GRAD_CASES = [c for c in CASES if c.values[1] != "int64" and opinfos()[c.values[0]].supports_autograd]
 
 
-@pytest.mark.parametrize("key, dtype, i", GRAD_CASES, ids=[f"{k}-{d}-{i}" for k, d, i in GRAD_CASES])
+@pytest.mark.parametrize("key, dtype, i", GRAD_CASES)
 def test_grad(key, dtype, i):
     before = _arrays(samples(key, dtype)[i])       # PyTorch's call below may change some in place
     info, sample, want = _case(key, dtype, i)

@@ -19,6 +19,7 @@ from tracecomp.autograd.derivatives import default_derivatives
 from tracecomp.ops.table import default_table
 
 from tables.op_samples import EAGER_ONLY, SAMPLES, Sample, leaves
+from tables.sweeps import sweep
 
 TABLE = default_table()
 DERIVATIVES = default_derivatives()
@@ -143,6 +144,10 @@ def _samples(per_op: int | None = None, table: dict = SAMPLES) -> list:
 
 CASES = _samples()
 FIRST = _samples(per_op=1)
+_FIRST_IDS = {p.id for p in FIRST}
+# The traced gradcheck and the jvp check (each sample is also gradchecked eagerly): the
+# default run takes each op's first sample, the others are marked slow (TRACECOMP_SLOW=1).
+FIRST_BY_DEFAULT = sweep(CASES, lambda p: p.id in _FIRST_IDS)
 EAGER_CASES = _samples(table=EAGER_ONLY)          # data-dependent shapes: eager gradcheck only
 
 
@@ -159,7 +164,7 @@ def test_gradcheck_eager(s, prepared):
     assert tc.gradcheck(fn, inputs)
 
 
-@pytest.mark.parametrize("s, prepared", CASES)
+@pytest.mark.parametrize("s, prepared", FIRST_BY_DEFAULT)
 def test_gradcheck_traced(s, prepared):
     fn, inputs = prepared
     assert tc.gradcheck(fn, inputs, traced=True)
@@ -170,7 +175,7 @@ def _flat(out) -> np.ndarray:
     return np.concatenate([np.asarray(o, np.float64).reshape(-1) for o in outs]) if outs else np.zeros(0)
 
 
-@pytest.mark.parametrize("s, prepared", CASES)
+@pytest.mark.parametrize("s, prepared", FIRST_BY_DEFAULT)
 def test_jvp_matches_finite_differences(s, prepared):
     fn, inputs = prepared
     rng = np.random.default_rng(len(s.desc))
