@@ -284,3 +284,51 @@ def test_the_interpreter_specializes_and_export_lowers_a_static_trace():
     for n in (3, 4, 5):
         g(np.ones(n, np.float32))
     assert g.lower(np.ones(5, np.float32)).dynamic and not g.lower_baked(np.ones(5, np.float32)).dynamic
+
+
+def test_sizes_tracecomp_needs_as_numbers_stay_static_the_others_dynamic(caplog):
+    """A LayerNorm's normalized size (an int in the module) and attention's head dim are
+    fixed, as PyTorch specializes them; batch and sequence stay dynamic: one compile."""
+    tc.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True, norm_first=True)
+    layer.eval()
+    f = tc.trace(lambda x: layer(x, is_causal=True), dynamic=True)
+    rng = np.random.default_rng(3)
+    with caplog.at_level(logging.INFO, logger="tracecomp.transforms.trace"):
+        for b, t in ((2, 5), (3, 7), (4, 9), (2, 12)):
+            x = _f32(rng, b, t, 16)
+            _close(f(x), layer(tc.tensor(x), is_causal=True), rtol=1e-4, atol=1e-5)
+    assert len(f.signatures) == 1
+    assert "x axis 2 stay static" in caplog.text
+    (lowered,) = f._cache.values()
+    assert lowered.dynamic
+    with pytest.raises(tc.ShapeError, match="layer_norm"):
+        f(_f32(rng, 2, 5, 8))       # another width is another compile, which the model refuses
+
+
+def test_a_linear_on_dynamic_batch_and_sequence_is_one_packed_product():
+    """(batch, seq, k) @ (k, n) with batch and seq dynamic runs as one product of rows
+    (the packed GEMM's Matmul statement), not as loops over a dynamic batch."""
+    from tracecomp.lower.loops import ir as L
+    f = tc.trace(lambda x, w: tc.relu(x @ w), dynamic=True)
+    rng = np.random.default_rng(4)
+    w = _f32(rng, 24, 16)
+    for b, t in ((2, 3), (5, 7), (3, 40)):
+        x = _f32(rng, b, t, 24)
+        _close(f(x, w), _eager(lambda x, w: tc.relu(x @ w), x, w), rtol=1e-4, atol=1e-5)
+    (lowered,) = f._cache.values()
+    assert any(isinstance(s, L.Matmul) for k in lowered.cpu_program.kernels for s in k.body)
+
+
+def test_large_dynamic_outputs_are_recycled():
+    """A dynamic program's large outputs come from the block cache (already faulted in)."""
+    from tracecomp.runtime.memory import BlockCache, output_blocks
+    f = tc.trace(lambda x: x * 2.0, dynamic=True)
+    n = BlockCache.MIN_BYTES // 4 // 64 + 1
+    x = np.ones((n, 64), np.float32)
+    f(x)                                 # (its output dropped at once: back to the cache)
+    before = output_blocks.free_bytes
+    assert before > 0
+    out = f(x)
+    assert output_blocks.free_bytes < before
+    np.testing.assert_array_equal(out.numpy(), 2.0)

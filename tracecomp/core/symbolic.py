@@ -21,6 +21,9 @@ every size: inside `recording_guards()` each one the user's code makes (outside 
 tracecomp package, whose shape rules compare sizes only to refuse what does not fit) is
 kept, and tc.trace runs a program traced with dynamic sizes only at sizes where all of them
 still hold (PyTorch's guards), so `if x.shape[1] == 8:` never takes the wrong branch at 8.
+Where tracecomp's own code needs a size as a number (an attention kernel's head dim, a
+LayerNorm's normalized size against the input's), `recording_fixed_wanted()` collects it,
+and tc.trace traces again with that size fixed (specialized), the others still dynamic.
 """
 from __future__ import annotations
 
@@ -195,6 +198,8 @@ class Dim:
                 # keyed by plain tuples: no Dim.__eq__ while adding
                 key = (tuple(self.terms.items()), o if isinstance(o, int) else tuple(o.terms.items()))
                 guards.setdefault(key, (self, o))
+            elif _fixed_wanted.get() is not None:
+                _want_fixed(self - o, False)     # a shape rule needs these equal: maybe they are here
         return same
 
     def __hash__(self):
@@ -228,6 +233,7 @@ class Dim:
 
     # ------------------------------------------------------------------ no concrete value
     def _concrete(self, *_):
+        _want_fixed(self, True)
         raise DynamicShapeError(f"the dynamic size {self} has no value at trace time; this "
                                 "operation needs a concrete size")
 
@@ -271,6 +277,53 @@ def recording_guards():
         yield guards
     finally:
         _guards.reset(token)
+
+
+_fixed_wanted: contextvars.ContextVar = contextvars.ContextVar("tracecomp_dim_fixed", default=None)
+
+
+@contextlib.contextmanager
+def recording_fixed_wanted():
+    """Inside: the list this yields collects the sizes that tracecomp's own code needed as
+    numbers (int() of one) or equal to something (a shape rule's `==` that answered False):
+    where a trace with dynamic sizes fails, tracing again with `sizes_to_fix` of them fixed
+    to this call's values may succeed (PyTorch's specialization), the rest staying dynamic."""
+    wanted: list = []
+    token = _fixed_wanted.set(wanted)
+    try:
+        yield wanted
+    finally:
+        _fixed_wanted.reset(token)
+
+
+def _want_fixed(expr, whole: bool) -> None:
+    wanted = _fixed_wanted.get()
+    if wanted is not None:
+        wanted.append((expr, whole))
+
+
+def sizes_to_fix(wanted: list, sizes: dict[str, int]) -> set[str]:
+    """The sizes `recording_fixed_wanted` collected, at this call's `sizes`: every size of
+    one needed as a number, and of a difference that a shape rule needed to be 0 and that
+    is 0 here, those whose value alone makes it 0 (`s3` in `s2*s3 - 1152*s2`), else all."""
+    out: set[str] = set()
+    for expr, whole in wanted:
+        if whole:
+            out.update(expr.names())
+        elif isinstance(expr, Dim) and evaluate(expr, sizes) == 0:
+            names = expr.names()
+            out.update([n for n in names if _fix(expr, n, sizes[n]) == 0] or names)
+    return out
+
+
+def _fix(d: Dim, name: str, value: int):
+    """`d` with the size `name` replaced by `value` (an int where no size is left)."""
+    terms: dict = {}
+    for m, c in d.terms.items():
+        rest = tuple(n for n in m if n != name)
+        terms[rest] = terms.get(rest, 0) + c * value ** (len(m) - len(rest))
+    out = Dim(terms, d.hints)
+    return 0 if not out.terms else out.terms[()] if list(out.terms) == [()] else out
 
 
 @functools.lru_cache(maxsize=1024)

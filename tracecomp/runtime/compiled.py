@@ -40,6 +40,7 @@ import ctypes
 import dataclasses
 import functools
 import itertools
+import math
 import operator
 import threading
 import weakref
@@ -288,7 +289,7 @@ class DynamicProgram:
         self._equations = ShapeEquations([p.buffers[n].shape for n in p.inputs],
                                          [f"@{p.name}: input {i}" for i in range(len(p.inputs))])
         self._dtypes = [p.buffers[n].dtype.np for n in p.inputs]
-        self._outputs = [([symbolic(d) for d in p.buffers[n].shape], p.buffers[n].dtype.np) for n in p.outputs]
+        self._outputs = [([symbolic(d) for d in p.buffers[n].shape], np.dtype(p.buffers[n].dtype.np)) for n in p.outputs]
         self._constants = []                        # in aligned memory, their pointers after the inputs'
         for cname, value in p.constants.items():
             arr = aligned_empty(value.shape, value.dtype)
@@ -320,7 +321,11 @@ class DynamicProgram:
             pointers.append(pointer)
         outs, out_pointers = [], []
         for shape, dtype in self._outputs:
-            out, pointer = aligned_empty_at(tuple(evaluate(d, sizes) for d in shape), dtype)
+            shape = tuple(evaluate(d, sizes) for d in shape)
+            raw_bytes = math.prod(shape) * dtype.itemsize + ALIGN
+            # (a large one recycled, already faulted in, as CompiledProgram's outputs)
+            out, pointer = output_blocks.empty_at(shape, dtype, raw_bytes) if raw_bytes >= BlockCache.MIN_BYTES \
+                else aligned_empty_at(shape, dtype)
             outs.append(out)
             out_pointers.append(pointer)
         in_ptrs = (ctypes.c_void_p * max(1, len(pointers) + len(self._constants)))(*pointers, *self._constant_pointers)

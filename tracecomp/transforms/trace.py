@@ -24,7 +24,10 @@ or 1 stays static (its own compile).  A dynamic compile serves a call whose shap
 its size equations (entry_sizes.ShapeEquations, every size >= 2) and where the `==` that
 answered False during its trace still do (symbolic.recording_guards).  Where the trace or
 compile with symbolic sizes fails (a DynamicShapeError: the function reads a size as a
-number), that group compiles each shape, and the log says why, once.
+number), that group compiles each shape, and the log says why, once.  Where it failed on a
+size that tracecomp's own code needed as a number (attention's head dim, a LayerNorm's
+normalized size: symbolic.recording_fixed_wanted), that size is fixed to this call's and
+the trace is tried again with the others dynamic, as PyTorch specializes such a size.
 """
 from __future__ import annotations
 
@@ -53,7 +56,8 @@ from ..core.dtypes import from_numpy
 from ..core.devices import Device, DeviceBuffer
 from ..core.errors import ArgumentError, TraceError
 from ..ir import Graph, TensorType
-from ..core.symbolic import Dim, DynamicShapeError, guards_hold, recording_guards
+from ..core.symbolic import (Dim, DynamicShapeError, guards_hold, recording_fixed_wanted, recording_guards,
+                              sizes_to_fix)
 from ..tensors.tensor import Tensor, as_tensor
 from ..dispatch.tracer import TraceContext
 from ..core.locations import user_stacklevel
@@ -457,30 +461,40 @@ class TracedFunction:
         if any(d.sizes(group, types) is not None for d in self._dynamic):
             dims = {}                # a compile with these dims exists; its guards exclude this call
         if dims:
-            dynamic_types = list(types)
-            for (leaf, axis), name in dims.items():
-                shape = list(dynamic_types[leaf].shape)
-                shape[axis] = Dim.named(name, max(shape[axis], DYNAMIC_HINT))
-                dynamic_types[leaf] = TensorType(tuple(shape), types[leaf].dtype)
             why = "; ".join(f"{labels[leaf]} axis {axis} " + (
                 f"became dynamic ({name}): {changed[leaf, axis][0]} then {changed[leaf, axis][1]}"
                 if (leaf, axis) in changed else f"is dynamic ({name})") for (leaf, axis), name in dims.items())
             if self._history:
                 log.info("retracing %s: %s", self.__name__, why)
-            dynamic_key = (key[0], tuple(dynamic_types))
-            try:
-                with recording_guards() as guards:
-                    lowered = self._trace(structure, tensors, dynamic_types, key=dynamic_key)
-                    lowered.compiled         # compiled now: a failure falls back to this shape alone
-            except Exception as e:
-                if isinstance(self.dynamic, dict):
-                    if isinstance(e, DynamicShapeError):
-                        raise DynamicShapeError(f"tc.trace({self.__name__}): the dynamic sizes {self.dynamic} "
-                                                f"cannot flow through this function: {e.reason}") from e
-                    raise
+            lowered = None
+            while dims:
+                dynamic_types = _with_dims(types, dims)
+                dynamic_key = (key[0], tuple(dynamic_types))
+                try:
+                    with recording_guards() as guards, recording_fixed_wanted() as wanted:
+                        lowered = self._trace(structure, tensors, dynamic_types, key=dynamic_key)
+                        lowered.compiled         # compiled now: a failure falls back to this shape alone
+                    break
+                except Exception as e:
+                    lowered = None
+                    if isinstance(self.dynamic, dict):
+                        if isinstance(e, DynamicShapeError):
+                            raise DynamicShapeError(f"tc.trace({self.__name__}): the dynamic sizes {self.dynamic} "
+                                                    f"cannot flow through this function: {e.reason}") from e
+                        raise
+                    names = sizes_to_fix(wanted, {n: types[leaf].shape[axis] for (leaf, axis), n in dims.items()})
+                    fixed = {d: n for d, n in dims.items() if n in names}
+                    if fixed:       # tracecomp needed these sizes as numbers: they stay static, the others dynamic
+                        log.info("tc.trace(%s): %s stay static (%s: %s)", self.__name__,
+                                 ", ".join(f"{labels[leaf]} axis {axis}" for leaf, axis in fixed),
+                                 type(e).__name__, getattr(e, "reason", e))
+                        dims = {d: n for d, n in dims.items() if d not in fixed}
+                        continue
+                    log.info("tc.trace(%s): compiling each shape: %s, but tracing with dynamic sizes failed: "
+                             "%s: %s", self.__name__, why, type(e).__name__, getattr(e, "reason", e))
+                    break
+            if lowered is None:
                 self._static_only.add(group)
-                log.info("tc.trace(%s): compiling each shape: %s, but tracing with dynamic sizes failed: "
-                         "%s: %s", self.__name__, why, type(e).__name__, getattr(e, "reason", e))
             else:
                 self._note_retrace((structure, tuple(dynamic_types)), logged=True)
                 equations = ShapeEquations([t.shape for t in dynamic_types], labels)
@@ -763,6 +777,16 @@ def _explain_change(old, new) -> str:
     changes = [f"{p} changed from {x} to {y}" for (p, x), (_, y) in zip(a, b) if x != y]
     return "; ".join(changes) or ("the same signature again (evicted from the cache, a closed-over tensor changed, "
                                    "or tc.autocast's state differs)")
+
+
+def _with_dims(types: list[TensorType], dims: dict[tuple[int, int], str]) -> list[TensorType]:
+    """`types` with the dims `dims` names ({(leaf, axis): name}) as symbolic sizes."""
+    out = list(types)
+    for (leaf, axis), name in dims.items():
+        shape = list(out[leaf].shape)
+        shape[axis] = Dim.named(name, max(shape[axis], DYNAMIC_HINT))
+        out[leaf] = TensorType(tuple(shape), types[leaf].dtype)
+    return out
 
 
 class ShapeDtype(collections.namedtuple("ShapeDtype", "shape dtype")):

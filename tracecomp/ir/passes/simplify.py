@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ...core.symbolic import is_dynamic
+from ...core.types import TensorType
 from ...ops.table import by_ir_name
 from ..graph import Graph, Op, Value
 from .rewrite import RuleResult, Rewriter, is_constant, rewrite
@@ -176,6 +178,22 @@ def transposed_product(op: Op, args: Args, rw: Rewriter) -> Replacement:
     return rw.add(inner.name, [mT(b), mT(a)], inner.attrs, [op.results[0].type], op.loc).results
 
 
+def batch_into_rows(op: Op, args: Args, rw: Rewriter) -> Replacement:
+    """a @ w with a's batch dims dynamic and w a matrix: one product of a's rows,
+    reshape(a, (-1, k)) @ w, reshaped back.  The packed GEMM takes run-time rows, but
+    loops only over static batch dims (a linear layer on (batch, seq, dim) activations)."""
+    a, w = args["self"], args["other"]
+    shape = a.type.shape
+    if w.type.ndim != 2 or a.type.ndim < 3 or not any(is_dynamic(d) for d in shape[:-2]):
+        return None
+    rows = math.prod(shape[:-1])
+    flat = rw.add("tc.reshape", [a], {"shape": (rows, shape[-1])}, [TensorType((rows, shape[-1]), a.type.dtype)],
+                  op.loc).result
+    out = op.results[0].type
+    product = rw.add(op.name, [flat, w], op.attrs, [TensorType((rows, out.shape[-1]), out.dtype)], op.loc).result
+    return rw.add("tc.reshape", [product], {"shape": out.shape}, [out], op.loc).results
+
+
 def scatter_nothing(op: Op, args: Args, rw: Rewriter) -> Replacement:
     """scatter_add/index_add with an empty index add nothing: the result is `self` (PyTorch
     accepts such an index whatever its shape, which the scatter loops cannot index by)."""
@@ -195,6 +213,7 @@ PATTERNS: dict[str, list[Pattern]] = {
     "tc.permute": [permute_identity, permute_permute, transposed_product],
     "tc.expand": [same_type_identity],
     "tc.to": [same_type_identity],
+    "tc.matmul": [batch_into_rows],
     "tc.scatter_add": [scatter_nothing],
     "tc.index_add": [scatter_nothing],
 }
