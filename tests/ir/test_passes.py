@@ -249,10 +249,12 @@ SIMPLIFIED_TO_INPUT = {
     "x*ones (constant)": ("tensor<2xi32>", """
         %0 = "tc.constant"() {value = dense<[1, 1]> : tensor<2xi32>} : () -> tensor<2xi32>
         %1 = "tc.mul"(%arg0, %0) : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>"""),
-    "x+0 (int scalar on f32)": ("tensor<4xf32>", '%0 = "tc.add"(%arg0) {other = 0 : i64, alpha = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>'),
+    "x+0 (int scalar on i32)": ("tensor<4xi32>", '%0 = "tc.add"(%arg0) {other = 0 : i64, alpha = 1 : i64} : (tensor<4xi32>) -> tensor<4xi32>'),
+    "x+(-0.0)": ("tensor<4xf32>", '%0 = "tc.add"(%arg0) {other = -0.0 : f64, alpha = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>'),
+    "x+0 with alpha -1": ("tensor<4xf32>", '%0 = "tc.add"(%arg0) {other = 0.0 : f64, alpha = -1 : i64} : (tensor<4xf32>) -> tensor<4xf32>'),
     "x+0 (alpha 3)": ("tensor<4xi64>", '%0 = "tc.add"(%arg0) {other = 0 : i64, alpha = 3 : i64} : (tensor<4xi64>) -> tensor<4xi64>'),
-    "0+x (constant)": ("tensor<4xf32>", """
-        %0 = "tc.constant"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+    "-0.0+x (constant)": ("tensor<4xf32>", """
+        %0 = "tc.constant"() {value = dense<-0.0> : tensor<f32>} : () -> tensor<f32>
         %1 = "tc.add"(%0, %arg0) {alpha = 1 : i64} : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>"""),
     "x-0": ("tensor<4xf32>", '%0 = "tc.sub"(%arg0) {other = 0.0 : f64, alpha = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>'),
     "x/1": ("tensor<4xf64>", '%0 = "tc.div"(%arg0) {other = 1 : i64} : (tensor<4xf64>) -> tensor<4xf64>'),
@@ -292,6 +294,11 @@ STAYS = {   # looks like a pattern, but the replacement would change the type or
         %0 = "tc.constant"() {value = dense<[[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]> : tensor<2x3xf32>} : () -> tensor<2x3xf32>
         %1 = "tc.mul"(%arg0, %0) : (tensor<3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>""", "tensor<2x3xf32>"),
     "x * 2": ("tensor<4xf32>", '%0 = "tc.mul"(%arg0) {other = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>', "tensor<4xf32>"),
+    "x + 0.0 (-0.0 + 0.0 is +0.0)": ("tensor<4xf32>", '%0 = "tc.add"(%arg0) {other = 0 : i64, alpha = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>', "tensor<4xf32>"),
+    "0.0 + x": ("tensor<4xf32>", """
+        %0 = "tc.constant"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+        %1 = "tc.add"(%0, %arg0) {alpha = 1 : i64} : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>""", "tensor<4xf32>"),
+    "x - (-0.0)": ("tensor<4xf32>", '%0 = "tc.sub"(%arg0) {other = -0.0 : f64, alpha = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>', "tensor<4xf32>"),
     "bool + 0 changes dtype": ("tensor<4xi1>", '%0 = "tc.add"(%arg0) {other = 0 : i64, alpha = 1 : i64} : (tensor<4xi1>) -> tensor<4xi64>', "tensor<4xi64>"),
     "0 + x with alpha 2": ("tensor<4xf32>", """
         %0 = "tc.constant"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
@@ -494,7 +501,8 @@ def test_pipeline_removes_identities_and_folds_constants():
     inputs = [np.ones(s, np.float32) for s in [(4, 8), (8, 16), (16,), (16, 3)]]
     text = tc.trace(_constants).lower(*inputs).as_text("optimized")
     assert '"tc.neg"' not in text and '"tc.zeros"' not in text and '"tc.full"' not in text
-    assert text.count('"tc.constant"') == 2     # x * c and the folded ones.sum
+    # x * c, the folded ones.sum, and the zeros: + 0.0 stays (it turns -0.0 into +0.0)
+    assert text.count('"tc.constant"') == 3
     shapes = tc.trace(_shapes).lower(*inputs).as_text("optimized")
     assert '"tc.permute"' not in shapes and '"tc.squeeze"' not in shapes
     assert shapes.count('"tc.exp"') == 1     # CSE
@@ -523,3 +531,15 @@ def test_random_step_chains_optimize_to_the_same_result(steps):
     lowered = tc.trace(fn).lower(x)
     reference = run_graph(decompose(lowered.graph), [x])     # not optimized
     np.testing.assert_allclose(run_graph(lowered.optimized, [x])[0], reference[0], rtol=1e-6)
+
+
+def test_adding_zero_keeps_the_sign_of_zero_as_eager_does():
+    """x + 0.0 is +0.0 at x = -0.0 (IEEE, eager, PyTorch); x - 0.0 and x + -0.0 are x."""
+    x = np.array([-0.0, 0.0, -1.5], np.float32)
+    fns = [lambda x: x + 0.0, lambda x: 0.0 + x, lambda x: x - 0.0, lambda x: x + (-0.0), lambda x: x - (-0.0),
+           lambda x: x + tc.zeros([3])]
+    for fn in fns:
+        want = fn(tc.tensor(x)).numpy()
+        got = tc.trace(fn)(x).numpy()
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        np.testing.assert_array_equal(got, want)

@@ -9,8 +9,8 @@ the original result types, shape AND dtype, so `int_tensor * 1.0` (float result)
 A pattern is `fn(op, args, rw) -> list[Value] | None` where `args` are the op's arguments
 by name (a Value for a tensor operand, a number where an elementwise op took a scalar).
 Patterns see the rewritten graph, so chains (`neg(neg(neg(x)))`, reshape chains) reduce
-in one walk.  Floating-point note: `x + 0 -> x` (and `x - (-0.0) -> x`) maps -0.0 to
--0.0 where IEEE gives +0.0, the usual compiler liberty; every other pattern is exact.
+in one walk.  Every pattern is exact: `x + 0.0` stays (it is +0.0 at x = -0.0), while
+`x + (-0.0)` and `x - 0.0` are x.
 """
 from __future__ import annotations
 
@@ -65,17 +65,28 @@ def mul_by_one(op: Op, args: Args, rw: Rewriter) -> Replacement:
 
 
 def add_zero(op: Op, args: Args, rw: Rewriter) -> Replacement:
-    if _is_all(args["other"], 0) and _finite(args["alpha"]) and isinstance(args["self"], Value):
+    if _adds_nothing(op, args["other"], args["alpha"], 1) and isinstance(args["self"], Value):
         return [args["self"]]
-    if _is_all(args["self"], 0) and args["alpha"] == 1 and isinstance(args["other"], Value):
+    if args["alpha"] == 1 and _adds_nothing(op, args["self"], 1, 1) and isinstance(args["other"], Value):
         return [args["other"]]
     return None
 
 
 def sub_zero(op: Op, args: Args, rw: Rewriter) -> Replacement:
-    if _is_all(args["other"], 0) and _finite(args["alpha"]) and isinstance(args["self"], Value):
+    if _adds_nothing(op, args["other"], args["alpha"], -1) and isinstance(args["self"], Value):
         return [args["self"]]
     return None
+
+
+def _adds_nothing(op: Op, zero: Any, alpha: Any, sign: int) -> bool:
+    """Whether adding sign * alpha * zero leaves every value as it is: a zero, and for a
+    float result a negative zero (x + 0.0 is +0.0 at x = -0.0; x + -0.0 is x everywhere)."""
+    value = _const(zero)
+    if value is None or not _finite(alpha) or not bool(np.all(value == 0)):
+        return False
+    if not op.results[0].type.dtype.is_floating_point:
+        return True
+    return bool(np.all(np.signbit(sign * alpha * value.astype(np.float64))))
 
 
 def div_by_one(op: Op, args: Args, rw: Rewriter) -> Replacement:
