@@ -2075,12 +2075,7 @@ def run_in_children(case: Case, impls: list[str], inputs: list, ref, args, cold:
                                        "TRITON_CACHE_DIR": os.path.join(cache, "triton")} if cold else {}))
             timeout = (case.timeouts or {}).get(impl, CHILD_TIMEOUT_S)
             try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-                line = next((x for x in p.stdout.splitlines() if x.startswith("BENCHROW ")), None)
-                if line is None:
-                    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-                    raise RuntimeError(f"child exited {p.returncode}: {tail[:200]}")
-                rows.append(Row(**json.loads(line[len("BENCHROW "):])))
+                rows.append(Row(**child_result(cmd, "BENCHROW", env, timeout)))
             except subprocess.TimeoutExpired as e:
                 out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
                 stages = [x[len("BENCHSTAGE "):] for x in out.splitlines() if x.startswith("BENCHSTAGE ")]
@@ -2093,6 +2088,17 @@ def run_in_children(case: Case, impls: list[str], inputs: list, ref, args, cold:
                 row.status, row.note = "error", f"{type(e).__name__}: {e}"
                 rows.append(row)
     return rows
+
+
+def child_result(cmd: list[str], tag: str, env: dict, timeout: float) -> dict:
+    """The JSON a child process prints after `tag` on a line of its own; RuntimeError with
+    the last line of its stderr when it prints none (TimeoutExpired passes through)."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    line = next((x for x in p.stdout.splitlines() if x.startswith(tag + " ")), None)
+    if line is None:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"child exited {p.returncode}: {tail[:200]}")
+    return json.loads(line[len(tag) + 1:])
 
 
 def print_row(row: Row) -> None:
@@ -2211,12 +2217,7 @@ def w16(impls: list[str], args) -> list[Row]:
             cmd = [sys.executable, os.path.join(HERE, "generation.py"), "--impl", impl, "--config", config,
                    "--tokens", str(tokens), "--json"]
             try:
-                p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
-                line = next((ln for ln in p.stdout.splitlines() if ln.startswith("W16RESULT ")), None)
-                if line is None:
-                    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-                    raise RuntimeError(f"child failed (exit {p.returncode}): {tail[:200]}")
-                d = results[impl] = json.loads(line[len("W16RESULT "):])
+                d = results[impl] = child_result(cmd, "W16RESULT", env, CHILD_TIMEOUT_S)
             except Exception as e:
                 row.status, row.note = "error", f"{type(e).__name__}: {str(e)[:300]}"
                 print(f"  {title:<34} {impl:<14} error: {row.note}", flush=True)
@@ -2292,15 +2293,9 @@ def w5_child(impl: str, cache: Optional[str] = None, env_extra: dict | None = No
     env.update(env_extra or {})
     cmd = [sys.executable, "-c", W5_CHILD, impl, HERE] + ([cache] if cache else [])
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
-    wall = time.perf_counter() - t0
-    for line in p.stdout.splitlines():
-        if line.startswith("W5RESULT "):
-            d = json.loads(line[len("W5RESULT "):])
-            d["process_wall_s"] = wall
-            return d
-    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-    raise RuntimeError(f"{impl} child failed (exit {p.returncode}): {tail[:200]}")
+    d = child_result(cmd, "W5RESULT", env, CHILD_TIMEOUT_S)
+    d["process_wall_s"] = time.perf_counter() - t0
+    return d
 
 
 @functools.cache
