@@ -248,3 +248,27 @@ def test_an_avx2_target_on_a_wider_host_gives_the_same_results(tmp_path):
     bad = subprocess.run([sys.executable, "-c", "import tracecomp.lower.llvm.target as t; t.host_target()"],
                          env={**os.environ, "TRACECOMP_TARGET": "sse"}, capture_output=True, text=True, timeout=60)
     assert "TRACECOMP_TARGET='sse' is not a target tracecomp knows (one of host, avx2, rocketlake)" in bad.stderr
+
+
+def test_a_module_llvm_rejects_raises_and_is_freed_with_its_context():
+    """A module that fails verification is closed before its scratch context is freed:
+    collecting it afterwards used to dispose it into freed memory (a segfault)."""
+    import gc
+    import subprocess
+    import sys
+    code = ("import gc\n"
+            "from tracecomp.runtime import jit\n"
+            "from tracecomp.core.errors import BackendError\n"
+            "ir = ('define void @f() {\\nentry:\\n  br label %b\\na:\\n  %x = add i64 1, 2\\n  ret void\\n'\n"
+            "      'b:\\n  %y = add i64 %x, 1\\n  ret void\\n}\\n')\n"
+            "for _ in range(3):\n"
+            "    try:\n"
+            "        jit.default_engine().compile_object(ir)\n"
+            "        raise SystemExit('accepted')\n"
+            "    except BackendError as e:\n"
+            "        assert 'dominate' in str(e), e\n"
+            "    gc.collect()\n"
+            "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    gc.collect()

@@ -332,3 +332,17 @@ def test_large_dynamic_outputs_are_recycled():
     out = f(x)
     assert output_blocks.free_bytes < before
     np.testing.assert_array_equal(out.numpy(), 2.0)
+
+
+def test_an_index_put_whose_checks_bound_a_dynamic_size_compiles_once():
+    """The index checks' bound (rows * cols, both dynamic) is computed again at the kernel's
+    exit: the product the loop computed does not dominate it (LLVM refused the module)."""
+    fn = lambda x, r, c, v: tc.index_put(x, [r, c], v)          # noqa: E731
+    f = tc.trace(fn, dynamic=True)
+    rng = np.random.default_rng(5)
+    for n, m in ((3, 5), (4, 6), (6, 8)):
+        x = _f32(rng, n, m)
+        r, c = np.array([0, n - 1]), np.array([[1], [m - 2]])
+        v = _f32(rng, 2, 2)
+        _close(f(x, r, c, v), _eager(fn, x, r, c, v))
+    assert len(f.signatures) == 1

@@ -148,7 +148,10 @@ class FunctionEmitter:
         return dict(self.sizes)
 
     def finish(self) -> None:
-        """End the function: record its failed index checks (index_checks.py), `ret void`."""
+        """End the function: record its failed index checks (index_checks.py), `ret void`.
+        (The checks' bounds are computed again here: a size product the last statement
+        computed inside its loops does not dominate the function's exit.)"""
+        self.forget_values()
         self.checks.flush()
         self.builder.ret_void()
 

@@ -162,6 +162,10 @@ def parse(llvm_ir: str, name: str = "<tracecomp>",
     initialize()
     with LLVM_LOCK:
         module_ref = llvm.parse_assembly(llvm_ir, context=context)     # RuntimeError on malformed IR
-        module_ref.name = name
-        module_ref.verify()
+        try:
+            module_ref.name = name
+            module_ref.verify()
+        except BaseException:
+            module_ref.close()      # now: it must not outlive a scratch context (freed when it closes)
+            raise
     return module_ref
