@@ -120,12 +120,32 @@ def reshape(index: Index, out_shape, in_shape) -> Index:
         return tuple(ic(0) if n == 1 else next(it) for n in in_shape)
     groups = _matching_runs(tuple(out_shape), tuple(in_shape))
     if groups is None:
+        lead, tail = _equal_ends(tuple(out_shape), tuple(in_shape))
+        if lead or tail:     # symbolic: (s0*s1, n) -> (s0, s1, n) divides the row index only
+            mid = slice(lead, len(index) - tail)
+            inner = reshape(index[mid], tuple(out_shape)[mid], tuple(in_shape)[lead:len(in_shape) - tail])
+            return tuple(index[:lead]) + inner + tuple(index[len(index) - tail:])
         return delinearize(linearize(index, out_shape), tuple(in_shape))
     out: list[L.Expr] = []
     for outs, ins in groups:
         flat = linearize(tuple(index[d] for d in outs), tuple(out_shape[d] for d in outs))
         out.extend(delinearize(flat, tuple(in_shape[d] for d in ins)))
     return tuple(out)
+
+
+def _equal_ends(a: tuple, b: tuple) -> tuple[int, int]:
+    """How many leading and trailing dims a and b share, each side keeping a dim between."""
+    lead = 0
+    while lead < min(len(a), len(b)) - 1 and _same(a[lead], b[lead]):
+        lead += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - lead - 1 and _same(a[-1 - tail], b[-1 - tail]):
+        tail += 1
+    return lead, tail
+
+
+def _same(x, y) -> bool:
+    return (x == y) is True
 
 
 def _matching_runs(a: tuple, b: tuple):

@@ -192,7 +192,10 @@ def _fuse(km: L.Kernel, s: L.Matmul, kp: L.Kernel, buffers: dict) -> Optional[L.
 def _same_static_size(a, b) -> bool:
     if tuple(a) == tuple(b):
         return True
-    return all(isinstance(d, int) for d in (*a, *b)) and math.prod(a) == math.prod(b)
+    try:         # symbolic sizes compare as polynomials: (s0*s1, n) read as (s0, s1, n)
+        return math.prod(I.symbolic(d) for d in a) == math.prod(I.symbolic(d) for d in b)
+    except ValueError:
+        return False
 
 
 def _logical_dims(s: L.Matmul, shape: tuple[int, ...]) -> Optional[list[L.Expr]]:

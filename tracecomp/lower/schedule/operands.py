@@ -115,6 +115,17 @@ def in_memory(sched, v: Value) -> tuple:
     a buffer."""
     found = strided(sched, v) if v in sched.names or v.op is not None else None
     if found is None:
-        materialize(sched, v)
+        materialize(sched, _reshaped_source(sched, v))
         found = strided(sched, v)
     return found
+
+
+def _reshaped_source(sched, v: Value) -> Value:
+    """What to compute into memory for `v`: the source of a reshape that is inlined (a
+    layer norm's rows flattened for a product) in its own shape, so the kernel keeps the
+    source's loops (a row kernel absorbs its reductions); the reshape reads it in place."""
+    while v not in sched.names and v.op is not None and \
+            getattr(sched.table.get(v.op.name), "kind", None) in ("reshape", "squeeze", "unsqueeze") and \
+            v.op.operands[0] not in sched.names and v.op.operands[0].op is not None:
+        v = v.op.operands[0]
+    return v

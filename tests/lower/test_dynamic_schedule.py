@@ -1,0 +1,55 @@
+"""Dynamic sizes schedule as static ones do (issue 36: a dynamic compile costs little at
+run time): a layer norm feeding a linear stays one row kernel, a linear's bias and
+residual fold into the product's epilogue, and a reshape's index divides only the dims
+it merges.  Results are checked against eager at several sizes."""
+from __future__ import annotations
+
+import numpy as np
+
+import tracecomp as tc
+from tracecomp.core.symbolic import Dim
+from tracecomp.lower.loops import index as I
+from tracecomp.lower.loops import ir as L
+
+
+def _pre_norm_block(x, w, b, g, beta):
+    F = tc.nn.functional
+    return x + F.linear(F.layer_norm(x, [x.shape[-1]], g, beta), w, b)
+
+
+def _compiled(dynamic: bool):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 32)).astype(np.float32) / 6
+    b, g, beta = (rng.standard_normal(32).astype(np.float32) for _ in range(3))
+    f = tc.trace(_pre_norm_block, dynamic=dynamic)
+    for bs, t in ((2, 3), (5, 7), (3, 40)):
+        x = rng.standard_normal((bs, t, 32)).astype(np.float32)
+        want = _pre_norm_block(*(tc.tensor(a) for a in (x, w, b, g, beta)))
+        np.testing.assert_allclose(f(x, w, b, g, beta).numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+        if not dynamic:
+            break
+    (lowered,) = f._cache.values()
+    assert lowered.dynamic == dynamic
+    return lowered.cpu_program.kernels
+
+
+def test_a_dynamic_pre_norm_linear_has_the_kernels_of_the_static_one():
+    """Two kernels as in the static compile: the layer norm in one row kernel (its
+    flattened rows read in place by the product), then the product with the bias and the
+    residual as its epilogue (fused through the reshape back to (batch, seq, n))."""
+    dynamic, static = _compiled(True), _compiled(False)
+    assert len(dynamic) == len(static) == 2
+    norm, product = dynamic
+    assert "mean" in norm.name and not any(isinstance(s, L.Matmul) for s in norm.body)
+    (mm,) = [s for s in product.body if isinstance(s, L.Matmul)]
+    assert mm.epilogue is not None and "add" in product.name
+
+
+def test_a_symbolic_reshape_divides_only_the_dims_it_merges():
+    """(s0*s1, 384) read as (s0, s1, 384): the row index splits, the column passes through."""
+    s0, s1 = Dim.named("s0", 4), Dim.named("s1", 6)
+    i, j = L.Var("i", L.INDEX), L.Var("j", L.INDEX)
+    a, b, c = I.reshape((i, j), (s0 * s1, 384), (s0, s1, 384))
+    assert c is j and "384" not in repr(a) + repr(b)
+    (row, col) = I.reshape((a, b, c), (s0, s1, 384), (s0 * s1, 384))
+    assert col is j
