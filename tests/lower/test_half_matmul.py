@@ -194,3 +194,44 @@ def test_dpbf16ps_on_256_bit_matmul_vectors(half_path):
         assert np.all(np.abs(got - want) <= ulp + 1e-5)
     finally:
         hostcpu.set_tuned(before)
+
+
+def _autocast_linear_step(x, w, b):
+    """A biased linear and its gradients under autocast, as W4b/W8b's layers compute them:
+    linear's w.t() and the backward's x.mT @ g read widened bf16 tensors through views."""
+    def loss(x, w, b):
+        with tc.autocast(tc.bfloat16):
+            y = tc.nn.functional.linear(x, w, b)
+        return (y.float() * y.float()).mean()
+    return tc.grad(loss, argnums=(0, 1, 2))(x, w, b)
+
+
+def test_autocast_linear_and_its_gradients_take_the_bf16_kernel(half_path):
+    """Every product of the step (forward, input and weight gradients) reads bf16 operands
+    in place (no float32 copy of a cast), so it runs on `half_path`; values as
+    torch.autocast's within bf16's tolerance."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 48, 96)).astype(np.float32)
+    w = (rng.standard_normal((80, 96)) / 10).astype(np.float32)
+    b = rng.standard_normal(80).astype(np.float32)
+    f = tc.trace(_autocast_linear_step)
+    loops = f.lower(x, w, b).as_text("loops")
+    products = re.findall(r"func\.func @(\w*_py\d+_matmul\w*)\(([^)]*)\)", loops)
+    assert len(products) == 3, loops
+    for name, params in products:
+        operands = [t for t in re.findall(r"memref<([^>]*)>", params) if t.endswith("bf16")]
+        assert len(operands) == 2, (name, params)
+    if half_path == "dpbf16ps":
+        asm = f.lower(x, w, b).as_text("asm") if hostcpu.detected_target().has("avx512bf16") \
+            else _assembly_with(f.lower(x, w, b), "avx512bf16")
+        assert "vdpbf16ps" in asm
+    _runs(half_path)
+    got = [np.asarray(g) for g in f(x, w, b)]
+    tx, tw, tb = (torch.from_numpy(v).requires_grad_() for v in (x, w, b))
+    with torch.autocast("cpu", torch.bfloat16):
+        y = torch.nn.functional.linear(tx, tw, tb)
+    (y.float() * y.float()).mean().backward()
+    for g, t in zip(got, (tx, tw, tb)):
+        want = t.grad.numpy()
+        assert g.dtype == np.float32
+        assert np.abs(g - want).max() <= 2e-2 * np.abs(want).max(), np.abs(g - want).max()

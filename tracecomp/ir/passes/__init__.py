@@ -8,7 +8,8 @@ from .cse import cse
 from .dce import dce
 from .fold import fold_constants
 from .manager import PassManager
+from .narrow_products import narrow_products
 from .simplify import simplify
 from .widen_half import widen_half
 
-__all__ = ["PassManager", "control", "cse", "dce", "fold_constants", "simplify", "widen_half"]
+__all__ = ["PassManager", "control", "cse", "dce", "fold_constants", "narrow_products", "simplify", "widen_half"]

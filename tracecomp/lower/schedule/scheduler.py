@@ -33,6 +33,7 @@ import numpy as np
 
 from ...core import dtypes as dt
 from ...ir import CONSTANT, Graph, Op, Value
+from ...ir.passes.widen_half import CAST
 from ...ops import elementwise
 from ...ops.table import by_ir_name
 from ...core.symbolic import DynamicShapeError, hint, is_dynamic
@@ -138,6 +139,9 @@ def _materialized(graph: Graph) -> set[Value]:
                 if uses.get(r, 0) > 1 and hint(r.type.numel) > 1:
                     if one_consumer(r):
                         copied.add(r)
+                    elif _widened(op):
+                        base = _narrow_base(op.operands[0])
+                        keep.update([base] if base.op is not None and base.op.name != CONSTANT else [])
                     else:
                         keep.add(r)
         if opdef.kind in REREAD_KINDS:
@@ -149,6 +153,21 @@ def _materialized(graph: Graph) -> set[Value]:
             if target in keep and _depends_on(source, target):
                 keep.add(source)
     return keep
+
+
+def _widened(op: Op) -> bool:
+    """Whether `op` widens a half tensor to float32.  Its multi-use result is not kept: the
+    half source is (half the bytes), each user reads it through an exact conversion, and a
+    packed matmul reads it in its half dtype (schedule/matmul.py `_half_source`), where a
+    float32 buffer had sent the product to the float32 kernel."""
+    return op.name == CAST and op.results[0].type.dtype is dt.FLOAT32 and op.operands[0].type.dtype.is_half
+
+
+def _narrow_base(v: Value) -> Value:
+    """The value under `v`'s views (a view of a kept value reads that value's buffer)."""
+    while v.op is not None and len(v.op.results) == 1 and by_ir_name()[v.op.name].kind in VIEW_KINDS:
+        v = v.op.operands[0]
+    return v
 
 
 def _depends_on(value: Value, on: Value) -> bool:
