@@ -78,3 +78,13 @@ def _power(d, k):
     for _ in range(k):
         out = out * d
     return out
+
+
+def test_divmod_of_a_dynamic_size_is_exact_or_a_dynamic_shape_error():
+    from tracecomp.core.symbolic import Dim, DynamicShapeError
+    n = Dim.named("n", 8)
+    assert divmod(6 * n, 3) == (2 * n, 0)
+    with pytest.raises(DynamicShapeError, match="cannot divide"):
+        divmod(n, 3)
+    with pytest.raises(DynamicShapeError):
+        divmod(7, n)

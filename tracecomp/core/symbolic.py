@@ -159,6 +159,13 @@ class Dim:
         q = self._exactly(o, f"the remainder of the dynamic size {self} divided by {o} depends on its value")
         return q if q is NotImplemented else 0
 
+    def __divmod__(self, o):
+        q = self.__floordiv__(o)
+        return q if q is NotImplemented else (q, 0)
+
+    def __rdivmod__(self, o):
+        return self._reflected(o, divmod)
+
     def _reflected(self, o, op):
         try:
             return op(Dim._lift(o), self)
