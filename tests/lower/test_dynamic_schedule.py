@@ -53,3 +53,29 @@ def test_a_symbolic_reshape_divides_only_the_dims_it_merges():
     assert c is j and "384" not in repr(a) + repr(b)
     (row, col) = I.reshape((a, b, c), (s0, s1, 384), (s0 * s1, 384))
     assert col is j
+
+
+def test_dynamic_attention_is_tiled_and_matches_eager_at_every_length():
+    """Attention over a dynamic sequence runs in BLOCK tiles (their count and the last
+    one's length computed at run time, the last perhaps empty), causal or with a mask,
+    forward and backward: lengths below, at, and past multiples of the block."""
+    from tracecomp.lower.schedule.attention import BLOCK
+    F = tc.nn.functional
+
+    def loss(q, k, v, causal):
+        return (F.scaled_dot_product_attention(q, k, v, is_causal=causal) ** 2).sum()
+
+    rng = np.random.default_rng(1)
+    for causal in (True, False):
+        f = tc.trace(lambda q, k, v: loss(q, k, v, causal), dynamic=True)
+        g = tc.trace(tc.grad(lambda q, k, v: loss(q, k, v, causal), argnums=(0, 1, 2)), dynamic=True)
+        for b, t in ((3, 5), (4, BLOCK), (3, 2 * BLOCK + 7), (5, BLOCK + 1)):     # (sizes unequal: no duck sizing)
+            q, k, v = (rng.standard_normal((b, 2, t, 16)).astype(np.float32) for _ in range(3))
+            eager = [tc.tensor(a) for a in (q, k, v)]
+            np.testing.assert_allclose(f(q, k, v).numpy(), loss(*eager, causal).numpy(), rtol=1e-4)
+            for got, want in zip(g(q, k, v), tc.grad(lambda *a: loss(*a, causal), argnums=(0, 1, 2))(*eager)):
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-3, atol=1e-4)
+        assert len(f.signatures) == len(g.signatures) == 1
+        (lowered,) = f._cache.values()
+        assert lowered.dynamic and all(b.shape[-2:] == (BLOCK, BLOCK) for k in lowered.cpu_program.kernels
+                                       for b in k.buffers if b.name.startswith("ap"))

@@ -189,14 +189,17 @@ class _Checker:
         self.buffers[b.name] = b
 
     def is_extent(self, d: object) -> bool:
-        """An int >= 0, a size parameter, or an index expression (add/sub/mul) of those
-        (a dynamic dim such as 784*size_batch)."""
+        """An int >= 0, a size parameter, or an index expression (add/sub/mul, floordiv by
+        a positive constant) of those (a dynamic dim such as 784*size_batch; the count of
+        whole 64-blocks in a dynamic length, floordiv(size_seq, 64))."""
         if isinstance(d, bool):
             return False
         if isinstance(d, Var):
             return d.dtype == INDEX and d.name in self.kernel.sizes
         if isinstance(d, Const):
             return d.dtype == INDEX and self.is_extent(d.value)
+        if isinstance(d, Binary) and d.fn == "floordiv":
+            return d.dtype == INDEX and self.is_extent(d.a) and isinstance(d.b, Const) and d.b.value > 0
         if isinstance(d, Binary):
             return d.fn in ("add", "sub", "mul") and d.dtype == INDEX and \
                 self.is_extent(d.a) and self.is_extent(d.b)
@@ -284,6 +287,8 @@ class _Checker:
             self.extent(s.extent)
 
     def is_bound(self, d: object) -> bool:
+        if self.is_extent(d):
+            return True
         if isinstance(d, Var):
             found = self.lookup(d.name)
             return d.dtype == INDEX and (d.name in self.kernel.sizes or found is not None and found.dtype == INDEX)

@@ -22,7 +22,8 @@ the products.  The products run on the packed GEMM kernel, each on its thread's 
 workspace, with the operands read in place (transposes are strides); the temporaries hold
 one tile per batch item.  One parallel region per call: products parallelized one by one
 were a region per tile, and on a loaded machine every region waits for a descheduled
-thread.  A length unknown until run time is one block.
+thread.  A length unknown until run time is tiled alike: the count of full blocks and the
+length of the last (perhaps empty) one are computed at run time.
 """
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ class _Plan:
         self.causal = bool(args["is_causal"])
         self.scale = 1 / math.sqrt(self.features) if args["scale"] is None else args["scale"]
         self.results = [sched.names[r] for r in op.results]
-        self.row_block = self.rows if is_dynamic(self.rows) else min(self.rows, BLOCK)
-        self.key_block = self.keys if is_dynamic(self.keys) else min(self.keys, BLOCK)
+        self.row_block = BLOCK if is_dynamic(self.rows) else min(self.rows, BLOCK)
+        self.key_block = BLOCK if is_dynamic(self.keys) else min(self.keys, BLOCK)
         self.tile = self.batch + (self.row_block, self.key_block)
         self.workspace = None
         self.b: tuple = ()              # the batch item's index (loop vars), while building
@@ -107,9 +108,9 @@ class _Plan:
     def product(self, out: L.View, a: L.View, b: L.View, m, n, k, epilogue=None, accumulate=False) -> L.Matmul:
         """One matrix product on the batch item's thread, sharing the kernel's workspace."""
         workspace = None
-        if uses_packed(self.dtype, hint(m), hint(n), hint(k)):
+        if uses_packed(self.dtype, *(_hint(d) for d in (m, n, k))):
             workspace = self.workspace = self.workspace or fresh_name(self.sched.buffers, "w")
-            known = [None if is_dynamic(d) else d for d in (m, n, k)]
+            known = [d if isinstance(d, int) else None for d in (m, n, k)]
             size = workspace_elements(self.dtype, *known, max_threads())      # a slice per thread
             old = self.sched.buffers.get(workspace)
             if old is None or old.shape[0] < size:
@@ -130,17 +131,19 @@ class _Plan:
         body = []
         for qi, (qs, qn, q_loop) in enumerate(_spans(self.rows, self.row_block, "qb")):
             inner = []
-            last_row = None if q_loop is not None or is_dynamic(qn) else qs.value + qn - 1
+            last_row = None if q_loop is not None or not isinstance(qn, int) else qs.value + qn - 1
+            # (causal, equal lengths: the short last key block lies past every full query block)
+            past = self.causal and q_loop is not None and self.rows == self.keys and self.row_block == self.key_block
             for ki, (ks, kn, k_loop) in enumerate(_spans(self.keys, self.key_block, "kb")):
                 if k_loop is None:         # the last key block, or all the keys
-                    if not (self.causal and last_row is not None and ks.value > last_row):
+                    if not (self.causal and last_row is not None and ks.value > last_row) and not (past and ki):
                         inner += tile(qs, qn, ks, kn, f"{qi}{ki}")
                     continue
                 trips = k_loop
                 if self.causal and last_row is not None:
                     trips = min(last_row // self.key_block + 1, k_loop)
                 elif self.causal and q_loop is not None and self.row_block == self.key_block:
-                    trips = L.Binary("minimum", I.add(L.Var("qb", L.INDEX), 1), I.ic(k_loop), L.INDEX)
+                    trips = L.Binary("minimum", I.add(L.Var("qb", L.INDEX), 1), I.expr(k_loop), L.INDEX)
                 if trips != 0:
                     inner.append(L.Loop("kb", trips, tile(qs, qn, ks, kn, f"{qi}{ki}")))
             body += [L.Loop("qb", q_loop, inner)] if q_loop is not None else inner
@@ -260,9 +263,17 @@ class _Plan:
 
 def _spans(n, block, var: str) -> list:
     """(start, count, trips) covering range(n): the full blocks as a loop over `var` (trips
-    of them, start an expression of var), then the rest (trips None).  A dynamic n: one span."""
+    of them, start an expression of var), then the rest (trips None).  A dynamic n: both,
+    their trips and count computed at run time (the rest may be empty)."""
     if is_dynamic(n):
-        return [(I.ic(0), n, None)]
+        full = I.floordiv(I.expr(n), block)
+        start = I.mul(full, block)
+        return [(I.mul(L.Var(var, L.INDEX), block), block, full), (start, I.sub(I.expr(n), start), None)]
     full, rest = divmod(n, block)
     spans = [(I.mul(L.Var(var, L.INDEX), block), block, full)] if full else []
     return spans + ([(I.ic(full * block), rest, None)] if rest else [])
+
+
+def _hint(d) -> int:
+    """A stand-in size for heuristics: a tile's run-time count is at most a block."""
+    return hint(d) if isinstance(d, int) or is_dynamic(d) else BLOCK
