@@ -413,7 +413,7 @@ def test_pass_manager_refuses_duplicate_names():
 def test_pipeline_records_every_stage():
     manager = pipeline(record=True)
     manager.run(parse_graph(EXAMPLE))
-    assert list(manager.texts) == ["input", "decompose", "widen_half", "fold", "simplify", "narrow_products", "control", "cse", "dce"]
+    assert list(manager.texts) == ["input", "decompose", "widen_half", "fold", "simplify", "summed_products", "narrow_products", "control", "cse", "dce"]
     assert manager.verify_each    # under pytest every pass is verified
 
 

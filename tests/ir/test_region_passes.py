@@ -65,7 +65,7 @@ def test_pipeline_keeps_meaning(make):
 
 
 def test_pipeline_runs_control_before_cse_and_dce():
-    assert pipeline().names == ["decompose", "widen_half", "fold", "simplify", "narrow_products", "control", "cse", "dce"]
+    assert pipeline().names == ["decompose", "widen_half", "fold", "simplify", "summed_products", "narrow_products", "control", "cse", "dce"]
 
 
 # ---------------------------------------------------------------- fold, simplify, cse, dce inside

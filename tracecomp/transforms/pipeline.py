@@ -1,8 +1,9 @@
 """The optimization pipeline run on every traced graph: a plain list of named passes.
 
-decompose -> widen_half -> fold -> simplify -> narrow_products -> control -> cse -> dce (see tracecomp/ir/passes
-for each pass; widen_half leaves half-precision types to casts, views and data movement,
-narrow_products lets a matmul of widened half tensors read them through views;
+decompose -> widen_half -> fold -> simplify -> summed_products -> narrow_products -> control
+-> cse -> dce (see tracecomp/ir/passes for each pass; widen_half leaves half-precision types
+to casts, views and data movement; summed_products makes a batch-summed product one product
+over rows, narrow_products lets a matmul of widened half tensors read them through views;
 control rewrites loops and branches after folding made their predicates constant,
 before CSE merges the ops it hoisted and DCE drops what it left unused).
 Every pass's result is verified when TRACECOMP_VERIFY=1 is set (the test suite sets it);
@@ -15,7 +16,7 @@ import os
 
 from .decompose import decompose
 from ..ir import Graph
-from ..ir.passes import PassManager, control, cse, dce, fold_constants, narrow_products, simplify, widen_half
+from ..ir.passes import PassManager, control, cse, dce, fold_constants, narrow_products, simplify, summed_products, widen_half
 from ..ir.verifier import verify
 from ..ops import numpy_kernels
 
@@ -31,6 +32,7 @@ def pipeline(verify_each: bool | None = None, record: bool = False) -> PassManag
         ("widen_half", widen_half),
         ("fold", functools.partial(fold_constants, evaluate=numpy_kernels.run)),
         ("simplify", simplify),
+        ("summed_products", summed_products),
         ("narrow_products", narrow_products),
         ("control", control),
         ("cse", cse),

@@ -10,6 +10,7 @@ from .fold import fold_constants
 from .manager import PassManager
 from .narrow_products import narrow_products
 from .simplify import simplify
+from .summed_products import summed_products
 from .widen_half import widen_half
 
-__all__ = ["PassManager", "control", "cse", "dce", "fold_constants", "narrow_products", "simplify", "widen_half"]
+__all__ = ["PassManager", "control", "cse", "dce", "fold_constants", "narrow_products", "simplify", "summed_products", "widen_half"]
