@@ -84,3 +84,26 @@ def test_a_cast_to_half_passes_the_gradient_back_rounded(method):
     loss(xt).backward()
     np.testing.assert_array_equal(np.asarray(xt.grad), want.grad.numpy())
     np.testing.assert_array_equal(np.asarray(tc.trace(tc.grad(loss))(x)), want.grad.numpy())
+
+
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "silu"])
+def test_activation_gradients_round_once_like_torch(name):
+    """gelu's and silu's gradients of bfloat16 tensors compute in float32 and round once,
+    as PyTorch's kernels do: within one bfloat16 ulp of torch's, eagerly and compiled."""
+    torch = pytest.importorskip("torch")
+    x = np.linspace(-4, 4, 4097).astype(ml_dtypes.bfloat16)
+    g = np.random.default_rng(8).uniform(0.5, 1.5, x.shape).astype(ml_dtypes.bfloat16)
+    fns = {"gelu": (tc.nn.functional.gelu, torch.nn.functional.gelu),
+           "gelu_tanh": (lambda v: tc.nn.functional.gelu(v, approximate="tanh"),
+                         lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
+           "silu": (tc.nn.functional.silu, torch.nn.functional.silu)}
+    ours, theirs = fns[name]
+    tx = torch.from_numpy(x.astype(np.float32)).bfloat16().requires_grad_()
+    theirs(tx).backward(torch.from_numpy(g.astype(np.float32)).bfloat16())
+    want = tx.grad.float().numpy().astype(np.float64)
+    vjp = lambda a, b: tc.grad(lambda v: (ours(v) * b).to(tc.float32).sum())(a)      # noqa: E731
+    ulp = np.spacing(np.abs(want).astype(ml_dtypes.bfloat16)).astype(np.float64)
+    for got in (vjp(tc.tensor(x), tc.tensor(g)), tc.trace(vjp)(x, g)):
+        assert got.dtype == tc.bfloat16
+        err = np.abs(np.asarray(got).astype(np.float64) - want)
+        assert np.all(err <= ulp), err.max()
