@@ -79,3 +79,36 @@ def test_dynamic_attention_is_tiled_and_matches_eager_at_every_length():
         (lowered,) = f._cache.values()
         assert lowered.dynamic and all(b.shape[-2:] == (BLOCK, BLOCK) for k in lowered.cpu_program.kernels
                                        for b in k.buffers if b.name.startswith("ap"))
+
+
+def test_the_jit_entry_point_keeps_its_workspace_between_calls():
+    """The dynamic entry point takes the block its last call left when it is large enough
+    (a fresh block past malloc's mmap threshold is page-faulted every call), else a new
+    one; calls from several threads each get their own; NAME_release frees it."""
+    import threading
+    fn = lambda x, w: tc.relu(x @ w) @ w.T + (x * 2).sum()          # noqa: E731  (temps)
+    f = tc.trace(fn, dynamic=True)
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((33, 20)).astype(np.float32)
+
+    def check(x):
+        return np.allclose(f(x, w).numpy(), fn(tc.tensor(x), tc.tensor(w)).numpy(), rtol=1e-4, atol=1e-3)
+    for n in (300, 40, 300, 2000, 7, 2000):           # shrinking reuses, growing replaces
+        assert check(rng.standard_normal((n, 33)).astype(np.float32))
+    (lowered,) = f._cache.values()
+    assert lowered.dynamic and any(b.role == "temp" for b in lowered.cpu_program.buffers.values())
+    errors = []
+
+    def worker(seed):
+        r = np.random.default_rng(seed)
+        for _ in range(20):
+            if not check(r.standard_normal((int(r.integers(2, 900)), 33)).astype(np.float32)):
+                errors.append(seed)
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    lowered.compiled.release_workspace()        # freed: the next call allocates again
+    assert check(rng.standard_normal((50, 33)).astype(np.float32))

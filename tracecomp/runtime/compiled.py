@@ -29,8 +29,9 @@ Dynamic sizes (tc.trace(dynamic=...): buffer shapes that hold size parameters): 
 `DynamicProgram` compiles the kernels as above (they take the sizes as trailing arguments)
 and runs them through the entry point tc.export writes into a library
 (lower/llvm/entry_point.py build_jit_module), its own small JIT module that calls the
-kernels through the table of their addresses, places the temps in a block it allocates for
-the sizes of the call, and returns an error code.  Per call, the sizes come from the input
+kernels through the table of their addresses, places the temps in a block large enough for
+the sizes of the call (the last call's, kept while it suffices), and returns an error
+code.  Per call, the sizes come from the input
 shapes (entry_sizes.ShapeEquations: a mismatch names the input, axis, expected and actual
 size) and the outputs are allocated at the shapes they give.
 """
@@ -285,6 +286,10 @@ class DynamicProgram:
                                                    ctypes.c_void_p, *[ctypes.c_int64] * len(self._sizes))
         self._error_string = self._entry_library.function(f"{name}_error_string", ctypes.c_char_p, ctypes.c_int)
         self._error_index = self._entry_library.function(f"{name}_error_index", ctypes.c_int64)
+        # the workspace the entry point keeps between calls, freed with the program (the
+        # ctypes function holds the library, so its code is still there)
+        self.release_workspace = self._entry_library.function(f"{name}_release", None)
+        weakref.finalize(self, self.release_workspace)
         self._table = (ctypes.c_void_p * max(1, len(p.kernels)))(*[self.library.address(k.name) for k in p.kernels])
         self._equations = ShapeEquations([p.buffers[n].shape for n in p.inputs],
                                          [f"@{p.name}: input {i}" for i in range(len(p.inputs))])

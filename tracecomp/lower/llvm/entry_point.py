@@ -2,7 +2,8 @@
 
 `build_module(program, name, metadata, checks)` gives the module tc.export compiles: the
 kernels (internal), `int NAME(inputs, outputs, sizes...)` that checks its arguments, places
-the temps (a static block, or one aligned_alloc per call when sizes are dynamic), runs the
+the temps (a static block, or one aligned_alloc per call when sizes are dynamic; the JIT's
+entry point keeps its block for the next call), runs the
 index checks and the kernels and copies outputs that are inputs or constants;
 `NAME_checked` that first compares the shapes the caller passes; `NAME_error_string`;
 `NAME_error_index` (the offending index of the calling thread's last failed call); and
@@ -76,12 +77,14 @@ def _libc(module: ir.Module, name: str, ret, args) -> ir.Function:
     return fn if fn is not None else ir.Function(module, ir.FunctionType(ret, args), name)
 
 
-def _place_temps(module, program, name: str, b: ir.IRBuilder, dims: EntrySizes, ptrs: dict, check):
+def _place_temps(module, program, name: str, b: ir.IRBuilder, dims: EntrySizes, ptrs: dict, check,
+                 reuse: bool = False):
     """Point every temp into the workspace: slots laid end to end at 64-byte boundaries.
     Static sizes: one zero-initialized global (the library is then not re-entrant).
     Dynamic sizes: a block from aligned_alloc per call, freed before returning (returned
     here; ERR_ALLOC when it fails).  The plan is runtime/compiled.py's; its slot sizes are
-    symbolic.Dim values where dims are dynamic."""
+    symbolic.Dim values where dims are dynamic.  `reuse` (the JIT's entry point): the block
+    of the last call is taken when it is large enough (_reused_block)."""
     assignment, slot_sizes = plan_program(program)
     if all(isinstance(n, int) for n in slot_sizes):
         starts, at = [], 0
@@ -100,12 +103,72 @@ def _place_temps(module, program, name: str, b: ir.IRBuilder, dims: EntrySizes, 
     for n in slot_sizes:
         starts.append(at)
         at = b.add(at, dims.aligned(dims.dim(n), WORKSPACE_ALIGN))
+    if reuse:
+        heap = _reused_block(module, name, b, b.add(at, ir.Constant(I64, WORKSPACE_ALIGN)), check)
+        for n, slot in assignment.items():
+            ptrs[n] = b.gep(heap, [b.add(starts[slot], ir.Constant(I64, WORKSPACE_ALIGN))], inbounds=True,
+                            source_etype=I8)
+        return heap
     alloc = _libc(module, "aligned_alloc", PTR, [I64, I64])
     heap = b.call(alloc, [ir.Constant(I64, WORKSPACE_ALIGN), b.add(at, ir.Constant(I64, WORKSPACE_ALIGN))])
     check(b.icmp_unsigned("==", heap, ir.Constant(PTR, None)), ERR_ALLOC)
     for n, slot in assignment.items():
         ptrs[n] = b.gep(heap, [starts[slot]], inbounds=True, source_etype=I8)
     return heap
+
+
+def _reused_block(module, name: str, b: ir.IRBuilder, size, check):
+    """The JIT's workspace: the block the last call left in NAME__block (taken atomically:
+    calls from several threads each get a block of their own) when it holds `size` bytes
+    after its 64-byte header (its capacity), else a new one.  A fresh block per call would
+    be page-faulted again every call once it is past malloc's mmap threshold (W8's
+    temps); _keep_block puts it back."""
+    cached = _block_global(module, name)
+    old = b.atomic_rmw("xchg", cached, ir.Constant(PTR, None), "acq_rel")
+    fits = b.alloca(PTR)
+    b.store(ir.Constant(PTR, None), fits)
+    with b.if_else(b.icmp_unsigned("!=", old, ir.Constant(PTR, None))) as (has, none):
+        with has:
+            enough = b.icmp_unsigned(">=", b.load(old, typ=I64), size)
+            b.store(b.select(enough, old, ir.Constant(PTR, None)), fits)
+            with b.if_then(b.not_(enough)):
+                b.call(_libc(module, "free", ir.VoidType(), [PTR]), [old])
+        with none:
+            pass
+    heap = b.alloca(PTR)
+    b.store(b.load(fits, typ=PTR), heap)
+    with b.if_then(b.icmp_unsigned("==", b.load(fits, typ=PTR), ir.Constant(PTR, None))):
+        alloc = _libc(module, "aligned_alloc", PTR, [I64, I64])
+        block = b.call(alloc, [ir.Constant(I64, WORKSPACE_ALIGN), b.add(size, ir.Constant(I64, WORKSPACE_ALIGN))])
+        with b.if_then(b.icmp_unsigned("!=", block, ir.Constant(PTR, None))):
+            b.store(size, block)
+        b.store(block, heap)
+    heap = b.load(heap, typ=PTR)
+    check(b.icmp_unsigned("==", heap, ir.Constant(PTR, None)), ERR_ALLOC)
+    return heap
+
+
+def _block_global(module, name: str):
+    g = module.globals.get(f"{name}__block")
+    if g is None:
+        g = ir.GlobalVariable(module, PTR, f"{name}__block")
+        g.initializer = ir.Constant(PTR, None)
+        g.linkage = "internal"
+    return g
+
+
+def _keep_block(module, name: str, b: ir.IRBuilder, heap) -> None:
+    """Leave the workspace for the next call (freeing one another thread left meanwhile)."""
+    other = b.atomic_rmw("xchg", _block_global(module, name), heap, "acq_rel")
+    b.call(_libc(module, "free", ir.VoidType(), [PTR]), [other])
+
+
+def _release_function(module, name: str) -> None:
+    """`void NAME_release(void)`: free the kept workspace (the program is being dropped)."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), []), f"{name}_release")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    _keep_block(module, name, b, ir.Constant(PTR, None))
+    b.ret_void()
 
 
 def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) -> ir.Module:
@@ -123,11 +186,13 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
 
 def build_jit_module(program, name: str, least_size: int = 1) -> ir.Module:
     """The JIT's entry point of a program with dynamic sizes: NAME (the module docstring),
-    NAME_error_string and NAME_error_index.  Index inputs are checked by the runtime before
-    the call, as for a static program, so NAME checks none."""
+    NAME_error_string, NAME_error_index and NAME_release (frees the workspace NAME keeps
+    between calls).  Index inputs are checked by the runtime before the call, as for a
+    static program, so NAME checks none."""
     module = ir.Module(name=f"tc_jit_{name}")
     error_index_global(module, name, thread_local=False)
     _entry(module, program, name, [], None, least_size)
+    _release_function(module, name)
     _error_strings(module, program, name, [])
     error_index_function(module, name)
     return module
@@ -243,7 +308,7 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict | N
                 bad = b.and_(bad, b.icmp_signed("!=", v, ir.Constant(I64, c.allowed)))
             check(bad, ERR_INDEX_BASE + j)
 
-    heap = _place_temps(module, program, name, b, dims, ptrs, check)
+    heap = _place_temps(module, program, name, b, dims, ptrs, check, reuse=jit)
     if program.index_errors is not None:
         ptrs[program.index_errors] = error_record(b, program)
     if program.steps is None:
@@ -262,7 +327,9 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict | N
         buf = program.buffers[n]
         if not _maybe_empty(buf):
             b.call(memcpy, [out_ptrs[i], ptrs[n], dims.nbytes(buf), ir.Constant(ir.IntType(1), 0)])
-    if heap is not None:
+    if heap is not None and jit:
+        _keep_block(module, name, b, heap)
+    elif heap is not None:
         b.call(_libc(module, "free", ir.VoidType(), [PTR]), [heap])
     b.ret(ir.Constant(I32, OK))
 
