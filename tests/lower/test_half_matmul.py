@@ -235,3 +235,31 @@ def test_autocast_linear_and_its_gradients_take_the_bf16_kernel(half_path):
         want = t.grad.numpy()
         assert g.dtype == np.float32
         assert np.abs(g - want).max() <= 2e-2 * np.abs(want).max(), np.abs(g - want).max()
+
+
+def test_autocast_attention_reads_bf16_queries_keys_values():
+    """Under autocast, the fused attention's products read q, k, v (and the backward's
+    grad_out) in bf16, in place or as a bf16 copy, not a float32 copy; values and gradients
+    as torch.autocast's within bf16's tolerance."""
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((2, 2, 128, 64)).astype(np.float32) for _ in range(3))
+
+    def loss(q, k, v):
+        with tc.autocast(tc.bfloat16):
+            o = tc.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return (o.float() * o.float()).mean()
+    f = tc.trace(tc.value_and_grad(loss, argnums=(0, 1, 2)))
+    loops = f.lower(q, k, v).as_text("loops")
+    kernels = re.findall(r"func\.func @(\w*flash_attention\w*)\(([^)]*)\)", loops)
+    assert len(kernels) == 2, loops
+    for name, params in kernels:
+        assert params.count("2x2x128x64xbf16>") >= (4 if "backward" in name else 3), (name, params)
+    value, grads = f(q, k, v)
+    tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
+    with torch.autocast("cpu", torch.bfloat16):
+        o = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    want = (o.float() * o.float()).mean()
+    want.backward()
+    assert abs(float(np.asarray(value)) - want.item()) <= 2e-2 * abs(want.item())
+    for g, t in zip(grads, (tq, tk, tv)):
+        assert np.abs(np.asarray(g) - t.grad.numpy()).max() <= 3e-2 * np.abs(t.grad.numpy()).max()

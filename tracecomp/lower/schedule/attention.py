@@ -35,7 +35,7 @@ from ...core.symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import PRIMITIVES, X
-from .operands import dense_strides, operand_view
+from .operands import dense_strides, half_source, operand_view
 from .nests import fresh_name
 from .tiles import max_threads, uses_packed, workspace_elements
 
@@ -64,6 +64,7 @@ class _Plan:
         self.key_block = BLOCK if is_dynamic(self.keys) else min(self.keys, BLOCK)
         self.tile = self.batch + (self.row_block, self.key_block)
         self.workspace = None
+        self.reads_half = uses_packed(self.dtype, *(_hint(d) for d in (self.row_block, self.key_block, self.features)))
         self.b: tuple = ()              # the batch item's index (loop vars), while building
 
     # ---------------------------------------------------------------- pieces
@@ -96,6 +97,8 @@ class _Plan:
 
     def view(self, value, start=None, transposed: bool = False) -> L.View:
         """The batch item's (rows, cols) View of an operand, from row `start`, or its transpose."""
+        if self.reads_half:     # q, k, v, grad_out widened from bf16: products read the bf16 (schedule/matmul.py)
+            value = half_source(self.sched, value)
         v = operand_view(self.sched, value, self.batch, row=True, col=True)
         *lead, row, col = v.strides
         return L.View(v.buffer, *self._at(v.offset, lead, row, col, start, transposed))

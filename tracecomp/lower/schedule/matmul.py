@@ -31,9 +31,7 @@ import itertools
 import math
 from typing import Optional
 
-from ...core.dtypes import FLOAT32
 from ...ir import Op
-from ...ir.passes.widen_half import CAST
 from ...core.symbolic import hint, is_dynamic
 from ..loops import index as I
 from ..loops import ir as L
@@ -41,7 +39,7 @@ from ..loops.walk import substitute
 from .depth import MAX_LEVELS, expression_depth
 from .implicit_gemm import window_operand
 from .nests import fresh_name, kernel_name
-from .operands import operand_view
+from .operands import half_source, operand_view
 from .tiles import uses_packed, workspace_elements
 
 
@@ -58,7 +56,7 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     fills, windows = [], None
     found = window_operand(sched, b, batch) if packed else None     # conv2d: implicit GEMM
     if packed and found is None:
-        a, b = _half_source(sched, a), _half_source(sched, b)
+        a, b = half_source(sched, a), half_source(sched, b)
     a_view = operand_view(sched, a, batch, row=len(ash) > 1, col=True)
     if found is not None:
         fills, b_view, windows = found
@@ -74,17 +72,6 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
     return fills + [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),
                              index=index, workspace=workspace, b_windows=windows)]
-
-
-def _half_source(sched, v):
-    """The bfloat16/float16 tensor that float32 operand `v` is a cast of (widen_half's
-    `to(x, float32)`), else `v`.  The packed kernel converts x in its packing
-    (llvm/gemm/halfpack.py): x is read in place, or (computed: relu(x)) its copy kernel
-    writes it in its half dtype, never a float32 copy."""
-    if v in sched.names or v.op is None or v.op.name != CAST or v.type.dtype is not FLOAT32:
-        return v
-    x = v.op.operands[0]
-    return x if x.type.dtype.is_half else v
 
 
 # ---------------------------------------------------------------- epilogue fusion

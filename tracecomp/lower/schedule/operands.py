@@ -8,7 +8,9 @@ import math
 from typing import Optional
 
 from ...core.errors import BackendError
+from ...core.dtypes import FLOAT32
 from ...ir import Value
+from ...ir.passes.widen_half import CAST
 from ..loops import index as I
 from ..loops import ir as L
 from .nests import fresh_name, loop_nest
@@ -24,6 +26,17 @@ def operand_view(sched, v: Value, batch: tuple[int, ...], row: bool, col: bool) 
     lead = len(batch) - len(own)
     batch_strides = [0 if d < lead or shape[d - lead] == 1 else own[d - lead] for d in range(len(batch))]
     return L.View(buffer, I.expr(offset), tuple(I.expr(st) for st in batch_strides + mat))
+
+
+def half_source(sched, v: Value) -> Value:
+    """The bfloat16/float16 tensor that float32 operand `v` is a cast of (widen_half's
+    `to(x, float32)`), else `v`.  The packed kernel converts x in its packing
+    (llvm/gemm/halfpack.py): x is read in place, or (computed: relu(x)) its copy kernel
+    writes it in its half dtype, never a float32 copy."""
+    if v in sched.names or v.op is None or v.op.name != CAST or v.type.dtype is not FLOAT32:
+        return v
+    x = v.op.operands[0]
+    return x if x.type.dtype.is_half else v
 
 
 def strided(sched, v: Value) -> Optional[tuple[str, int, tuple[int, ...]]]:
