@@ -188,20 +188,22 @@ def test_a_named_dim_the_function_cannot_take_raises():
         f(np.ones(6, np.float32))
 
 
-def test_a_function_that_branches_on_a_size_compiles_each_shape(caplog):
+def test_a_function_that_branches_on_a_size_keeps_the_branch_as_a_guard(caplog):
+    """`x.shape[0] > 4` is answered at the call's size while tracing with dynamic sizes, and
+    kept as a guard (PyTorch's): the dynamic compile serves the sizes on its side only."""
     def fn(x):
-        if x.shape[0] > 4:                 # a size read as a number: no dynamic compile
+        if x.shape[0] > 4:                 # a size read as a number
             return x * 2.0
         return x + 1.0
     f = tc.trace(fn)
     rng = np.random.default_rng(7)
     with caplog.at_level(logging.INFO, logger="tracecomp.transforms.trace"):
-        for n in (3, 6, 2, 9, 4):
+        for n in (3, 6, 2, 9, 4, 12):
             x = _f32(rng, n)
             _close(f(x), _eager(fn, x))
-    assert len(f.signatures) == 5
-    assert caplog.text.count("tracing with dynamic sizes failed") == 1
-    assert "DynamicShapeError" in caplog.text and "cannot decide whether s0 > 4" in caplog.text
+    # 3: its own; 6: dynamic, guarded by s0 > 4 (9 and 12 reuse it); 2 and 4: their own
+    assert len(f.signatures) == 4
+    assert "tracing with dynamic sizes failed" not in caplog.text
 
 
 def test_a_size_compared_with_a_number_guards_the_compile():
@@ -346,3 +348,16 @@ def test_an_index_put_whose_checks_bound_a_dynamic_size_compiles_once():
         v = _f32(rng, 2, 2)
         _close(f(x, r, c, v), _eager(fn, x, r, c, v))
     assert len(f.signatures) == 1
+
+
+def test_slices_and_indices_on_a_dynamic_dim_compile_once_under_guards():
+    """x[:, 1:3], x[:, :-1], x[-1] and a bounded x[:4] on dynamic dims: the bounds checks are
+    answered at the call's sizes and kept as guards, so a size on the other side of one
+    (x[:4] of 3 rows: clamped) gets a compile of its own, and the others share one."""
+    fn = lambda x: (x[:, 1:3] * 2.0, x[:, :-1].sum(1), x[-1], x[:4])       # noqa: E731
+    f = tc.trace(fn, dynamic=True)
+    rng = np.random.default_rng(6)
+    for n, m in ((5, 6), (7, 9), (12, 4), (3, 8)):
+        x = _f32(rng, n, m)
+        _close(f(x), _eager(fn, x))
+    assert len(f.signatures) == 2         # n >= 4 (three sizes), then n = 3 < 4

@@ -21,12 +21,16 @@ every size: inside `recording_guards()` each one the user's code makes (outside 
 tracecomp package, whose shape rules compare sizes only to refuse what does not fit) is
 kept, and tc.trace runs a program traced with dynamic sizes only at sizes where all of them
 still hold (PyTorch's guards), so `if x.shape[1] == 8:` never takes the wrong branch at 8.
+An order comparison that holds for some sizes only (`seq > 4`, a shape rule's bounds check)
+raises, except inside `answering_at(sizes)`: there it is answered at the call's sizes and
+kept as a guard.
 Where tracecomp's own code needs a size as a number (an attention kernel's head dim, a
 LayerNorm's normalized size against the input's), `recording_fixed_wanted()` collects it,
 and tc.trace traces again with that size fixed (specialized), the others still dynamic.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import functools
@@ -204,7 +208,7 @@ class Dim:
             if guards is not None and _users(sys._getframe(2).f_code.co_filename):
                 # keyed by plain tuples: no Dim.__eq__ while adding
                 key = (tuple(self.terms.items()), o if isinstance(o, int) else tuple(o.terms.items()))
-                guards.setdefault(key, (self, o))
+                guards.setdefault(key, Guard(self, o, "==", False))
             elif _fixed_wanted.get() is not None:
                 _want_fixed(self - o, False)     # a shape rule needs these equal: maybe they are here
         return same
@@ -230,6 +234,20 @@ class Dim:
             return True
         if positive[negated[op]]:
             return False
+        guards, now = _guards.get(), _sizes_now.get()
+        if guards is not None:
+            known = guards.get(("order", tuple(diff.terms.items()), op))
+            if known is not None:        # answered while tracing: the compile's sizes all agree
+                return known.answer
+            if now is not None and all(n in now for n in diff.names()):
+                # tracing for a call whose sizes are known: answered at them, and kept as a
+                # guard (PyTorch's: the compile serves only sizes where the answer is the same),
+                # under each way of asking it (a >= b is also not a < b, b <= a, not b > a)
+                answer = _ORDER[op](evaluate(diff, now), 0)
+                for d, o, a in ((diff, op, answer), (diff, negated[op], not answer),
+                                (-diff, _MIRROR[op], answer), (-diff, _MIRROR[negated[op]], not answer)):
+                    guards.setdefault(("order", tuple(d.terms.items()), o), Guard(d, 0, o, a))
+                return answer
         raise DynamicShapeError(f"cannot decide whether {self} {op} {o} for every value of "
                                 f"{', '.join(self.names())}")
 
@@ -272,18 +290,42 @@ class Dim:
 
 
 _guards: contextvars.ContextVar = contextvars.ContextVar("tracecomp_dim_guards", default=None)
+_sizes_now: contextvars.ContextVar = contextvars.ContextVar("tracecomp_dim_sizes", default=None)
+_ORDER = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+_MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}        # a < b is b > a
+
+
+class Guard(collections.namedtuple("Guard", "a b op answer")):
+    """`a op b` answered `answer` while tracing: a compile serves only sizes where it still does."""
+
+    def holds(self, sizes: dict[str, int]) -> bool:
+        return _ORDER[self.op](evaluate(self.a, sizes), evaluate(self.b, sizes)) == self.answer
 
 
 @contextlib.contextmanager
 def recording_guards():
-    """Inside: every `==` between a Dim and an int or another Dim that answered False adds
-    the pair to the dict this yields, among its values (see the module docstring)."""
+    """Inside: every `==` between a Dim and an int or another Dim that the user's code made
+    and that answered False adds a Guard to the dict this yields, among its values (see the
+    module docstring), and so does every order comparison answered under `answering_at`."""
     guards: dict = {}
     token = _guards.set(guards)
     try:
         yield guards
     finally:
         _guards.reset(token)
+
+
+@contextlib.contextmanager
+def answering_at(sizes: dict[str, int]):
+    """Inside (while a function is traced, not while its program is scheduled, where a
+    heuristic's comparison must not narrow the compile): an order comparison that holds for
+    some sizes only (`seq > 4`, a shape rule's bounds check) is answered at this call's
+    `sizes` and kept as a Guard by the enclosing `recording_guards`, instead of raising."""
+    token = _sizes_now.set(sizes)
+    try:
+        yield
+    finally:
+        _sizes_now.reset(token)
 
 
 _fixed_wanted: contextvars.ContextVar = contextvars.ContextVar("tracecomp_dim_fixed", default=None)
@@ -340,9 +382,8 @@ def _users(filename: str) -> bool:
 
 
 def guards_hold(guards, sizes: dict[str, int]) -> bool:
-    """Whether the pairs `recording_guards` kept (its dict's values) are still unequal at
-    these sizes."""
-    return all(evaluate(a, sizes) != evaluate(b, sizes) for a, b in guards)
+    """Whether the Guards `recording_guards` kept (its dict's values) still hold at these sizes."""
+    return all(g.holds(sizes) for g in guards)
 
 
 def _prod(xs) -> int:

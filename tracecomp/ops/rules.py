@@ -410,9 +410,26 @@ def _select(op: OpDef, args):
 
 
 def slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
-    """Python slice semantics (clamped, negatives from the end), positive steps only."""
-    start, end, _ = slice(start, end, step).indices(size)
-    return start, max(end, start), step
+    """Python slice semantics (clamped, negatives from the end), positive steps only.  A
+    dynamic size (symbolic.Dim) takes the same steps; the comparisons it cannot decide are
+    answered while tracing and kept as guards (symbolic.answering_at)."""
+    if isinstance(size, int):
+        start, end, _ = slice(start, end, step).indices(size)
+        return start, max(end, start), step
+
+    def clamp(i, default):
+        if i is None:
+            return default
+        i = wrap_index(i, size)
+        return 0 if i < 0 else size if i > size else i
+    start, end = clamp(start, 0), clamp(end, size)
+    return start, end if end > start else start, step
+
+
+def wrap_index(i: int, size):
+    """An index counted from the end (negative) as one from the start; without `%`, which a
+    dynamic size cannot take."""
+    return i + size if i < 0 else i
 
 
 @rule("slice")

@@ -21,8 +21,9 @@ dims that changed (or those `dynamic` names) as symbolic sizes (symbolic.Dim; eq
 share one, as PyTorch's duck sizing), so the second size of a growing sequence compiles
 one program that every later size runs (runtime/compiled.py DynamicProgram).  A size of 0
 or 1 stays static (its own compile).  A dynamic compile serves a call whose shapes meet
-its size equations (entry_sizes.ShapeEquations, every size >= 2) and where the `==` that
-answered False during its trace still do (symbolic.recording_guards).  Where the trace or
+its size equations (entry_sizes.ShapeEquations, every size >= 2) and where its guards
+still hold: the `==` that answered False during its trace, and the order comparisons
+(`seq > 4`) answered at that call's sizes (symbolic.recording_guards).  Where the trace or
 compile with symbolic sizes fails (a DynamicShapeError: the function reads a size as a
 number), that group compiles each shape, and the log says why, once.  Where it failed on a
 size that tracecomp's own code needed as a number (attention's head dim, a LayerNorm's
@@ -56,8 +57,8 @@ from ..core.dtypes import from_numpy
 from ..core.devices import Device, DeviceBuffer
 from ..core.errors import ArgumentError, TraceError
 from ..ir import Graph, TensorType
-from ..core.symbolic import (Dim, DynamicShapeError, guards_hold, recording_fixed_wanted, recording_guards,
-                              sizes_to_fix)
+from ..core.symbolic import (Dim, DynamicShapeError, answering_at, guards_hold, recording_fixed_wanted,
+                              recording_guards, sizes_to_fix)
 from ..tensors.tensor import Tensor, as_tensor
 from ..dispatch.tracer import TraceContext
 from ..core.locations import user_stacklevel
@@ -470,9 +471,11 @@ class TracedFunction:
             while dims:
                 dynamic_types = _with_dims(types, dims)
                 dynamic_key = (key[0], tuple(dynamic_types))
+                sizes = {n: types[leaf].shape[axis] for (leaf, axis), n in dims.items()}
                 try:
                     with recording_guards() as guards, recording_fixed_wanted() as wanted:
-                        lowered = self._trace(structure, tensors, dynamic_types, key=dynamic_key)
+                        with answering_at(sizes):
+                            lowered = self._trace(structure, tensors, dynamic_types, key=dynamic_key)
                         lowered.compiled         # compiled now: a failure falls back to this shape alone
                     break
                 except Exception as e:
@@ -482,7 +485,7 @@ class TracedFunction:
                             raise DynamicShapeError(f"tc.trace({self.__name__}): the dynamic sizes {self.dynamic} "
                                                     f"cannot flow through this function: {e.reason}") from e
                         raise
-                    names = sizes_to_fix(wanted, {n: types[leaf].shape[axis] for (leaf, axis), n in dims.items()})
+                    names = sizes_to_fix(wanted, sizes)
                     fixed = {d: n for d, n in dims.items() if n in names}
                     if fixed:       # tracecomp needed these sizes as numbers: they stay static, the others dynamic
                         log.info("tc.trace(%s): %s stay static (%s: %s)", self.__name__,

@@ -190,20 +190,28 @@ class _Checker:
 
     def is_extent(self, d: object) -> bool:
         """An int >= 0, a size parameter, or an index expression (add/sub/mul, floordiv by
-        a positive constant) of those (a dynamic dim such as 784*size_batch; the count of
-        whole 64-blocks in a dynamic length, floordiv(size_seq, 64))."""
+        a positive constant) of those and of constants (a dynamic dim such as 784*size_batch,
+        size_seq - 1; the count of whole 64-blocks in a dynamic length, floordiv(size_seq,
+        64)).  An expression's sign is the shape rules' to keep (and the guards': s >= 3
+        where a slice ends at 3); it cannot be told here."""
+        if isinstance(d, Binary):
+            return d.dtype == INDEX and self._size_term(d)
+        return self._size_term(d) and not (isinstance(d, Const) and d.value < 0) and not \
+            (isinstance(d, int) and d < 0)
+
+    def _size_term(self, d: object) -> bool:
         if isinstance(d, bool):
             return False
         if isinstance(d, Var):
             return d.dtype == INDEX and d.name in self.kernel.sizes
         if isinstance(d, Const):
-            return d.dtype == INDEX and self.is_extent(d.value)
+            return d.dtype == INDEX and isinstance(d.value, int) and not isinstance(d.value, bool)
         if isinstance(d, Binary) and d.fn == "floordiv":
-            return d.dtype == INDEX and self.is_extent(d.a) and isinstance(d.b, Const) and d.b.value > 0
+            return d.dtype == INDEX and self._size_term(d.a) and isinstance(d.b, Const) and d.b.value > 0
         if isinstance(d, Binary):
-            return d.fn in ("add", "sub", "mul") and d.dtype == INDEX and \
-                self.is_extent(d.a) and self.is_extent(d.b)
-        return isinstance(d, int) and d >= 0
+            return d.fn in ("add", "sub", "mul") and d.dtype == INDEX and self._size_term(d.a) and \
+                self._size_term(d.b)
+        return isinstance(d, int)
 
     def sizes_hint(self) -> str:
         sizes = self.kernel.sizes

@@ -85,7 +85,7 @@ class Inliner:
             return I.broadcast(index, op.results[0].type.shape, src)
         dim = args["dim"] % max(len(src), 1)
         if kind == "select":
-            return I.select(index, dim, args["index"] % src[dim])
+            return I.select(index, dim, rules.wrap_index(args["index"], src[dim]))
         if kind == "slice":
             start, _, step = rules.slice_bounds(src[dim], args["start"], args["end"], args["step"])
             return I.offset(index, dim, start, step)
@@ -132,7 +132,7 @@ class Inliner:
 
     def _select_backward(self, opdef, args, out, index):
         d = args["dim"] % out.ndim
-        at = args["index"] % out.shape[d]
+        at = rules.wrap_index(args["index"], out.shape[d])
         inside = L.Binary("eq", index[d], I.ic(at), dt.BOOL)
         g = cast(self.value_at(args["grad_output"], index[:d] + index[d + 1:]), out.dtype)
         return L.Select(inside, g, const(0, out.dtype), out.dtype)
