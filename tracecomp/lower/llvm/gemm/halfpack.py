@@ -117,7 +117,6 @@ def pack_pairs_function(module: ir.Module, width: int) -> ir.Function:
     """bfloat16 panel -> K-pair micro-panels (module docstring).  Rows contiguous (B
     row-major): two vector loads and an interleave per pair.  Depth contiguous (A
     row-major): one 32-bit load per lane and pair.  Else element by element."""
-    pair = ir.VectorType(S.I16, 2 * width)
     interleave = ir.Constant(ir.VectorType(S.I32, 2 * width), [x // 2 + (x % 2) * width for x in range(2 * width)])
 
     def lane(b, pdst, pp, x):
