@@ -112,3 +112,16 @@ def test_the_jit_entry_point_keeps_its_workspace_between_calls():
     assert not errors
     lowered.compiled.release_workspace()        # freed: the next call allocates again
     assert check(rng.standard_normal((50, 33)).astype(np.float32))
+
+
+def test_dynamic_row_kernels_are_parallel_where_static_ones_are():
+    """A row kernel or reduction over dynamic rows goes parallel as loop_nest decides, at
+    the example sizes (it stayed on one core whatever the rows)."""
+    def parallel(dynamic, fn, x):
+        f = tc.trace(fn, dynamic=dynamic)
+        f(x)
+        (lowered,) = f._cache.values()
+        return [any(isinstance(s, L.Loop) and s.parallel for s in k.body) for k in lowered.cpu_program.kernels]
+    x = np.random.default_rng(3).standard_normal((2048, 512)).astype(np.float32)
+    for fn in (lambda x: tc.softmax(x, dim=-1), lambda x: tc.exp(x).sum(-1)):
+        assert parallel(True, fn, x) == parallel(False, fn, x) == [True]

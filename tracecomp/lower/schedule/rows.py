@@ -38,6 +38,7 @@ from typing import Optional
 from ...ir import Op, Value
 from ..loops import index as I, ir as L
 from ..loops.walk import buffers_read, count_exprs, loads, statements, substitute, walk
+from ...core.symbolic import Dim
 from .tiles import parallel_min_work
 from .reductions import output_index, row_rank, statements_at
 
@@ -51,6 +52,7 @@ class RowFusion:
         self.pending: dict[str, Op] = {}             # buffer of a deferred result -> its op
         self.hosts: dict[str, list[Op]] = {}         # kernel name -> row reductions it computes
         self._order = {op: i for i, op in enumerate(sched.graph.ops)}
+        self.hints = size_hints(sched.graph)          # (mark_parallel)
 
     def defer(self, op: Op) -> bool:
         """Hold back a row reduction until a kernel reads it; False for other ops."""
@@ -115,7 +117,7 @@ class RowFusion:
         stmts = substitute(work.stmts, work.replace)
         level = _nest(body)[rank - 1]
         level.body = reuse_output_row(stmts + level.body, outer[:rank])
-        return mark_parallel(body), work.ops
+        return mark_parallel(body, self.hints), work.ops
 
     # ----------------------------------------------------------------------------------
     def _take(self, op: Op) -> bool:
@@ -252,23 +254,41 @@ def _nest(body: list) -> list[L.Loop]:
     return nest
 
 
-def mark_parallel(body: list) -> list:
+def mark_parallel(body: list, hints: Optional[dict] = None) -> list:
     """Make the outermost loop of a single nest parallel (past loops of extent 1: a batch of
     one) when the whole nest does at least parallel_min_work() innermost iterations (Reduce
-    loops count)."""
+    loops count); dynamic extents count at their example sizes, `hints` (size_hints), as
+    loop_nest decides."""
     nest = _nest(body)
     while nest and nest[0].extent == 1:
         nest = nest[1:]
-    if nest and not any(lp.parallel for lp in _nest(body)) and isinstance(nest[0].extent, int) \
-            and nest[0].extent * _work(nest[0].body) >= parallel_min_work():
+    first = _hint(nest[0].extent, hints) if nest else None
+    if first is not None and not any(lp.parallel for lp in _nest(body)) \
+            and first * _work(nest[0].body, hints) >= parallel_min_work():
         nest[0].parallel = True
     return body
 
 
-def _work(stmts: list) -> int:
-    total = sum(s.extent * _work(s.body) for s in stmts
-                if isinstance(s, (L.Loop, L.Reduce)) and isinstance(s.extent, int))
+def _work(stmts: list, hints: Optional[dict]) -> int:
+    total = sum(_hint(s.extent, hints) * _work(s.body, hints) for s in stmts
+                if isinstance(s, (L.Loop, L.Reduce)) and _hint(s.extent, hints) is not None)
     return max(total, 1)
+
+
+def _hint(extent, hints: Optional[dict]) -> Optional[int]:
+    """An extent's size, a dynamic one's example size, else None."""
+    if isinstance(extent, int) or not hints:
+        return extent if isinstance(extent, int) else None
+    try:
+        d = I.symbolic(extent)
+        return d if isinstance(d, int) else Dim(d.terms, hints).hint()
+    except (ValueError, KeyError):
+        return None
+
+
+def size_hints(graph) -> dict[str, int]:
+    """{size name: example size} of the graph's dynamic input dims."""
+    return {name: h for v in graph.inputs for d in v.type.shape if isinstance(d, Dim) for name, h in d.hints.items()}
 
 
 def _without_stores(stmts: list, buffers: set[str]) -> list:

@@ -476,7 +476,7 @@ def _reduction(sched: Scheduler, op: Op, args: dict) -> list:
     def inner(index):
         stmts, values = reductions.statements_at(sched, op, index)
         return stmts + [L.Store(sched.names[r], index, v) for r, v in zip(op.results, values) if r in sched.names]
-    return mark_parallel(loop_nest(op.results[-1].type.shape, inner))
+    return mark_parallel(loop_nest(op.results[-1].type.shape, inner), sched.rows.hints)
 
 
 def _column_reduction(sched: Scheduler, op: Op, combine: str, init, divisor) -> list:
