@@ -41,6 +41,8 @@ def apply_formulas(node: FormulaNode, grads: list) -> list:
     for r, g in zip(d.op.schema.returns, full):
         if r.name:
             env[f"grad_{r.name}"] = g
+    if d.op.kind == "elementwise":
+        env = {k: _widened(v) for k, v in env.items()}
     needed = {name for (name, _), edge in zip(node.slots, node.next_edges) if edge is not None}
     by_name: dict[str, Any] = {}
     for f in d.formulas:
@@ -64,6 +66,16 @@ def apply_formulas(node: FormulaNode, grads: list) -> list:
             g = g[index]
         out.append(None if g is None else _conform(g, typ))
     return out
+
+
+def _widened(v):
+    """Half tensors (in a list too) as float32: an elementwise op's derivative formula then
+    runs in float32 and _conform rounds it once, as PyTorch's backward kernels compute
+    (tanh_backward, hardswish_backward, ...); op by op in the half dtype each step rounds."""
+    if isinstance(v, list):
+        return [_widened(x) for x in v]
+    dtype = getattr(v, "dtype", None)
+    return v.to(tc.float32) if dtype is not None and getattr(dtype, "is_half", False) else v
 
 
 def _conform(grad, typ):

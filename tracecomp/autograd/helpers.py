@@ -111,6 +111,8 @@ def prod_backward(grad, self, dim, keepdim: bool):
     gradient reaches that element, so the formula differentiates again exactly: first and
     second derivatives are exact everywhere; third and higher ones are exact except where
     a reduced group holds three or more zeros (there they come out as 0)."""
+    if self.dtype.is_half and grad.dtype is self.dtype:       # in float32, rounded once
+        return prod_backward(grad.float(), self.float(), dim, keepdim).to(self.dtype)
     dims = reduced_dims(self.shape, dim)
     is_zero = self == 0
     safe = tc.where(is_zero, 1, self)
@@ -188,6 +190,8 @@ def logcumsumexp_backward(grad, self, result, dim: int):
     if self.ndim == 0:
         return grad
     x, out, g = _wide(self, result, grad)
+    if result.dtype.is_half:    # its rounding (an ulp of the log-sums) would move every exponent
+        out = tc.logcumsumexp(x, dim)
     pos, neg = _signed_logcumsumexp(-out, g, dim, reverse=True)
     return (tc.exp(x + pos) - tc.exp(x + neg)).to(grad.dtype)
 
