@@ -124,7 +124,7 @@ def _producers(graph: Graph, values: list[Value]) -> list:
 def _checked(step, v: Value, a: np.ndarray) -> np.ndarray:
     """A step's result as its graph input takes it: its dtype, and its static dims as traced
     (output_size given to repeat_interleave is one), C-contiguous."""
-    a = np.ascontiguousarray(a, dtype=v.type.dtype.np)
+    a = np.array(a, dtype=v.type.dtype.np, order="C", copy=None)     # (ascontiguousarray makes 0-d 1-d)
     shape = v.type.shape
     if a.ndim != len(shape) or any(not isinstance(d, Dim) and d != n for d, n in zip(shape, a.shape)):
         raise ShapeError(f"{step.name}: its result has shape {list(a.shape)}, but the trace expected "
