@@ -1347,7 +1347,8 @@ W12_LR, W12_BETAS, W12_EPS = 1e-3, (0.9, 0.999), 1e-8
 W12_STEP = 10                    # Adam's step count: moments as after 9 steps (see w12_data)
 W12_GRAD_SCALE = (5e-4, 5e-5, 1e-3, 1e-3, 3e-3, 3e-2)     # about each gradient's size (T = 100)
 W12_NPARAMS = 6                  # w_ih, w_hh, b_ih, b_hh (PyTorch's LSTM), w_out, b_out (head)
-VARIANT_OF = {"tracecomp-unrolled": "tracecomp", "tracecomp-f32": "tracecomp"}   # run beside its base implementation when that is selected
+VARIANT_OF = {"tracecomp-unrolled": "tracecomp", "tracecomp-f32": "tracecomp",    # run beside its base
+              "tracecomp-dynamic": "tracecomp"}                                     # implementation when selected
 
 
 def w12_data(length: int, seed: int = 0) -> list:
@@ -1719,7 +1720,28 @@ def all_cases(quick: bool = False) -> dict[str, Case]:
         + w3b_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
         + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases() + w12_cases(quick) \
         + w13_cases(quick) + w15_cases() + w4b_cases() + w8b_cases()
+    for case in cases:
+        if case.workload in DYNAMIC_VARIANT_OF and "tracecomp" in case.impls:
+            case.impls["tracecomp-dynamic"] = dynamic_variant(case.impls["tracecomp"])
     return {c.key: c for c in cases}
+
+
+# (issue 36) W1, W2, W4 and W8 also as "tracecomp-dynamic": every tc.trace the builder makes
+# takes dynamic=True (every dim of every argument a size known at run time), to compare a
+# dynamic compile's speed with the static one's.
+DYNAMIC_VARIANT_OF = ("W1", "W2", "W4", "W8")
+
+
+def dynamic_variant(build: Callable) -> Callable:
+    def build_dynamic(inputs):
+        import tracecomp as tc
+        trace = tc.trace
+        tc.trace = functools.partial(trace, dynamic=True)
+        try:
+            return build(inputs)
+        finally:
+            tc.trace = trace
+    return build_dynamic
 
 
 # ----------------------------------------------------------------------------- machine
@@ -2011,7 +2033,7 @@ def first_call(row: Row, case: Case, impl: str, inputs: list, ref) -> Callable:
     import timed apart; tracecomp's compile stages (Lowered.timings) in row.extra.  Returns
     the call."""
     t0 = time.perf_counter()
-    importlib.import_module(RUNTIME_MODULE[impl])
+    importlib.import_module(RUNTIME_MODULE[VARIANT_OF.get(impl, impl)])
     row.extra["import_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     call = case.impls[impl](inputs)
