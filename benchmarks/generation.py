@@ -168,8 +168,9 @@ def run(impl: str, config: str, tokens: int) -> dict:
     out, total, last = generate(forward, ids, tokens)
     warm = []               # every length again, all compiled: the cost per token
     for n in range(PROMPT, PROMPT + tokens):
+        ids = np.ascontiguousarray(out[:, :n])        # (as generate passes them: a view's strides differ)
         t0 = time.perf_counter()
-        forward(out[:, :n])
+        forward(ids)
         warm.append(time.perf_counter() - t0)
     return {"impl": impl, "config": config, "tokens": tokens, "total_s": total, "compiles": compiles(),
             "per_token_s": float(np.mean(warm)), "per_token_last8_s": float(np.median(warm[-8:])),
