@@ -236,18 +236,19 @@ class Dim:
             return False
         guards, now = _guards.get(), _sizes_now.get()
         if guards is not None:
-            known = guards.get(("order", tuple(diff.terms.items()), op))
-            if known is not None:        # answered while tracing: the compile's sizes all agree
-                return known.answer
+            # asked as d > 0 or d >= 0; its negation is -d >= 0 or -d > 0 (one guard for both)
+            d, strict = (diff, op == ">") if op in (">", ">=") else (-diff, op == "<")
+            key, negation = ("order", tuple(d.terms.items()), strict), ("order", tuple((-d).terms.items()), not strict)
+            if key in guards:            # answered while tracing: the compile's sizes all agree
+                return guards[key].answer
+            if negation in guards:
+                return not guards[negation].answer
             if now is not None and all(n in now for n in diff.names()):
                 # tracing for a call whose sizes are known: answered at them, and kept as a
-                # guard (PyTorch's: the compile serves only sizes where the answer is the same),
-                # under each way of asking it (a >= b is also not a < b, b <= a, not b > a)
-                answer = _ORDER[op](evaluate(diff, now), 0)
-                for d, o, a in ((diff, op, answer), (diff, negated[op], not answer),
-                                (-diff, _MIRROR[op], answer), (-diff, _MIRROR[negated[op]], not answer)):
-                    guards.setdefault(("order", tuple(d.terms.items()), o), Guard(d, 0, o, a))
-                return answer
+                # guard (PyTorch's: the compile serves only sizes where the answer is the same)
+                strict_op = ">" if strict else ">="
+                guards[key] = Guard(d, 0, strict_op, _ORDER[strict_op](evaluate(d, now), 0))
+                return guards[key].answer
         raise DynamicShapeError(f"cannot decide whether {self} {op} {o} for every value of "
                                 f"{', '.join(self.names())}")
 
@@ -292,7 +293,6 @@ class Dim:
 _guards: contextvars.ContextVar = contextvars.ContextVar("tracecomp_dim_guards", default=None)
 _sizes_now: contextvars.ContextVar = contextvars.ContextVar("tracecomp_dim_sizes", default=None)
 _ORDER = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
-_MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}        # a < b is b > a
 
 
 class Guard(collections.namedtuple("Guard", "a b op answer")):
