@@ -136,11 +136,19 @@ def _tree_entry(structure, leaves: list[Tensor], differentiating: bool) -> "_Tre
     """A whole model's part of a fast key, or None where a transform sees its tensors."""
     types = []
     for x in leaves:      # a model's parameters: data, unless a transform sees them
-        if x._data is None or x._tangent is not None or x.grad_fn is not None or \
-                x._batch is not None or (x.requires_grad and differentiating):
+        if x._batch is not None or _seen_by_a_transform(x, differentiating):
             return None
         types.append(_leaf_key(x))
     return _TreeKey(("tree", structure, tuple(types)))
+
+
+def _seen_by_a_transform(x: Tensor, differentiating: bool) -> bool:
+    """Whether a transform around the call sees tensor x: an outer tc.trace (no data),
+    forward-mode autodiff (a tangent), or autograd (history, or requiring grad while
+    tc.grad/vjp runs: `differentiating`).  A model's parameters, which require grad as
+    leaves outside any of those, are data like any other tensor."""
+    return x._data is None or x._tangent is not None or x.grad_fn is not None or \
+        (x.requires_grad and differentiating)
 
 
 def _remembered_tree(leaves: list[Tensor], scratch: dict) -> tuple | None:
@@ -382,16 +390,10 @@ class TracedFunction:
 
     @staticmethod
     def _is_transformed(leaves: list) -> bool:
-        """Whether a transform around this call sees its tensors: an outer tc.trace, tc.vmap,
-        or autograd (an input with a tangent, with autograd history, or that requires grad
-        while tc.grad/vjp runs).  A model's parameters, which require grad as leaves outside
-        any of those, are data like any other tensor."""
-        from ..autograd.grad_mode import is_differentiating, is_grad_enabled
-        for x in leaves:
-            if isinstance(x, Tensor) and (x._data is None or x._tangent is not None or x.grad_fn is not None
-                                          or (x.requires_grad and is_grad_enabled() and is_differentiating())):
-                return True
-        return False
+        """Whether a transform around this call sees its tensors (_seen_by_a_transform; in
+        tc.vmap the mapped tensors hold no data)."""
+        differentiating = is_grad_enabled() and is_differentiating()
+        return any(isinstance(x, Tensor) and _seen_by_a_transform(x, differentiating) for x in leaves)
 
     def _call_through(self, args: tuple, kwargs: dict):
         """A call that a transform around it must see.  Inside tc.vmap, the mapped function is
