@@ -41,7 +41,6 @@ import ctypes
 import dataclasses
 import functools
 import itertools
-import math
 import operator
 import threading
 import weakref
@@ -56,7 +55,8 @@ from ..lower.schedule.scheduler import Program
 from ..core import random as tc_random
 from .cache import compile_kernels
 from ..lower.schedule.workspace import buffer_nbytes, plan_program
-from .memory import ALIGN, BlockCache, aligned_empty, aligned_empty_at, data_pointer, output_blocks
+from .memory import (ALIGN, BlockCache, aligned_empty, aligned_empty_at, data_pointer, output_blocks,
+                     output_empty_at)
 
 
 _NOTHING = object()
@@ -231,7 +231,7 @@ class CompiledProgram:
             inputs = self.check_inputs(inputs)
             pointers = [data_pointer(a) for a in inputs]
         outs = []
-        for shape, dtype, raw_bytes in self._output_specs:     # aligned_empty_at, inlined
+        for shape, dtype, raw_bytes in self._output_specs:     # memory.output_empty_at, inlined
             if raw_bytes >= BlockCache.MIN_BYTES:
                 out, pointer = output_blocks.empty_at(shape, dtype, raw_bytes)
                 outs.append(out)
@@ -326,11 +326,7 @@ class DynamicProgram:
             pointers.append(pointer)
         outs, out_pointers = [], []
         for shape, dtype in self._outputs:
-            shape = tuple(evaluate(d, sizes) for d in shape)
-            raw_bytes = math.prod(shape) * dtype.itemsize + ALIGN
-            # (a large one recycled, already faulted in, as CompiledProgram's outputs)
-            out, pointer = output_blocks.empty_at(shape, dtype, raw_bytes) if raw_bytes >= BlockCache.MIN_BYTES \
-                else aligned_empty_at(shape, dtype)
+            out, pointer = output_empty_at(tuple(evaluate(d, sizes) for d in shape), dtype)
             outs.append(out)
             out_pointers.append(pointer)
         in_ptrs = (ctypes.c_void_p * max(1, len(pointers) + len(self._constants)))(*pointers, *self._constant_pointers)

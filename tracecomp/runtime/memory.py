@@ -111,6 +111,15 @@ class BlockCache:
 output_blocks = BlockCache()
 
 
+def output_empty_at(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, int]:
+    """A compiled program's fresh output and its address: a large one from `output_blocks`
+    (recycled, already faulted in), a small one from aligned_empty_at."""
+    raw_bytes = math.prod(shape) * dtype.itemsize + ALIGN
+    if raw_bytes >= BlockCache.MIN_BYTES:
+        return output_blocks.empty_at(shape, dtype, raw_bytes)
+    return aligned_empty_at(shape, dtype)
+
+
 def is_aligned(a: np.ndarray) -> bool:
     return a.ctypes.data % ALIGN == 0
 
