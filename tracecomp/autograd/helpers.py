@@ -387,10 +387,8 @@ def where_backward(grad, condition, grad_input_mask):
 
 def gelu_backward(grad, self, approximate: str):
     """gelu: exact, Phi(x) + x phi(x); with approximate='tanh', PyTorch's derivative of the
-    tanh formula.  Half tensors compute in float32 and round once, as PyTorch's kernel does
-    (op by op in the half dtype, each of the formula's steps would round)."""
-    if self.dtype.is_half and grad.dtype is self.dtype:
-        return gelu_backward(grad.float(), self.float(), approximate).to(self.dtype)
+    tanh formula.  (Half tensors reach it widened to float32: backward.py runs an elementwise
+    op's derivative formula in float32 and rounds once, as PyTorch's kernel does.)"""
     if approximate == "tanh":
         x_sq = self * self
         inner = GELU_BETA * (self + GELU_KAPPA * x_sq * self)
@@ -405,8 +403,6 @@ def gelu_backward(grad, self, approximate: str):
 
 def silu_backward(grad, self):
     """silu = x sigmoid(x): sigmoid(x) (1 + x (1 - sigmoid(x))); half tensors as gelu's."""
-    if self.dtype.is_half and grad.dtype is self.dtype:
-        return silu_backward(grad.float(), self.float()).to(self.dtype)
     s = tc.sigmoid(self)
     return grad * s * (1 + self * (1 - s))
 
