@@ -227,7 +227,8 @@ def test_info_prints_the_host_and_the_choices(workdir, tmp_path, monkeypatch):
         assert any(line.startswith(start) for line in out.splitlines()), (start, out)
     details = json.loads(run(workdir, "info", "--json").stdout)
     assert details["vector_register"] in ("zmm", "ymm", "xmm", "none") and details["matmul_blocks"]["float32"]["mr"] > 0
-    assert details["matmul_paths"]["bfloat16"] in ("dpbf16ps", "widen") and details["matmul_paths"]["float16"] == "widen"
+    assert details["matmul_paths"]["bfloat16"] in ("amx", "dpbf16ps", "widen")
+    assert details["matmul_paths"]["float16"] in ("amx-fp16", "widen")
     # the caches as sysfs lists them (a made-up host), and none without sysfs
     for index, (level, kind, size, shared) in enumerate([(1, "Data", "48K", "0"), (2, "Unified", "2048K", "0"),
                                                          (3, "Unified", "32M", "0-7")]):

@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 
 SHAPES = [((64, 64), (64, 64)), ((37, 131), (131, 45)), ((3, 20, 33), (33, 70)), ((1, 300), (300, 17)),
           ((256, 257), (257, 300))]
-FEATURE = {"dpbf16ps": "avx512bf16", "widen": None}
+# the CPU features a path's code is compiled with where the host lacks them (compile-only route)
+FEATURES = {path: needs for path, (_, needs) in tiles.PATH_NEEDS.items()}
 
 
 @pytest.fixture(params=tiles.HALF_PATHS)
@@ -38,9 +39,9 @@ def half_path(request):
 
 
 def _runs(path: str) -> None:
-    feature = FEATURE[path]
-    if feature and not hostcpu.detected_target().has(feature):
-        pytest.skip(f"the host CPU has no {feature}: the {path} path is compiled (test_*_assembly) but not run")
+    missing = tiles.missing_for(path)
+    if missing:
+        pytest.skip(f"the host lacks {', '.join(missing)}: the {path} path is compiled (test_*_assembly) but not run")
 
 
 def _torch_dtype(d):
@@ -93,16 +94,17 @@ def _assembly(path: str) -> str:
     host, or (feature missing) a target machine of the host's CPU with it turned on."""
     a = np.ones((64, 64), tc.bfloat16.np)
     lowered = tc.trace(lambda x, y: x @ y).lower(a, a)
-    feature = FEATURE[path]
-    if feature is None or hostcpu.detected_target().has(feature):
+    features = FEATURES.get(path, ())
+    if all(hostcpu.detected_target().has(f) for f in features):
         return lowered.as_text("asm")
-    return _assembly_with(lowered, feature)
+    return _assembly_with(lowered, *features)
 
 
-def _assembly_with(lowered, feature: str) -> str:
-    """The assembly of `lowered`'s LLVM IR for the host's CPU with `feature` turned on."""
+def _assembly_with(lowered, *features: str) -> str:
+    """The assembly of `lowered`'s LLVM IR for the host's CPU with `features` turned on."""
     host = hostcpu.host_target()
-    tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu, features=f"{host.features},+{feature}")
+    on = "".join(f",+{f}" for f in features)
+    tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu, features=host.features + on)
     module = llvm.parse_assembly(lowered.as_text("llvm"))
     module.triple, module.data_layout = tm.triple, str(tm.target_data)
     return tm.emit_assembly(module)
@@ -118,9 +120,12 @@ def test_the_compile_only_route_emits_vdpbf16ps(half_path):
 
 
 def test_each_path_uses_its_instructions(half_path):
-    asm = _assembly(half_path)
-    assert ("vdpbf16ps" in asm) == (half_path == "dpbf16ps")
-    assert re.search(r"\bvfmadd\w*ps\b", asm) or half_path == "dpbf16ps"
+    taken = tiles.half_path(tc.bfloat16, tc.bfloat16)     # (a float16 path forced: a bf16 product's own)
+    assert taken == half_path or tiles.PATH_NEEDS[half_path][0] is tc.float16
+    asm = _assembly(taken)
+    assert ("vdpbf16ps" in asm) == (taken == "dpbf16ps")
+    assert ("tdpbf16ps" in asm) == (taken == "amx")
+    assert re.search(r"\bvfmadd\w*ps\b", asm) or taken in ("dpbf16ps", "amx")
 
 
 def test_float16_packing_converts_with_f16c():
@@ -132,11 +137,13 @@ def test_float16_packing_converts_with_f16c():
 
 
 def test_default_path_follows_the_host():
-    want = "dpbf16ps" if hostcpu.host_target().has("avx512bf16") and hostcpu.host_target().has("avx512f") \
-        else "widen"
+    host = hostcpu.host_target()
+    amx = host.has("amx-tile") and hostcpu.tile_data_granted()
+    want = "amx" if amx and host.has("amx-bf16") else \
+        "dpbf16ps" if host.has("avx512bf16") and host.has("avx512f") else "widen"
     forced = hostcpu.tuned().get(tiles.HALF_PATH_KEY)
     if forced is None:
-        assert tiles.half_paths() == {"bfloat16": want, "float16": "widen"}
+        assert tiles.half_paths() == {"bfloat16": want, "float16": "amx-fp16" if amx and host.has("amx-fp16") else "widen"}
 
 
 @pytest.mark.parametrize("d", [tc.bfloat16, tc.float16])
@@ -225,6 +232,9 @@ def test_autocast_linear_and_its_gradients_take_the_bf16_kernel(half_path):
         asm = f.lower(x, w, b).as_text("asm") if hostcpu.detected_target().has("avx512bf16") \
             else _assembly_with(f.lower(x, w, b), "avx512bf16")
         assert "vdpbf16ps" in asm
+    if half_path == "amx":
+        asm = _assembly_with(f.lower(x, w, b), *FEATURES["amx"])
+        assert asm.count("$tracecomp.matmul.nest.float32.bfloat16.bfloat16.amx.32x32") == 3 and "tdpbf16ps" in asm
     _runs(half_path)
     got = [np.asarray(g) for g in f(x, w, b)]
     tx, tw, tb = (torch.from_numpy(v).requires_grad_() for v in (x, w, b))

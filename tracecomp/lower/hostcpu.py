@@ -140,3 +140,17 @@ def tuned() -> dict:
 def set_tuned(choices: dict) -> None:
     _tuned.clear()
     _tuned.update(choices)
+
+
+_tile_data = [False]
+
+
+def tile_data_granted() -> bool:
+    """Whether Linux granted this process the AMX tile data state (runtime/amx.py asks,
+    runtime/tuning.py records the answer before anything is scheduled): without it the
+    first tile instruction faults, so the AMX matmul paths need it."""
+    return _tile_data[0]
+
+
+def set_tile_data_granted(granted: bool) -> None:
+    _tile_data[0] = bool(granted)

@@ -65,8 +65,17 @@ def describe() -> dict:
 
 
 # schedule/tiles.py's half_path names, as `tracecomp info` explains them
-_PATH_TEXT = {"dpbf16ps": "K-pairs of bf16 into vdpbf16ps (AVX512-BF16), float32 accumulation",
+_PATH_TEXT = {"amx": "AMX tiles, tdpbf16ps on 32x32 float32 tiles (AMX-BF16), float32 accumulation",
+              "amx-fp16": "AMX tiles, tdpfp16ps on 32x32 float32 tiles (AMX-FP16), float32 accumulation",
+              "dpbf16ps": "K-pairs of bf16 into vdpbf16ps (AVX512-BF16), float32 accumulation",
               "widen": "converted to float32 in the packing, float32 micro-kernel"}
+
+
+def _path_text(info: dict, dtype: str, path: str) -> str:
+    text = _PATH_TEXT.get(path, path)
+    if dtype == "float16" and path == "widen" and "avx512fp16" in info.get("vector_features", ()):
+        text += " (not AVX512-FP16: its FMAs accumulate in float16)"
+    return text
 
 
 def _size(n: int) -> str:
@@ -101,7 +110,7 @@ def report(info: dict) -> str:
         + _measured(info, "loop", "LLVM's choice for this CPU"),
         f"matmul blocking: {blocks}",
         f"matmul vectors: {info['matmul_vector_bits']}-bit, " + _measured(info, "matmul", "the ISA's widest"),
-        "matmul paths: " + "; ".join(f"{dt}: {_PATH_TEXT.get(p, p)}" for dt, p in info.get("matmul_paths", {}).items()),
+        "matmul paths: " + "; ".join(f"{dt}: {_path_text(info, dt, p)}" for dt, p in info.get("matmul_paths", {}).items()),
         f"threads: {info['threads']}; idle OpenMP workers spin {info['gomp_spincount']} times, then sleep",
         f"compile cache: {info['compile_cache']}",
         info.get("numpy_blas", ""),

@@ -56,7 +56,7 @@ import numpy as np
 from ..ir.verifier import verify
 from ..lower import hostcpu
 from ..lower.schedule.scheduler import Program, schedule
-from . import cache, jit
+from . import amx, cache, jit
 from .compiled import CompiledProgram
 
 log = logging.getLogger("tracecomp.tuning")
@@ -122,7 +122,8 @@ def candidates() -> tuple[int, ...]:
 def ensure_tuned() -> None:
     """Install this CPU's measured choices (measuring them if no record exists), once per
     process; nothing to do when there is nothing to choose, the cache is off or
-    TRACECOMP_TUNE=0."""
+    TRACECOMP_TUNE=0.  First, on a CPU with AMX, ask Linux for the tile state (the AMX
+    matmul paths are chosen only where it is granted)."""
     global _done, _installed
     if _done:
         return
@@ -130,6 +131,8 @@ def ensure_tuned() -> None:
         if _done:
             return
         _done = True        # first: a measurement that failed is not tried again at every compile
+        if hostcpu.detected_target().has("amx-tile"):     # the AMX paths run only if Linux grants the tiles
+            hostcpu.set_tile_data_granted(amx.request_tile_data())
         if not candidates() or not cache.switched_on(TUNE_ENV) or not cache.settings.enabled:
             return
         here, host = cache.settings.directory, host_folder()

@@ -114,7 +114,8 @@ class _Plan:
         if uses_packed(self.dtype, *(_hint(d) for d in (m, n, k))):
             workspace = self.workspace = self.workspace or fresh_name(self.sched.buffers, "w")
             known = [d if isinstance(d, int) else None for d in (m, n, k)]
-            size = workspace_elements(self.dtype, *known, max_threads())      # a slice per thread
+            operands = tuple(self.sched.buffers[v.buffer].dtype for v in (a, b))
+            size = workspace_elements(self.dtype, *known, max_threads(), operands)      # a slice per thread
             old = self.sched.buffers.get(workspace)
             if old is None or old.shape[0] < size:
                 self.sched.buffers[workspace] = L.Buffer(workspace, self.dtype, (size,), "temp")

@@ -67,7 +67,8 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     if packed:
         workspace = fresh_name(sched.buffers, "w")
         known = [None if is_dynamic(d) else d for d in (m, n, k)]       # run-time sizes: unbounded
-        size = workspace_elements(dtype, *known, math.prod(batch))
+        operands = tuple(sched.buffers[v.buffer].dtype for v in (a_view, b_view))     # (they pick the tiles)
+        size = workspace_elements(dtype, *known, math.prod(batch), operands)
         sched.buffers[workspace] = L.Buffer(workspace, dtype, (size,), "temp")
     index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
     return fills + [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),

@@ -51,10 +51,16 @@ class Tiles:
     kc: int           # depth of a packed panel
     nc: int           # B panel columns (a multiple of nr)
     itemsize: int     # bytes per element
+    k_step: int = 1       # K granule of the micro-kernel: each packed K-block is zero-padded to it
+    k_per_slot: int = 1   # K elements per `itemsize` slot of a packed row (2: pairs of halfs in a float32)
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
+
+    def panel_depth(self, kc: int) -> int:
+        """Workspace elements per row (or column) of a micro-panel kc deep."""
+        return _round_up(kc, self.k_step) // self.k_per_slot
 
     @property
     def vector_bytes(self) -> int:
@@ -127,26 +133,74 @@ def tiles_for(dtype: DType) -> Tiles:
 # place): "widen" converts them to float32 inside the packing and runs the f32 micro-kernel;
 # "dpbf16ps" (both bfloat16, AVX-512 with AVX512-BF16; zmm, or ymm where 256-bit matmul
 # vectors were measured best) packs them as K-pairs of bf16 for vdpbf16ps, which
-# multiplies the pairs of each 32-bit lane and adds them in float32.
-HALF_PATHS = ("dpbf16ps", "widen")
+# multiplies the pairs of each 32-bit lane and adds them in float32; "amx" (both bfloat16)
+# and "amx-fp16" (both float16) pack A as rows of K and B as K-pairs, both zero-padded to
+# 32 deep, for AMX's tdpbf16ps / tdpfp16ps on 32 x 32 tiles (llvm/gemm/amx.py), which also
+# accumulate in float32.  AVX512-FP16 is no path: its FMAs accumulate in float16.
+HALF_PATHS = ("amx", "amx-fp16", "dpbf16ps", "widen")
 HALF_PATH_KEY = "matmul_half_path"      # hostcpu.tuned() key that forces one path (tests)
+AMX_PATHS = ("amx", "amx-fp16")
+# per path (in order of preference): the operand dtype it takes, the CPU features it runs on
+PATH_NEEDS = {"amx": (DType.bfloat16, ("amx-tile", "amx-bf16")),
+              "amx-fp16": (DType.float16, ("amx-tile", "amx-fp16")),
+              "dpbf16ps": (DType.bfloat16, ("avx512f", "avx512bf16"))}
+AMX_TILE, AMX_K_STEP = 32, 32          # C tile side; K per tile product (64-byte rows of halfs)
 
 
 def half_path(a: DType, b: DType) -> str:
-    """The path of a float32 product of operands of dtypes `a` and `b` (one of them half)."""
-    if not (a is DType.bfloat16 and b is DType.bfloat16) or tiles_for(DType.float32).lanes not in (8, 16) \
-            or not hostcpu.host_target().has("avx512f"):
+    """The path of a float32 product of operands of dtypes `a` and `b` (one of them half):
+    the forced one (HALF_PATH_KEY) if it takes them, else the first that runs here."""
+    if a is not b or not a.is_half:
         return "widen"
+    usable = [p for p, (d, _) in PATH_NEEDS.items() if d is a and _generates(p)]
     forced = hostcpu.tuned().get(HALF_PATH_KEY)
-    if forced in HALF_PATHS:
+    if forced in usable or forced == "widen":
         return forced
-    return "dpbf16ps" if hostcpu.host_target().has("avx512bf16") else "widen"
+    return next((p for p in usable if not missing_for(p)), "widen")
+
+
+def _generates(path: str) -> bool:
+    """Whether code for `path` can be generated for this target (it may not run here):
+    the dpbf16ps kernel is built on the f32 tiles' AVX-512 vectors; AMX code needs none."""
+    if path == "dpbf16ps":
+        return tiles_for(DType.float32).lanes in (8, 16) and hostcpu.host_target().has("avx512f")
+    return True
+
+
+def missing_for(path: str) -> list[str]:
+    """What this host lacks to run `path`: CPU features, or Linux's grant of the AMX tile
+    state (runtime/amx.py asks, hostcpu.tile_data_granted records the answer)."""
+    if path not in PATH_NEEDS:
+        return []
+    target = hostcpu.host_target()
+    missing = [f for f in PATH_NEEDS[path][1] if not target.has(f)]
+    if path in AMX_PATHS and not missing and not hostcpu.tile_data_granted():
+        missing.append("Linux's AMX tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM)")
+    return missing
 
 
 def half_paths() -> dict:
     """{dtype label: path} of products of two operands of that half dtype (`tracecomp info`,
     the compile cache's key)."""
     return {d.label: half_path(d, d) for d in (DType.bfloat16, DType.float16)}
+
+
+def amx_tiles(l1d: int, l2: int) -> Tiles:
+    """The AMX paths' blocking: 32 x 32 C tiles (four 16 x 16 tile registers); KC keeps the
+    B micro-panel (KC x 32 halfs) in 2/3 of L1d, MC the A block (MC x KC halfs) in 3/16 of
+    L2, as choose_tiles does for float32.  A packed row holds KC halfs in KC / 2 slots."""
+    kc = max(64, _round_down(l1d * 2 // 3 // (AMX_TILE * 2), AMX_K_STEP))
+    mc = max(2 * AMX_TILE, _round_down(l2 * 3 // 16 // (kc * 2), AMX_TILE))
+    return Tiles(mr=AMX_TILE, nv=AMX_TILE // 16, lanes=16, mc=mc, kc=kc, nc=2048, itemsize=4,
+                 k_step=AMX_K_STEP, k_per_slot=2)
+
+
+def product_tiles(dtype: DType, operands: Optional[tuple] = None) -> Tiles:
+    """The tiles of a product into `dtype` of operands of dtypes `operands` (default: dtype)."""
+    if operands and dtype is DType.float32 and any(d is not dtype for d in operands) \
+            and half_path(*operands) in AMX_PATHS:
+        return amx_tiles(*_cache_sizes())
+    return tiles_for(dtype)
 
 
 def parallel_min_work() -> int:
@@ -185,11 +239,11 @@ class Blocks:
 
     @property
     def a_elements(self) -> int:
-        return _aligned(self.mc * self.kc, self.tiles)
+        return _aligned(self.mc * self.tiles.panel_depth(self.kc), self.tiles)
 
     @property
     def b_elements(self) -> int:
-        return _aligned(self.kc * self.nc, self.tiles)
+        return _aligned(self.tiles.panel_depth(self.kc) * self.nc, self.tiles)
 
     @property
     def thread_elements(self) -> int:
@@ -206,10 +260,12 @@ def _aligned(elements: int, t: Tiles) -> int:
     return _round_up(elements, 64 // t.itemsize)
 
 
-def blocks(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int]) -> Blocks:
-    """Block sizes for an m x k @ k x n product; None for a size known only at run time
-    (a dynamic dim of an exported library), which the blocks then do not shrink to."""
-    t = tiles_for(dtype)
+def blocks(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int],
+           operands: Optional[tuple] = None) -> Blocks:
+    """Block sizes for an m x k @ k x n product into `dtype` of operands of dtypes
+    `operands` (product_tiles); None for a size known only at run time (a dynamic dim of an
+    exported library), which the blocks then do not shrink to."""
+    t = product_tiles(dtype, operands)
     m_tiles = -(-m // t.mr) if m is not None else None
     n_tiles = -(-n // t.nr) if n is not None else None
     # Each part packs its own panels: split rows and every part packs all of B (k x n),
@@ -224,7 +280,7 @@ def blocks(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int]) -
         split_m = m_tiles >= n_tiles
     # K-blocks of equal depth (k = 784: 4 x 196, not 3 x 256 + 16): a thin last block
     # reads and writes all of C for a few FMAs per element.
-    kc = -(-k // -(-k // t.kc)) if k is not None else t.kc
+    kc = _round_up(-(-k // -(-k // t.kc)), t.k_step) if k is not None else t.kc
     mc = min(t.mc, _round_up(m, t.mr)) if m is not None else t.mc
     nc = min(t.nc, _round_up(n, t.nr)) if n is not None else t.nc
     return Blocks(t, mc, kc, nc, split_m)
@@ -238,10 +294,11 @@ def _round_down(x: int, step: int) -> int:
     return x // step * step
 
 
-def workspace_elements(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int], batch: int) -> int:
+def workspace_elements(dtype: DType, m: Optional[int], n: Optional[int], k: Optional[int], batch: int,
+                       operands: Optional[tuple] = None) -> int:
     """Elements of the workspace buffer for a packed matmul of this size (None: a run-time
-    size, as in `blocks`)."""
-    bl = blocks(dtype, m, n, k)
+    size, as in `blocks`) and operand dtypes."""
+    bl = blocks(dtype, m, n, k, operands)
     split = None if (m if bl.split_m else n) is None else bl.split_tiles(m, n)
     threads = max_threads() if split is None else min(max_threads(), batch * split)
     return bl.thread_elements * max(threads, 1)

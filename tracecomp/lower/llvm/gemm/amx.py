@@ -1,20 +1,27 @@
-"""An AMX micro-kernel for bfloat16 products (Sapphire Rapids and later): compiled and
-checked in assembly only so far (no AMX host has run it; the nest does not call it yet).
+"""AMX micro-kernels for bfloat16 and float16 products (schedule/tiles.py's "amx" and
+"amx-fp16" paths; llvm/gemm/nest.py calls them on 32 x 32 tiles of C).
 
-    void tracecomp.matmul.uk.amx.32x32(i64 kc, ptr a, ptr b, ptr c, i64 ldc, i1 add)
+    void tracecomp.matmul.uk.amx.<bfloat16|float16>.32x32(i64 kc, ptr a, ptr b, ptr c, i64 ldc, i1 add)
 
 computes the 32 x 32 float32 tile c[r * ldc + j] (+)= sum_p a(r, p) * b(p, j) with
-- `a`: 32 rows of bf16, each `kcp` = kc rounded up to 32 elements (zero-padded), row after row
-  (AMX's A tiles are rows of K, unlike the vdpbf16ps kernel's K-pair A panels);
-- `b`: K-pairs of bf16 as halfpack.pack_pairs_function packs a 32-wide B micro-panel (pair
+- `a`: 32 rows of halfs, each `kcp` = kc rounded up to 32 elements (zero-padded), row after
+  row (AMX's A tiles are rows of K, unlike the vdpbf16ps kernel's K-pair A panels):
+  halfpack.pack_rows_function;
+- `b`: K-pairs of halfs as halfpack.pack_pairs_function packs a 32-wide B micro-panel (pair
   pp's 32 lanes at b + pp * 128 bytes), zero-padded to kcp / 2 pairs: a B tile is 16 pairs
   x 16 lanes of it, 64 bytes per row with a 128-byte stride;
 - tiles: tmm0-3 the four 16 x 16 float32 blocks of C, tmm4-5 the two A tiles (16 rows x 32
-  bf16), tmm6-7 the two B tiles; per 32 steps of K, four tileloadd and four tdpbf16ps.
+  halfs), tmm6-7 the two B tiles; per 32 steps of K, four tileloadd and four tdpbf16ps
+  (bfloat16, AMX-BF16) or tdpfp16ps (float16, AMX-FP16: Granite Rapids).
+Both products multiply pairs of halfs and accumulate in float32, as the issue's "matmuls
+accumulate in float32" asks.  AVX512-FP16 (Sapphire Rapids' vfmadd*ph) is deliberately
+not used for products: its FMAs round every partial sum to float16 (11-bit significand),
+so a host with AVX512-FP16 but no AMX-FP16 runs float16 products on the "widen" path
+(converted to float32 in the packing).
 The tile configuration is a 64-byte struct on the stack (palette 1; bytes 16-47: bytes per
 row of each tile, 48-63: rows), loaded by ldtilecfg on entry; tilerelease on exit.  Linux
-hands out the tile data state only on request: runtime/amx.py asks (arch_prctl) before a
-first use.
+hands out the tile data state only on request: runtime/amx.py asks (arch_prctl) before
+anything is scheduled (runtime/tuning.py), and the AMX paths are chosen only if granted.
 """
 from __future__ import annotations
 
@@ -26,18 +33,22 @@ from ....core.dtypes import DType
 from .. import scalar as S
 from ..emitter import counted_loop
 from .microkernel import helper_function
+from ...schedule.tiles import AMX_K_STEP, AMX_TILE
 
 _PTR = ir.PointerType()
 I8 = ir.IntType(8)
-MR = NR = 32
-K_STEP = 32                      # bf16 elements of K per tdpbf16ps (64-byte tile rows)
+MR = NR = AMX_TILE               # (two tile registers of 16 rows each way)
+K_STEP = AMX_K_STEP              # halfs of K per tile product (64-byte tile rows)
 C_TILES = {(0, 0): 0, (0, 1): 1, (1, 0): 2, (1, 1): 3}
 A_TILES, B_TILES = (4, 5), (6, 7)
 c64 = functools.partial(ir.Constant, S.I64)
 
 
-def amx_microkernel_name() -> str:
-    return f"tracecomp.matmul.uk.amx.{MR}x{NR}"
+PRODUCTS = {DType.bfloat16: "llvm.x86.tdpbf16ps", DType.float16: "llvm.x86.tdpfp16ps"}
+
+
+def amx_microkernel_name(dtype: DType = DType.bfloat16) -> str:
+    return f"tracecomp.matmul.uk.amx.{dtype.label}.{MR}x{NR}"
 
 
 def tile_config() -> list[int]:
@@ -59,9 +70,9 @@ def _tile(n: int) -> ir.Constant:
     return ir.Constant(I8, n)
 
 
-def amx_microkernel(module: ir.Module) -> ir.Function:
-    """The 32 x 32 AMX micro-kernel (module docstring), defined on first use."""
-    fn, b = helper_function(module, DType.bfloat16, amx_microkernel_name(),
+def amx_microkernel(module: ir.Module, dtype: DType = DType.bfloat16) -> ir.Function:
+    """The 32 x 32 AMX micro-kernel of `dtype` operands (module docstring), defined on first use."""
+    fn, b = helper_function(module, dtype, amx_microkernel_name(dtype),
                             [("kc", S.I64), ("a", _PTR), ("b", _PTR), ("c", _PTR), ("ldc", S.I64), ("add", S.I1)])
     if b is None:
         return fn
@@ -92,7 +103,7 @@ def amx_microkernel(module: ir.Module) -> ir.Function:
             at = b.gep(bp, [b.add(b.mul(step.index, c64(16 * NR)), c64(16 * j))], source_etype=S.I32)
             _call(b, "llvm.x86.tileloadd64", [_tile(t), at, c64(4 * NR)])
         for (i, j), t in C_TILES.items():
-            _call(b, "llvm.x86.tdpbf16ps", [_tile(t), _tile(A_TILES[i]), _tile(B_TILES[j])])
+            _call(b, PRODUCTS[dtype], [_tile(t), _tile(A_TILES[i]), _tile(B_TILES[j])])
     for (i, j), t in C_TILES.items():
         _call(b, "llvm.x86.tilestored64", [_tile(t), c_block(i, j), c_stride])
     _call(b, "llvm.x86.tilerelease", [])

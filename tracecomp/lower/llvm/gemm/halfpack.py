@@ -1,5 +1,5 @@
 """The packed matmul's helpers for bfloat16/float16 operands of a float32 product
-(schedule/tiles.py: half_path picks one of two paths).
+(schedule/tiles.py: half_path picks the path).
 
 - "widen": `pack_widen_function` packs a half panel as float32 micro-panels (pack_function's
   layout), converting while it copies (llvm/halfs.py: vcvtph2ps with F16C), and the f32
@@ -11,6 +11,10 @@
   accumulated in float32: the bf16 products are exact in float32, so only the sums round).
   A micro-panel of width w and depth kc takes w * ceil(kc / 2) lanes, at most the w * kc
   float32 slots the nest spaces micro-panels by, so the nest addresses both paths alike.
+- "amx", "amx-fp16" (llvm/gemm/amx.py): B as the same K-pairs (`pack_pairs_function` with
+  k_step 32), A as rows of K (`pack_rows_function`), both zero-padded to a multiple of 32
+  deep; a micro-panel of width w then takes w * ceil(kc / 32) * 16 float32 slots
+  (schedule/tiles.py: Tiles.panel_depth), by which the nest spaces them.
 """
 from __future__ import annotations
 
@@ -48,15 +52,26 @@ def pack_widen_name(src: DType, width: int) -> str:
     return f"tracecomp.matmul.pack_widen.{src.label}.{width}"
 
 
-def pack_pairs_name(width: int) -> str:
-    return f"tracecomp.matmul.pack_pairs.bfloat16.{width}"
+def pack_pairs_name(width: int, dtype: DType = DType.bfloat16, k_step: int = 1) -> str:
+    return f"tracecomp.matmul.pack_pairs.{dtype.label}.{width}" + (f".k{k_step}" if k_step > 1 else "")
 
 
-def _pack_panels(module: ir.Module, src_dtype: DType, name: str, width: int, whole_paths, element) -> ir.Function:
+def pack_rows_name(dtype: DType, width: int, k_step: int) -> str:
+    return f"tracecomp.matmul.pack_rows.{dtype.label}.{width}.k{k_step}"
+
+
+def _padded(b: ir.IRBuilder, kc: ir.Value, k_step: int) -> ir.Value:
+    """kc rounded up to a multiple of k_step."""
+    return b.mul(b.udiv(b.add(kc, c64(k_step - 1)), c64(k_step)), c64(k_step))
+
+
+def _pack_panels(module: ir.Module, src_dtype: DType, name: str, width: int, whole_paths, element,
+                 k_step: int = 1) -> ir.Function:
     """`name(dst, src, count, kc, sx, sp)`, pack_function's signature over a half source
     (element (x, p) at src[x * sx + p * sp]): per micro-panel q of `width` rows (at dst + q *
-    width * kc float32 slots), the first of `whole_paths` [(stride that must be 1, fill)]
-    that applies to a whole panel, else `element(pdst, psrc, kc, sx, sp, valid)`."""
+    width * D float32 slots, D = kc, or with k_step > 1 kc padded to it, halved: two halfs
+    per slot), the first of `whole_paths` [(stride that must be 1, fill)] that applies to a
+    whole panel, else `element(pdst, psrc, kc, sx, sp, valid)`."""
     fn, b = helper_function(module, src_dtype, name, [("dst", _PTR), ("src", _PTR), ("count", S.I64),
                                                      ("kc", S.I64), ("sx", S.I64), ("sp", S.I64)])
     if b is None:
@@ -64,10 +79,11 @@ def _pack_panels(module: ir.Module, src_dtype: DType, name: str, width: int, who
     dst, src, count, kc, sx, sp = fn.args
     strides = {"sx": sx, "sp": sp}
     w = c64(width)
+    depth = kc if k_step == 1 else b.udiv(_padded(b, kc, k_step), c64(2))
     with plain_loop(b, c64(0), b.udiv(b.add(count, c64(width - 1)), w), "q") as q:
         x0 = b.mul(q.index, w)
         valid = S.intrinsic(b, "smin", [w, b.sub(count, x0)])
-        pdst = b.gep(dst, [b.mul(x0, kc)], source_etype=S.F32)
+        pdst = b.gep(dst, [b.mul(x0, depth)], source_etype=S.F32)
         psrc = b.gep(src, [b.mul(x0, sx)], source_etype=S.I16)
 
         def first(paths):
@@ -113,11 +129,15 @@ def pack_widen_function(module: ir.Module, src: DType, width: int) -> ir.Functio
     return _pack_panels(module, src, pack_widen_name(src, width), width, [("sx", rows)], elements)
 
 
-def pack_pairs_function(module: ir.Module, width: int) -> ir.Function:
-    """bfloat16 panel -> K-pair micro-panels (module docstring).  Rows contiguous (B
+def pack_pairs_function(module: ir.Module, width: int, dtype: DType = DType.bfloat16, k_step: int = 1) -> ir.Function:
+    """Half panel -> K-pair micro-panels (module docstring); with k_step > 1 (AMX) each
+    micro-panel is zero-padded to ceil(kc / k_step) * k_step / 2 pairs.  Rows contiguous (B
     row-major): two vector loads and an interleave per pair.  Depth contiguous (A
     row-major): one 32-bit load per lane and pair.  Else element by element."""
     interleave = ir.Constant(ir.VectorType(S.I32, 2 * width), [x // 2 + (x % 2) * width for x in range(2 * width)])
+
+    def pairs(b, kc):
+        return _pairs(b, kc) if k_step == 1 else b.udiv(_padded(b, kc, k_step), c64(2))
 
     def lane(b, pdst, pp, x):
         return b.gep(pdst, [b.add(b.mul(pp, c64(width)), x)], source_etype=S.I32)
@@ -129,7 +149,7 @@ def pack_pairs_function(module: ir.Module, width: int) -> ir.Function:
             inside = b.icmp_signed("<", p, kc)
             at = b.gep(psrc, [b.mul(b.select(inside, p, c64(0)), sp)], source_etype=S.I16)
             return b.select(inside, b.load(at, typ=vt, align=2), ir.Constant(vt, [0] * width))
-        with plain_loop(b, c64(0), _pairs(b, kc), "pp") as pp:
+        with plain_loop(b, c64(0), pairs(b, kc), "pp") as pp:
             p = b.mul(pp.index, c64(2))
             both = b.shuffle_vector(row(p), row(b.add(p, c64(1))), interleave)
             b.store(both, lane(b, pdst, pp.index, c64(0)), align=4)
@@ -145,9 +165,13 @@ def pack_pairs_function(module: ir.Module, width: int) -> ir.Function:
             with plain_loop(b, c64(0), c64(width), "x") as x:
                 last = b.load(b.gep(psrc, [b.add(b.mul(x.index, sx), b.sub(kc, c64(1)))], source_etype=S.I16), typ=S.I16)
                 b.store(b.zext(last, S.I32), lane(b, pdst, whole, x.index))
+        if k_step > 1:          # the padding pairs
+            zeros = ir.Constant(ir.VectorType(S.I32, width), [0] * width)
+            with plain_loop(b, _pairs(b, kc), pairs(b, kc), "pz") as pp:
+                b.store(zeros, lane(b, pdst, pp.index, c64(0)), align=4)
 
     def elements(b, pdst, psrc, kc, sx, sp, valid):
-        with plain_loop(b, c64(0), _pairs(b, kc), "pp") as pp:
+        with plain_loop(b, c64(0), pairs(b, kc), "pp") as pp:
             with plain_loop(b, c64(0), c64(width), "x") as x:
                 inside = b.icmp_signed("<", x.index, valid)
                 halves = []
@@ -156,8 +180,40 @@ def pack_pairs_function(module: ir.Module, width: int) -> ir.Function:
                     bits = _half_at(b, psrc, x.index, p, sx, sp, b.and_(inside, b.icmp_signed("<", p, kc)))
                     halves.append(b.zext(bits, S.I32))
                 b.store(b.or_(halves[0], b.shl(halves[1], ir.Constant(S.I32, 16))), lane(b, pdst, pp.index, x.index))
-    return _pack_panels(module, DType.bfloat16, pack_pairs_name(width), width, [("sx", rows), ("sp", depth)],
-                        elements)
+    return _pack_panels(module, dtype, pack_pairs_name(width, dtype, k_step), width, [("sx", rows), ("sp", depth)],
+                        elements, k_step)
+
+
+def pack_rows_function(module: ir.Module, dtype: DType, width: int, k_step: int) -> ir.Function:
+    """Half panel -> micro-panels of `width` rows of K (AMX's A tiles): row x of a panel at
+    x * D halfs, D = kc padded to k_step with zeros, rows past the panel's valid ones zero.
+    Depth contiguous (A row-major): masked k_step-wide vector loads; else element by element."""
+    vt = ir.VectorType(S.I16, k_step)
+    zeros = ir.Constant(vt, [0] * k_step)
+    ramp = ir.Constant(ir.VectorType(S.I64, k_step), list(range(k_step)))
+    masked_load = S.declare(module, f"llvm.masked.load.v{k_step}i16.p0", vt,
+                            [_PTR, S.I32, ir.VectorType(S.I1, k_step), vt])
+
+    def row_at(b, pdst, kc, x):
+        return b.gep(pdst, [b.mul(x, _padded(b, kc, k_step))], source_etype=S.I16)
+
+    def depth(b, pdst, psrc, kc, sx, sp):
+        with plain_loop(b, c64(0), c64(width), "x") as x:
+            src_row, dst_row = b.gep(psrc, [b.mul(x.index, sx)], source_etype=S.I16), row_at(b, pdst, kc, x.index)
+            with plain_loop(b, c64(0), b.udiv(_padded(b, kc, k_step), c64(k_step)), "ks") as ks:
+                p0 = b.mul(ks.index, c64(k_step))
+                mask = b.icmp_signed("<", b.add(ramp, splat(b, p0, ramp.type)), splat(b, kc, ramp.type))
+                chunk = b.call(masked_load, [b.gep(src_row, [p0], source_etype=S.I16), ir.Constant(S.I32, 2), mask,
+                                             zeros])
+                b.store(chunk, b.gep(dst_row, [p0], source_etype=S.I16), align=2)
+
+    def elements(b, pdst, psrc, kc, sx, sp, valid):
+        with plain_loop(b, c64(0), c64(width), "x") as x:
+            dst_row = row_at(b, pdst, kc, x.index)
+            with plain_loop(b, c64(0), _padded(b, kc, k_step), "p") as p:
+                inside = b.and_(b.icmp_signed("<", x.index, valid), b.icmp_signed("<", p.index, kc))
+                b.store(_half_at(b, psrc, x.index, p.index, sx, sp, inside), b.gep(dst_row, [p.index], source_etype=S.I16))
+    return _pack_panels(module, dtype, pack_rows_name(dtype, width, k_step), width, [("sp", depth)], elements, k_step)
 
 
 def _pairs(b: ir.IRBuilder, kc: ir.Value) -> ir.Value:

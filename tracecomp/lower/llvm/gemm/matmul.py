@@ -106,6 +106,13 @@ def cpu_body(kernel: Kernel) -> list:
     return [st for st in body[:-1] if buffers_written(st) != {filled}] + [body[-1]]
 
 
+def operand_dtypes(kernel: Kernel, s: Matmul) -> tuple:
+    """The dtypes of the buffers the packed kernel reads a and b from (b: the windows' input
+    when it reads them in place), which pick its path and tiles (schedule/tiles.py)."""
+    b = s.b_windows.buffer if reads_windows(kernel, s) else s.b.buffer
+    return kernel.buffer(s.a.buffer).dtype, kernel.buffer(b).dtype
+
+
 def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> None:
     dtype = em.kernel.buffer(s.out.buffer).dtype
     plan = _plan(em, s, dtype)
@@ -131,7 +138,7 @@ def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
     if not _packable(em.kernel, s, dtype):
         return None
     ws = em.kernel.buffer(s.workspace)
-    bl = blocks(dtype, *(d if isinstance(d, int) else None for d in (s.m, s.n, s.k)))
+    bl = blocks(dtype, *(d if isinstance(d, int) else None for d in (s.m, s.n, s.k)), operand_dtypes(em.kernel, s))
     capacity = ws.shape[0] // bl.thread_elements
     if capacity < 1:
         raise BackendError(f"kernel '{em.kernel.name}': Matmul workspace '{s.workspace}' holds "
@@ -343,7 +350,7 @@ class _Item:
         if windows is not None:         # b's batch offset in the input; rows and columns from tables
             strides = tuple(Const(st, INDEX) for st in windows.batch_strides) + zeros
             views["b"] = View(windows.buffer, windows.offset, strides)
-        self.operand_dtypes = tuple(em.kernel.buffer(views[role].buffer).dtype for role in ("a", "b"))
+        self.operand_dtypes = operand_dtypes(em.kernel, s)
         for role, view in views.items():
             base = em.buffers[view.buffer][1]
             element = S.memory_type(em.kernel.buffer(view.buffer).dtype)      # (a half operand: i16)

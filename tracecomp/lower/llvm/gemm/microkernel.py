@@ -420,11 +420,14 @@ def merge_name(dtype: DType, nr: int) -> str:
     return f"tracecomp.matmul.merge.{dtype.label}.{nr}"
 
 
-def merge_function(module: ir.Module, dtype: DType, nr: int) -> ir.Function:
+def merge_function(module: ir.Module, dtype: DType, nr: int, owner: Optional[DType] = None) -> ir.Function:
     """`merge(tile, c, mr, nr, rs, cs, add)`: the valid mr x nr corner of a stack tile
-    (row length NR) into C at c[r * rs + j * cs], overwriting or adding."""
+    (row length NR) into C at c[r * rs + j * cs], overwriting or adding.  `owner`: the
+    dtype whose helpers it belongs to (helper_function's key; a nest of half operands whose
+    tile width the `dtype` helpers defined elsewhere may not have), named after it."""
     t = S.register_type(dtype)
-    fn, b = helper_function(module, dtype, merge_name(dtype, nr),
+    name = merge_name(dtype, nr) + (f".{owner.label}" if owner is not None else "")
+    fn, b = helper_function(module, owner or dtype, name,
                              [("tile", _PTR), ("c", _PTR), ("mr", S.I64), ("nr", S.I64), ("rs", S.I64),
                               ("cs", S.I64), ("add", S.I1)])
     if b is None:

@@ -43,8 +43,9 @@ from .. import scalar as S
 from ..emitter import counted_loop
 from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function,
                           pack_windows_function)
-from .halfpack import dpbf16_microkernel, pack_pairs_function, pack_widen_function
-from ...schedule.tiles import PACKED_DTYPES, half_path, tiles_for
+from .amx import amx_microkernel
+from .halfpack import dpbf16_microkernel, pack_pairs_function, pack_rows_function, pack_widen_function
+from ...schedule.tiles import AMX_PATHS, PACKED_DTYPES, half_path, product_tiles, tiles_for
 
 _PTR = ir.PointerType()
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [_PTR, S.I64, S.I64, S.I64, S.I64])
@@ -76,9 +77,10 @@ def helper_names(dtypes: Iterable[DType]) -> list[str]:
 def nest_name(dtype: DType, a: DType | None = None, b: DType | None = None) -> str:
     """The nest's name; a product of half operands `a`, `b` (into float32) names them and
     its path (schedule/tiles.py: half_path)."""
-    t = tiles_for(dtype)
     if (a or dtype) is dtype and (b or dtype) is dtype:
+        t = tiles_for(dtype)
         return f"tracecomp.matmul.nest.{dtype.label}.{t.mr}x{t.nr}"
+    t = product_tiles(dtype, (a, b))
     return f"tracecomp.matmul.nest.{dtype.label}.{a.label}.{b.label}.{half_path(a, b)}.{t.mr}x{t.nr}"
 
 
@@ -105,19 +107,26 @@ def _packer(module: ir.Module, dtype: DType, source: DType, width: int, pairs: b
 
 class _Nest:
     def __init__(self, fn: ir.Function, b: ir.IRBuilder, dtype: DType, a: DType, b_dtype: DType):
-        self.b, self.dtype, self.tiles = b, dtype, tiles_for(dtype)
+        self.b, self.dtype, self.tiles = b, dtype, product_tiles(dtype, (a, b_dtype))
         self.t = S.register_type(dtype)
         self.elements = {"a": S.memory_type(a), "b": S.memory_type(b_dtype), "c": self.t}
         self.arg = {name: arg for (name, _), arg in zip(NEST_ARGS, fn.args)}
         module, tiles = fn.module, self.tiles
         half = a is not dtype or b_dtype is not dtype
-        pairs = half and half_path(a, b_dtype) == "dpbf16ps"
-        self.kernel = dpbf16_microkernel(module, tiles.mr, tiles.nv) if pairs else \
-            microkernel(module, dtype, tiles.mr, tiles.nv)
-        self.pack_a = _packer(module, dtype, a, tiles.mr, pairs)
-        self.pack_b = _packer(module, dtype, b_dtype, tiles.nr, pairs)
+        path = half_path(a, b_dtype) if half else None
+        self.amx = path in AMX_PATHS
+        pairs = path == "dpbf16ps"
+        if self.amx:        # A as rows of K, B as K-pairs, both padded to the tile product's K step
+            self.kernel = amx_microkernel(module, a)
+            self.pack_a = pack_rows_function(module, a, tiles.mr, tiles.k_step)
+            self.pack_b = pack_pairs_function(module, tiles.nr, b_dtype, tiles.k_step)
+        else:
+            self.kernel = dpbf16_microkernel(module, tiles.mr, tiles.nv) if pairs else \
+                microkernel(module, dtype, tiles.mr, tiles.nv)
+            self.pack_a = _packer(module, dtype, a, tiles.mr, pairs)
+            self.pack_b = _packer(module, dtype, b_dtype, tiles.nr, pairs)
         self.pack_windows = None if half else pack_windows_function(module, dtype, tiles.nr)     # (f32 b only)
-        self.merge = merge_function(module, dtype, tiles.nr)
+        self.merge = merge_function(module, dtype, tiles.nr, a if self.amx else None)
         self.tile = b.alloca(ir.ArrayType(self.t, tiles.mr * tiles.nr), name="tile")
         self.tile.align = 64
         self.a_pack = self.arg["ws"]
@@ -134,6 +143,16 @@ class _Nest:
         b = self.b
         return b.gep(self.arg[role], [b.add(b.mul(i, self.arg[f"rs_{role}"]), b.mul(j, self.arg[f"cs_{role}"]))],
                      source_etype=self.elements[role])
+
+    def panel_depth(self, kc: ir.Value) -> ir.Value:
+        """Workspace elements per row of a micro-panel kc deep (schedule/tiles.py:
+        Tiles.panel_depth): kc, or for AMX kc padded to the K step, two halfs per slot."""
+        t = self.tiles
+        if t.k_step == 1 and t.k_per_slot == 1:
+            return kc
+        b = self.b
+        padded = b.mul(b.udiv(b.add(kc, self.c64(t.k_step - 1)), self.c64(t.k_step)), self.c64(t.k_step))
+        return b.udiv(padded, self.c64(t.k_per_slot))
 
     def blocks_of(self, lo, hi, step: ir.Value, name: str):
         """A counted_loop over the blocks of [lo, hi), and the function giving a block's
@@ -156,12 +175,16 @@ class _Nest:
             with counted_loop(b, self.c64(0), k_blocks, "mm.pc") as pstate:
                 p0 = b.mul(pstate.index, kc)
                 kcur = S.intrinsic(b, "smin", [kc, b.sub(k, p0)])
-                prepacked = b.icmp_unsigned("!=", arg["b_packed"], ir.Constant(_PTR, None))
-                with b.if_then(b.not_(prepacked)):
+                if self.amx:        # (a PackB's f32 panels are not this layout: schedule/prepack.py)
                     self.pack_b_panel(p0, jc, nc, kcur)
-                packed_at = self.gep(arg["b_packed"], b.add(b.mul(jc, k), b.mul(p0, self.c64(self.tiles.nr))))
-                b_block = b.select(prepacked, packed_at, self.b_pack)
-                panel_depth = b.select(prepacked, k, kcur)      # elements between micro-panels / NR
+                    b_block, panel_depth = self.b_pack, self.panel_depth(kcur)
+                else:
+                    prepacked = b.icmp_unsigned("!=", arg["b_packed"], ir.Constant(_PTR, None))
+                    with b.if_then(b.not_(prepacked)):
+                        self.pack_b_panel(p0, jc, nc, kcur)
+                    packed_at = self.gep(arg["b_packed"], b.add(b.mul(jc, k), b.mul(p0, self.c64(self.tiles.nr))))
+                    b_block = b.select(prepacked, packed_at, self.b_pack)
+                    panel_depth = b.select(prepacked, k, kcur)      # elements between micro-panels / NR
                 add = b.or_(b.icmp_signed(">", pstate.index, self.c64(0)), arg["accumulate"])
                 last = b.icmp_signed("==", pstate.index, b.sub(k_blocks, self.c64(1)))
                 iloop, iblock = self.blocks_of(arg["m_lo"], arg["m_hi"], arg["mc"], "mm.ic")
@@ -195,7 +218,7 @@ class _Nest:
             iloop, itile = self.blocks_of(self.c64(0), mc, self.c64(tiles.mr), "mm.ir")
             with iloop as istate:
                 ir_, mr = itile(istate)
-                a_panel = self.gep(self.a_pack, b.mul(ir_, kc))
+                a_panel = self.gep(self.a_pack, b.mul(ir_, self.panel_depth(kc)))
                 b_panel = self.gep(b_block, b.mul(jr, panel_depth))
                 i0, j0 = b.add(ic, ir_), b.add(jc, jr)
                 c = self.at("c", i0, j0)

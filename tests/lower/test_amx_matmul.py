@@ -1,0 +1,355 @@
+"""The AMX matmul paths ("amx": bfloat16, "amx-fp16": float16; schedule/tiles.py) on any host.
+
+- Compiled: a product forced onto the path, compiled for a CPU with its features, has the
+  tile instructions in its assembly, for several shapes, a batched matmul and a linear
+  layer; its run is skipped, naming what the host lacks, unless the host has AMX.
+- Emulated: the real loop nest (llvm/gemm/nest.py: packing, 32 x 32 tiling, edges, K
+  blocks, the merge of partial tiles) compiled for this host with each tile instruction
+  renamed to a Python function that does what the instruction does (TileUnit below, from
+  Intel's description of ldtilecfg, tileloadd, tilestored, tilezero, tdpbf16ps/tdpfp16ps),
+  run on real operands and compared with the float64 product: a layout or tiling bug shows
+  here, without a Xeon.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp.core.dtypes import DType
+from tracecomp.lower import hostcpu
+from tracecomp.lower.llvm import target
+from tracecomp.lower.llvm.gemm.microkernel import defining_exported_helpers
+from tracecomp.lower.llvm.gemm.nest import nest_function, nest_name
+from tracecomp.lower.schedule import tiles
+from tracecomp.runtime import tuning
+
+PATHS = {DType.bfloat16: "amx", DType.float16: "amx-fp16"}
+PRODUCT = {DType.bfloat16: "tdpbf16ps", DType.float16: "tdpfp16ps"}
+TILE_OPS = ("ldtilecfg", "tileloadd64", "tilestored64", "tilezero", "tdpbf16ps", "tdpfp16ps", "tilerelease")
+
+
+@pytest.fixture
+def forced():
+    """force(path): the path chosen for products from now on (restored after the test)."""
+    tuning.ensure_tuned()
+    before = hostcpu.tuned()
+
+    def force(path: str) -> None:
+        hostcpu.set_tuned({**before, tiles.HALF_PATH_KEY: path})
+    yield force
+    hostcpu.set_tuned(before)
+
+
+# ---------------------------------------------------------------- compiled
+
+def _assembly(lowered, path: str) -> str:
+    """`lowered`'s LLVM IR compiled for the host's CPU with the path's features turned on."""
+    target.initialize()
+    host = hostcpu.host_target()
+    on = "".join(f",+{f}" for f in tiles.PATH_NEEDS[path][1])
+    tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu, features=host.features + on)
+    module = llvm.parse_assembly(lowered.as_text("llvm"))
+    module.triple, module.data_layout = tm.triple, str(tm.target_data)
+    return tm.emit_assembly(module)
+
+
+def _calls(asm: str, function: str) -> int:
+    """How often the assembly takes `function`'s address to call it (the large code model)."""
+    return len(re.findall(r'movabsq\s+\$"?' + re.escape(function) + r'"?,', asm))
+
+
+def _skip_unless_runs(path: str) -> None:
+    missing = tiles.missing_for(path)
+    if missing:
+        pytest.skip(f"the host lacks {', '.join(missing)}: the {path} path is compiled and emulated, not run")
+
+
+def _close(got, a, b) -> None:
+    """Within float32 accumulation of exact half products (one float32 rounding per K block
+    and tile store), relative to the sum of magnitudes."""
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    err = np.abs(np.asarray(got, np.float64) - want)
+    assert np.all(err <= 1e-5 * scale + 1e-30), err.max()
+
+
+SHAPES = [((64, 64), (64, 64)), ((37, 131), (131, 45)), ((40, 1), (1, 33)), ((3, 20, 33), (33, 70)),
+          ((1, 300), (300, 17)), ((96, 600), (600, 64))]
+
+
+@pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16], ids=str)
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_forced_amx_product_has_the_tile_instructions(forced, dtype, shapes):
+    path = PATHS[dtype]
+    forced(path)
+    assert tiles.half_path(dtype, dtype) == path
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s).astype(dtype.np) for s in shapes)
+    f = tc.trace(lambda x, y: x @ y)
+    asm = _assembly(f.lower(a, b), path)
+    m, n = shapes[0][-2] if len(shapes[0]) > 1 else 1, shapes[1][-1]
+    if not tiles.uses_packed(DType.float32, m, n, shapes[0][-1]):     # (M = 1: plain loops, no tiles)
+        assert "tileloadd" not in asm
+    else:
+        counts = {op: len(re.findall(rf"\b{op}\b", asm)) for op in
+                  ("ldtilecfg", "tileloadd", PRODUCT[dtype], "tilestored", "tilerelease")}
+        assert all(counts.values()), counts
+        assert _calls(asm, nest_name(DType.float32, dtype, dtype)) >= 1
+    _skip_unless_runs(path)
+    out = f(a, b)
+    assert out.dtype == dtype
+    _close(np.asarray(out), a, b)
+
+
+def test_batched_matmul_and_linear_take_the_amx_nest(forced):
+    """The path flows to every product that reaches the packed nest: a batched matmul and a
+    linear layer under autocast (forward and both gradients)."""
+    forced("amx")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((4, 40, 72)).astype(DType.bfloat16.np)
+    b = rng.standard_normal((4, 72, 50)).astype(DType.bfloat16.np)
+    name = nest_name(DType.float32, DType.bfloat16, DType.bfloat16)
+    assert name.endswith(".amx.32x32")
+    batched = tc.trace(lambda x, y: x @ y)
+    assert _calls(_assembly(batched.lower(a, b), "amx"), name) >= 1
+    x = rng.standard_normal((2, 48, 96)).astype(np.float32)
+    w = (rng.standard_normal((80, 96)) / 10).astype(np.float32)
+    bias = rng.standard_normal(80).astype(np.float32)
+
+    def loss(x, w, bias):
+        with tc.autocast(tc.bfloat16):
+            y = tc.nn.functional.linear(x, w, bias)
+        return (y.float() * y.float()).mean()
+    step = tc.trace(tc.grad(loss, argnums=(0, 1, 2)))
+    assert _calls(_assembly(step.lower(x, w, bias), "amx"), name) == 3
+    _skip_unless_runs("amx")
+    for got, want_a, want_b in zip(np.asarray(batched(a, b)), a, b):
+        _close(got, want_a, want_b)
+
+
+def test_missing_amx_names_the_features():
+    for path, (_, needs) in tiles.PATH_NEEDS.items():
+        missing = tiles.missing_for(path)
+        assert set(missing) - set(needs) <= {m for m in missing if "permission" in m}
+        assert all(not hostcpu.host_target().has(f) for f in missing if f in needs)
+
+
+def test_amx_tiles_pad_k_to_the_tile_step():
+    t = tiles.amx_tiles(48 << 10, 2 << 20)
+    assert (t.mr, t.nr, t.k_step) == (32, 32, 32) and t.kc % 32 == 0 and t.mc % 32 == 0
+    assert [t.panel_depth(k) for k in (1, 32, 33, 64)] == [16, 16, 32, 32]
+    bl = tiles.blocks(DType.float32, 37, 45, 131, (DType.bfloat16, DType.bfloat16)) \
+        if tiles.half_path(DType.bfloat16, DType.bfloat16) == "amx" else None
+    if bl is not None:
+        assert bl.kc % 32 == 0 and bl.a_elements >= 64 * bl.kc // 2
+
+
+# ---------------------------------------------------------------- emulated
+
+class TileUnit:
+    """Eight tile registers and a tile configuration, as the instructions see them (Intel
+    SDM: rows and bytes per row from the palette-1 config; loads zero the rest of a tile;
+    a tile product requires C.rows == A.rows, A.colsb / 4 == B.rows, B.colsb == C.colsb, and
+    adds the float32 products of pairs of halfs).  Memory is read and written at the raw
+    addresses the compiled code passes; an access that starts inside a known buffer must
+    end inside it too.  Problems are collected in `errors` (a callback cannot raise)."""
+
+    def __init__(self, dtype: DType, buffers: list[np.ndarray]):
+        self.dtype = dtype
+        self.tiles = np.zeros((8, 16, 64), np.uint8)
+        self.rows = self.colsb = None
+        self.ranges = [(x.ctypes.data, x.ctypes.data + x.nbytes) for x in buffers]
+        self.errors: list[str] = []
+        self.products = 0
+
+    def ldtilecfg(self, at: int) -> None:
+        config = np.frombuffer(ctypes.string_at(at, 64), np.uint8)
+        assert config[0] == 1, f"palette {config[0]}"
+        self.colsb = config[16:32].view(np.uint16).copy()
+        self.rows = config[48:56].copy()
+        assert np.all(self.colsb <= 64) and np.all(self.rows <= 16)
+
+    def configured(self, t: int) -> tuple[int, int]:
+        assert self.rows is not None, "tile instruction without ldtilecfg"
+        return int(self.rows[t]), int(self.colsb[t])
+
+    def check(self, start: int, end: int) -> None:
+        for lo, hi in self.ranges:
+            if lo <= start < hi:
+                assert end <= hi, f"access [{start:#x}, {end:#x}) runs past a buffer ending at {hi:#x}"
+
+    def tileloadd64(self, t: int, at: int, stride: int) -> None:
+        rows, colsb = self.configured(t)
+        self.tiles[t] = 0
+        for r in range(rows):
+            self.check(at + r * stride, at + r * stride + colsb)
+            self.tiles[t, r, :colsb] = np.frombuffer(ctypes.string_at(at + r * stride, colsb), np.uint8)
+
+    def tilestored64(self, t: int, at: int, stride: int) -> None:
+        rows, colsb = self.configured(t)
+        for r in range(rows):
+            self.check(at + r * stride, at + r * stride + colsb)
+            ctypes.memmove(at + r * stride, self.tiles[t, r, :colsb].tobytes(), colsb)
+
+    def tilezero(self, t: int) -> None:
+        self.configured(t)
+        self.tiles[t] = 0
+
+    def halves(self, t: int, rows: int, colsb: int) -> np.ndarray:
+        bits = self.tiles[t, :rows, :colsb].copy().view(np.uint16)
+        if self.dtype is DType.float16:
+            return bits.view(np.float16).astype(np.float64)
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+    def product(self, c: int, a: int, b: int, dtype: DType) -> None:
+        assert dtype is self.dtype, f"{PRODUCT[dtype]} on {self.dtype} operands"
+        (cr, cc), (ar, ac), (br, bc) = (self.configured(t) for t in (c, a, b))
+        assert cr == ar and ac // 4 == br and bc == cc, f"tile shapes C {cr}x{cc} A {ar}x{ac} B {br}x{bc}"
+        av = self.halves(a, ar, ac).reshape(ar, br, 2)            # row m: pairs k
+        bv = self.halves(b, br, bc).reshape(br, bc // 4, 2)       # pair row k: columns n
+        acc = self.tiles[c, :cr, :cc].copy().view(np.float32).astype(np.float64)
+        acc += np.einsum("mke,kne->mn", av, bv)
+        self.tiles[c, :cr, :cc] = acc.astype(np.float32).view(np.uint8).reshape(cr, cc)
+        self.products += 1
+
+    def tilerelease(self) -> None:
+        self.rows = self.colsb = None
+        self.tiles[:] = 0
+
+
+_unit: list = [None]         # the TileUnit the compiled code's tile instructions reach
+
+
+def _forward(name: str, *extra):
+    def call(*args):
+        unit = _unit[0]
+        try:
+            getattr(unit, name)(*args, *extra)
+        except Exception as e:          # noqa: BLE001 (reported through `errors`)
+            unit.errors.append(f"{name}{args}: {e!r}")
+    return call
+
+
+_sig, _i8, _p = ctypes.CFUNCTYPE, ctypes.c_int8, ctypes.c_void_p
+CALLBACKS = {
+    "ldtilecfg": _sig(None, _p)(_forward("ldtilecfg")),
+    "tileloadd64": _sig(None, _i8, _p, ctypes.c_int64)(_forward("tileloadd64")),
+    "tilestored64": _sig(None, _i8, _p, ctypes.c_int64)(_forward("tilestored64")),
+    "tilezero": _sig(None, _i8)(_forward("tilezero")),
+    "tdpbf16ps": _sig(None, _i8, _i8, _i8)(_forward("product", DType.bfloat16)),
+    "tdpfp16ps": _sig(None, _i8, _i8, _i8)(_forward("product", DType.float16)),
+    "tilerelease": _sig(None)(_forward("tilerelease")),
+}
+_engines: dict = {}
+
+
+def _emulated_nest(dtype: DType):
+    """The AMX nest of `dtype` operands compiled for this host (once) with the tile
+    instructions calling the current TileUnit, as a ctypes function (nest.py's signature)."""
+    if dtype in _engines:
+        return _engines[dtype][1]
+    module = ir.Module("amx_emulated")
+    with defining_exported_helpers():
+        fn = nest_function(module, DType.float32, dtype, dtype)
+    text = re.sub(r'@"?llvm\.x86\.(' + "|".join(TILE_OPS) + r')"?', r'@"emu.\1"', str(module))
+    assert '"emu.ldtilecfg"' in text and f'"emu.{PRODUCT[dtype]}"' in text
+    target.initialize()
+    for name, callback in CALLBACKS.items():
+        llvm.add_symbol(f"emu.{name}", ctypes.cast(callback, ctypes.c_void_p).value)
+    parsed = llvm.parse_assembly(text)
+    parsed.verify()
+    host = hostcpu.host_target()         # (the engine owns its target machine)
+    tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu, features=host.features,
+                                                                     codemodel="jitdefault")
+    engine = llvm.create_mcjit_compiler(parsed, tm)
+    engine.finalize_object()
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    signature = ctypes.CFUNCTYPE(None, p, i, i, p, i, i, p, i, i, i, i, i, i, i, i, i, i, p, i, ctypes.c_bool,
+                                 p, p, p, p, p, p)
+    _engines[dtype] = engine, signature(engine.get_function_address(fn.name))
+    return _engines[dtype][1]
+
+
+def _run_emulated(dtype, a, b, c, *, kc=None, mc=None, nc=None, m_range=None, n_range=None, accumulate=False):
+    """C (+)= A @ B through the emulated nest; a, b, c any strided NumPy views."""
+    m, k = a.shape
+    n = b.shape[1]
+    bl = tiles.blocks(DType.float32, m, n, k, (dtype, dtype))
+    t = bl.tiles
+    kc, mc, nc = kc or bl.kc, mc or bl.mc, nc or bl.nc
+    a_elements = -(-mc * t.panel_depth(kc) // 16) * 16
+    ws = np.full(a_elements + t.panel_depth(kc) * nc, np.nan, np.float32)     # stale bytes: NaN
+    nest = _emulated_nest(dtype)
+    unit = _unit[0] = TileUnit(dtype, [x if x.base is None else x.base for x in (a, b, c)] + [ws])
+    m_lo, m_hi = m_range or (0, m)
+    n_lo, n_hi = n_range or (0, n)
+    step = [s // a.itemsize for s in a.strides] + [s // b.itemsize for s in b.strides]
+    nest(a.ctypes.data, *step[:2], b.ctypes.data, *step[2:], c.ctypes.data, c.strides[0] // 4, c.strides[1] // 4,
+         m_lo, m_hi, n_lo, n_hi, k, kc, mc, nc, ws.ctypes.data, a_elements, accumulate, *[None] * 6)
+    assert not unit.errors, unit.errors[:3]
+    return unit
+
+
+CASES = [  # (m, n, k), block overrides
+    ((64, 64, 64), {}), ((37, 45, 131), {}), ((1, 1, 1), {}), ((1, 40, 7), {}), ((33, 95, 1), {}),
+    ((70, 33, 600), {"kc": 96, "mc": 64, "nc": 64}), ((100, 130, 70), {"kc": 32, "mc": 32, "nc": 32}),
+]
+
+
+@pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_emulated_amx_nest_computes_the_product(forced, dtype, case):
+    """Row-major operands: edge tiles in m and n, K padded to 32, several K, M and N blocks."""
+    forced(PATHS[dtype])
+    (m, n, k), overrides = case
+    rng = np.random.default_rng(m * 1000 + n + k)
+    a = rng.standard_normal((m, k)).astype(dtype.np)
+    b = rng.standard_normal((k, n)).astype(dtype.np)
+    c = np.full((m, n), np.nan, np.float32)
+    unit = _run_emulated(dtype, a, b, c, **overrides)
+    _close(c, a, b)
+    kc = overrides.get("kc") or tiles.blocks(DType.float32, m, n, k, (dtype, dtype)).kc
+    k_blocks = -(-k // kc)
+    per_block = sum(-(-min(kc, k - p) // 32) for p in range(0, k, kc))
+    assert unit.products == 4 * -(-m // 32) * -(-n // 32) * per_block, (unit.products, k_blocks)
+
+
+@pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16], ids=str)
+def test_emulated_amx_nest_reads_views_and_accumulates(forced, dtype):
+    """A transposed (the element-by-element packing), B with strided rows, C transposed
+    (every tile through the scratch tile and the merge), one work item's sub-range, and
+    accumulation into C."""
+    forced(PATHS[dtype])
+    rng = np.random.default_rng(7)
+    m, n, k = 50, 70, 45
+    a = rng.standard_normal((k + 3, m)).astype(dtype.np)[3:].T              # (m, k), column-major
+    b = rng.standard_normal((k, 2 * n)).astype(dtype.np)[:, ::2]            # row stride 2n, col stride 2
+    c_mem = rng.standard_normal((n, m)).astype(np.float32)
+    c = c_mem.T                                                             # (m, n), column-major
+    before = c.astype(np.float64).copy()
+    _run_emulated(dtype, a, b, c, m_range=(32, 50), n_range=(0, 64), accumulate=True, kc=32)
+    want = before.copy()
+    want[32:50, 0:64] += a[32:50].astype(np.float64) @ b[:, 0:64].astype(np.float64)
+    scale = np.abs(before) + 1.0
+    scale[32:50, 0:64] += np.abs(a[32:50].astype(np.float64)) @ np.abs(b[:, 0:64].astype(np.float64))
+    assert np.all(np.abs(c - want) <= 1e-5 * scale)
+
+
+@pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16], ids=str)
+@pytest.mark.parametrize("k", [1, 31, 33, 77])
+def test_emulated_amx_nest_reads_a_transposed_weight(forced, dtype, k):
+    """x @ w.T as a linear layer reads it: B's columns contiguous (the pairs packing's 32-bit
+    loads along K), its padding pairs zeroed, a ragged N."""
+    forced(PATHS[dtype])
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((40, k)).astype(dtype.np)
+    w = rng.standard_normal((45, k)).astype(dtype.np)
+    c = np.full((40, 45), np.nan, np.float32)
+    _run_emulated(dtype, a, w.T, c)
+    _close(c, a, w.T)
