@@ -604,6 +604,55 @@ def _cdist_backward(grad, x1, x2, p, cdist):
     return pull(grad)[0]
 
 
+def _kv_groups(query, key) -> int:
+    """How many query heads share each key/value head (dim -3): 1 without grouping."""
+    if query.dim() < 3 or key.dim() < 3 or query.shape[-3] == key.shape[-3]:
+        return 1
+    return query.shape[-3] // key.shape[-3]
+
+
+def _grouped_heads(a: dict) -> str | None:
+    q, k = a["query"], a["key"]
+    if q.dim() >= 3 and k.dim() >= 3 and q.shape[-3] != k.shape[-3] and (k.shape[-3] == 0 or q.shape[-3] % k.shape[-3]):
+        return f"{q.shape[-3]} query heads over {k.shape[-3]} key/value heads (not a multiple)"
+    return None
+
+
+def _shared_heads(t, groups: int):
+    """Each key/value head repeated for the query heads that share it (grouped-query attention)."""
+    return t if groups == 1 else tc.repeat_interleave(t, groups, -3)
+
+
+def _summed_heads(grad, groups: int):
+    """A repeated head's gradient summed back over the query heads that shared it."""
+    if groups == 1:
+        return grad
+    shape = list(grad.shape)
+    return tc.sum(tc.reshape(grad, shape[:-3] + [shape[-3] // groups, groups] + shape[-2:]), -3)
+
+
+@hand(aten._scaled_dot_product_flash_attention_for_cpu.default, op="_scaled_dot_product_flash_attention_for_cpu",
+      check=_grouped_heads)
+def flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    """ATen's CPU kernel takes fewer key/value heads than query heads (sdpa's enable_gqa,
+    as Llama calls it); tracecomp's fused op takes them repeated."""
+    groups = _kv_groups(query, key)
+    return tuple(tc._scaled_dot_product_flash_attention_for_cpu(
+        query, _shared_heads(key, groups), _shared_heads(value, groups), dropout_p, is_causal,
+        attn_mask=attn_mask, scale=scale))
+
+
+@hand(aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+      op="_scaled_dot_product_flash_attention_for_cpu_backward", check=_grouped_heads)
+def flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
+                                     attn_mask=None, scale=None):
+    groups = _kv_groups(query, key)
+    grad_q, grad_k, grad_v = tc._scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_out, query, _shared_heads(key, groups), _shared_heads(value, groups), out, logsumexp, dropout_p,
+        is_causal, attn_mask=attn_mask, scale=scale)
+    return grad_q, _summed_heads(grad_k, groups), _summed_heads(grad_v, groups)
+
+
 def rules() -> dict[str, Rule]:
     """Every rule: the generated ones, replaced by the hand-written ones of the same name."""
     return {**generated_rules(), **HAND}

@@ -15,7 +15,9 @@ input).  Dynamo's dynamic sizes (SymInt inputs, sym_size nodes and their arithme
 Python ints at trace time: the graph is specialized to each size it sees.  Outputs that are views in PyTorch's graph of
 an input or of another output (the graph returns `x` and `x.t()`) are taken in PyTorch from
 the tensor they view, so they alias what eager's would, with eager's strides: AOTAutograd
-rebuilds views of inputs from those.  Get_attr constants are read from the module at every
+rebuilds views of inputs from those.  An output of another dim order in memory than its
+shape's (attention's, behind a transposed query) that such views are taken of is returned
+in eager's order, since a view may rely on it.  Get_attr constants are read from the module at every
 call, as inputs.
 
 `probe(gm)` decides, before anything compiles, which nodes tracecomp takes: a node whose
@@ -311,12 +313,13 @@ class _Replay:
     The traced function returns the outputs that are tensors; the others (sizes, known
     once the input sizes are) are kept per signature in `scalars`, under the key that
     the caller puts in `pending` before the call: {signature: (tensor positions, {position: value})}."""
-    __slots__ = ("inputs", "steps", "outputs", "scalars", "pending")
+    __slots__ = ("inputs", "steps", "outputs", "orders", "scalars", "pending")
 
-    def __init__(self, inputs: list, steps: list, outputs: list):
+    def __init__(self, inputs: list, steps: list, outputs: list, orders: dict):
         self.inputs = inputs
         self.steps = steps
         self.outputs = outputs
+        self.orders = orders        # output position -> the dim order it is returned in
         self.scalars: dict = {}
         self.pending = None
 
@@ -330,7 +333,8 @@ class _Replay:
             loc = _location(node) if ctx is not None else None
             with ctx.located(loc) if loc is not None else contextlib.nullcontext():
                 env[node] = call(args, kwargs)
-        outs = [env[n] for n in self.outputs]
+        outs = [env[n] if i not in self.orders else tc.permute(env[n], self.orders[i])
+                for i, n in enumerate(self.outputs)]
         tensors = [i for i, o in enumerate(outs) if isinstance(o, tc.Tensor)]
         self.scalars[self.pending] = (tensors, {i: o for i, o in enumerate(outs) if i not in tensors})
         return tuple(outs[i] for i in tensors)
@@ -345,6 +349,17 @@ def _inverse(perm: tuple) -> list:
     for i, p in enumerate(perm):
         out[p] = i
     return out
+
+
+def example_order(node: torch.fx.Node) -> tuple | None:
+    """The dim order of the node's example value in memory where it is dense and not
+    contiguous (attention's output behind a transposed query), else None."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or any(hint(d) is None for d in (*value.shape, *value.stride())):
+        return None
+    like = torch.empty_strided([hint(d) for d in value.shape], [hint(d) for d in value.stride()], device="meta")
+    perm = memory_order(like)
+    return None if perm is None or perm == tuple(range(like.dim())) else perm
 
 
 def memory_order(t: torch.Tensor) -> tuple | None:
@@ -389,6 +404,9 @@ class CompiledGraph:
         self.computed = computed
         self.plan = plan
         self.torch_side = self._view_chains(torch_side)
+        # an output that PyTorch takes views of comes back in eager's layout, which they may rely on
+        bases = {_root(n) for n in torch_side}
+        orders = {i: order for i, n in enumerate(computed) if n in bases and (order := example_order(n)) is not None}
         needed = self._needed(computed)
         inputs = self.placeholders + self.attrs
         self.used = [i for i, n in enumerate(inputs) if n in needed]
@@ -397,7 +415,7 @@ class CompiledGraph:
             if node.op == "call_function" and node in needed:
                 step = _getitem if node.target is operator.getitem else shape_step(node.target) or rule_for(node.target)
                 steps.append((node, step))
-        replay = self.replay = _Replay([inputs[i] for i in self.used], steps, computed)
+        replay = self.replay = _Replay([inputs[i] for i in self.used], steps, computed, orders)
 
         def run_graph(*values):          # runs only when tc.trace traces a new signature
             counts["traces"] += 1
@@ -495,7 +513,8 @@ class CompiledGraph:
         positions, scalars = self.replay.scalars[self.replay.pending]
         for i, r in zip(positions, results):
             a = np.asarray(r)
-            env[self.computed[i]] = torch.from_numpy(a if a.flags.writeable else a.copy())
+            t = torch.from_numpy(a if a.flags.writeable else a.copy())
+            env[self.computed[i]] = t if i not in self.replay.orders else t.permute(_inverse(self.replay.orders[i]))
         for i, v in scalars.items():
             env[self.computed[i]] = v
         for n in self.torch_side:
