@@ -85,7 +85,6 @@ def test_an_op_with_every_dim_dynamic_compiles_once_and_matches_eager(s):
 # The ops whose sample compiles once per size with every dim dynamic, and why (found by the
 # full sweep).  Each is correct at every size (checked above); the trace with dynamic sizes
 # fails and tc.trace falls back to one compile per shape, or fixes the size it needs.
-_SORTS = "the sort and search kernels take a static length along their dim (to do)"
 _WINDOWS = ("a window's output size (n - k) // s + 1 is a floor division, which the size algebra "
             "takes only where it is exact (to do: dynamic H and W for conv and pooling)")
 _BOUNDS = ("a size that an index or length is checked against (s > 2, a guard) is then needed as a "
@@ -93,9 +92,6 @@ _BOUNDS = ("a size that an index or length is checked against (s > 2, a guard) i
 _COUNT = "the number of results depends on the size (PyTorch specializes it too)"
 _HEAD = "attention's head dim is fixed per compile (specialized, as the kernel tiles it)"
 COMPILES_PER_SIZE: dict[str, str] = {
-    **dict.fromkeys(["sort", "sort.stable", "argsort", "argsort.stable", "msort", "median", "median.dim",
-                     "kthvalue", "topk", "searchsorted.Tensor", "searchsorted.Scalar", "bucketize.Tensor",
-                     "bucketize.Scalar"], _SORTS),
     **dict.fromkeys(["conv2d", "conv2d.padding", "conv1d.padding", "conv_transpose2d", "avg_pool2d", "max_pool2d",
                      "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d",
                      "interpolate"], _WINDOWS),

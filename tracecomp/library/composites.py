@@ -104,9 +104,9 @@ def _dim_size(name: str, x, d: int) -> int:
     return x.shape[_dim(name, x.ndim, d)] if x.ndim else 1
 
 
-def _count_in(name: str, what: str, k: int, lo: int, hi: int) -> int:
-    if not lo <= k <= hi:
-        raise ShapeError(f"{name}: {what} = {k} is out of range [{lo}, {hi}] for this dim")
+def _count_in(name: str, what: str, k: int, lo: int, hi: int | None) -> int:
+    if not lo <= k or hi is not None and not k <= hi:
+        raise ShapeError(f"{name}: {what} = {k} is out of range [{lo}, {'...' if hi is None else hi}] for this dim")
     return k
 
 

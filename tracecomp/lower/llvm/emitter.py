@@ -233,7 +233,7 @@ class FunctionEmitter:
         if _is_blockable_sum(s):
             finals = self._blocked_sum(s, inits, env)
         else:
-            finals = self._reduce_loop(s, ir.Constant(S.I64, 0), self.extent(s.extent), inits, env)
+            finals = self._reduce_loop(s, ir.Constant(S.I64, 0), self.extent(s.extent, env), inits, env)
         env.update((a.name, v) for a, v in zip(s.accumulators, finals))
 
     def _reduce_loop(self, s: Reduce, start: ir.Value, stop: ir.Value, inits: list[ir.Value],
@@ -257,7 +257,7 @@ class FunctionEmitter:
         (64 partial sums) it is ~1e-6 off.  Blocks keep every partial sum small and the
         float64 carry adds them without loss, so the result is about as close to the exact
         sum as float32 can be, like NumPy's pairwise sum.  Cost: one add per block."""
-        b, n = self.builder, self.extent(s.extent)
+        b, n = self.builder, self.extent(s.extent, env)
         block = ir.Constant(S.I64, SUM_BLOCK)
         blocks = b.udiv(b.add(n, ir.Constant(S.I64, SUM_BLOCK - 1)), block)
         wide = [S.cast(b, v, a.dtype, DType.float64) for v, a in zip(inits, s.accumulators)]
@@ -364,7 +364,7 @@ class FunctionEmitter:
 
     def extent(self, extent, env: dict[str, ir.Value] | None = None) -> ir.Value:
         """A trip count or dim: an int, or an index expression of size parameters (a
-        dynamic dim such as 784*batch) or, for a serial Loop, of the loop vars in `env`."""
+        dynamic dim such as 784*batch) or, for a serial Loop or a Reduce, of the names in `env`."""
         if isinstance(extent, int):
             return ir.Constant(S.I64, extent)
         return self.expr(extent, self.entry_env() if env is None else env)

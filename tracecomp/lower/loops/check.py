@@ -14,7 +14,7 @@ Every Expr carries its dtype; nothing is inferred, every recorded dtype is check
   add, sub, mul, floordiv, mod, maximum, minimum and comparisons); Binary operands agree and
   the result has their dtype, bool for comparisons; Unary keeps its operand's dtype;
   Select's condition is bool and both arms have the Select's dtype;
-- loops: extents are ints >= 0 or kernel.sizes (a serial Loop's may use enclosing loop vars); a Reduce has one update per accumulator
+- loops: extents are ints >= 0 or kernel.sizes (a serial Loop's or a Reduce's may use enclosing loop vars and index Lets); a Reduce has one update per accumulator
   and its body holds only Lets and Reduces; no parallel Loop is nested in another;
 - Matmul: views, dtypes, aliasing and the epilogue (loops/check_matmul.py), and PackB;
 - CheckedIndex: an `index` value and an extent as its size, recording into a 1-D int64
@@ -287,8 +287,8 @@ class _Checker:
                       f"{self.sizes_hint()}")
 
     def loop_extent(self, s: Loop) -> None:
-        """A serial Loop's extent may also use the loop vars around it, with min and max (a
-        triangular nest: the fused attention's causal key blocks, `kb < min(qb + 1, n)`)."""
+        """A serial Loop's extent may also use the loop vars and index Lets around it, with min
+        and max (a triangular nest: the fused attention's causal key blocks, `kb < min(qb + 1, n)`)."""
         if self.is_extent(s.extent):
             return
         if s.parallel or not self.is_bound(s.extent):
@@ -320,7 +320,8 @@ class _Checker:
         self.in_parallel = outer
 
     def reduce(self, s: Reduce) -> None:
-        self.extent(s.extent)
+        if not self.is_bound(s.extent):     # (a Reduce is serial: its trip count may be a Let's)
+            self.extent(s.extent)
         if len(s.update) != len(s.accumulators):
             self.fail(f"{_count(len(s.accumulators), 'accumulator')} but "
                       f"{_count(len(s.update), 'update')}; give one update per accumulator")

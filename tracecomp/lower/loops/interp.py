@@ -73,7 +73,7 @@ class LoopInterpreter:
                     self.block(s.body, {**env, s.var: i})
             elif isinstance(s, L.Reduce):
                 accs = {a.name: self.expr(a.init, env) for a in s.accumulators}
-                for i in range(s.extent):
+                for i in range(s.extent if isinstance(s.extent, int) else int(self.expr(s.extent, env))):
                     inner = {**env, **accs, s.var: i}
                     self.block(s.body, inner)
                     new = [self.expr(u, inner) for u in s.update]

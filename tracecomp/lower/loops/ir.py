@@ -18,8 +18,9 @@ Unary/Binary ops named after ops/scalar.py's primitives plus arithmetic and comp
 Select, Cast and CheckedIndex (an index computed from data, checked against its range:
 below).  A size (an extent, a buffer dim, a Matmul's m, n, k) is an int or an
 index expression of the kernel's size parameters: `Var("size_batch", INDEX)`, or
-`784*size_batch` for a dynamic dim (one form for all; Size below).  A serial Loop's extent
-may also use the loop vars around it (add, sub, mul, minimum, maximum): a triangular nest.
+`784*size_batch` for a dynamic dim (one form for all; Size below).  A serial Loop's or a
+Reduce's extent may also use the loop vars and index Lets around it (add, sub, mul, minimum,
+maximum): a triangular nest, a sort's passes over a run-time length.
 Invariants (checked by `check_kernel`): names are defined before use and only once; loads
 and stores index every dim of their buffer; a Store's value has the buffer's dtype.
 Select evaluates both arms (code generators emit branch-free selects), so every Load in

@@ -141,7 +141,7 @@ def thread_partials(em: GpuEmitter, comb: Combiner, start: ir.Value, stop: ir.Va
 def block_reduce(em: GpuEmitter, s: Reduce, env: dict) -> None:
     """`s` computed by the whole block; every thread ends with the accumulators bound."""
     comb = Combiner(em, s, env)
-    parts = thread_partials(em, comb, em.sreg64("tid.x"), em.extent(s.extent), em.sreg64("ntid.x"))
+    parts = thread_partials(em, comb, em.sreg64("tid.x"), em.extent(s.extent, env), em.sreg64("ntid.x"))
     comb.finish(block_allreduce(em, comb, parts))
 
 
