@@ -80,3 +80,25 @@ def test_the_checker_refuses_a_short_packed_buffer():
                       [L.PackB("p", view, 4, 8)])
     with pytest.raises(tc.TracecompError, match="holds 16 elements; a 4x8 matrix needs 32"):
         check_kernel(kernel)
+
+
+def test_a_half_scan_weight_is_left_to_its_path():
+    """A bfloat16 weight in a scan (autocast's h @ w): the product packs it in its half
+    path's layout at each call; a PackB (float32 panels) would not fit, so none is made."""
+    rng = np.random.default_rng(0)
+    h0 = rng.standard_normal((16, 64)).astype(np.float32)
+    xs = rng.standard_normal((4, 16, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 64)) / 8).astype(tc.bfloat16.np)
+
+    def f(h0, xs, w):
+        def cell(h, x):
+            h = tc.tanh(h.to(tc.bfloat16).to(tc.float32) @ w.to(tc.float32) + x)
+            return h, None
+        return tc.scan(cell, h0, xs)[0]
+    traced = tc.trace(f)
+    program = traced.lower(h0, xs, w).cpu_program
+    assert not [s for kern in program.kernels for s in statements(kern.body) if isinstance(s, L.PackB)]
+    want = h0.astype(np.float64)
+    for x in xs:
+        want = np.tanh(want.astype(np.float32).astype(tc.bfloat16.np).astype(np.float64) @ w.astype(np.float64) + x)
+    assert np.abs(np.asarray(traced(h0, xs, w)) - want).max() <= 1e-5

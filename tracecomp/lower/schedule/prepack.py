@@ -49,7 +49,9 @@ def _candidate(kernel: L.Kernel, s, bound: dict[str, str]) -> bool:
     return (isinstance(s, L.Matmul) and s.workspace is not None and s.b_packed is None and not s.batch
             and s.b_windows is None and s.b.buffer in bound and const_view(s.b) is not None
             and all(isinstance(d, int) and d > 0 for d in (s.m, s.n, s.k))
-            and kernel.buffer(s.out.buffer).dtype in PACKED_DTYPES)
+            and kernel.buffer(s.out.buffer).dtype in PACKED_DTYPES
+            # (half operands are packed by their path's own layout, each call: loops/check_matmul.py)
+            and all(kernel.buffer(v.buffer).dtype == kernel.buffer(s.out.buffer).dtype for v in (s.a, s.b)))
 
 
 def _prepack(program, step: C.Scan, kernels: dict, replaced: dict) -> tuple[list, C.Scan]:
