@@ -353,3 +353,23 @@ def test_emulated_amx_nest_reads_a_transposed_weight(forced, dtype, k):
     c = np.full((40, 45), np.nan, np.float32)
     _run_emulated(dtype, a, w.T, c)
     _close(c, a, w.T)
+
+
+def test_an_exported_library_with_amx_asks_for_the_tiles_when_loaded():
+    """Its constructor (.ctors, which the linker folds into .init_array) calls arch_prctl through libc's syscall, since a C
+    program loading it asks nothing; modules without AMX kernels get none."""
+    from tracecomp.lower.llvm.gemm.amx import amx_microkernel, request_tiles_on_load, uses_amx
+    plain = ir.Module("plain")
+    assert not uses_amx(plain)
+    module = ir.Module("exported")
+    amx_microkernel(module)
+    assert uses_amx(module)
+    request_tiles_on_load(module)
+    target.initialize()
+    host = hostcpu.host_target()
+    tm = llvm.Target.from_triple(host.triple).create_target_machine(
+        cpu=host.cpu, features=host.features + ",+amx-tile,+amx-bf16", reloc="pic")
+    parsed = llvm.parse_assembly(str(module))
+    parsed.verify()
+    asm = tm.emit_assembly(parsed)
+    assert re.search(r"\.section\s+\.(init_array|ctors)", asm) and re.search(r"\$syscall\b", asm) and "$158," in asm

@@ -39,6 +39,7 @@ from . import scalar as S
 from .codegen import codegen_kernels
 from .control import direct_call, emit_steps, table_call
 from .emitter import counted_loop
+from .gemm.amx import request_tiles_on_load, uses_amx
 from ..loops.ir import Var
 from .entry_checks import (ERR_COMPUTED_INDEX_BASE, add_computed_checks, computed_index_error,  # noqa: F401
                            dim_text, error_index_function, error_index_global, error_record,
@@ -181,6 +182,8 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
     _error_strings(module, program, name, checks)
     error_index_function(module, name)
     _metadata(module, name, metadata)
+    if uses_amx(module):
+        request_tiles_on_load(module)
     return module
 
 

@@ -42,6 +42,8 @@ K_STEP = AMX_K_STEP              # halfs of K per tile product (64-byte tile row
 C_TILES = {(0, 0): 0, (0, 1): 1, (1, 0): 2, (1, 1): 3}
 A_TILES, B_TILES = (4, 5), (6, 7)
 c64 = functools.partial(ir.Constant, S.I64)
+# Linux x86-64: arch_prctl's syscall number, the request for an extended state, the tile data
+SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
 
 
 PRODUCTS = {DType.bfloat16: "llvm.x86.tdpbf16ps", DType.float16: "llvm.x86.tdpfp16ps"}
@@ -109,3 +111,26 @@ def amx_microkernel(module: ir.Module, dtype: DType = DType.bfloat16) -> ir.Func
     _call(b, "llvm.x86.tilerelease", [])
     b.ret_void()
     return fn
+
+
+def uses_amx(module: ir.Module) -> bool:
+    return any(f.name.startswith("tracecomp.matmul.uk.amx.") for f in module.functions)
+
+
+def request_tiles_on_load(module: ir.Module) -> None:
+    """Make `module` (an exported library's) ask Linux for the AMX tile state when it is
+    loaded: a constructor calling arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) through
+    libc's syscall, as runtime/amx.py does for the JIT (a C program that loads the library
+    asks nothing itself; a tile instruction without the grant faults)."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), []), "tracecomp.amx.request_tile_data")
+    fn.linkage = "internal"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    syscall = module.globals.get("syscall") or ir.Function(module, ir.FunctionType(S.I64, [S.I64], var_arg=True),
+                                                           "syscall")
+    b.call(syscall, [c64(SYS_ARCH_PRCTL), c64(ARCH_REQ_XCOMP_PERM), c64(XFEATURE_XTILEDATA)])
+    b.ret_void()
+    entry = ir.LiteralStructType([S.I32, _PTR, _PTR])
+    ctors = ir.GlobalVariable(module, ir.ArrayType(entry, 1), "llvm.global_ctors")
+    ctors.linkage = "appending"
+    ctors.initializer = ir.Constant(ir.ArrayType(entry, 1),
+                                    [ir.Constant(entry, [ir.Constant(S.I32, 65535), fn, ir.Constant(_PTR, None)])])
