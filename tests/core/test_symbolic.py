@@ -1,6 +1,8 @@
 """symbolic.Dim: the dynamic sizes of exported libraries, as shape rules see them."""
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -39,14 +41,32 @@ def test_comparisons_that_hold_for_every_size(expr, expected):
     (lambda: B * 20 <= 4096, "cannot decide"),
     (lambda: int(B), "has no value at trace time"),
     (lambda: range(B), "has no value at trace time"),
-    (lambda: (20 * B) // 3, "cannot divide the dynamic size 20\\*batch by 3 exactly"),
-    (lambda: (20 * B) % 3, "depends on its value"),
+    (lambda: (20 * B) // -3, "cannot divide the dynamic size 20\\*batch by -3 exactly"),
+    (lambda: (20 * B) % N, "depends on its value"),
+    (lambda: bool(B % 2), "cannot decide whether batch - 2\\*floor\\(batch/2\\) > 0"),
     (lambda: B // N, "cannot divide"),
     (lambda: B / 2, "to a float"),
 ])
 def test_undecidable_or_concrete_uses_raise(expr, message):
     with pytest.raises(DynamicShapeError, match=message):
         expr()
+
+
+def test_floor_division_by_a_positive_int_is_a_size_expression():
+    H = Dim.named("h", 10)
+    out = (H + 2 * 1 - 1 * (3 - 1) - 1) // 2 + 1          # a window count: stride 2, kernel 3, padding 1
+    assert str(out) == "floor((h + 1)/2)" and out.hint() == 5 and out.names() == ["h"]
+    assert (H + 2) // 2 == H // 2 + 1 and (2 * H + 2) // 4 == (H + 1) // 2      # by structure
+    assert ((H + 1) // 2) // 3 == (H + 1) // 6 and (4 * H + 6) // 2 == 2 * H + 3
+    assert hash((H + 2) // 2) == hash(H // 2 + 1) and (H + 1) // 2 != H // 2
+    assert -(-H // 2) == H - H // 2                          # ceil
+    assert (H + 1) // 2 >= 1 and H // 2 >= 0 and (3 * H + 3) // 2 > H    # monotone in h
+    with pytest.raises(DynamicShapeError, match="cannot decide"):
+        H // 2 > 1
+    for h in range(1, 40):
+        assert [evaluate(e, {"h": h}) for e in (out, H % 3, divmod(H * H + 5, 4)[1], -(-H // 3))] == \
+            [(h + 1) // 2, h % 3, (h * h + 5) % 4, -(-h // 3)]
+    assert pickle.loads(pickle.dumps((H + 1) // 2)) == (H + 1) // 2
 
 
 def test_bad_names_and_size_names_order():
@@ -80,11 +100,12 @@ def _power(d, k):
     return out
 
 
-def test_divmod_of_a_dynamic_size_is_exact_or_a_dynamic_shape_error():
+def test_divmod_of_a_dynamic_size_is_exact_a_floor_or_a_dynamic_shape_error():
     from tracecomp.core.symbolic import Dim, DynamicShapeError
     n = Dim.named("n", 8)
     assert divmod(6 * n, 3) == (2 * n, 0)
+    assert divmod(n, 3) == (n // 3, n - 3 * (n // 3))
     with pytest.raises(DynamicShapeError, match="cannot divide"):
-        divmod(n, 3)
+        divmod(n, Dim.named("m", 2))
     with pytest.raises(DynamicShapeError):
         divmod(7, n)

@@ -8,6 +8,8 @@ rules, the autograd formulas and the scheduler mostly work on it unchanged:
 - `==` is structural (`784*batch == batch*784`), and a Dim never equals an int: the
   shape rules then treat it as neither 1 (so it does not broadcast) nor any fixed size;
 - `//` and `%` work where the division is exact for every value (`(784*batch) // 784`);
+  by a positive int they always do: what is not exact becomes a `FloorDiv` factor
+  (`(h + 2) // 2` is `floor(h/2) + 1`, a window count), evaluated wherever sizes are;
 - ordering comparisons hold when they hold for every size >= 1 (the sizes a library
   accepts): `batch >= 1` is True, `batch > 8` cannot be decided and raises;
 - `int(d)` raises: code that needs a concrete number must not silently take one.
@@ -34,6 +36,7 @@ import collections
 import contextlib
 import contextvars
 import functools
+import math
 import operator
 import os
 import sys
@@ -56,6 +59,30 @@ class DynamicShapeError(ShapeError):
 
 
 Monomial = tuple[str, ...]          # sorted names, repeated for powers; () is the constant
+
+
+class FloorDiv(str):
+    """floor(inner / divisor), a factor of a Dim's monomials: a size that is a floor division
+    of a polynomial by a positive int (PyTorch's and sympy's FloorDiv).  It is a str, its
+    canonical text, so monomials sort, hash and compare by structure as before: `inner`
+    has every coefficient in [0, divisor) (Dim.__floordiv__ takes the rest out), so it is
+    never negative and grows with every size, and equal text is the same expression."""
+
+    def __new__(cls, inner: "Dim", divisor: int):
+        text = f"({inner})" if len(inner.terms) > 1 else str(inner)
+        self = super().__new__(cls, f"floor({text}/{divisor})")
+        self.inner, self.divisor = inner, divisor
+        return self
+
+    def __reduce__(self):
+        return FloorDiv, (self.inner, self.divisor)
+
+
+def _factor(name: str, sizes) -> int:
+    """One factor of a monomial at these sizes: a size's value, or its floor division's."""
+    if isinstance(name, FloorDiv):
+        return evaluate(name.inner, sizes) // name.divisor
+    return sizes[name]
 
 
 class Dim:
@@ -145,27 +172,44 @@ class Dim:
             terms[tuple(rest)] = c // dc
         return self._make(terms, o)
 
-    def _exactly(self, o, failure: str):
-        """self / o (_quotient), or NotImplemented for a non-integer o; raises `failure`
-        where the division is not exact for every value."""
-        try:
-            q = self._quotient(o)
-        except TypeError:
-            return NotImplemented
-        if q is None:
-            raise DynamicShapeError(failure)
-        return q
+    def divided_exactly(self, o) -> Union["Dim", int]:
+        """self / o where that is a polynomial for every value (`(784*batch) / 784`), else a
+        DynamicShapeError: `//` by an int would give a floor division instead."""
+        return self._exactly(o, f"the remainder of the dynamic size {self} divided by {o} depends on its value")
 
     def __floordiv__(self, o):
+        if isinstance(o, int) and not isinstance(o, bool) and o > 0:
+            return self._floor(o)
         return self._exactly(o, f"cannot divide the dynamic size {self} by {o} exactly")
 
+    def _floor(self, k: int) -> Union["Dim", int]:
+        """floor(self / k): the terms k divides, plus a FloorDiv of what is left (each
+        coefficient's remainder in [0, k), the constant's too; their common factor with k
+        cancelled), so that equal floor divisions have equal structure."""
+        whole, rest = {}, {}
+        for m, c in self.terms.items():
+            whole[m], rest[m] = divmod(c, k)
+        left = Dim(rest, self.hints)
+        if not left.terms or list(left.terms) == [()]:
+            return self._make(whole, self)
+        g = functools.reduce(math.gcd, left.terms.values(), k)
+        inner, k = Dim({m: c // g for m, c in left.terms.items()}, self.hints), k // g
+        if k == 1:
+            return Dim(whole, self.hints) + inner
+        if list(inner.terms.items()) == [((m := next(iter(inner.terms))), 1)] and len(m) == 1 \
+                and isinstance(m[0], FloorDiv):   # floor(floor(x/a)/b) = floor(x/(ab))
+            inner, k = m[0].inner, m[0].divisor * k
+        return Dim(whole, self.hints) + Dim({(FloorDiv(inner, k),): 1}, self.hints)
+
     def __mod__(self, o):
+        if isinstance(o, int) and not isinstance(o, bool) and o > 0:
+            return self - o * self._floor(o)
         q = self._exactly(o, f"the remainder of the dynamic size {self} divided by {o} depends on its value")
         return q if q is NotImplemented else 0
 
     def __divmod__(self, o):
         q = self.__floordiv__(o)
-        return q if q is NotImplemented else (q, 0)
+        return q if q is NotImplemented else (q, self - q * o)
 
     def __rdivmod__(self, o):
         return self._reflected(o, divmod)
@@ -205,7 +249,7 @@ class Dim:
             return NotImplemented
         if not same:
             guards = _guards.get()
-            if guards is not None and _users(sys._getframe(2).f_code.co_filename):
+            if guards is not None and _users(_caller(sys._getframe(2)).f_code.co_filename):
                 # keyed by plain tuples: no Dim.__eq__ while adding
                 key = (tuple(self.terms.items()), o if isinstance(o, int) else tuple(o.terms.items()))
                 guards.setdefault(key, Guard(self, o, "==", False))
@@ -224,7 +268,7 @@ class Dim:
         if isinstance(diff, int):
             return {"<": diff < 0, "<=": diff <= 0, ">": diff > 0, ">=": diff >= 0}[op]
         varying = [c for m, c in diff.terms.items() if m]
-        at_one = sum(diff.terms.values())
+        at_one = evaluate(diff, dict.fromkeys(diff.names(), 1))
         rising, falling = all(c >= 0 for c in varying), all(c <= 0 for c in varying)
         # the difference's range is [at_one, inf) when rising, (-inf, at_one] when falling
         positive = {">": rising and at_one > 0, ">=": rising and at_one >= 0,
@@ -266,20 +310,27 @@ class Dim:
     __int__ = __index__ = __float__ = _concrete
 
     def __bool__(self):
-        return True                     # sizes are >= 1
+        if not self._floors():
+            return True                 # sizes are >= 1
+        return self._holds(0, ">") or self._holds(0, "<")      # (a remainder may be 0)
+
+    def _floors(self) -> list[FloorDiv]:
+        return [n for m in self.terms for n in m if isinstance(n, FloorDiv)]
 
     # ------------------------------------------------------------------ inspection
     def names(self) -> list[str]:
-        return sorted({n for m in self.terms for n in m})
+        """The sizes it depends on (inside floor divisions too)."""
+        return sorted({x for m in self.terms for n in m
+                       for x in (n.inner.names() if isinstance(n, FloorDiv) else (n,))})
 
     def hint(self) -> int:
-        return sum(c * _prod(self.hints[n] for n in m) for m, c in self.terms.items())
+        return evaluate(self, self.hints)
 
     def __repr__(self) -> str:
         parts = [] if self.terms else ["0"]      # (an int lifted for arithmetic may be 0)
         for m, c in sorted(self.terms.items(), key=lambda t: (-len(t[0]), t[0])):
             body = "*".join(m)
-            text = (body if c == 1 else f"{c}*{body}" if body else str(c)) if c > 0 else \
+            text = (body if c == 1 and body else f"{c}*{body}" if body else str(c)) if c > 0 else \
                    (f"-{body}" if c == -1 and body else f"{c}*{body}" if body else str(c))
             parts.append(text)
         out = parts[0]
@@ -367,12 +418,23 @@ def sizes_to_fix(wanted: list, sizes: dict[str, int]) -> set[str]:
 
 def _fix(d: Dim, name: str, value: int):
     """`d` with the size `name` replaced by `value` (an int where no size is left)."""
-    terms: dict = {}
+    def factor(n):
+        if isinstance(n, FloorDiv):
+            return _fix(n.inner, name, value) // n.divisor
+        return value if n == name else Dim({(n,): 1}, d.hints)
+    out = 0
     for m, c in d.terms.items():
-        rest = tuple(n for n in m if n != name)
-        terms[rest] = terms.get(rest, 0) + c * value ** (len(m) - len(rest))
-    out = Dim(terms, d.hints)
-    return 0 if not out.terms else out.terms[()] if list(out.terms) == [()] else out
+        out = out + c * _prod(factor(n) for n in m)
+    return out
+
+
+def _caller(frame):
+    """The frame that compared: past the methods dataclasses generate (`<string>`'s dunders:
+    a TensorType's __eq__ compares its shape for the pass that called it)."""
+    while frame.f_back is not None and frame.f_code.co_filename == "<string>" and \
+            frame.f_code.co_name.startswith("__"):
+        frame = frame.f_back
+    return frame
 
 
 @functools.lru_cache(maxsize=1024)
@@ -420,4 +482,4 @@ def evaluate(x, sizes: dict[str, int]) -> int:
     """The value of an int or Dim once the sizes are known."""
     if not isinstance(x, Dim):
         return x
-    return sum(c * _prod(sizes[n] for n in m) for m, c in x.terms.items())
+    return sum(c * _prod(_factor(n, sizes) for n in m) for m, c in x.terms.items())

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, ShapeError
 from ..dispatch import api as tc
+from .adaptive_windows import averaging_matrix, window_positions
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 # reflect, replicate, circular: padded dims -> input ranks (without, with a batch dim)
@@ -193,13 +194,6 @@ def interpolated(x, size, scale_factor, mode: str, align_corners, recompute_scal
 
 # ---------------------------------------------------------------- adaptive pooling
 
-def windows(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
-    """PyTorch's adaptive windows: output i averages or maxes input positions
-    floor(i * n_in / n_out) up to ceil((i + 1) * n_in / n_out), end excluded."""
-    i = np.arange(n_out)
-    return (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
-
-
 def _pool_sizes(name: str, x, output_size, spatial: int) -> list[int]:
     """The output sizes (None keeps the input's), after PyTorch's checks of the input."""
     shape = tuple(x.shape)
@@ -225,10 +219,7 @@ def adaptive_average(name: str, x, output_size, spatial: int):
     for k, n_out in enumerate(sizes):
         d = x.ndim - spatial + k
         n_in = x.shape[d]
-        start, end = windows(n_in, n_out)
-        j = np.arange(n_in)
-        inside = (j >= start[:, None]) & (j < end[:, None])
-        mean = tc.tensor((inside / (end - start)[:, None]).astype(x.dtype.np))       # (n_out, n_in)
+        mean = averaging_matrix(n_in, n_out, x.dtype)       # (n_out, n_in)
         if d == x.ndim - 1:
             x = tc.matmul(x, mean.mT)
         elif d == x.ndim - 2:       # from the left: no transposes
@@ -238,27 +229,18 @@ def adaptive_average(name: str, x, output_size, spatial: int):
     return x
 
 
-def _window_positions(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, k): each window's input positions, short windows padded with their first
-    position (a repeat changes no max, and comes after the original, so ties keep it)."""
-    start, end = windows(n_in, n_out)
-    k = int((end - start).max()) if n_out else 1
-    p = start[:, None] + np.arange(k)
-    return np.where(p < end[:, None], p, start[:, None])
-
-
 def adaptive_maximum(name: str, x, output_size, return_indices: bool, spatial: int):
     """Each window's elements gathered into a last dim (one index_select per pooled dim),
     then max over it; the indices are flat positions in the input's pooled plane."""
     sizes = _pool_sizes(name, x, output_size, spatial)
     plane = tuple(x.shape[-spatial:])
     batch = tuple(x.shape[:-spatial])
-    picks = [_window_positions(n_in, n_out) for n_in, n_out in zip(plane, sizes)]
+    picks = [window_positions(n_in, n_out) for n_in, n_out in zip(plane, sizes)]
     y = x
     for k, p in enumerate(picks):          # dim d becomes (n_out, k) windows
         d = len(batch) + 2 * k
-        y = tc.index_select(y, d, tc.tensor(p.reshape(-1)))
-        y = y.reshape(tuple(y.shape[:d]) + p.shape + tuple(y.shape[d + 1:]))
+        y = tc.index_select(y, d, p.reshape(-1))
+        y = y.reshape(tuple(y.shape[:d]) + tuple(p.shape) + tuple(y.shape[d + 1:]))
     outs = [len(batch) + 2 * k for k in range(spatial)]
     y = y.permute(list(range(len(batch))) + outs + [o + 1 for o in outs])
     y = y.reshape(batch + tuple(sizes) + (-1,))
@@ -268,15 +250,15 @@ def adaptive_maximum(name: str, x, output_size, return_indices: bool, spatial: i
     # positions[o..., w...] = the flat input position of window element w of output o
     strides = [math.prod(plane[k + 1:]) for k in range(spatial)]
     flat = sum(_grid(p * s, k, spatial) for k, (p, s) in enumerate(zip(picks, strides)))
-    flat = tc.tensor(flat.reshape(tuple(sizes) + (-1,)).astype(np.int64))
+    flat = flat.reshape(tuple(sizes) + (-1,))
     indices = tc.gather(flat.expand(batch + tuple(sizes) + (flat.shape[-1],)), -1, arg.unsqueeze(-1)).squeeze(-1)
     return values, indices
 
 
-def _grid(p: np.ndarray, k: int, spatial: int) -> np.ndarray:
+def _grid(p, k: int, spatial: int):
     """p (n_out, w) of pooled dim k placed on the axes (outs..., windows...) of all `spatial` dims."""
     shape = [1] * (2 * spatial)
-    shape[k], shape[spatial + k] = p.shape
+    shape[k], shape[spatial + k] = tuple(p.shape)
     return p.reshape(shape)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ..core import dtypes as dt
 from ..core.dtypes import DType
 from ..core.errors import ArgumentError, DTypeError, ShapeError
-from ..core.symbolic import DynamicShapeError, is_dynamic
+from ..core.symbolic import Dim, DynamicShapeError, is_dynamic
 from ..core.types import TensorType
 from .table import OpDef, per_kind
 from .windows import windows
@@ -317,25 +317,46 @@ def _matmul(op: OpDef, args: dict[str, Any]) -> list[TensorType]:
 
 # ---------------------------------------------------------------- shape and view ops
 
-def infer_size(op: OpDef, shape, numel: int, arg: str = "shape") -> tuple[int, ...]:
-    """Resolve one -1 in a requested shape; the element count must stay the same."""
+def infer_size(op: OpDef, shape, numel: int, arg: str = "shape", dims=None) -> tuple[int, ...]:
+    """Resolve one -1 in a requested shape; the element count must stay the same.  With the
+    input's `dims`, sizes found on both sides cancel first: a dynamic size divides exactly
+    only by a single term, and a window count (h - k + 3) is no single term."""
     shape = tuple(shape)
     if shape.count(-1) > 1 or any(d < -1 for d in shape):
         raise ShapeError(f"{op.full_name}: '{arg}' {shape} may hold only one -1 and no other negative size")
-    known = math.prod(d for d in shape if d != -1)
+    known, rest = math.prod(d for d in shape if d != -1), numel
+    if -1 in shape and dims is not None and any(isinstance(d, Dim) for d in dims):
+        rest, known = _cancelled(dims, [d for d in shape if d != -1])
     if -1 in shape:
-        if known == 0 or numel % known:
+        if isinstance(rest, Dim) and known != 0:    # (a floor division would not multiply back)
+            inferred = rest.divided_exactly(known)
+        elif known == 0 or rest % known:
             raise ShapeError(f"{op.full_name}: cannot infer the -1 in '{arg}' {shape} for {numel} elements")
-        shape = tuple(numel // known if d == -1 else d for d in shape)
+        else:
+            inferred = rest // known
+        shape = tuple(inferred if d == -1 else d for d in shape)
     if math.prod(shape) != numel:
         raise ShapeError(f"{op.full_name}: '{arg}' {shape} is invalid for an input of {numel} elements")
     return shape
 
 
+def _cancelled(dims, known) -> tuple:
+    """(the product of `dims`, of `known`) with the factors equal in structure on both sides left out."""
+    rest, left = list(dims), []
+    for d in known:
+        same = next((i for i, r in enumerate(rest) if type(r) is type(d) and
+                     (r.terms == d.terms if isinstance(d, Dim) else r == d)), None)
+        if same is None:
+            left.append(d)
+        else:
+            rest.pop(same)
+    return math.prod(rest), math.prod(left)
+
+
 @rule("reshape")
 def _reshape(op: OpDef, args):
     x = _tensor(op, args, "self")
-    return [TensorType(infer_size(op, args["shape"], x.numel), x.dtype)]
+    return [TensorType(infer_size(op, args["shape"], x.numel, dims=x.shape), x.dtype)]
 
 
 @rule("permute")

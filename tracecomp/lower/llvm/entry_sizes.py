@@ -66,7 +66,8 @@ class EntrySizes:
         if isinstance(d, L.Var):
             return self.values[d.name]
         a, c = self.dim(d.a), self.dim(d.b)
-        return {"add": self.b.add, "sub": self.b.sub, "mul": self.b.mul}[d.fn](a, c)
+        # (a floor division's dividend is never negative: index.dim)
+        return {"add": self.b.add, "sub": self.b.sub, "mul": self.b.mul, "floordiv": self.b.sdiv}[d.fn](a, c)
 
     def approx_nbytes(self, buffer) -> ir.Value:
         """A buffer's bytes in double precision: exact enough to compare with a limit, and
@@ -80,8 +81,8 @@ class EntrySizes:
                 return ir.Constant(f64, float(d))
             if isinstance(d, L.Const):
                 return ir.Constant(f64, float(d.value))
-            if isinstance(d, L.Var):
-                return self.b.sitofp(self.values[d.name], f64)
+            if isinstance(d, L.Var) or d.fn == "floordiv":
+                return self.b.sitofp(self.dim(d), f64)
             a, c = value(d.a), value(d.b)
             return {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul}[d.fn](a, c)
         total = ir.Constant(f64, float(buffer.dtype.itemsize))

@@ -6,7 +6,7 @@ expression is then evaluated at.
 """
 from __future__ import annotations
 
-from ...core.symbolic import Dim
+from ...core.symbolic import Dim, FloorDiv
 from . import ir as L
 
 Index = tuple[L.Expr, ...]
@@ -24,14 +24,16 @@ def size_var(name: str) -> L.Var:
 
 def dim(d):
     """A graph dim in the loop IR: an int stays one; a symbolic size (symbolic.Dim) becomes
-    an index expression of size parameters (`784*batch` -> mul(784, size_batch))."""
+    an index expression of size parameters (`784*batch` -> mul(784, size_batch); a
+    symbolic.FloorDiv -> floordiv(its polynomial, k), never of a negative number)."""
     if not isinstance(d, Dim):
         return d
     total = None
     for names, coeff in d.terms.items():
         term = None
         for n in names:
-            term = size_var(n) if term is None else mul(term, size_var(n))
+            factor = floordiv(expr(n.inner), n.divisor) if isinstance(n, FloorDiv) else size_var(n)
+            term = factor if term is None else mul(term, factor)
         term = ic(coeff) if term is None else mul(term, coeff)
         total = term if total is None else add(total, term)
     return total
@@ -49,6 +51,8 @@ def symbolic(d):
     if isinstance(d, L.Binary) and d.fn in ("add", "sub", "mul"):
         a, b = symbolic(d.a), symbolic(d.b)
         return a + b if d.fn == "add" else a - b if d.fn == "sub" else a * b
+    if isinstance(d, L.Binary) and d.fn == "floordiv" and isinstance(d.b, L.Const) and d.b.value > 0:
+        return symbolic(d.a) // d.b.value
     raise ValueError(f"not a size expression: {d!r}")
 
 

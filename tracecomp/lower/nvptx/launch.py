@@ -140,7 +140,7 @@ def static_extent(e) -> Optional[int]:
 
 
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "minimum": min, "maximum": max}
+         "floordiv": lambda a, b: a // b, "minimum": min, "maximum": max}
 
 
 def _segments(body: list) -> list[list]:
