@@ -373,3 +373,17 @@ def test_an_exported_library_with_amx_asks_for_the_tiles_when_loaded():
     parsed.verify()
     asm = tm.emit_assembly(parsed)
     assert re.search(r"\.section\s+\.(init_array|ctors)", asm) and re.search(r"\$syscall\b", asm) and "$158," in asm
+
+
+@pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16], ids=str)
+@pytest.mark.parametrize("m, k", [(64, 45), (96, 600), (70, 1)])
+def test_emulated_amx_nest_reads_a_transposed_a(forced, dtype, m, k):
+    """x.mT @ g as a weight gradient reads it: A's rows contiguous (whole panels transposed
+    in registers, K padded with zero rows), the last panel element by element."""
+    forced(PATHS[dtype])
+    rng = np.random.default_rng(m + k)
+    a = rng.standard_normal((k, m)).astype(dtype.np).T
+    b = rng.standard_normal((k, 40)).astype(dtype.np)
+    c = np.full((m, 40), np.nan, np.float32)
+    _run_emulated(dtype, a, b, c, kc=min(k, 256) if k > 1 else None)
+    _close(c, a, b)

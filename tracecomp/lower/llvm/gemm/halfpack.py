@@ -27,7 +27,7 @@ from .. import halfs
 from .. import scalar as S
 from ..loop_hints import plain_loop
 from ...schedule.tiles import tiles_for
-from .microkernel import helper_function, prefetch_tile, splat, steps_of, store_tile
+from .microkernel import helper_function, prefetch_tile, splat, steps_of, store_tile, transpose
 
 _PTR = ir.PointerType()
 F32 = DType.float32
@@ -187,7 +187,9 @@ def pack_pairs_function(module: ir.Module, width: int, dtype: DType = DType.bflo
 def pack_rows_function(module: ir.Module, dtype: DType, width: int, k_step: int) -> ir.Function:
     """Half panel -> micro-panels of `width` rows of K (AMX's A tiles): row x of a panel at
     x * D halfs, D = kc padded to k_step with zeros, rows past the panel's valid ones zero.
-    Depth contiguous (A row-major): masked k_step-wide vector loads; else element by element."""
+    Depth contiguous (A row-major): masked k_step-wide vector loads.  Rows contiguous (A
+    transposed, a weight gradient's x.mT): square blocks transposed in registers.  Else
+    element by element."""
     vt = ir.VectorType(S.I16, k_step)
     zeros = ir.Constant(vt, [0] * k_step)
     ramp = ir.Constant(ir.VectorType(S.I64, k_step), list(range(k_step)))
@@ -207,13 +209,47 @@ def pack_rows_function(module: ir.Module, dtype: DType, width: int, k_step: int)
                                              zeros])
                 b.store(chunk, b.gep(dst_row, [p0], source_etype=S.I16), align=2)
 
+    def across(b, pdst, psrc, kc, sx, sp):
+        block = transpose_halfs_function(module, dtype, width)
+        with plain_loop(b, c64(0), b.udiv(_padded(b, kc, k_step), c64(k_step)), "ks") as ks:
+            p0 = b.mul(ks.index, c64(k_step))
+            b.call(block, [b.gep(pdst, [p0], source_etype=S.I16), b.gep(psrc, [b.mul(p0, sp)], source_etype=S.I16),
+                           sp, _padded(b, kc, k_step), b.sub(kc, p0)])
+
     def elements(b, pdst, psrc, kc, sx, sp, valid):
         with plain_loop(b, c64(0), c64(width), "x") as x:
             dst_row = row_at(b, pdst, kc, x.index)
             with plain_loop(b, c64(0), _padded(b, kc, k_step), "p") as p:
                 inside = b.and_(b.icmp_signed("<", x.index, valid), b.icmp_signed("<", p.index, kc))
                 b.store(_half_at(b, psrc, x.index, p.index, sx, sp, inside), b.gep(dst_row, [p.index], source_etype=S.I16))
-    return _pack_panels(module, dtype, pack_rows_name(dtype, width, k_step), width, [("sp", depth)], elements, k_step)
+    whole = [("sp", depth)] + ([("sx", across)] if width == k_step else [])
+    return _pack_panels(module, dtype, pack_rows_name(dtype, width, k_step), width, whole, elements, k_step)
+
+
+def transpose_halfs_name(dtype: DType, v: int) -> str:
+    return f"tracecomp.matmul.transpose_halfs.{dtype.label}.{v}"
+
+
+def transpose_halfs_function(module: ir.Module, dtype: DType, v: int) -> ir.Function:
+    """`transpose(dst, src, sp, ld, depth)`: dst[x * ld + p] = src[p * sp + x] for x, p < V,
+    zero where p >= depth (those rows of src are not read): V vector loads, a transpose in
+    registers (microkernel.transpose), V vector stores.  A function of its own, for the
+    reason microkernel.transpose_function gives."""
+    vt = ir.VectorType(S.I16, v)
+    fn, b = helper_function(module, dtype, transpose_halfs_name(dtype, v),
+                            [("dst", _PTR), ("src", _PTR), ("sp", S.I64), ("ld", S.I64), ("depth", S.I64)])
+    if b is None:
+        return fn
+    dst, src, sp, ld, depth = fn.args
+    rows = []
+    for p in range(v):
+        inside = b.icmp_signed(">", depth, c64(p))
+        at = b.gep(src, [b.select(inside, b.mul(c64(p), sp), c64(0))], source_etype=S.I16)
+        rows.append(b.select(inside, b.load(at, typ=vt, align=2), ir.Constant(vt, [0] * v)))
+    for x, column in enumerate(transpose(b, rows)):
+        b.store(column, b.gep(dst, [b.mul(c64(x), ld)], source_etype=S.I16), align=2)
+    b.ret_void()
+    return fn
 
 
 def _pairs(b: ir.IRBuilder, kc: ir.Value) -> ir.Value:
