@@ -11,13 +11,18 @@ import pytest
 
 from tracecomp.lower import hostcpu
 from tracecomp.lower.llvm import target
-from tracecomp.lower.llvm.gemm.amx import amx_microkernel, tile_config
+from tracecomp.lower.llvm.gemm.amx import amx_microkernel, configure_tiles, release_tiles, tile_config
 from tracecomp.runtime import amx
 
 
 def _assembly() -> str:
     module = ir.Module("amx")
     amx_microkernel(module)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), []), "configured")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    configure_tiles(b)          # (the nest's part around its kernel calls)
+    release_tiles(b)
+    b.ret_void()
     target.initialize()
     tm = llvm.Target.from_triple(hostcpu.host_target().triple).create_target_machine(
         cpu="sapphirerapids", features="+amx-tile,+amx-bf16,+avx512f,+avx512bf16")

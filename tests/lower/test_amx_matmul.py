@@ -166,9 +166,10 @@ class TileUnit:
         self.rows = self.colsb = None
         self.ranges = [(x.ctypes.data, x.ctypes.data + x.nbytes) for x in buffers]
         self.errors: list[str] = []
-        self.products = 0
+        self.products = self.configs = 0
 
     def ldtilecfg(self, at: int) -> None:
+        self.configs += 1
         config = np.frombuffer(ctypes.string_at(at, 64), np.uint8)
         assert config[0] == 1, f"palette {config[0]}"
         self.colsb = config[16:32].view(np.uint16).copy()
@@ -293,6 +294,7 @@ def _run_emulated(dtype, a, b, c, *, kc=None, mc=None, nc=None, m_range=None, n_
     nest(a.ctypes.data, *step[:2], b.ctypes.data, *step[2:], c.ctypes.data, c.strides[0] // 4, c.strides[1] // 4,
          m_lo, m_hi, n_lo, n_hi, k, kc, mc, nc, ws.ctypes.data, a_elements, accumulate, *[None] * 6)
     assert not unit.errors, unit.errors[:3]
+    assert unit.configs == 1 and unit.rows is None, "one ldtilecfg per nest call, tilerelease at its end"
     return unit
 
 

@@ -19,7 +19,9 @@ not used for products: its FMAs round every partial sum to float16 (11-bit signi
 so a host with AVX512-FP16 but no AMX-FP16 runs float16 products on the "widen" path
 (converted to float32 in the packing).
 The tile configuration is a 64-byte struct on the stack (palette 1; bytes 16-47: bytes per
-row of each tile, 48-63: rows), loaded by ldtilecfg on entry; tilerelease on exit.  Linux
+row of each tile, 48-63: rows): the caller loads it (configure_tiles: ldtilecfg) once before
+its first kernel call and releases the tiles (release_tiles: tilerelease) after the last,
+as the nest does once per call rather than per 32 x 32 tile.  Linux
 hands out the tile data state only on request: runtime/amx.py asks (arch_prctl) before
 anything is scheduled (runtime/tuning.py), and the AMX paths are chosen only if granted.
 """
@@ -79,11 +81,6 @@ def amx_microkernel(module: ir.Module, dtype: DType = DType.bfloat16) -> ir.Func
     if b is None:
         return fn
     kc, a, bp, c, ldc, add = fn.args
-    config_type = ir.ArrayType(I8, 64)
-    config = b.alloca(config_type, name="tilecfg")
-    config.align = 64
-    b.store(ir.Constant(config_type, tile_config()), config)
-    _call(b, "llvm.x86.ldtilecfg", [config])
     c_stride = b.mul(ldc, c64(4))
 
     def c_block(i: int, j: int) -> ir.Value:
@@ -108,9 +105,23 @@ def amx_microkernel(module: ir.Module, dtype: DType = DType.bfloat16) -> ir.Func
             _call(b, PRODUCTS[dtype], [_tile(t), _tile(A_TILES[i]), _tile(B_TILES[j])])
     for (i, j), t in C_TILES.items():
         _call(b, "llvm.x86.tilestored64", [_tile(t), c_block(i, j), c_stride])
-    _call(b, "llvm.x86.tilerelease", [])
     b.ret_void()
     return fn
+
+
+def configure_tiles(b: ir.IRBuilder) -> None:
+    """Load the tile configuration (tile_config) from a stack copy: once per nest call, before
+    its first micro-kernel (ldtilecfg is costly; nothing between the kernels touches tiles)."""
+    config_type = ir.ArrayType(I8, 64)
+    config = b.alloca(config_type, name="tilecfg")
+    config.align = 64
+    b.store(ir.Constant(config_type, tile_config()), config)
+    _call(b, "llvm.x86.ldtilecfg", [config])
+
+
+def release_tiles(b: ir.IRBuilder) -> None:
+    """Back to the init state after the nest's last tile (so a context switch saves no tiles)."""
+    _call(b, "llvm.x86.tilerelease", [])
 
 
 def uses_amx(module: ir.Module) -> bool:

@@ -43,7 +43,7 @@ from .. import scalar as S
 from ..emitter import counted_loop
 from .microkernel import (defining_exported_helpers, helper_function, leaf_helper_names, merge_function, microkernel, pack_function,
                           pack_windows_function)
-from .amx import amx_microkernel
+from .amx import amx_microkernel, configure_tiles, release_tiles
 from .halfpack import dpbf16_microkernel, pack_pairs_function, pack_rows_function, pack_widen_function
 from ...schedule.tiles import AMX_PATHS, PACKED_DTYPES, half_path, product_tiles, tiles_for
 
@@ -92,7 +92,12 @@ def nest_function(module: ir.Module, dtype: DType, a: DType | None = None, b: DT
     key = next((d for d in (a, b) if d.is_half), dtype)
     fn, builder = helper_function(module, key, nest_name(dtype, a, b), NEST_ARGS)
     if builder is not None:
-        _Nest(fn, builder, dtype, a, b).emit()
+        nest = _Nest(fn, builder, dtype, a, b)
+        if nest.amx:            # one tile configuration for all the call's tiles
+            configure_tiles(builder)
+        nest.emit()
+        if nest.amx:
+            release_tiles(builder)
         builder.ret_void()
     return fn
 
