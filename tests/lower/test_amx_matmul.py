@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import threading
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -28,6 +29,7 @@ from tracecomp.lower.llvm.gemm.microkernel import defining_exported_helpers
 from tracecomp.lower.llvm.gemm.nest import nest_function, nest_name
 from tracecomp.lower.schedule import tiles
 from tracecomp.runtime import tuning
+from tracecomp.runtime.jit import load_system_library
 
 PATHS = {DType.bfloat16: "amx", DType.float16: "amx-fp16"}
 PRODUCT = {DType.bfloat16: "tdpbf16ps", DType.float16: "tdpfp16ps"}
@@ -152,33 +154,43 @@ def test_amx_tiles_pad_k_to_the_tile_step():
 
 # ---------------------------------------------------------------- emulated
 
+class Registers:
+    def __init__(self):
+        self.tiles = np.zeros((8, 16, 64), np.uint8)
+        self.rows = self.colsb = None
+
+
 class TileUnit:
     """Eight tile registers and a tile configuration, as the instructions see them (Intel
     SDM: rows and bytes per row from the palette-1 config; loads zero the rest of a tile;
     a tile product requires C.rows == A.rows, A.colsb / 4 == B.rows, B.colsb == C.colsb, and
     adds the float32 products of pairs of halfs).  Memory is read and written at the raw
     addresses the compiled code passes; an access that starts inside a known buffer must
-    end inside it too.  Problems are collected in `errors` (a callback cannot raise)."""
+    end inside it too.  Problems are collected in `errors` (a callback cannot raise).  Each
+    thread (an OpenMP worker running its work items) has registers of its own."""
 
     def __init__(self, dtype: DType, buffers: list[np.ndarray]):
         self.dtype = dtype
-        self.tiles = np.zeros((8, 16, 64), np.uint8)
-        self.rows = self.colsb = None
+        self.threads: dict[int, Registers] = {}         # by OS thread: each core has its own tiles
         self.ranges = [(x.ctypes.data, x.ctypes.data + x.nbytes) for x in buffers]
         self.errors: list[str] = []
         self.products = self.configs = 0
+
+    @property
+    def r(self) -> "Registers":
+        return self.threads.setdefault(threading.get_ident(), Registers())
 
     def ldtilecfg(self, at: int) -> None:
         self.configs += 1
         config = np.frombuffer(ctypes.string_at(at, 64), np.uint8)
         assert config[0] == 1, f"palette {config[0]}"
-        self.colsb = config[16:32].view(np.uint16).copy()
-        self.rows = config[48:56].copy()
-        assert np.all(self.colsb <= 64) and np.all(self.rows <= 16)
+        self.r.colsb = config[16:32].view(np.uint16).copy()
+        self.r.rows = config[48:56].copy()
+        assert np.all(self.r.colsb <= 64) and np.all(self.r.rows <= 16)
 
     def configured(self, t: int) -> tuple[int, int]:
-        assert self.rows is not None, "tile instruction without ldtilecfg"
-        return int(self.rows[t]), int(self.colsb[t])
+        assert self.r.rows is not None, "tile instruction without ldtilecfg"
+        return int(self.r.rows[t]), int(self.r.colsb[t])
 
     def check(self, start: int, end: int) -> None:
         for lo, hi in self.ranges:
@@ -187,23 +199,23 @@ class TileUnit:
 
     def tileloadd64(self, t: int, at: int, stride: int) -> None:
         rows, colsb = self.configured(t)
-        self.tiles[t] = 0
+        self.r.tiles[t] = 0
         for r in range(rows):
             self.check(at + r * stride, at + r * stride + colsb)
-            self.tiles[t, r, :colsb] = np.frombuffer(ctypes.string_at(at + r * stride, colsb), np.uint8)
+            self.r.tiles[t, r, :colsb] = np.frombuffer(ctypes.string_at(at + r * stride, colsb), np.uint8)
 
     def tilestored64(self, t: int, at: int, stride: int) -> None:
         rows, colsb = self.configured(t)
         for r in range(rows):
             self.check(at + r * stride, at + r * stride + colsb)
-            ctypes.memmove(at + r * stride, self.tiles[t, r, :colsb].tobytes(), colsb)
+            ctypes.memmove(at + r * stride, self.r.tiles[t, r, :colsb].tobytes(), colsb)
 
     def tilezero(self, t: int) -> None:
         self.configured(t)
-        self.tiles[t] = 0
+        self.r.tiles[t] = 0
 
     def halves(self, t: int, rows: int, colsb: int) -> np.ndarray:
-        bits = self.tiles[t, :rows, :colsb].copy().view(np.uint16)
+        bits = self.r.tiles[t, :rows, :colsb].copy().view(np.uint16)
         if self.dtype is DType.float16:
             return bits.view(np.float16).astype(np.float64)
         return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -214,14 +226,14 @@ class TileUnit:
         assert cr == ar and ac // 4 == br and bc == cc, f"tile shapes C {cr}x{cc} A {ar}x{ac} B {br}x{bc}"
         av = self.halves(a, ar, ac).reshape(ar, br, 2)            # row m: pairs k
         bv = self.halves(b, br, bc).reshape(br, bc // 4, 2)       # pair row k: columns n
-        acc = self.tiles[c, :cr, :cc].copy().view(np.float32).astype(np.float64)
+        acc = self.r.tiles[c, :cr, :cc].copy().view(np.float32).astype(np.float64)
         acc += np.einsum("mke,kne->mn", av, bv)
-        self.tiles[c, :cr, :cc] = acc.astype(np.float32).view(np.uint8).reshape(cr, cc)
+        self.r.tiles[c, :cr, :cc] = acc.astype(np.float32).view(np.uint8).reshape(cr, cc)
         self.products += 1
 
     def tilerelease(self) -> None:
-        self.rows = self.colsb = None
-        self.tiles[:] = 0
+        self.r.rows = self.r.colsb = None
+        self.r.tiles[:] = 0
 
 
 _unit: list = [None]         # the TileUnit the compiled code's tile instructions reach
@@ -250,31 +262,74 @@ CALLBACKS = {
 _engines: dict = {}
 
 
-def _emulated_nest(dtype: DType):
-    """The AMX nest of `dtype` operands compiled for this host (once) with the tile
-    instructions calling the current TileUnit, as a ctypes function (nest.py's signature)."""
-    if dtype in _engines:
-        return _engines[dtype][1]
-    module = ir.Module("amx_emulated")
-    with defining_exported_helpers():
-        fn = nest_function(module, DType.float32, dtype, dtype)
-    text = re.sub(r'@"?llvm\.x86\.(' + "|".join(TILE_OPS) + r')"?', r'@"emu.\1"', str(module))
-    assert '"emu.ldtilecfg"' in text and f'"emu.{PRODUCT[dtype]}"' in text
+def _emulated_engine(text: str):
+    """LLVM IR `text` compiled for this host with its tile instructions calling the current
+    TileUnit (an MCJIT engine, which owns its target machine)."""
+    text = re.sub(r'@"?llvm\.x86\.(' + "|".join(TILE_OPS) + r')"?', r'@"emu.\1"', text)
+    # plain functions now: no intrinsic-only `immarg`, no attributes that promise less than a call does
+    text = re.sub(r'^(declare [^@]*@"emu\.\w+")\(([^)]*)\).*$',
+                  lambda m: m.group(1) + "(" + m.group(2).replace(" immarg", "") + ")", text, flags=re.M)
+    assert '"emu.ldtilecfg"' in text and "llvm.x86.t" not in text
     target.initialize()
+    load_system_library("gomp")          # (a parallel product's team)
     for name, callback in CALLBACKS.items():
         llvm.add_symbol(f"emu.{name}", ctypes.cast(callback, ctypes.c_void_p).value)
     parsed = llvm.parse_assembly(text)
     parsed.verify()
-    host = hostcpu.host_target()         # (the engine owns its target machine)
+    host = hostcpu.host_target()
     tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu, features=host.features,
                                                                      codemodel="jitdefault")
     engine = llvm.create_mcjit_compiler(parsed, tm)
     engine.finalize_object()
-    p, i = ctypes.c_void_p, ctypes.c_int64
-    signature = ctypes.CFUNCTYPE(None, p, i, i, p, i, i, p, i, i, i, i, i, i, i, i, i, i, p, i, ctypes.c_bool,
-                                 p, p, p, p, p, p)
-    _engines[dtype] = engine, signature(engine.get_function_address(fn.name))
+    return engine
+
+
+def _emulated_nest(dtype: DType):
+    """The AMX nest of `dtype` operands compiled (once) by _emulated_engine, as a ctypes
+    function (nest.py's signature)."""
+    if dtype not in _engines:
+        module = ir.Module("amx_emulated")
+        with defining_exported_helpers():
+            fn = nest_function(module, DType.float32, dtype, dtype)
+        engine = _emulated_engine(str(module))
+        p, i = ctypes.c_void_p, ctypes.c_int64
+        signature = ctypes.CFUNCTYPE(None, p, i, i, p, i, i, p, i, i, i, i, i, i, i, i, i, i, p, i, ctypes.c_bool,
+                                     p, p, p, p, p, p)
+        _engines[dtype] = engine, signature(engine.get_function_address(fn.name))
     return _engines[dtype][1]
+
+
+def _aligned(shape: tuple, dtype) -> np.ndarray:
+    """A 64-byte aligned array (the kernels assume it of their buffers)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _run_program_emulated(lowered, dtype: DType, args: list) -> dict:
+    """Every kernel of a lowered program with static shapes and no loops, in order, from
+    its LLVM IR compiled by _emulated_engine: the scheduler's workspace, the code
+    generator's blocks and work items and the nest, with the tile instructions emulated.
+    Returns the buffers by name (inputs in0, in1, ...)."""
+    program = lowered.cpu_program
+    assert not program.steps and all(not k.sizes for k in program.kernels)
+    engine = _emulated_engine(lowered.as_text("llvm"))
+    unit = _unit[0] = TileUnit(dtype, [])
+    buffers = {f"in{i}": a for i, a in enumerate(args)}
+    for k in program.kernels:
+        for buf in k.buffers:
+            if buf.name not in buffers:
+                buffers[buf.name] = _aligned(buf.shape, buf.dtype.np)
+                if np.issubdtype(buffers[buf.name].dtype, np.floating) or buf.dtype.is_half:
+                    buffers[buf.name].fill(np.nan)        # (stale workspace bytes: NaN)
+        unit.ranges = [(x.ctypes.data, x.ctypes.data + x.nbytes) for x in buffers.values()]
+        call = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(k.buffers))(engine.get_function_address(k.name))
+        call(*[buffers[buf.name].ctypes.data for buf in k.buffers])
+    assert not unit.errors, unit.errors[:3]
+    assert unit.products and all(r.rows is None for r in unit.threads.values())
+    del engine
+    return buffers
 
 
 def _run_emulated(dtype, a, b, c, *, kc=None, mc=None, nc=None, m_range=None, n_range=None, accumulate=False):
@@ -294,7 +349,7 @@ def _run_emulated(dtype, a, b, c, *, kc=None, mc=None, nc=None, m_range=None, n_
     nest(a.ctypes.data, *step[:2], b.ctypes.data, *step[2:], c.ctypes.data, c.strides[0] // 4, c.strides[1] // 4,
          m_lo, m_hi, n_lo, n_hi, k, kc, mc, nc, ws.ctypes.data, a_elements, accumulate, *[None] * 6)
     assert not unit.errors, unit.errors[:3]
-    assert unit.configs == 1 and unit.rows is None, "one ldtilecfg per nest call, tilerelease at its end"
+    assert unit.configs == 1 and unit.r.rows is None, "one ldtilecfg per nest call, tilerelease at its end"
     return unit
 
 
@@ -389,3 +444,38 @@ def test_emulated_amx_nest_reads_a_transposed_a(forced, dtype, m, k):
     c = np.full((m, 40), np.nan, np.float32)
     _run_emulated(dtype, a, b, c, kc=min(k, 256) if k > 1 else None)
     _close(c, a, b)
+
+
+def _bf16_close(got, want) -> None:
+    ulp = np.spacing(np.abs(want).astype(DType.bfloat16.np)).astype(np.float64)
+    assert np.all(np.abs(np.asarray(got, np.float64) - want) <= ulp + 1e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("case", ["matmul", "batched", "epilogue", "transposed"])
+def test_emulated_amx_program(forced, case):
+    """Whole compiled programs on the amx path, tile instructions emulated: a ragged
+    product rounded to bf16, a batched one run by a team of threads, a float32 product
+    with a fused bias and relu, and x @ w.T (a linear layer's weight read transposed)."""
+    forced("amx")
+    rng = np.random.default_rng(11)
+    bf = DType.bfloat16.np
+    if case == "matmul":
+        fn, args = (lambda x, y: x @ y), [rng.standard_normal(s).astype(bf) for s in ((70, 45), (45, 33))]
+    elif case == "batched":
+        fn, args = (lambda x, y: x @ y), [rng.standard_normal(s).astype(bf) for s in ((4, 70, 72), (4, 72, 150))]
+    elif case == "epilogue":
+        fn = (lambda x, y, b: tc.relu(x.float() @ y.float() + b))
+        args = [rng.standard_normal(s).astype(bf) for s in ((40, 96), (96, 50))] + \
+            [rng.standard_normal(50).astype(np.float32)]
+    else:
+        fn, args = (lambda x, w: x @ w.T), [rng.standard_normal(s).astype(bf) for s in ((40, 96), (66, 96))]
+    lowered = tc.trace(fn).lower(*args)
+    out = lowered.cpu_program.kernels[-1].buffers[-1]
+    got = _run_program_emulated(lowered, DType.bfloat16, args)[out.name]
+    x, y = (v.astype(np.float64) for v in args[:2])
+    want = {"matmul": lambda: x @ y, "batched": lambda: x @ y, "transposed": lambda: x @ y.T,
+            "epilogue": lambda: np.maximum(x @ y + args[2], 0)}[case]()
+    if got.dtype == bf:
+        _bf16_close(got, want)
+    else:
+        assert np.all(np.abs(got - want) <= 1e-5 * (np.abs(x) @ np.abs(y if case != "transposed" else y.T)) + 1e-6)
