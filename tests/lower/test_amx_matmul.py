@@ -446,19 +446,20 @@ def test_emulated_amx_nest_reads_a_transposed_a(forced, dtype, m, k):
     _close(c, a, b)
 
 
-def _bf16_close(got, want) -> None:
-    ulp = np.spacing(np.abs(want).astype(DType.bfloat16.np)).astype(np.float64)
+def _half_close(got, want, dtype: DType) -> None:
+    ulp = np.spacing(np.abs(want).astype(dtype.np)).astype(np.float64)
     assert np.all(np.abs(np.asarray(got, np.float64) - want) <= ulp + 1e-6 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16], ids=str)
 @pytest.mark.parametrize("case", ["matmul", "batched", "epilogue", "transposed"])
-def test_emulated_amx_program(forced, case):
-    """Whole compiled programs on the amx path, tile instructions emulated: a ragged
-    product rounded to bf16, a batched one run by a team of threads, a float32 product
-    with a fused bias and relu, and x @ w.T (a linear layer's weight read transposed)."""
-    forced("amx")
+def test_emulated_amx_program(forced, case, dtype):
+    """Whole compiled programs on the AMX paths, tile instructions emulated: a ragged
+    product rounded to the half dtype, a batched one run by a team of threads, a float32
+    product with a fused bias and relu, and x @ w.T (a linear layer's weight read transposed)."""
+    forced(PATHS[dtype])
     rng = np.random.default_rng(11)
-    bf = DType.bfloat16.np
+    bf = dtype.np
     if case == "matmul":
         fn, args = (lambda x, y: x @ y), [rng.standard_normal(s).astype(bf) for s in ((70, 45), (45, 33))]
     elif case == "batched":
@@ -471,11 +472,11 @@ def test_emulated_amx_program(forced, case):
         fn, args = (lambda x, w: x @ w.T), [rng.standard_normal(s).astype(bf) for s in ((40, 96), (66, 96))]
     lowered = tc.trace(fn).lower(*args)
     out = lowered.cpu_program.kernels[-1].buffers[-1]
-    got = _run_program_emulated(lowered, DType.bfloat16, args)[out.name]
+    got = _run_program_emulated(lowered, dtype, args)[out.name]
     x, y = (v.astype(np.float64) for v in args[:2])
     want = {"matmul": lambda: x @ y, "batched": lambda: x @ y, "transposed": lambda: x @ y.T,
             "epilogue": lambda: np.maximum(x @ y + args[2], 0)}[case]()
     if got.dtype == bf:
-        _bf16_close(got, want)
+        _half_close(got, want, dtype)
     else:
         assert np.all(np.abs(got - want) <= 1e-5 * (np.abs(x) @ np.abs(y if case != "transposed" else y.T)) + 1e-6)
