@@ -142,14 +142,16 @@ def test_missing_amx_names_the_features():
         assert all(not hostcpu.host_target().has(f) for f in missing if f in needs)
 
 
-def test_amx_tiles_pad_k_to_the_tile_step():
+def test_amx_tiles_pad_k_to_the_tile_step(forced):
     t = tiles.amx_tiles(48 << 10, 2 << 20)
-    assert (t.mr, t.nr, t.k_step) == (32, 32, 32) and t.kc % 32 == 0 and t.mc % 32 == 0
+    assert (t.mr, t.nr, t.k_step, t.kc, t.mc) == (32, 32, 32, 512, 384)
     assert [t.panel_depth(k) for k in (1, 32, 33, 64)] == [16, 16, 32, 32]
-    bl = tiles.blocks(DType.float32, 37, 45, 131, (DType.bfloat16, DType.bfloat16)) \
-        if tiles.half_path(DType.bfloat16, DType.bfloat16) == "amx" else None
-    if bl is not None:
-        assert bl.kc % 32 == 0 and bl.a_elements >= 64 * bl.kc // 2
+    forced("amx")
+    bl = tiles.blocks(DType.float32, 37, 45, 131, (DType.bfloat16, DType.bfloat16))
+    k_blocks = -(-131 // bl.tiles.kc)                   # equal K blocks, each padded to 32
+    assert (bl.tiles.mr, bl.mc, bl.nc, bl.kc) == (32, 64, 64, -(-(-(-131 // k_blocks)) // 32) * 32)
+    assert bl.a_elements == 64 * bl.kc // 2 and bl.b_elements == bl.kc // 2 * 64
+    assert tiles.blocks(DType.float32, 37, 45, 131, (DType.float32, DType.bfloat16)).tiles.mr != 32
 
 
 # ---------------------------------------------------------------- emulated
@@ -480,3 +482,23 @@ def test_emulated_amx_program(forced, case, dtype):
         _half_close(got, want, dtype)
     else:
         assert np.all(np.abs(got - want) <= 1e-5 * (np.abs(x) @ np.abs(y if case != "transposed" else y.T)) + 1e-6)
+
+
+def test_emulated_amx_attention_under_autocast(forced):
+    """The fused attention's products (q k^T and p v per batch item, on the thread that runs
+    it: one workspace slice per thread) reach the amx nest; values as torch.autocast's."""
+    torch = pytest.importorskip("torch")
+    forced("amx")
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((2, 2, 128, 64)).astype(np.float32) for _ in range(3))
+
+    def attention(q, k, v):
+        with tc.autocast(tc.bfloat16):
+            return tc.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    lowered = tc.trace(attention).lower(q, k, v)
+    assert nest_name(DType.float32, DType.bfloat16, DType.bfloat16) in lowered.as_text("llvm")
+    got = _run_program_emulated(lowered, DType.bfloat16, [q, k, v])[lowered.cpu_program.kernels[-1].buffers[-1].name]
+    with torch.autocast("cpu", torch.bfloat16):
+        want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), is_causal=True)
+    want = want.double().numpy()
+    assert np.abs(got.astype(np.float64) - want).max() <= 1e-2 * np.abs(want).max()
