@@ -92,7 +92,7 @@ _BOUNDS = ("a size that an index or length is checked against (s > 2, a guard) i
 _COUNT = "the number of results depends on the size (PyTorch specializes it too)"
 _HEAD = "attention's head dim is fixed per compile (specialized, as the kernel tiles it)"
 COMPILES_PER_SIZE: dict[str, str] = {
-    **dict.fromkeys(["conv2d.padding", "conv1d.padding", "conv_transpose2d", "avg_pool2d", "interpolate"], _WINDOWS),
+    **dict.fromkeys(["conv_transpose2d", "interpolate"], _WINDOWS),
     **dict.fromkeys(["diagonal", "pad", "slice_scatter", "roll"], _BOUNDS),
     **dict.fromkeys(["unbind", "split", "chunk", "tensor_split"], _COUNT),
     **dict.fromkeys(["scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",

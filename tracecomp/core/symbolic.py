@@ -455,6 +455,15 @@ def _prod(xs) -> int:
     return out
 
 
+def provably(compare) -> bool:
+    """Whether the comparison of sizes `compare()` holds for every size; False where that
+    cannot be decided (for code that then keeps its general path, such as a bounds check)."""
+    try:
+        return bool(compare())
+    except DynamicShapeError:
+        return False
+
+
 def is_dynamic(x) -> bool:
     return isinstance(x, Dim)
 

@@ -3,6 +3,8 @@ and the batch attention's inputs broadcast to (their arithmetic is ops/windows.p
 from __future__ import annotations
 
 from ..ops import windows as shapes
+from ..core.errors import ArgumentError
+from ..core.symbolic import is_dynamic
 from ..ops.rules import broadcast_shapes
 from ..dispatch import api as tc
 
@@ -10,7 +12,7 @@ from ..dispatch import api as tc
 def padded_after(x, extra, value=0):
     """x with extra[i] elements of `value` after each of its last len(extra) dims: one
     constant_pad_nd (it inlines into its reader; its gradient crops)."""
-    if not any(extra):
+    if not any(is_dynamic(e) or e for e in extra):       # (a dynamic amount may be 0: no guard)
         return x
     pad = [p for e in reversed(list(extra)) for p in (0, e)]      # (before, after) from the last dim
     return tc.constant_pad_nd(x, pad, value)
@@ -33,6 +35,25 @@ def window_rows(x, kernel, dilation, padding, stride, counts, fill=0):
     return tc.where(inside, cols, fill)
 
 
+def avg_divisors(spatial, kernel, stride, padding, counts, count_include_pad: bool, divisor_override, dtype):
+    """(counts) of `dtype`: what avg_pool divides each window's sum by.  PyTorch's rule counts
+    the padding inside the padded input (unless count_include_pad=False) but never ceil_mode's
+    windows' overhang.  Index arithmetic on aranges: a dynamic input size is a scalar of it."""
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise ArgumentError("avg_pool2d: divisor_override must not be zero")
+        return tc.full(counts, divisor_override, dtype=dtype)
+    lengths = []
+    for size, k, s, p, n in zip(spatial, kernel, stride, padding, counts):
+        start = tc.arange(n) * s - p
+        end = tc.where(start + k < size + p, start + k, size + p)
+        if count_include_pad:
+            lengths.append(end - start)
+        else:
+            lengths.append(tc.where(end < size, end, size) - tc.where(start > 0, start, 0))
+    return (lengths[0][:, None] * lengths[1][None, :]).to(dtype)
+
+
 def attention_batch(q, k, v) -> list[list[int]]:
     """The shapes query, key and value take when their batch dims broadcast to one batch."""
     batch = broadcast_shapes("scaled_dot_product_attention",
@@ -43,4 +64,5 @@ def attention_batch(q, k, v) -> list[list[int]]:
 HELPERS = {
     **shapes.HELPERS,
     "attention_batch": attention_batch, "padded_after": padded_after, "window_rows": window_rows,
+    "avg_divisors": avg_divisors,
 }

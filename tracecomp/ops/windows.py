@@ -122,27 +122,9 @@ def pool_plan(name: str, x, kernel, stride, padding, dilation, ceil_mode: bool):
                                 f"{tuple(kernel)}" + (f" dilated by {tuple(dilation)}" if any(dd != 1 for dd in dilation) else ""))
     spatial = _shape(x)[-2:]
     counts = windows(name, spatial, kernel, dilation, padding, stride, ceil_mode)
-    extra = [max(0, (n - 1) * s + d * (k - 1) + 1 - (size + 2 * p))
-             for n, s, d, k, size, p in zip(counts, stride, dilation, kernel, spatial, padding)]
+    extra = [max(0, (n - 1) * s + d * (k - 1) + 1 - (size + 2 * p)) if ceil_mode else 0     # (else 0: a
+             for n, s, d, k, size, p in zip(counts, stride, dilation, kernel, spatial, padding)]    # floor's guard)
     return stride, counts, extra
-
-
-def avg_divisors(spatial, kernel, stride, padding, counts, count_include_pad: bool, divisor_override):
-    """Per window (row-major), what avg_pool divides its sum by: PyTorch's rule counts the
-    padding inside the padded input (unless count_include_pad=False) but never ceil_mode's
-    windows' overhang."""
-    if divisor_override is not None:
-        if divisor_override == 0:
-            raise ArgumentError("avg_pool2d: divisor_override must not be zero")
-        return np.full(counts, float(divisor_override))
-    sizes = []
-    for size, k, s, p, n in zip(spatial, kernel, stride, padding, counts):
-        start = np.arange(n) * s - p
-        end = np.minimum(start + k, size + p)
-        padded = end - start
-        inside = np.minimum(end, size) - np.maximum(start, 0)
-        sizes.append(padded if count_include_pad else inside)
-    return np.outer(sizes[0], sizes[1]).astype(np.float64)
 
 
 def attention_shapes(q, k, v, mask, is_causal: bool, enable_gqa: bool) -> tuple[int, int]:
@@ -183,5 +165,5 @@ def sqrt_int(n: int) -> float:
 HELPERS = {
     "attention_shapes": attention_shapes, "sqrt_int": sqrt_int, "fused_attention": fused_attention,
     "layer_input": layer_input, "conv_input": conv_input, "windows": windows, "named_padding": named_padding,
-    "transposed_size": transposed_size, "pool_plan": pool_plan, "avg_divisors": avg_divisors,
+    "transposed_size": transposed_size, "pool_plan": pool_plan,
 }

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...core import dtypes as dt
 from ...core.errors import BackendError
+from ...core.symbolic import is_dynamic, provably
 from ...ir import CONSTANT, Op, Value
 from ...ops import elementwise, rules
 from ...ops.table import VIEW_KINDS, OpDef, by_ir_name   # VIEW_KINDS: re-exported for the scheduler
@@ -163,7 +164,7 @@ class Inliner:
         at, inside = [], []
         for w, k, d, p, s, n in zip(window_at, kernel_at, dilation, padding, stride, x.type.shape[-2:]):
             pos = I.add(I.sub(I.mul(w, s), p), I.mul(k, d))
-            if p:                       # only a padded input reads outside itself
+            if is_dynamic(p) or p:      # only a padded input reads outside itself
                 inside += [L.Binary("ge", pos, I.ic(0), dt.BOOL), L.Binary("lt", pos, I.ic(n), dt.BOOL)]
                 pos = I.clamp(pos, 0, n - 1)
             at.append(pos)
@@ -183,9 +184,10 @@ class Inliner:
                 at, inside = [], []
                 for pos, k, d, p, s, n, m in zip(index[-2:], (ki, kj), dilation, padding, stride, size, counts):
                     shifted = I.add(pos, p - k * d)          # oh*s for the window that reads here
-                    if p - k * d < 0:
+                    # (a dynamic size keeps each check that does not hold for every size)
+                    if not provably(lambda: p - k * d >= 0):
                         inside.append(L.Binary("ge", shifted, I.ic(0), dt.BOOL))
-                    if n - 1 + p - k * d >= m * s:
+                    if not provably(lambda: n - 1 + p - k * d < m * s):
                         inside.append(L.Binary("lt", shifted, I.ic(m * s), dt.BOOL))
                     if s > 1:
                         inside.append(L.Binary("eq", I.mod(shifted, s), I.ic(0), dt.BOOL))
