@@ -23,6 +23,7 @@ import pytest
 
 import tracecomp as tc
 from tracecomp.core.dtypes import DType
+from tracecomp.core.errors import BackendError
 from tracecomp.lower import hostcpu
 from tracecomp.lower.llvm import target
 from tracecomp.lower.llvm.gemm.microkernel import defining_exported_helpers
@@ -502,3 +503,15 @@ def test_emulated_amx_attention_under_autocast(forced):
         want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), is_causal=True)
     want = want.double().numpy()
     assert np.abs(got.astype(np.float64) - want).max() <= 1e-2 * np.abs(want).max()
+
+
+def test_forced_amx_without_amx_is_a_clear_error(forced):
+    """Compiling a forced AMX product for a CPU without AMX raises BackendError naming the
+    features (LLVM's instruction selection would abort the process)."""
+    if not tiles.missing_for("amx"):
+        pytest.skip("this host has AMX: the forced path compiles")
+    forced("amx")
+    a = np.ones((64, 64), DType.bfloat16.np)
+    missing = [f for f in ("amx-tile", "amx-bf16") if not hostcpu.host_target().has(f)]
+    with pytest.raises(BackendError, match=f"no {', '.join(missing)}"):
+        tc.trace(lambda x, y: x @ y)(a, a)

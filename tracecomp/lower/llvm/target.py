@@ -39,6 +39,7 @@ from typing import Iterator, Optional
 import llvmlite.binding as llvm
 from llvmlite.binding import newpassmanagers
 
+from ...core.errors import BackendError
 from ..hostcpu import host_target   # the target's facts (and TRACECOMP_TARGET) live in hostcpu
 
 LLVM_LOCK = threading.RLock()
@@ -129,9 +130,26 @@ def optimized_for_host(module_text: str) -> tuple[llvm.ModuleRef, llvm.TargetMac
     return optimize(parse(module_text), tm), tm
 
 
+# tile instructions and the CPU features they need (a matmul path forced onto a CPU without
+# them would stop LLVM's instruction selection with a fatal error, killing the process)
+TILE_FEATURES = {"llvm.x86.ldtilecfg": ("amx-tile",), "llvm.x86.tdpbf16ps": ("amx-tile", "amx-bf16"),
+                 "llvm.x86.tdpfp16ps": ("amx-tile", "amx-fp16")}
+
+
+def check_tile_features(module_ref: llvm.ModuleRef) -> None:
+    """Raise BackendError when `module_ref` uses an AMX instruction the host target lacks."""
+    for fn in module_ref.functions:
+        missing = [f for f in TILE_FEATURES.get(fn.name, ()) if not host_target().has(f)]
+        if missing:
+            raise BackendError(f"the code uses {fn.name.split('.')[-1]}, but the target CPU has no "
+                               f"{', '.join(missing)}: a matmul path was forced (hostcpu.tuned()'s "
+                               "matmul_half_path) that this host cannot compile for")
+
+
 def emit_assembly(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
     """The host assembly of `module_ref` (the "asm" stage), in AT&T syntax."""
     prepare(module_ref, tm)
+    check_tile_features(module_ref)
     with LLVM_LOCK:
         return tm.emit_assembly(module_ref)
 
@@ -139,6 +157,7 @@ def emit_assembly(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
 def emit_object(module_ref: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:
     """The ELF object code of `module_ref` for `tm`."""
     prepare(module_ref, tm)
+    check_tile_features(module_ref)
     with LLVM_LOCK:
         return tm.emit_object(module_ref)
 
