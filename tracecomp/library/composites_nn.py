@@ -12,6 +12,8 @@ import math
 from ..core import dtypes as dt
 from .assignment import update
 from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..core.symbolic import is_dynamic
+from ..dispatch import api as tc
 
 
 def _channel_count(name: str, x, **per_channel) -> int:
@@ -34,6 +36,14 @@ def _stats_count(name: str, x, dims, what: str) -> int:
     if n == 1:
         raise ShapeError(f"{name}: Expected more than 1 {what} when training, got input size {tuple(x.shape)}")
     return n
+
+
+def _unbiased_momentum(momentum: float, n):
+    """momentum * n / (n - 1), the running variance's factor for a statistic over n values: a
+    float, or for a count of dynamic sizes (known at run time) a 0-d float64 tensor."""
+    if not is_dynamic(n):
+        return momentum * n / (n - 1)
+    return tc.full([], n, dtype=dt.FLOAT64) * momentum / (n - 1)
 
 
 def _both_or_neither(name: str, mean, var) -> bool:
@@ -121,6 +131,7 @@ def write_into(t, value, what: str):
 HELPERS = {
     "channel_count": _channel_count, "stats_count": _stats_count, "both_or_neither": _both_or_neither,
     "needs_running_stats": _needs_running_stats, "group_shape": _group_shape, "channel_shape": _channel_shape,
+    "unbiased_momentum": _unbiased_momentum,
     "rms_eps": _rms_eps, "same_shape": _same_shape, "embedding_rows": _embedding_rows, "dropout_p": _dropout_p,
     "write_into": write_into,
 }

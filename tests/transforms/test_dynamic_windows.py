@@ -1,0 +1,69 @@
+"""Convolution and pooling over a dynamic height and width (issue 36): a small CNN written
+with tc.nn, traced with every dim dynamic, compiles once for every image and batch size, and
+its loss, gradients and batch-norm statistics match eager tracecomp's."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracecomp as tc
+from tracecomp import nn
+from tracecomp.nn import functional as F
+
+SHAPES = [(2, 16, 16), (5, 20, 24), (2, 32, 32), (5, 16, 16)]     # (batch, H, W): 3 sizes, 2 batches
+
+
+def _cnn() -> nn.Module:
+    tc.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 6, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 4))
+
+
+def _step(model, x, y):
+    return tc.value_and_grad(lambda m: F.cross_entropy(m(x), y))(model)
+
+
+def _tensors(module) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in module.state_dict().items() if np.asarray(v).dtype.kind == "f"}
+
+
+def _close(got: dict, want: dict, what: str):
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=2e-5, err_msg=f"{what} {k}")
+
+
+@pytest.mark.parametrize("dynamic", [True, pytest.param(None, marks=pytest.mark.slow)])
+def test_a_cnn_train_step_compiles_once_for_every_image_and_batch_size(dynamic):
+    compiled, eager = _cnn(), _cnn()
+    f = tc.trace(_step, dynamic=dynamic)
+    rng = np.random.default_rng(0)
+    # the first dynamic compile must see H != W: equal sizes share a name (duck sizing, as
+    # PyTorch's), and a compile for H = W would not serve 20x24
+    for n, h, w in (SHAPES[1:] + SHAPES[:1] if dynamic else SHAPES):
+        x = rng.standard_normal((n, 3, h, w)).astype(np.float32)
+        y = rng.integers(0, 4, n)
+        loss, grads = f(compiled, x, y)
+        want_loss, want_grads = _step(eager, tc.tensor(x), tc.tensor(y))
+        np.testing.assert_allclose(loss.item(), want_loss.item(), rtol=1e-5, err_msg=f"loss at {(n, h, w)}")
+        _close(_tensors(grads), _tensors(want_grads), f"gradient at {(n, h, w)}:")
+        _close(_tensors(compiled), _tensors(eager), f"batch-norm statistics at {(n, h, w)}:")
+    # True: dynamic from the first call; None (torch.compile's default): the first shape, then dynamic
+    assert len(f.signatures) == (1 if dynamic else 2), f.signatures
+
+
+@pytest.mark.parametrize("op", ["conv2d", "max_pool2d"])
+def test_the_gradient_of_a_window_op_with_dynamic_height_and_width(op):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 3, 3, 3))
+
+    def loss(x):
+        y = tc.conv2d(x, tc.tensor(w), stride=2, padding=1) if op == "conv2d" else tc.max_pool2d(x, 3, 2, 1)
+        return (y * y).sum()
+    g = tc.trace(tc.grad(loss), dynamic={"x": {2: "h", 3: "w"}})
+    for h, wd in [(7, 9), (8, 8), (11, 6)]:
+        x = rng.standard_normal((2, 3, h, wd))
+        np.testing.assert_allclose(np.asarray(g(x)), np.asarray(tc.grad(loss)(tc.tensor(x))), rtol=1e-10,
+                                   atol=1e-10, err_msg=f"{op} at {h}x{wd}")
+        assert tc.gradcheck(loss, (tc.tensor(x[:1, :, :6, :5], requires_grad=True),))
+    assert len(g.signatures) == 1, g.signatures
