@@ -515,3 +515,15 @@ def test_forced_amx_without_amx_is_a_clear_error(forced):
     missing = [f for f in ("amx-tile", "amx-bf16") if not hostcpu.host_target().has(f)]
     with pytest.raises(BackendError, match=f"no {', '.join(missing)}"):
         tc.trace(lambda x, y: x @ y)(a, a)
+
+
+def test_info_names_each_dtypes_path_and_why_not_a_faster_one():
+    from tracecomp.runtime import host
+    info = host.describe()
+    line = next(x for x in host.report(info).splitlines() if x.startswith("matmul paths: "))
+    for dtype, path in tiles.half_paths().items():
+        assert f"{dtype}: {host.PATH_TEXT[path]}" in line
+    sapphire = {"vector_features": ["avx512fp16", "amx-tile", "amx-bf16"], "amx_tile_data": False}
+    assert "Linux refused" in host.path_text(sapphire, "bfloat16", "dpbf16ps")
+    assert "accumulate in float16" in host.path_text(sapphire, "float16", "widen")
+    assert host.path_text({**sapphire, "amx_tile_data": True}, "bfloat16", "amx") == host.PATH_TEXT["amx"]

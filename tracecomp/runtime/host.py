@@ -38,7 +38,7 @@ def vector_register() -> str:
 def describe() -> dict:
     """Everything `tracecomp info` prints, as data."""
     from . import numpy_blas
-    from ..lower.hostcpu import tuned
+    from ..lower.hostcpu import tile_data_granted, tuned
     from ..core.dtypes import DType
     from ..lower.schedule.tiles import half_paths, host_tiles, max_threads, tiles_for
     from . import cache, jit
@@ -56,6 +56,7 @@ def describe() -> dict:
                           for dt, b in host_tiles().items()},
         "matmul_vector_bits": tiles_for(DType.float32).vector_bytes * 8,
         "matmul_paths": {**{dt.label: "packed, native" for dt in host_tiles()}, **half_paths()},
+        "amx_tile_data": tile_data_granted(),
         "vector_measured_ms": tuned().get("measured_ms", {}),     # {"matmul": {"512": ms, ...}, "loop": ...}
         "threads": max_threads(),
         "numpy_blas": numpy_blas.describe(),
@@ -65,15 +66,19 @@ def describe() -> dict:
 
 
 # schedule/tiles.py's half_path names, as `tracecomp info` explains them
-_PATH_TEXT = {"amx": "AMX tiles, tdpbf16ps on 32x32 float32 tiles (AMX-BF16), float32 accumulation",
-              "amx-fp16": "AMX tiles, tdpfp16ps on 32x32 float32 tiles (AMX-FP16), float32 accumulation",
-              "dpbf16ps": "K-pairs of bf16 into vdpbf16ps (AVX512-BF16), float32 accumulation",
-              "widen": "converted to float32 in the packing, float32 micro-kernel"}
+PATH_TEXT = {"amx": "AMX tiles, tdpbf16ps on 32x32 float32 tiles (AMX-BF16), float32 accumulation",
+             "amx-fp16": "AMX tiles, tdpfp16ps on 32x32 float32 tiles (AMX-FP16), float32 accumulation",
+             "dpbf16ps": "K-pairs of bf16 into vdpbf16ps (AVX512-BF16), float32 accumulation",
+             "widen": "converted to float32 in the packing, float32 micro-kernel"}
 
 
-def _path_text(info: dict, dtype: str, path: str) -> str:
-    text = _PATH_TEXT.get(path, path)
-    if dtype == "float16" and path == "widen" and "avx512fp16" in info.get("vector_features", ()):
+def path_text(info: dict, dtype: str, path: str) -> str:
+    """A half dtype's matmul path, and why not a faster one the CPU has."""
+    text = PATH_TEXT.get(path, path)
+    features = info.get("vector_features", ())
+    if not path.startswith("amx") and "amx-tile" in features and info.get("amx_tile_data") is False:
+        text += " (the CPU has AMX, but Linux refused this process the tile state)"
+    if dtype == "float16" and path == "widen" and "avx512fp16" in features:
         text += " (not AVX512-FP16: its FMAs accumulate in float16)"
     return text
 
@@ -110,7 +115,7 @@ def report(info: dict) -> str:
         + _measured(info, "loop", "LLVM's choice for this CPU"),
         f"matmul blocking: {blocks}",
         f"matmul vectors: {info['matmul_vector_bits']}-bit, " + _measured(info, "matmul", "the ISA's widest"),
-        "matmul paths: " + "; ".join(f"{dt}: {_path_text(info, dt, p)}" for dt, p in info.get("matmul_paths", {}).items()),
+        "matmul paths: " + "; ".join(f"{dt}: {path_text(info, dt, p)}" for dt, p in info.get("matmul_paths", {}).items()),
         f"threads: {info['threads']}; idle OpenMP workers spin {info['gomp_spincount']} times, then sleep",
         f"compile cache: {info['compile_cache']}",
         info.get("numpy_blas", ""),
