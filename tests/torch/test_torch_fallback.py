@@ -135,3 +135,23 @@ def test_a_graph_that_fails_to_compile_on_its_first_call_runs_in_pytorch(caplog)
         torch.testing.assert_close(compiled(x), x + 1)
     assert sum("could not compile" in r.getMessage() for r in caplog.records) == 1
     assert compiled.failed.startswith("RuntimeError")
+
+
+def test_a_partition_returns_attention_in_eager_layout_for_the_views_pytorch_takes():
+    """Llama's forward before grouped-query attention compiled: a partition returned the
+    attention output (laid out as its transposed query) and a transposed view of it that
+    PyTorch takes from it; the view relies on eager's layout (was: RuntimeError, view
+    size is not compatible)."""
+    def f(x, w):
+        b, t, _ = x.shape
+        q = (x @ w).view(b, t, 4, 8).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return a, torch.special.i0(a.transpose(1, 2).view(b, t, -1))     # i0: PyTorch
+
+    x, w = torch.randn(2, 8, 32) / 4, torch.randn(32, 32)
+    reports = []
+    got = torch.compile(f, backend="tracecomp", options={"report": reports.append})(x, w)
+    for g, e in zip(got, f(x, w)):
+        torch.testing.assert_close(g, e)
+        assert g.stride() == e.stride()
+    assert [dict(r.fallback) for r in reports] == [{"aten.i0.default": 1}]
