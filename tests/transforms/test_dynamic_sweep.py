@@ -87,13 +87,10 @@ def test_an_op_with_every_dim_dynamic_compiles_once_and_matches_eager(s):
 # fails and tc.trace falls back to one compile per shape, or fixes the size it needs.
 _WINDOWS = ("a window's output size (n - k) // s + 1 is a floor division, which the size algebra "
             "takes only where it is exact (to do: dynamic H and W for conv and pooling)")
-_BOUNDS = ("a size that an index or length is checked against (s > 2, a guard) is then needed as a "
-           "number further on (a remainder, a float division, a slice of a product) (to do)")
 _COUNT = "the number of results depends on the size (PyTorch specializes it too)"
 _HEAD = "attention's head dim is fixed per compile (specialized, as the kernel tiles it)"
 COMPILES_PER_SIZE: dict[str, str] = {
-    **dict.fromkeys(["conv_transpose2d", "interpolate"], _WINDOWS),
-    **dict.fromkeys(["diagonal", "pad", "slice_scatter", "roll"], _BOUNDS),
+    **dict.fromkeys(["conv_transpose2d"], _WINDOWS),
     **dict.fromkeys(["unbind", "split", "chunk", "tensor_split"], _COUNT),
     **dict.fromkeys(["scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
                      "_scaled_dot_product_flash_attention_for_cpu_backward"], _HEAD),

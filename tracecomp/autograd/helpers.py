@@ -15,6 +15,7 @@ import numbers
 from typing import Any, Callable
 
 from ..dispatch import api as tc
+from ..ops.rules import slice_bounds, wrap_index
 
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 SQRT1_2 = math.sqrt(0.5)
@@ -460,14 +461,14 @@ def slice_grad(grad, shape: tuple[int, ...], dim: int, start, end, step: int):
     """slice: zeros of the input's shape with the gradient written into the slice
     (`slice_backward` with the bounds normalized the way slice applies them)."""
     d = _normalize_dim(dim, len(shape))
-    start, end, _ = slice(start, end, step).indices(shape[d])
-    return tc.slice_backward(grad, tuple(shape), d, start, max(end, start), step)
+    start, end, _ = slice_bounds(shape[d], start, end, step)       # (a dynamic size too)
+    return tc.slice_backward(grad, tuple(shape), d, start, end, step)
 
 
 def select_grad(grad, shape: tuple[int, ...], dim: int, index: int):
     """select: zeros of the input's shape with the gradient written at `index`."""
     d = _normalize_dim(dim, len(shape))
-    return tc.select_backward(grad, tuple(shape), d, index % shape[d])
+    return tc.select_backward(grad, tuple(shape), d, wrap_index(index, shape[d]))
 
 
 def index_select_backward(grad, shape: tuple[int, ...], dim: int, index):

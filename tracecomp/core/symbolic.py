@@ -155,10 +155,11 @@ class Dim:
 
     def _quotient(self, o) -> Union["Dim", int, None]:
         """self / o when it is a polynomial for every value, else None.  Divisors are ints
-        or single terms (`784`, `batch`, `2*batch`): what shape arithmetic divides by."""
+        or single terms (`784`, `batch`, `2*batch`): what shape arithmetic divides by; or
+        sums (a diagonal's stride n + 1), by long division."""
         o = Dim._lift(o)
         if len(o.terms) != 1:
-            return None
+            return self._long_division(o)
         (dm, dc), = o.terms.items()
         terms = {}
         for m, c in self.terms.items():
@@ -171,6 +172,48 @@ class Dim:
                 return None
             terms[tuple(rest)] = c // dc
         return self._make(terms, o)
+
+    def _long_division(self, o: "Dim") -> Union["Dim", int, None]:
+        """self / o for a divisor of several terms, where the quotient is a polynomial with
+        integer coefficients (`(n*m + m) / (n + 1)` is m), else None: the leading term (in
+        graded lexicographic order) of what is left, divided by o's leading term, at each step."""
+        if not o.terms:
+            return None
+        names = sorted({n for m in (*self.terms, *o.terms) for n in m})
+
+        def order(m):
+            counts = collections.Counter(m)
+            return len(m), tuple(counts[n] for n in names)
+        lead = max(o.terms, key=order)
+        rest, quotient = dict(self.terms), collections.Counter()
+        while rest:
+            m = max(rest, key=order)
+            left = list(m)
+            for name in lead:
+                if name not in left:
+                    return None
+                left.remove(name)
+            if rest[m] % o.terms[lead]:
+                return None
+            term, c = tuple(left), rest[m] // o.terms[lead]
+            quotient[term] += c
+            for om, oc in o.terms.items():
+                product = tuple(sorted(term + om))
+                rest[product] = rest.get(product, 0) - c * oc
+                if rest[product] == 0:
+                    del rest[product]
+        return self._make({m: c for m, c in quotient.items() if c}, o)
+
+    def _exactly(self, o, failure: str):
+        """self / o (_quotient), or NotImplemented for a non-integer o; raises `failure`
+        where the division is not exact for every value."""
+        try:
+            q = self._quotient(o)
+        except TypeError:
+            return NotImplemented
+        if q is None:
+            raise DynamicShapeError(failure)
+        return q
 
     def divided_exactly(self, o) -> Union["Dim", int]:
         """self / o where that is a polynomial for every value (`(784*batch) / 784`), else a

@@ -22,8 +22,9 @@ from .indexing import wrapped
 from .unbacked import values_for
 from ..core import dtypes as dt
 from ..core.errors import ArgumentError, DTypeError, ShapeError, TracecompError
+from ..core.symbolic import is_dynamic
 from ..ops import formula
-from ..ops.rules import broadcast_shapes
+from ..ops.rules import broadcast_shapes, slice_bounds
 from ..ops.table import OpDef
 from ..tensors.results import package
 from ..dispatch import api as tc
@@ -442,9 +443,8 @@ def _gather_shape(self_shape, index_shape, dim: int, for_self: bool) -> list[int
 
 def _slice_range(x, dim: int, start, end) -> tuple[int, int]:
     """slice_scatter's start and end as Python slicing takes them: None, negative, clamped."""
-    n = _dim_size("slice_scatter", x, dim)
-    lo, hi, _ = slice(start, end).indices(n)
-    return lo, max(lo, hi)
+    lo, hi, _ = slice_bounds(_dim_size("slice_scatter", x, dim), start, end, 1)    # (a dynamic size too)
+    return lo, hi
 
 
 def _interleave_shapes(shape, dim: int, repeats: int):
@@ -512,7 +512,7 @@ HELPERS = {
     "scatter_mode": _scatter_mode, "lowest": dt.lowest, "highest": dt.highest, "unsupported": _unsupported,
     "check_cdist": _check_cdist, "last_dims": _last_dims, "tensordot_contract": lambda a, b, p, q: contraction.tensordot(a, b, list(p), list(q)),
     "einsum_contract": lambda eq, ts: contraction.contract(eq, list(ts)), "broadcast_shapes": broadcast_shapes, "str": str, "repr": repr,
-    "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length,
+    "at_least_dims": _at_least_dims, "dims_in": _dims_in, "same_length": _same_length, "is_dynamic": is_dynamic,
     "tail": lambda xs: list(xs)[1:], "moved_dims": _moved_dims, "narrow_bounds": _narrow_bounds,
     "unflatten_shape": _unflatten_shape, "section_bounds": _section_bounds, "index_bounds": _index_bounds,
     "repeat_shapes": _repeat_shapes, "tile_repeats": _tile_repeats, "last_two": _last_two,

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..core.symbolic import is_dynamic
 from ..dispatch import api as tc
 from .adaptive_windows import averaging_matrix, window_positions
 
@@ -30,13 +31,19 @@ def _ints(v) -> tuple:
 
 # ---------------------------------------------------------------- pad
 
-def _source_positions(mode: str, n: int, lo: int, hi: int) -> np.ndarray:
-    """For output positions -lo .. n + hi - 1 of a dim of size n: the input position each reads."""
-    p = np.arange(-lo, n + hi, dtype=np.int64)
+def _source_positions(mode: str, n: int, lo: int, hi: int):
+    """For output positions -lo .. n + hi - 1 of a dim of size n: the input position each
+    reads, a constant; for a dynamic n, a tensor the kernel computes (the same formulas)."""
+    if is_dynamic(n):
+        return _positions(mode, n, lo, hi, tc.arange(-lo, n + hi), tc.abs, tc.clamp)
+    return tc.tensor(_positions(mode, n, lo, hi, np.arange(-lo, n + hi, dtype=np.int64), np.abs, np.clip))
+
+
+def _positions(mode: str, n, lo: int, hi: int, p, absolute, clip):
     if mode == "reflect":                # mirror about the first and last element
-        return n - 1 - np.abs(n - 1 - np.abs(p))
+        return n - 1 - absolute(n - 1 - absolute(p))
     if mode == "replicate":
-        return np.clip(p, 0, n - 1)
+        return clip(p, 0, n - 1)
     # circular, as PyTorch: negative pads crop first, positive ones wrap around what is left
     first, last = max(-lo, 0), n - max(-hi, 0)
     return first + (p - first) % (last - first)
@@ -78,7 +85,7 @@ def check_pad(x, pad, mode: str, value) -> list[tuple[int, int, int]]:
 def pad_by_index(x, pad, mode: str, value):
     """reflect, replicate or circular padding: one index_select per padded dim."""
     for d, lo, hi in check_pad(x, pad, mode, value):
-        x = tc.index_select(x, d, tc.tensor(_source_positions(mode, x.shape[d], lo, hi)))
+        x = tc.index_select(x, d, _source_positions(mode, x.shape[d], lo, hi))
     return x
 
 

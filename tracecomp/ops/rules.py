@@ -335,7 +335,7 @@ def infer_size(op: OpDef, shape, numel: int, arg: str = "shape", dims=None) -> t
         else:
             inferred = rest // known
         shape = tuple(inferred if d == -1 else d for d in shape)
-    if math.prod(shape) != numel:
+    if not equal_sizes(math.prod(shape), numel):       # (dynamic sizes: maybe guarded)
         raise ShapeError(f"{op.full_name}: '{arg}' {shape} is invalid for an input of {numel} elements")
     return shape
 
@@ -445,6 +445,20 @@ def slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
         return 0 if i < 0 else size if i > size else i
     start, end = clamp(start, 0), clamp(end, size)
     return start, end if end > start else start, step
+
+
+def equal_sizes(a, b) -> bool:
+    """a == b; for dynamic sizes the algebra cannot equate (a size and a floor division of
+    another: the src of a strided slice_scatter), equal at the traced call's sizes, and kept
+    as two order guards (symbolic.answering_at) that later calls must meet."""
+    if a == b:
+        return True
+    if not (is_dynamic(a) or is_dynamic(b)):
+        return False
+    try:
+        return a >= b and a <= b
+    except DynamicShapeError:
+        return False
 
 
 def wrap_index(i: int, size):
@@ -618,7 +632,7 @@ def _slice_backward(op: OpDef, args):
         raise ShapeError(f"{op.full_name}: 'step' must be greater than zero, got {args['step']}")
     start, end, step = slice_bounds(sizes[d], args["start"], args["end"], args["step"])
     want = sizes[:d] + ((end - start + step - 1) // step,) + sizes[d + 1:]
-    if g.shape != want:
+    if len(g.shape) != len(want) or not all(equal_sizes(a, b) for a, b in zip(g.shape, want)):
         raise ShapeError(f"{op.full_name}: 'grad_output' has shape {g.shape}, but slicing dim {d} of "
                          f"{sizes} by {args['start']}:{args['end']}:{args['step']} gives {want}")
     return [TensorType(sizes, g.dtype)]

@@ -144,7 +144,7 @@ class Inliner:
         n, step = grad.type.shape[d], args["step"]
         start, _, _ = rules.slice_bounds(out.shape[d], args["start"], args["end"], step)
         j = I.sub(index[d], start)
-        k = I.clamp(I.floordiv(j, step), 0, max(n - 1, 0))
+        k = I.clamp(I.floordiv(j, step), 0, I.at_least(I.sub(I.ic(n), 1), 0))     # (n may be dynamic)
         inside = L.Binary("and", L.Binary("ge", j, I.ic(0), dt.BOOL), L.Binary("lt", j, I.ic(n * step), dt.BOOL), dt.BOOL)
         if step != 1:
             on_step = L.Binary("eq", I.mod(j, step), I.ic(0), dt.BOOL)
