@@ -90,7 +90,7 @@ _WINDOWS = ("a window's output size (n - k) // s + 1 is a floor division, which 
 _COUNT = "the number of results depends on the size (PyTorch specializes it too)"
 _HEAD = "attention's head dim is fixed per compile (specialized, as the kernel tiles it)"
 COMPILES_PER_SIZE: dict[str, str] = {
-    **dict.fromkeys(["conv_transpose2d"], _WINDOWS),
+    **dict.fromkeys(["conv_transpose2d", "interpolate"], _WINDOWS),
     **dict.fromkeys(["unbind", "split", "chunk", "tensor_split"], _COUNT),
     **dict.fromkeys(["scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
                      "_scaled_dot_product_flash_attention_for_cpu_backward"], _HEAD),
