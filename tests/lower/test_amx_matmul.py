@@ -32,6 +32,8 @@ from tracecomp.lower.schedule import tiles
 from tracecomp.runtime import tuning
 from tracecomp.runtime.jit import load_system_library
 
+pytestmark = pytest.mark.skipif(not hostcpu.host_target().triple.startswith("x86_64"),
+                                reason="AMX code is generated for x86-64 hosts only")
 PATHS = {DType.bfloat16: "amx", DType.float16: "amx-fp16"}
 PRODUCT = {DType.bfloat16: "tdpbf16ps", DType.float16: "tdpfp16ps"}
 TILE_OPS = ("ldtilecfg", "tileloadd64", "tilestored64", "tilezero", "tdpbf16ps", "tdpfp16ps", "tilerelease")

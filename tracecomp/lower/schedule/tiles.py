@@ -161,10 +161,10 @@ def half_path(a: DType, b: DType) -> str:
 
 def _generates(path: str) -> bool:
     """Whether code for `path` can be generated for this target (it may not run here):
-    the dpbf16ps kernel is built on the f32 tiles' AVX-512 vectors; AMX code needs none."""
+    the dpbf16ps kernel is built on the f32 tiles' AVX-512 vectors; AMX code needs x86-64."""
     if path == "dpbf16ps":
         return tiles_for(DType.float32).lanes in (8, 16) and hostcpu.host_target().has("avx512f")
-    return True
+    return hostcpu.host_target().triple.startswith("x86_64")
 
 
 def missing_for(path: str) -> list[str]:
