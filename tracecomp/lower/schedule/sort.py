@@ -11,6 +11,11 @@ two more (all but the last pass store both), so a probe of the search is one loa
 key, not a load of an index and then of the key it names (W9: 548 -> 432 ms). Ties keep
 their order (stable, as PyTorch's CPU sort), and NaN sorts as the largest value: last
 ascending, first descending.
+
+A dynamic length n (issue 36) is known only at run time, and so are the pass count and the
+search lengths: the Lets of `bit_length` count them, and a Reduce may take such a Let as its
+trip count.  The dynamic sort keeps the static one's vectorized passes for lengths up to 16x
+the example's (_argsort_dynamic); a dynamic searchsorted counts its steps from n.
 """
 from __future__ import annotations
 
