@@ -26,6 +26,8 @@ For a small problem each block shrinks to the problem (rounded up to whole tiles
 does the workspace: `workspace_elements` is what the scheduler allocates, per-thread
 panels (each 64-byte aligned) for up to `max_threads()` threads.  The tiles are part of the
 compile cache's key (runtime/cache.py), since the same CPU name can come with other caches.
+Products of half operands on an AMX path (half_path) block by `amx_tiles` instead: 32 x 32
+tiles of C, K-blocks padded to 32 (product_tiles, Tiles.panel_depth).
 """
 from __future__ import annotations
 
