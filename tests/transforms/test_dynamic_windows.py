@@ -67,3 +67,30 @@ def test_the_gradient_of_a_window_op_with_dynamic_height_and_width(op):
                                    atol=1e-10, err_msg=f"{op} at {h}x{wd}")
         assert tc.gradcheck(loss, (tc.tensor(x[:1, :, :6, :5], requires_grad=True),))
     assert len(g.signatures) == 1, g.signatures
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear"])
+def test_interpolate_over_a_dynamic_length(mode):
+    """By size, and by a dyadic scale_factor (floor(n * 1.5) = (3n) // 2): one compile."""
+    rng = np.random.default_rng(2)
+    for kwargs in ({"size": 7}, {"scale_factor": 1.5}, {"scale_factor": 0.75}):
+        fn = lambda x: tc.interpolate(x, mode=mode, **kwargs)        # noqa: E731
+        f = tc.trace(fn, dynamic={"x": {2: "n"}})
+        for n in (5, 8, 13):
+            x = rng.standard_normal((2, 3, n)).astype(np.float32)
+            np.testing.assert_allclose(np.asarray(f(x)), np.asarray(fn(tc.tensor(x))), rtol=1e-6, atol=1e-6,
+                                       err_msg=f"{mode} {kwargs} at {n}")
+        assert len(f.signatures) == 1, (kwargs, f.signatures)
+
+
+def test_a_size_an_op_needs_as_a_number_is_a_tracecomp_error_naming_op_size_and_line():
+    """interpolate by a scale that is no dyadic fraction: floor(n * 1.4) in double is no size
+    expression.  Named dynamic sizes refuse it; dynamic=True compiles that size specialized."""
+    fn = lambda x: tc.interpolate(x, scale_factor=1.4)        # noqa: E731
+    with pytest.raises(tc.TracecompError, match=r"interpolate: scale_factor=1.4 .* needs the dynamic size n "
+                                                r"as a number(.|\n)*test_dynamic_windows.py"):
+        tc.trace(fn, dynamic={"x": {2: "n"}})(np.ones((1, 2, 5), np.float32))
+    f = tc.trace(fn, dynamic=True)
+    for n in (5, 6):
+        x = np.arange(2 * n, dtype=np.float32).reshape(1, 2, n)
+        np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(fn(tc.tensor(x))))

@@ -16,6 +16,7 @@ import numpy as np
 from ..core.errors import ArgumentError, DTypeError, ShapeError
 from ..core.symbolic import is_dynamic
 from ..dispatch import api as tc
+from . import interpolate_indices as run_time
 from .adaptive_windows import averaging_matrix, window_positions
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
@@ -111,7 +112,8 @@ def _output_sizes(x, size, scale_factor, recompute: bool | None):
     if len(scales) != spatial:
         raise ShapeError(f"interpolate: scale_factor {tuple(scale_factor)} must give one factor per spatial "
                          f"dim of the input of shape {tuple(x.shape)} ({spatial})")
-    sizes = [math.floor(n * s) for n, s in zip(x.shape[2:], scales)]   # in double, as PyTorch
+    sizes = [run_time.scaled_size(n, s) if is_dynamic(n) else math.floor(n * s)    # in double, as PyTorch
+             for n, s in zip(x.shape[2:], scales)]
     if any(s <= 0 for s in sizes):
         raise ShapeError(f"interpolate: scale_factor {tuple(scales)} gives the output size {tuple(sizes)} "
                          f"for the input of shape {tuple(x.shape)}; each must be positive")
@@ -152,11 +154,6 @@ def linear_weights(n_in: int, n_out: int, scale, align_corners: bool, dtype):
     return i0, np.minimum(i0 + 1, n_in - 1), w1
 
 
-def _along(v: np.ndarray, ndim: int, d: int) -> np.ndarray:
-    """A vector shaped to broadcast along dim d of an ndim-D tensor."""
-    return v.reshape((-1,) + (1,) * (ndim - d - 1))
-
-
 def _check_interpolate(x, mode: str, align_corners, antialias: bool) -> None:
     shape = tuple(x.shape)
     if mode in ("bicubic", "lanczos") or antialias:
@@ -189,12 +186,19 @@ def interpolated(x, size, scale_factor, mode: str, align_corners, recompute_scal
     for k, (n_out, scale) in enumerate(zip(sizes, scales)):
         d = 2 + k
         n_in = x.shape[d]
+        dynamic = is_dynamic(n_in) or is_dynamic(n_out)     # (then index arithmetic at run time)
         if mode.startswith("nearest"):
-            x = tc.index_select(x, d, tc.tensor(nearest_positions(n_in, n_out, scale, mode == "nearest-exact")))
+            positions = run_time.nearest_positions if dynamic else nearest_positions
+            at = positions(n_in, n_out, scale, mode == "nearest-exact")
+            x = tc.index_select(x, d, at if dynamic else tc.tensor(at))
             continue
-        i0, i1, w1 = linear_weights(n_in, n_out, scale, bool(align_corners), x.dtype.np.type)
-        w1 = tc.tensor(_along(w1, x.ndim, d))
-        x0, x1 = tc.index_select(x, d, tc.tensor(i0)), tc.index_select(x, d, tc.tensor(i1))
+        if dynamic:
+            i0, i1, w1 = run_time.linear_weights(n_in, n_out, scale, bool(align_corners), x.dtype)
+        else:
+            weights = linear_weights(n_in, n_out, scale, bool(align_corners), x.dtype.np.type)
+            i0, i1, w1 = (tc.tensor(v) for v in weights)
+        w1 = w1.reshape((-1,) + (1,) * (x.ndim - d - 1))
+        x0, x1 = tc.index_select(x, d, i0), tc.index_select(x, d, i1)
         x = x0 * (1 - w1) + x1 * w1
     return x
 
