@@ -225,8 +225,12 @@ def _pool_sizes(name: str, x, output_size, spatial: int) -> list[int]:
 
 def adaptive_average(name: str, x, output_size, spatial: int):
     """Each of the last `spatial` dims averaged over its windows: a matmul with a constant
-    (n_out, n_in) averaging matrix."""
+    (n_out, n_in) averaging matrix.  A half input is averaged in float32 and rounded once, as
+    PyTorch's 1-D and 2-D CPU kernels sum their windows in float32 (half weights 1/window and
+    a rounding per dim land further from the truth)."""
     sizes = _pool_sizes(name, x, output_size, spatial)
+    given = x.dtype
+    x = x.to(given.compute)
     for k, n_out in enumerate(sizes):
         d = x.ndim - spatial + k
         n_in = x.shape[d]
@@ -237,7 +241,7 @@ def adaptive_average(name: str, x, output_size, spatial: int):
             x = tc.matmul(mean, x)
         else:
             x = tc.movedim(tc.matmul(tc.movedim(x, d, -1), mean.mT), -1, d)
-    return x
+    return x.to(given)
 
 
 def adaptive_maximum(name: str, x, output_size, return_indices: bool, spatial: int):
