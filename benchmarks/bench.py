@@ -1726,10 +1726,10 @@ def all_cases(quick: bool = False) -> dict[str, Case]:
     return {c.key: c for c in cases}
 
 
-# (issue 36) W1, W2, W4 and W8 also as "tracecomp-dynamic": every tc.trace the builder makes
+# (issue 36) W1, W2, W4, W8 and W9 also as "tracecomp-dynamic": every tc.trace the builder makes
 # takes dynamic=True (every dim of every argument a size known at run time), to compare a
 # dynamic compile's speed with the static one's.
-DYNAMIC_VARIANT_OF = ("W1", "W2", "W4", "W8")
+DYNAMIC_VARIANT_OF = ("W1", "W2", "W4", "W8", "W9")
 
 
 def dynamic_variant(build: Callable) -> Callable:
