@@ -94,3 +94,30 @@ def test_a_size_an_op_needs_as_a_number_is_a_tracecomp_error_naming_op_size_and_
     for n in (5, 6):
         x = np.arange(2 * n, dtype=np.float32).reshape(1, 2, n)
         np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(fn(tc.tensor(x))))
+
+
+def test_an_exported_conv_takes_its_height_and_width_at_run_time(tmp_path):
+    """The window counts floor((h + 1)/2) are computed by the library's entry point from the sizes."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+
+    def fn(x):
+        return tc.adaptive_avg_pool2d(tc.relu(tc.conv2d(x, tc.tensor(w), stride=2, padding=1)), (2, 3))
+    path = str(tmp_path / "libconv.so")
+    example = rng.standard_normal((2, 3, 17, 13)).astype(np.float32)
+    tc.export(fn, [example], path, dynamic={"x": {0: "n", 2: "h", 3: "w"}})
+    header = open(path[:-3] + ".h").read()
+    assert all(f"int64_t {size}" in header for size in "nhw")
+    lib = tc.load(path)
+    for shape in [(1, 3, 9, 9), (3, 3, 20, 31), (2, 3, 64, 5)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(lib(x).numpy(), fn(tc.tensor(x)).numpy(), rtol=1e-5, atol=1e-5, err_msg=str(shape))
+
+
+def test_a_window_that_may_not_fit_every_exported_size_is_refused_naming_op_size_and_line(tmp_path):
+    """Exported, h may be 1: a 2x2 max-pool of a conv's floor((h + 1)/2) rows may not fit."""
+    def fn(x):
+        return tc.max_pool2d(tc.conv2d(x, tc.ones(4, 3, 3, 3), stride=2, padding=1), 2)
+    with pytest.raises(tc.TracecompError, match=r"max_pool2d(.|\n)*cannot decide whether floor\(\(h \+ 1\)/2\) - 2 < 0"
+                                                r"(.|\n)*test_dynamic_windows.py"):
+        tc.export(fn, [np.ones((1, 3, 16, 16), np.float32)], str(tmp_path / "libbad.so"), dynamic={"x": {2: "h"}})
