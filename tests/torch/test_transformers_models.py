@@ -102,11 +102,11 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-def pair(name: str):
-    """(model, an eager copy with the same weights, inputs)."""
+def pair(name: str, training: bool):
+    """(model, an eager copy with the same weights, inputs), both in training or eval mode."""
     build, inputs = MODELS[name]
     torch.manual_seed(0)
-    model = build()
+    model = build().train(training)
     return model, copy.deepcopy(model), inputs(torch.Generator().manual_seed(1))
 
 
@@ -116,9 +116,7 @@ def strict(model, reports: list):
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_training_step_matches_eager_in_every_gradient_and_buffer(name):
-    model, eager, inputs = pair(name)
-    model.train()
-    eager.train()
+    model, eager, inputs = pair(name, training=True)
     reports = []
     out = strict(model, reports)(**inputs)
     expected = eager(**inputs)
@@ -138,9 +136,7 @@ def test_training_step_matches_eager_in_every_gradient_and_buffer(name):
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_inference_under_no_grad_matches_eager(name):
-    model, eager, inputs = pair(name)
-    model.eval()
-    eager.eval()
+    model, eager, inputs = pair(name, training=False)
     reports = []
     with torch.no_grad():
         out = strict(model, reports)(**inputs)
@@ -172,9 +168,7 @@ def adamw_losses(model, step, inputs, steps: int) -> tuple[list[float], list[dic
 
 
 def check_adamw_curve(name: str, steps: int):
-    model, eager, inputs = pair(name)
-    model.train()
-    eager.train()
+    model, eager, inputs = pair(name, training=True)
     reports = []
     start = dict(tt.counts)
     losses, counts = adamw_losses(model, strict(model, reports), inputs, steps)
