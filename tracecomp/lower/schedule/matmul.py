@@ -40,7 +40,7 @@ from .depth import MAX_LEVELS, expression_depth
 from .implicit_gemm import window_operand
 from .nests import fresh_name, kernel_name
 from .operands import half_source, operand_view
-from .tiles import uses_packed, workspace_elements
+from .tiles import max_threads, uses_packed, workspace_elements
 
 
 def matmul_body(sched, op: Op, args: dict) -> list:
@@ -51,8 +51,9 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     k = ash[-1]
     batch = out.type.shape[:out.type.ndim - (len(ash) > 1) - (len(bsh) > 1)]
     dtype = out.type.dtype
-    static_batch = not any(is_dynamic(d) for d in batch)     # else plain loops (llvm/gemm/matmul.py)
-    packed = static_batch and uses_packed(dtype, hint(m), hint(n), hint(k))
+    packed = uses_packed(dtype, hint(m), hint(n), hint(k))
+    # (a run-time batch: a workspace for every thread, as its work items are counted at run time)
+    matrices = max_threads() if any(is_dynamic(d) for d in batch) else math.prod(batch)
     fills, windows = [], None
     found = window_operand(sched, b, batch) if packed else None     # conv2d: implicit GEMM
     if packed and found is None:
@@ -68,7 +69,7 @@ def matmul_body(sched, op: Op, args: dict) -> list:
         workspace = fresh_name(sched.buffers, "w")
         known = [None if is_dynamic(d) else d for d in (m, n, k)]       # run-time sizes: unbounded
         operands = tuple(sched.buffers[v.buffer].dtype for v in (a_view, b_view))     # (they pick the tiles)
-        size = workspace_elements(dtype, *known, math.prod(batch), operands)
+        size = workspace_elements(dtype, *known, matrices, operands)
         sched.buffers[workspace] = L.Buffer(workspace, dtype, (size,), "temp")
     index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
     return fills + [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),

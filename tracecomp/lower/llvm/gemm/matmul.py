@@ -75,13 +75,12 @@ _PTR = ir.PointerType()
 class Plan:
     blocks: Blocks
     capacity: int          # threads the workspace holds panels for
-    batch_count: int
 
 
 def _packable(kernel: Kernel, s: Matmul, dtype) -> bool:
     """Whether the packed kernel runs `s` (given a workspace large enough: _plan)."""
-    return (s.workspace is not None and dtype in PACKED_DTYPES and all(isinstance(d, int) for d in s.batch)
-            and 0 not in (s.m, s.n, s.k) and isinstance(kernel.buffer(s.workspace).shape[0], int))
+    return (s.workspace is not None and dtype in PACKED_DTYPES
+            and 0 not in (s.m, s.n, s.k, *s.batch) and isinstance(kernel.buffer(s.workspace).shape[0], int))
 
 
 def reads_windows(kernel: Kernel, s: Matmul) -> bool:
@@ -134,7 +133,7 @@ def emit_pack_b(em: FunctionEmitter, s: PackB, env: dict[str, ir.Value]) -> None
 
 
 def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
-    """The packed plan; m, n and k may be run-time sizes (dynamic dims), batch dims not."""
+    """The packed plan; m, n, k and the batch dims may be run-time sizes (dynamic dims)."""
     if not _packable(em.kernel, s, dtype):
         return None
     ws = em.kernel.buffer(s.workspace)
@@ -144,7 +143,17 @@ def _plan(em: FunctionEmitter, s: Matmul, dtype) -> Plan | None:
         raise BackendError(f"kernel '{em.kernel.name}': Matmul workspace '{s.workspace}' holds "
                            f"{ws.shape[0]} elements, a thread needs {bl.thread_elements} "
                            "(size it with schedule.tiles.workspace_elements)")
-    return Plan(bl, capacity, math.prod(s.batch))
+    return Plan(bl, capacity)
+
+
+def _batch_count(em: FunctionEmitter, s: Matmul) -> ir.Value:
+    """The number of batch matrices, an i64 (folded where the batch dims are static)."""
+    if all(isinstance(d, int) for d in s.batch):
+        return ir.Constant(S.I64, math.prod(s.batch))
+    total = ir.Constant(S.I64, 1)
+    for d in s.batch:
+        total = em.builder.mul(total, em.extent(d))
+    return total
 
 
 def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan: Plan) -> None:
@@ -156,14 +165,14 @@ def _emit_packed(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value], plan:
     part = _part_function(em, s, captured, plan, f"{prefix}.part")
     leading = list(em.fn.args[:len(em.kernel.buffers) + len(em.kernel.sizes)])
     args = leading + [v for _, v in captured] + [em.buffers[s.workspace][1]]
-    batch = ir.Constant(S.I64, plan.batch_count)
+    batch = _batch_count(em, s)
 
     def serial():
         b.call(part, args + [ir.Constant(S.I64, 0), batch, ir.Constant(S.I64, 1)])
     if em.in_parallel:
         _on_this_thread(em, s, env, plan, part, args)
         return
-    work = _flops(em, s, plan.batch_count)
+    work = _flops(em, s, batch)
     if _below(b, work, PARALLEL_MIN_FLOPS) is True or plan.capacity < 2:
         serial()
         return
@@ -205,18 +214,17 @@ def _on_this_thread(em: FunctionEmitter, s: Matmul, env: dict, plan: Plan, part:
     with b.if_else(b.icmp_signed("<", tid, ir.Constant(S.I64, threads))) as (fits, beyond):
         with fits:
             slice_ = b.gep(args[-1], [b.mul(tid, ir.Constant(S.I64, slice_elements))], source_etype=element)
-            b.call(part, args[:-1] + [slice_, ir.Constant(S.I64, 0), ir.Constant(S.I64, plan.batch_count),
-                                      ir.Constant(S.I64, 1)])
+            b.call(part, args[:-1] + [slice_, ir.Constant(S.I64, 0), _batch_count(em, s), ir.Constant(S.I64, 1)])
         with beyond:
             em.matmul_loops(s, env)
 
 
-def _flops(em: FunctionEmitter, s: Matmul, batch: int):
+def _flops(em: FunctionEmitter, s: Matmul, batch: ir.Value):
     """The product's FLOPs: an int, or an i64 value when a size is known at run time only."""
-    if all(isinstance(d, int) for d in (s.m, s.n, s.k)):
-        return flops(s.m, s.n, s.k, batch)
+    if all(isinstance(d, int) for d in (s.m, s.n, s.k)) and isinstance(batch, ir.Constant):
+        return flops(s.m, s.n, s.k, batch.constant)
     b = em.builder
-    total = ir.Constant(S.I64, 2 * batch)
+    total = b.mul(ir.Constant(S.I64, 2), batch)
     for d in (s.m, s.n, s.k):
         total = b.mul(total, em.extent(d))
     return total
@@ -244,9 +252,9 @@ def _launch(em: FunctionEmitter, s: Matmul, plan: Plan, part: ir.Function, args:
     """GOMP_parallel over `threads` threads, on batch * parts work items: each matrix splits
     into parts = ceil(threads * ITEMS_PER_THREAD / batch), at most one per register tile."""
     b = em.builder
-    batch, split = ir.Constant(S.I64, plan.batch_count), _split_tiles(em, s, plan.blocks)
+    batch, split = _batch_count(em, s), _split_tiles(em, s, plan.blocks)
     wanted = b.mul(threads, ir.Constant(S.I64, ITEMS_PER_THREAD))
-    parts = b.sdiv(b.add(wanted, ir.Constant(S.I64, plan.batch_count - 1)), batch)
+    parts = b.sdiv(b.sub(b.add(wanted, batch), ir.Constant(S.I64, 1)), batch)
     parts = S.intrinsic(b, "smin", [parts, split])
     struct = ir.LiteralStructType([a.type for a in args] + [S.I64] * 4)
     data = entry_alloca(em, struct)
@@ -287,7 +295,7 @@ def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: s
         index = b.sdiv(item.index, parts)
         env_b = dict(env)
         names = index_names(s)
-        for name_d, value in zip(names[:-2], _delinearize(b, index, s.batch)):
+        for name_d, value in zip(names[:-2], _delinearize(b, index, [inner.extent(d) for d in s.batch])):
             env_b[name_d] = value
         rng = _item_range(inner, b.srem(item.index, parts), parts, s, plan.blocks)
         _Item(inner, s, plan.blocks, env_b, ws).emit(*rng)
@@ -295,11 +303,11 @@ def _part_function(em: FunctionEmitter, s: Matmul, captured, plan: Plan, name: s
     return fn
 
 
-def _delinearize(b: ir.IRBuilder, flat: ir.Value, extents: tuple[int, ...]) -> list[ir.Value]:
+def _delinearize(b: ir.IRBuilder, flat: ir.Value, extents: list[ir.Value]) -> list[ir.Value]:
     out = []
     for n in reversed(extents):
-        out.append(b.srem(flat, ir.Constant(S.I64, n)))
-        flat = b.sdiv(flat, ir.Constant(S.I64, n))
+        out.append(b.srem(flat, n))
+        flat = b.sdiv(flat, n)
     return out[::-1]
 
 
