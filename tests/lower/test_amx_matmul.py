@@ -487,6 +487,56 @@ def test_emulated_amx_program(forced, case, dtype):
         assert np.all(np.abs(got - want) <= 1e-5 * (np.abs(x) @ np.abs(y if case != "transposed" else y.T)) + 1e-6)
 
 
+CONV_CASES = [  # (N, C, H, W), (O, kh, kw), stride, padding, dilation, groups
+    ((2, 8, 9, 37), (40, 3, 3), (1, 1), (1, 1), (1, 1), 1),       # micro-panels across output rows
+    ((2, 7, 14, 13), (12, 3, 3), (2, 1), (2, 2), (2, 2), 1),      # stride, dilation, ragged channels
+    ((2, 12, 10, 10), (66, 3, 3), (1, 1), (1, 1), (1, 1), 3),     # groups: M = 22, K = 36 (padded to 64)
+]
+
+
+def _conv_inputs(dtype: DType, xs, ws, groups):
+    rng = np.random.default_rng(sum(xs))
+    x = rng.standard_normal(xs).astype(dtype.np)
+    w = (rng.standard_normal((ws[0], xs[1] // groups, ws[1], ws[2])) / 4).astype(dtype.np)
+    return x, w
+
+
+@pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16], ids=str)
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CONV_CASES)
+def test_emulated_amx_conv2d(forced, dtype, xs, ws, stride, padding, dilation, groups):
+    """A half conv2d as implicit GEMM on the AMX path, tile instructions emulated: B's
+    K-pairs packed from the half input's windows (zero-padded to 32 deep), A's rows of K;
+    values as torch's float32 conv of the same half values, rounded once."""
+    torch = pytest.importorskip("torch")
+    forced(PATHS[dtype])
+    x, w = _conv_inputs(dtype, xs, ws, groups)
+    lowered = tc.trace(lambda x, w: tc.conv2d(x, w, None, stride, padding, dilation, groups)).lower(x, w)
+    llvm_text = lowered.as_text("llvm")
+    assert nest_name(DType.float32, dtype, dtype) in llvm_text
+    assert f"tracecomp.matmul.pack_windows.{dtype.label}.pairs.32.k32" in llvm_text
+    got = _run_program_emulated(lowered, dtype, [x, w])[lowered.cpu_program.kernels[-1].buffers[-1].name]
+    tx, tw = (torch.from_numpy(v.astype(np.float32)) for v in (x, w))
+    want = torch.nn.functional.conv2d(tx, tw, None, stride, padding, dilation, groups).double().numpy()
+    _half_close(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16], ids=str)
+def test_forced_amx_conv2d_has_the_tile_instructions(forced, dtype):
+    """Compiled for a CPU with AMX, the conv's product calls the AMX nest, which packs the
+    windows of the half input; run only where the host has AMX."""
+    forced(PATHS[dtype])
+    x, w = _conv_inputs(dtype, (2, 8, 12, 12), (16, 3, 3), 1)
+    fn = tc.trace(lambda x, w: tc.conv2d(x, w, None, 1, 1))
+    asm = _assembly(fn.lower(x, w), PATHS[dtype])
+    nest = nest_name(DType.float32, dtype, dtype)
+    assert _calls(asm, nest) >= 1 and PRODUCT[dtype] in asm and "tileloadd" in asm
+    assert f"tracecomp.matmul.pack_windows.{dtype.label}.pairs.32.k32:" in asm
+    _skip_unless_runs(PATHS[dtype])
+    got = np.asarray(fn(x, w)).astype(np.float64)
+    want = np.asarray(tc.trace(lambda x, w: tc.conv2d(x.float(), w.float(), None, 1, 1))(x, w), np.float64)
+    _half_close(got, want, dtype)
+
+
 def test_emulated_amx_attention_under_autocast(forced):
     """The fused attention's products (q k^T and p v per batch item, on the thread that runs
     it: one workspace slice per thread) reach the amx nest; values as torch.autocast's."""

@@ -147,3 +147,117 @@ def test_computed_inputs():
             torch.nn.functional.conv2d(torch.softmax(tx, 1), tw, None, 1, 1))
     for g, r in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), r.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- half inputs (schedule/tiles.py: half_path)
+
+HALF_CASES = [
+    # (N, C, H, W), (O, kh, kw), stride, padding, dilation, groups
+    ((2, 8, 9, 37), (40, 3, 3), (1, 1), (0, 0), (1, 1), 1),        # micro-panels across output rows
+    ((3, 5, 11, 7), (17, 3, 2), (1, 1), (1, 1), (1, 1), 1),        # ragged channels, padding
+    ((2, 6, 15, 16), (24, 3, 3), (2, 2), (1, 1), (1, 1), 1),       # stride 2: element by element
+    ((2, 7, 14, 13), (12, 3, 3), (1, 1), (2, 2), (2, 2), 1),       # dilation 2, odd K (63)
+    ((2, 8, 12, 12), (18, 3, 3), (1, 2), (0, 1), (1, 1), 2),       # groups, uneven stride/padding
+]
+
+
+@pytest.fixture(params=["dpbf16ps", "widen"])
+def half_path(request):
+    """The half matmul path forced (tuning key, restored after); dpbf16ps runs only with
+    AVX512-BF16 (its assembly is checked in test_amx_matmul.py's way elsewhere)."""
+    from tracecomp.lower import hostcpu
+    from tracecomp.lower.schedule import tiles
+    from tracecomp.runtime import tuning
+    if request.param == "dpbf16ps" and not hostcpu.host_target().has("avx512f"):
+        pytest.skip("the dpbf16ps path needs AVX-512 (avx512f)")
+    tuning.ensure_tuned()
+    before = hostcpu.tuned()
+    hostcpu.set_tuned({**before, tiles.HALF_PATH_KEY: request.param})
+    yield request.param
+    hostcpu.set_tuned(before)
+
+
+def _windowed_kernel(program):
+    """(kernel, Matmul) of the program's one product that reads windows."""
+    (found,) = [(k, s) for k in program.kernels for s in k.body if isinstance(s, L.Matmul) and s.b_windows is not None]
+    return found
+
+
+def _half_inputs(xs, ws, groups, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(xs).astype(tc.bfloat16.np)
+    w = (rng.standard_normal((ws[0], xs[1] // groups, ws[1], ws[2])) / 4).astype(tc.bfloat16.np)
+    return x, w
+
+
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", HALF_CASES)
+def test_bf16_conv2d_on_each_half_path(half_path, xs, ws, stride, padding, dilation, groups):
+    """A bf16 conv's window matrix packed straight from the bf16 input (K-pairs or widened),
+    against torch's float32 conv of the same bf16 values: within one bf16 ulp of the
+    result (the float32 sum rounded once) plus float32 summation error."""
+    from tracecomp.lower import hostcpu
+    from tracecomp.lower.schedule import tiles
+    torch = pytest.importorskip("torch")
+    missing = tiles.missing_for(half_path)
+    if missing:
+        pytest.skip(f"the host lacks {', '.join(missing)}")
+    x, w = _half_inputs(xs, ws, groups, sum(xs) + sum(ws))
+    fn = tc.trace(lambda x, w: tc.conv2d(x, w, None, stride, padding, dilation, groups))
+    lowered = fn.lower(x, w)
+    kernel, product = _windowed_kernel(lowered.cpu_program)
+    assert tiles.half_path(tc.bfloat16, tc.bfloat16) == half_path
+    assert kernel.buffer(product.a.buffer).dtype == kernel.buffer(product.b_windows.buffer).dtype == tc.bfloat16
+    got = np.asarray(fn(x, w))
+    assert got.dtype == tc.bfloat16.np
+    tx, tw = (torch.from_numpy(v.astype(np.float32)) for v in (x, w))
+    want = torch.nn.functional.conv2d(tx, tw, None, stride, padding, dilation, groups).double().numpy()
+    scale = torch.nn.functional.conv2d(tx.abs(), tw.abs(), None, stride, padding, dilation, groups).double().numpy()
+    ulp = np.spacing(np.abs(want).astype(tc.bfloat16.np)).astype(np.float64)
+    assert np.all(np.abs(got.astype(np.float64) - want) <= ulp + 1e-6 * scale), np.abs(got - want).max()
+    if half_path == "dpbf16ps" and hostcpu.detected_target().has("avx512bf16"):
+        assert "vdpbf16ps" in lowered.as_text("asm")
+
+
+def test_bf16_conv2d_packs_from_the_bf16_input(half_path):
+    """No float32 buffer the size of the input (or of its zero-padded copy): the padding
+    copy stays bf16 and the product's kernel reads it, 2-byte elements, through its
+    windows; the packing function is the half one (LLVM IR)."""
+    x, w = _half_inputs((2, 8, 10, 10), (16, 3, 3), 1, 0)
+    lowered = tc.trace(lambda x, w: tc.conv2d(x, w, None, 1, 1)).lower(x, w)
+    program = lowered.cpu_program
+    sizes = {x.size, 2 * 8 * 12 * 12}
+    for k in program.kernels:
+        for buf in k.buffers:
+            assert not (buf.dtype == tc.float32 and int(np.prod(buf.shape)) in sizes), (k.name, buf)
+    kernel, product = _windowed_kernel(program)
+    windows = product.b_windows
+    assert kernel.buffer(windows.buffer).dtype == tc.bfloat16 and kernel.buffer(windows.buffer).shape == (2, 8, 12, 12)
+    layout = "pairs" if half_path == "dpbf16ps" else "widen"
+    assert f"tracecomp.matmul.pack_windows.bfloat16.{layout}." in lowered.as_text("llvm")
+
+
+def test_bf16_conv2d_gradients_under_autocast(half_path):
+    """A conv2d under tc.autocast and its gradients (input, weight, bias) as
+    torch.autocast's, within bf16's tolerance."""
+    from tracecomp.lower.schedule import tiles
+    torch = pytest.importorskip("torch")
+    if tiles.missing_for(half_path):
+        pytest.skip(f"the host lacks {', '.join(tiles.missing_for(half_path))}")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 11, 13)).astype(np.float32)
+    w = (rng.standard_normal((10, 3, 3, 3)) / 4).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+
+    def loss(x, w, b):
+        with tc.autocast(tc.bfloat16):
+            y = tc.conv2d(x, w, b, (1, 2), 1, 1, 2)
+        return (y.float() * y.float()).mean()
+    got = [np.asarray(g) for g in tc.trace(lambda *a: tc.grad(loss, argnums=(0, 1, 2))(*a))(x, w, b)]
+    tx, tw, tb = (torch.from_numpy(v).requires_grad_() for v in (x, w, b))
+    with torch.autocast("cpu", torch.bfloat16):
+        y = torch.nn.functional.conv2d(tx, tw, tb, (1, 2), 1, 1, 2)
+    (y.float() * y.float()).mean().backward()
+    for g, t in zip(got, (tx, tw, tb)):
+        want = t.grad.numpy()
+        assert g.dtype == np.float32
+        assert np.abs(g - want).max() <= 2e-2 * np.abs(want).max(), np.abs(g - want).max()

@@ -4,7 +4,7 @@ Checked, each failure an IRError through the checker's `fail` (kernel and statem
 - extents are ints >= 0 or size parameters; each View names a known buffer and has one
   stride per dim of (batch..., rows, cols); offsets and strides are `index` expressions;
 - out, a and b hold one dtype among f32, f64, i32, i64 (or out f32 and a, b each f32,
-  bf16 or f16: half operands read widened, without windows or b_packed); out is writable
+  bf16 or f16: half operands read widened, without b_packed); out is writable
   and is neither a nor b; a workspace is a writable 1-D buffer of that dtype distinct from the three;
 - a View whose offset, strides and extents are all constants stays inside its buffer
   (when the buffer's shape is static), and such an `out` View is one-to-one (no two
@@ -14,7 +14,8 @@ Checked, each failure an IRError through the checker's `fail` (kernel and statem
   neither out nor the workspace (other tiles of out are being written meanwhile);
 A Matmul inside a parallel Loop is allowed: it runs on the thread that reaches it, in
 that thread's slice of the workspace (it parallelizes itself only outside one).
-- `b_windows`: a known buffer of the same dtype, one batch stride per batch dim, k_shape
+- `b_windows`: a known buffer of the same dtype (or, out f32, bf16 or f16: a half
+  input's windows, widened when read), one batch stride per batch dim, k_shape
   and n_shape multiplying to k and n, every element it names inside its buffer (static
   offset and shape), b's buffer distinct from the windows', and not inside a parallel
   Loop (the CPU skips b's fill, which the per-thread fallback there would read).
@@ -48,9 +49,9 @@ def check_matmul(c, s: Matmul) -> None:
         c.fail(f"Matmul on {dtype.label} buffers; it takes f32, f64, i32 or i64")
     for role in ("a", "b"):
         half = buffers[role].dtype.is_half and dtype is DType.float32
-        if half and (s.b_windows is not None or s.b_packed is not None):
+        if half and s.b_packed is not None:
             c.fail(f"Matmul operand {role} ('{buffers[role].name}') holds {buffers[role].dtype.label}: "
-                   "half operands take neither b_windows nor b_packed")
+                   "half operands take no b_packed")
         if buffers[role].dtype != dtype and not half:
             c.fail(f"Matmul operand {role} ('{buffers[role].name}') holds {buffers[role].dtype.label} "
                    f"but out ('{buffers['out'].name}') holds {dtype.label}; all three share one dtype (half operands: out f32)")
@@ -91,9 +92,10 @@ def _windows(c, s: Matmul, dtype: DType) -> None:
     src = c.buffers.get(w.buffer)
     if not isinstance(w, Windows) or src is None:
         c.fail(f"Matmul b_windows {w!r} must be Windows of a buffer of the kernel")
-    if src.dtype != dtype or w.buffer == s.b.buffer:
-        c.fail(f"Matmul b_windows reads '{w.buffer}' ({src.dtype.label}); it must hold {dtype.label} and "
-               f"differ from b's buffer '{s.b.buffer}'")
+    half = src.dtype.is_half and dtype is DType.float32
+    if (src.dtype != dtype and not half) or w.buffer == s.b.buffer:
+        c.fail(f"Matmul b_windows reads '{w.buffer}' ({src.dtype.label}); it must hold {dtype.label} (or a "
+               f"half dtype into f32) and differ from b's buffer '{s.b.buffer}'")
     if len(w.batch_strides) != len(s.batch) or len(w.k_shape) != len(w.k_strides) \
             or len(w.n_shape) != len(w.n_strides):
         c.fail(f"Matmul b_windows {w!r}: one batch stride per batch dim, one stride per k and n dim")

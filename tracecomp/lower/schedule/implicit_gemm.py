@@ -13,7 +13,9 @@ that ignore `Matmul.b_windows` read, through `view`), and `windows` (loops.ir.Wi
 says where each element sits in the input, which the CPU code generator packs from
 directly and skips the statements.  The input must be a buffer with static strides: a
 computed one is materialized first, and a padded one copied with its zero border (both
-kh*kw times smaller than the window matrix).  None when `v` is not such a matrix, or when
+kh*kw times smaller than the window matrix).  A float32 cast of a bfloat16/float16
+input (widen_half's) is read, and padded, in its half dtype: the packing converts it
+(llvm/gemm/halfwindows.py), never a float32 copy.  None when `v` is not such a matrix, or when
 another op reads the matrix as well (a train step's weight gradient): then it is
 materialized once, for both, as before.
 """
@@ -29,7 +31,7 @@ from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import const
 from .nests import fresh_name, loop_nest
-from .operands import dense_strides, in_memory
+from .operands import dense_strides, half_source, in_memory
 
 
 def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View, L.Windows]]:
@@ -40,7 +42,7 @@ def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View
     if args is None or _used_elsewhere(sched, v) or _used_elsewhere(sched, cols) or v.type.ndim != 4 or tuple(v.type.shape[:2]) != tuple(batch) \
             or any(is_dynamic(d) for d in (*v.type.shape, *cols.type.shape, *args["self"].type.shape)):
         return None
-    x = args["self"]
+    x = half_source(sched, args["self"])       # a half input: its windows are packed from it in place
     if x.type.ndim != 4:
         return None
     (kh, kw), dilation, padding, stride = args["kernel_size"], args["dilation"], args["padding"], args["stride"]

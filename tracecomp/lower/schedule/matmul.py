@@ -56,8 +56,8 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     matrices = max_threads() if any(is_dynamic(d) for d in batch) else math.prod(batch)
     fills, windows = [], None
     found = window_operand(sched, b, batch) if packed else None     # conv2d: implicit GEMM
-    if packed and found is None:
-        a, b = half_source(sched, a), half_source(sched, b)
+    if packed:
+        a, b = half_source(sched, a), b if found is not None else half_source(sched, b)
     a_view = operand_view(sched, a, batch, row=len(ash) > 1, col=True)
     if found is not None:
         fills, b_view, windows = found
@@ -70,6 +70,9 @@ def matmul_body(sched, op: Op, args: dict) -> list:
         known = [None if is_dynamic(d) else d for d in (m, n, k)]       # run-time sizes: unbounded
         operands = tuple(sched.buffers[v.buffer].dtype for v in (a_view, b_view))     # (they pick the tiles)
         size = workspace_elements(dtype, *known, matrices, operands)
+        if windows is not None:         # the kernel may pack b from the (half) input instead
+            size = max(size, workspace_elements(dtype, *known, matrices,
+                                                (operands[0], sched.buffers[windows.buffer].dtype)))
         sched.buffers[workspace] = L.Buffer(workspace, dtype, (size,), "temp")
     index = tuple(f"b{d}" for d in range(len(batch))) + ("i", "j")
     return fills + [L.Matmul(out_view, a_view, b_view, I.dim(m), I.dim(n), I.dim(k), tuple(I.dim(d) for d in batch),

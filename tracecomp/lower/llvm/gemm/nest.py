@@ -22,7 +22,8 @@ tile is in L1: `epilogue_whole(context, i0, j0, MR, NR)` for full tiles,
 (llvm/gemm/matmul.py) supplies the epilogues and their context (the kernel's buffers, sizes and
 visible names).  With b_rows non-null, B is a convolution's window matrix read in place
 (implicit GEMM): element (p, j) is b[b_rows[p] + b_cols[j]] (i32 offset tables), packed
-by pack_windows instead of from rs_b and cs_b.  With b_packed non-null, B was packed whole
+by pack_windows instead of from rs_b and cs_b (a half input's by halfwindows.py, in
+pack_b's layout: K-pairs or widened).  With b_packed non-null, B was packed whole
 before the call (a PackB statement: micro-panel q of NR columns at q * NR * k, each all k
 rows deep), so no B panel is packed: the block (jc, p0) starts at b_packed + jc * k + p0 * NR
 and its micro-panels lie k * NR apart (n_lo is a multiple of NR: items are whole tiles).
@@ -45,6 +46,7 @@ from .microkernel import (defining_exported_helpers, helper_function, leaf_helpe
                           pack_windows_function)
 from .amx import amx_microkernel, configure_tiles, release_tiles
 from .halfpack import dpbf16_microkernel, pack_pairs_function, pack_rows_function, pack_widen_function
+from .halfwindows import pack_half_windows_function
 from ...schedule.tiles import AMX_PATHS, PACKED_DTYPES, half_path, product_tiles, tiles_for
 
 _PTR = ir.PointerType()
@@ -130,7 +132,11 @@ class _Nest:
                 microkernel(module, dtype, tiles.mr, tiles.nv)
             self.pack_a = _packer(module, dtype, a, tiles.mr, pairs)
             self.pack_b = _packer(module, dtype, b_dtype, tiles.nr, pairs)
-        self.pack_windows = None if half else pack_windows_function(module, dtype, tiles.nr)     # (f32 b only)
+        if b_dtype is dtype:
+            self.pack_windows = pack_windows_function(module, dtype, tiles.nr)
+        else:               # a half input's windows, in the layout of pack_b
+            self.pack_windows = pack_half_windows_function(module, b_dtype, tiles.nr, "pairs" if pairs or self.amx
+                                                           else "widen", tiles.k_step)
         self.merge = merge_function(module, dtype, tiles.nr, a if self.amx else None)
         self.tile = b.alloca(ir.ArrayType(self.t, tiles.mr * tiles.nr), name="tile")
         self.tile.align = 64
