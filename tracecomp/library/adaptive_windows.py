@@ -28,7 +28,7 @@ def averaging_matrix(n_in, n_out, dtype):
 def longest_window(n_in, n_out):
     """The most positions a window covers: exactly for static sizes; for a dynamic one the
     bound ceil(n_in / n_out) + 1 (an output size equal to the input's: 1)."""
-    if n_out is n_in or n_out == n_in:
+    if n_out is n_in:           # (output_size None keeps the input's size)
         return 1
     if not is_dynamic(n_in) and not is_dynamic(n_out):
         return max((-(-(i + 1) * n_in // n_out) - i * n_in // n_out for i in range(n_out)), default=1)
