@@ -261,3 +261,28 @@ def test_bf16_conv2d_gradients_under_autocast(half_path):
         want = t.grad.numpy()
         assert g.dtype == np.float32
         assert np.abs(g - want).max() <= 2e-2 * np.abs(want).max(), np.abs(g - want).max()
+
+
+@pytest.mark.parametrize("d", [tc.bfloat16, tc.float16], ids=str)
+def test_half_conv1d_and_float16_take_the_half_windows(half_path, d):
+    """conv1d (a conv2d of height 1) of half inputs packs the half windows too; float16
+    has no K-pair path here, so it converts in the packing whatever bf16's path is."""
+    from tracecomp.lower.schedule import tiles
+    torch = pytest.importorskip("torch")
+    taken = tiles.half_path(d, d)
+    if tiles.missing_for(taken):
+        pytest.skip(f"the host lacks {', '.join(tiles.missing_for(taken))}")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 10, 70)).astype(d.np)
+    w = (rng.standard_normal((36, 5, 3)) / 4).astype(d.np)
+    fn = tc.trace(lambda x, w: tc.conv1d(x, w, None, 2, 1, 1, 2))
+    kernel, product = _windowed_kernel(fn.lower(x, w).cpu_program)
+    assert kernel.buffer(product.b_windows.buffer).dtype == d
+    layout = "pairs" if taken in ("dpbf16ps", "amx", "amx-fp16") else "widen"
+    assert f"tracecomp.matmul.pack_windows.{d.label}.{layout}." in fn.lower(x, w).as_text("llvm")
+    got = np.asarray(fn(x, w)).astype(np.float64)
+    tx, tw = (torch.from_numpy(v.astype(np.float32)) for v in (x, w))
+    want = torch.nn.functional.conv1d(tx, tw, None, 2, 1, 1, 2).double().numpy()
+    scale = torch.nn.functional.conv1d(tx.abs(), tw.abs(), None, 2, 1, 1, 2).double().numpy()
+    ulp = np.spacing(np.abs(want).astype(d.np)).astype(np.float64)
+    assert np.all(np.abs(got - want) <= ulp + 1e-6 * scale), np.abs(got - want).max()
