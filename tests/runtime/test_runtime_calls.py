@@ -178,3 +178,60 @@ def test_the_cache_keeps_at_most_its_limit_of_free_blocks():
     assert cache.free_bytes <= 20 << 20 and len(cache.free[(4 << 20) + 64]) == 4
     cache.clear()
     assert cache.free_bytes == 0
+
+
+@pytest.mark.parametrize("n", [3, 12, 40])
+def test_many_pointers_run_in_one_native_call_with_right_results(n):
+    """Past DIRECT_POINTERS pointers the kernels run through the plan runner (one native
+    call, pointers in an array); past MAX_ARITY a kernel takes ctypes arguments again."""
+    from tracecomp.runtime import compiled
+    f = tc.trace(lambda *xs: (sum(xs[1:], xs[0]) * 2, (xs[-1] - xs[0]).sum(0), xs[1] @ xs[2].T))
+    rng = np.random.default_rng(n)
+    for _ in range(3):                  # fresh arrays and outputs at every call
+        xs = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(n)]
+        got = f(*xs)
+        want = (sum(xs) * 2, (xs[-1] - xs[0]).sum(0), xs[1] @ xs[2].T)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-5)
+    program = next(iter(f._cache.values())).compiled
+    kernels = program.program.kernels
+    total, widest = sum(len(k.buffers) for k in kernels), max(len(k.buffers) for k in kernels)
+    planned = total > compiled.DIRECT_POINTERS and widest <= compiled.MAX_ARITY
+    assert (program._run_driver is not None) == planned
+    assert planned == (n < compiled.MAX_ARITY)       # (40 inputs: one kernel takes 41 pointers)
+
+
+def test_the_plan_runner_calls_each_kernel_with_the_pointers_its_plan_names():
+    """The runner alone, on kernels written here: a plan of two kernels with arities 3 and
+    0, positions in any order, and a kernel too wide for it that traps instead of running."""
+    import ctypes
+    from tracecomp.lower.llvm.control import plan_runner
+    from tracecomp.runtime import jit
+    text = plan_runner("run", 3) + """
+define void @add(ptr %a, ptr %b, ptr %out) {
+  %x = load i64, ptr %a
+  %y = load i64, ptr %b
+  %s = add i64 %x, %y
+  store i64 %s, ptr %out
+  ret void
+}
+@calls = global i64 0
+define void @count() {
+  %c = load i64, ptr @calls
+  %d = add i64 %c, 1
+  store i64 %d, ptr @calls
+  ret void
+}
+define i64 @calls_so_far() {
+  %c = load i64, ptr @calls
+  ret i64 %c
+}
+"""
+    lib = jit.default_engine().compile(text)
+    run = lib.function("run", None, ctypes.c_void_p, ctypes.c_void_p)
+    cells = (ctypes.c_int64 * 3)(5, 7, 0)
+    buffers = (ctypes.c_uint64 * 3)(*[ctypes.addressof(cells) + 8 * i for i in (2, 0, 1)])  # out, a, b
+    plan = (ctypes.c_uint64 * 8)(2, lib.address("add"), 3, 1, 2, 0, lib.address("count"), 0)
+    run(ctypes.addressof(buffers), ctypes.addressof(plan))
+    assert list(cells) == [5, 7, 12]
+    assert lib.function("calls_so_far", ctypes.c_int64)() == 1

@@ -22,8 +22,14 @@ calls, the loops around them and the branches, so a scan of 10,000 steps is one 
 call.  It takes the call's pointer list as an array and a table of the kernels' addresses
 (built once: the driver is a module of its own, so the kernels' library and its cache
 entry stay what they are for any program; the driver's object code has a cache entry of
-its own, keyed by its LLVM IR, which names no kernel).  Programs without control flow
-keep one ctypes call per kernel.
+its own, keyed by its LLVM IR, which names no kernel).  A program without control flow
+whose kernels take more than DIRECT_POINTERS pointers in all runs in one native call too,
+through the plan runner (llvm/control.py: one function for every program, compiled once
+per process), which reads the kernels' addresses and argument positions from a plan built
+here: ctypes converts each argument it passes (about 0.1 us), while the pointers reach the
+runner in one array that the call fills with struct.pack_into (the fixed buffers' are
+written once).  With fewer pointers, one ctypes call per kernel is cheaper.  The drivers
+take their pointers the same way.
 
 Dynamic sizes (tc.trace(dynamic=...): buffer shapes that hold size parameters): a
 `DynamicProgram` compiles the kernels as above (they take the sizes as trailing arguments)
@@ -42,6 +48,7 @@ import dataclasses
 import functools
 import itertools
 import operator
+import struct
 import threading
 import weakref
 
@@ -60,6 +67,11 @@ from .memory import (ALIGN, BlockCache, aligned_empty, aligned_empty_at, data_po
 
 
 _NOTHING = object()
+
+# Pointers, in all, up to which a program's kernels take them as ctypes arguments (measured:
+# 8 arguments cost about as much as one array of them, 31 arguments 1.8x, 301 2.6x); the
+# plan runner calls kernels of at most MAX_ARITY (more: ctypes calls each kernel)
+DIRECT_POINTERS, MAX_ARITY = 8, 32
 
 
 def check_indices(a: np.ndarray, checks) -> None:
@@ -137,9 +149,14 @@ class CompiledProgram:
         self._fixed_pointers = [data_pointer(self._fixed[n]) for n in fixed]
         position = {n: i for i, n in enumerate(list(p.inputs) + self._outputs + fixed)}
         self._calls = []
+        self._run_driver = None
+        variable = len(p.inputs) + len(self._outputs)
         if p.steps is not None:
-            self._calls.append(self._driver(position))
-        for k in p.kernels if p.steps is None else ():
+            self._run_driver = self._driver(position, variable)
+        elif sum(len(k.buffers) for k in p.kernels) > DIRECT_POINTERS and \
+                max(len(k.buffers) for k in p.kernels) <= MAX_ARITY:
+            self._run_driver = self._planned(position, variable)
+        for k in p.kernels if self._run_driver is None else ():
             fn = self.library.function(k.name, None, *([ctypes.c_void_p] * len(k.buffers)))
             positions = [position[b.name] for b in k.buffers]
             # itemgetter picks a kernel's pointers as one tuple (of one, for a single buffer)
@@ -161,8 +178,8 @@ class CompiledProgram:
             else:
                 self._results.append(("copy", p.inputs.index(name) if name in p.inputs else self._fixed[name]))
 
-    def _driver(self, position: dict[str, int]):
-        """(the driver, the pick of its arguments): the whole program in one native call."""
+    def _driver(self, position: dict[str, int], variable: int):
+        """run(pointers): the program's steps in one native call (_one_call)."""
         import llvmlite.ir as lir
         from ..lower.llvm.control import driver_function, table_call
         p = self.program
@@ -171,10 +188,28 @@ class CompiledProgram:
         driver_function(module, p, name, position, table_call({k.name: i for i, k in enumerate(p.kernels)}))
         self._driver_library = _compile_cached(module)
         fn = self._driver_library.function(name, None, ctypes.c_void_p, ctypes.c_void_p)
-        table = (ctypes.c_void_p * len(p.kernels))(*[self.library.address(k.name) for k in p.kernels])
-        array = ctypes.c_void_p * len(position)
-        self._kernel_table = table                     # (kept alive with the function)
-        return fn, lambda pointers: (array(*pointers), table)
+        table = (ctypes.c_void_p * max(1, len(p.kernels)))(*[self.library.address(k.name) for k in p.kernels])
+        return self._one_call(fn, len(position), variable, table)
+
+    def _planned(self, position: dict[str, int], variable: int):
+        """run(pointers): the kernels in one call of the plan runner (_one_call)."""
+        words = [len(self.program.kernels)]
+        for k in self.program.kernels:
+            words += [self.library.address(k.name), len(k.buffers), *[position[b.name] for b in k.buffers]]
+        return self._one_call(_plan_runner()[1], len(position), variable, (ctypes.c_uint64 * len(words))(*words))
+
+    def _one_call(self, fn, pointers: int, variable: int, table):
+        """run(pointers): fn(buffers, table), where `buffers` is an array of the call's
+        pointers: those of its inputs and fresh outputs (the first `variable`), packed per
+        call, then the fixed buffers', written here once."""
+        array = (ctypes.c_uint64 * max(1, pointers))(*[0] * variable, *self._fixed_pointers)
+        self._native_arrays = table, array             # (kept alive with the function)
+        pack, address, table = struct.Struct(f"{variable}Q").pack_into, ctypes.addressof(array), ctypes.addressof(table)
+
+        def run(pointers):
+            pack(array, 0, *pointers)
+            fn(address, table)
+        return run
 
     def check_inputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Inputs ready for native code: right shape and dtype (else ArgumentError), C-contiguous
@@ -242,14 +277,17 @@ class CompiledProgram:
             start = -base % ALIGN
             outs.append(np.ndarray(shape, dtype, raw, start))
             pointers.append(base + start)
-        pointers += self._fixed_pointers
         with self._lock:
             for f, target in self._fills:
                 gen = tc_random.generator()
                 draw = gen.random if f.impl == "uniform" else gen.standard_normal
                 (outs[target] if isinstance(target, int) else target)[...] = draw(f.shape, dtype=f.dtype.np)
-            for fn, pick in self._calls:
-                fn(*pick(pointers))
+            if self._run_driver is not None:
+                self._run_driver(pointers)
+            else:
+                pointers += self._fixed_pointers
+                for fn, pick in self._calls:
+                    fn(*pick(pointers))
             if self._errors is not None and self._errors[0]:
                 self._raise_index_error()
             if self._plain_results:
@@ -300,7 +338,13 @@ class DynamicProgram:
             arr = aligned_empty(value.shape, value.dtype)
             arr[...] = value
             self._constants.append(arr)
-        self._constant_pointers = [data_pointer(a) for a in self._constants]
+        # the entry point's pointer arrays, filled per call with pack_into (as _one_call's)
+        n_in, n_out = len(p.inputs), len(self._outputs)
+        self._in_array = (ctypes.c_uint64 * max(1, n_in + len(self._constants)))(
+            *[0] * n_in, *[data_pointer(a) for a in self._constants])
+        self._out_array = (ctypes.c_uint64 * max(1, n_out))()
+        self._pack_in, self._pack_out = struct.Struct(f"{n_in}Q").pack_into, struct.Struct(f"{n_out}Q").pack_into
+        self._in_address, self._out_address = ctypes.addressof(self._in_array), ctypes.addressof(self._out_array)
         self._checks = {i: p.index_checks[n] for i, n in enumerate(p.inputs) if n in p.index_checks}
         self._metadata: dict = {}
         add_computed_checks(self._metadata, p)
@@ -329,10 +373,10 @@ class DynamicProgram:
             out, pointer = output_empty_at(tuple(evaluate(d, sizes) for d in shape), dtype)
             outs.append(out)
             out_pointers.append(pointer)
-        in_ptrs = (ctypes.c_void_p * max(1, len(pointers) + len(self._constants)))(*pointers, *self._constant_pointers)
-        out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*out_pointers)
         with self._lock:          # a workspace of static size is one global: one call at a time
-            code = self._entry(in_ptrs, out_ptrs, self._table, *[sizes[n] for n in self._sizes])
+            self._pack_in(self._in_array, 0, *pointers)
+            self._pack_out(self._out_array, 0, *out_pointers)
+            code = self._entry(self._in_address, self._out_address, self._table, *[sizes[n] for n in self._sizes])
             if code:
                 raise self._failure(code, sizes)
         return outs
@@ -349,17 +393,28 @@ class DynamicProgram:
         return BackendError(f"@{self.program.name} failed with error {code}: {text} ({sizes})")
 
 
-def _compile_cached(module):
-    """The driver module (or a dynamic program's entry point) as a JIT library, its object
-    code from the compile cache when an entry matches (cache.py's key, with the module's IR
-    as the code), else compiled and stored."""
+@functools.lru_cache(maxsize=None)
+def _plan_runner():
+    """The plan runner (llvm/control.py), compiled once per process (its object code cached)."""
+    from ..lower.llvm.control import plan_runner
+    library = _compile_cached(plan_runner("tracecomp_run_plan", MAX_ARITY), "tracecomp_plan_runner",
+                              glue=True)     # (at -O3: 340 ms, at -O0: 25 ms)
+    return library, library.function("tracecomp_run_plan", None, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _compile_cached(module, name: str | None = None, glue: bool = False):
+    """The driver module (or a dynamic program's entry point; or IR text, named `name`) as a
+    JIT library, its object code from the compile cache when an entry matches (cache.py's
+    key, with the IR as the code), else compiled (jit's compile_object, `glue` passed on)
+    and stored."""
     from . import cache, jit
     engine = jit.default_engine()
     settings = cache.settings
     disk = cache.DiskCache.open(settings.directory) if settings.enabled else None
     if disk is None:
-        return engine.add_code(engine.compile_object(module))
-    parts = cache.key_parts([], module.name, align=None, texts=[str(module)])
+        return engine.add_code(engine.compile_object(module, glue=glue))
+    parts = cache.key_parts([], module.name if name is None else name, align=None,
+                            texts=[str(module), f"glue={glue}"])
     key = parts.digest()
     try:
         code = disk.load(key)
@@ -370,7 +425,7 @@ def _compile_cached(module):
         settings.stats.hits += 1
         return engine.add_code(code)
     settings.stats.misses += 1
-    code = engine.compile_object(module)
+    code = engine.compile_object(module, glue=glue)
     try:
         settings.stats.evicted += disk.store(key, code, parts, settings.max_bytes)
         settings.stats.stores += 1

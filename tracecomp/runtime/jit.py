@@ -213,23 +213,28 @@ class JitEngine:
         return self.add_code(code)
 
     def compile_object(self, module: ModuleLike, exports: Optional[Iterable[str]] = None, *,
-                       opt: int = target.OPT_LEVEL, defined_elsewhere: Iterable[str] = ()) -> ObjectCode:
+                       opt: int = target.OPT_LEVEL, defined_elsewhere: Iterable[str] = (),
+                       glue: bool = False) -> ObjectCode:
         """Optimize `module` at `opt` and emit its object code for this engine's machine.
-        `defined_elsewhere`: functions it calls that another object of its library defines."""
+        `defined_elsewhere`: functions it calls that another object of its library defines.
+        `glue`: code that only calls kernels, compiled fast: no optimization (opt 0) and the
+        host's machine at codegen level 0."""
+        tm = target.host_target_machine(0) if glue and self._tm is None else self.tm
+        opt = 0 if glue else opt
         # One module through parse, passes and codegen at a time; parsed into a context of
         # its own, freed with it (target.scratch_context: the global one only grows).
         with target.LLVM_LOCK, target.scratch_context() as context:
             module_ref = as_module_ref(module, context)
             try:
                 with timings.stage("llvm_opt"):
-                    target.optimize(module_ref, self.tm, opt)
+                    target.optimize(module_ref, tm, opt)
                 exports = _exported_functions(module_ref) if exports is None else list(exports)
                 libraries = sorted(_needed_system_libraries(module_ref))
                 for lib in libraries:
                     load_system_library(lib)
                 _check_external_symbols(module_ref, frozenset(defined_elsewhere))
                 with timings.stage("machine_code"):
-                    obj = target.emit_object(module_ref, self.tm)
+                    obj = target.emit_object(module_ref, tm)
             finally:
                 if module_ref is not module:      # ours, in `context`: freed before it
                     module_ref.close()
