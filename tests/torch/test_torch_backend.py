@@ -222,19 +222,83 @@ def test_unknown_options_are_refused():
     assert aten.NEUTRAL["layout"](torch.strided)
 
 
-def test_dynamic_sizes_are_compiled_once_per_size_without_fallback():
-    """Dynamo marks a size dynamic once it changes (a SymInt); tracecomp specializes the
-    graph to each size it sees (the sizes' arithmetic runs in Python at trace time)."""
+def test_dynamo_dynamic_sizes_are_symbolic_sizes_compiled_once():
+    """Dynamo marks a size dynamic once it changes (a SymInt); tracecomp traces those dims as
+    symbolic sizes, so its dynamic graph compiles once (forward and backward) for every batch
+    size, the SymInt inputs read from the dims they equal and the sizes the forward saves
+    for the backward computed per call: sizes never traced (11, 2) come out right."""
     lin = torch.nn.Linear(6, 4)
     reports = []
     f = torch.compile(lambda x: torch.softmax(lin(x).view(x.shape[0], 2, 2), -1).sum(-1) * x.shape[0],
                       backend="tracecomp", options={"report": reports.append})
     before = dict(tt.counts)
-    for batch in (5, 3, 7, 3):
-        x = torch.randn(batch, 6)
+    for batch in (5, 3, 7, 3, 11, 2):
+        x = torch.randn(batch, 6, requires_grad=True)
         out = f(x)
-        close(out, torch.softmax(lin(x).view(batch, 2, 2), -1).sum(-1) * batch)
-        out.sum().backward()
+        want_x = x.detach().clone().requires_grad_()
+        want = torch.softmax(lin(want_x).view(batch, 2, 2), -1).sum(-1) * batch
+        close(out, want)
+        lin.zero_grad()
+        (out * torch.arange(2.0)).sum().backward()
+        got_grads = [x.grad, lin.weight.grad.clone()]
+        lin.zero_grad()
+        (want * torch.arange(2.0)).sum().backward()
+        close(got_grads[0], want_x.grad)
+        close(got_grads[1], lin.weight.grad)
     assert tt.counts["dynamo"] - before.get("dynamo", 0) == 2           # the static graph, then a dynamic one
     assert all(not r.fallback for r in reports), [dict(r.fallback) for r in reports]
-    assert tt.counts["traces"] - before.get("traces", 0) == 2 * 3      # forward and backward per size: 5, 3, 7
+    assert tt.counts["traces"] - before.get("traces", 0) == 2 * 2      # forward and backward: at 5, then at 3 for all
+
+
+def test_a_dynamic_size_tracecomp_needs_as_a_number_compiles_each_shape(caplog, monkeypatch):
+    """A graph whose dynamic size cannot stay symbolic (here sin's rule, made to need its
+    input's sizes as numbers) runs by tc.trace's rule instead: one compile per shape,
+    logged once, right at every size."""
+    import dataclasses
+    from tracecomp.core.symbolic import DynamicShapeError, is_dynamic
+    rule = aten.rule_for(torch.ops.aten.sin.default)
+
+    def needs_numbers(**arguments):
+        if any(is_dynamic(d) for d in arguments["self"].shape):
+            raise DynamicShapeError("sin wants numbers here")
+        return rule.convert(**arguments)
+    monkeypatch.setitem(aten.table(), torch.ops.aten.sin.default, dataclasses.replace(rule, convert=needs_numbers))
+    f = torch.compile(lambda x: torch.sin(x) * 2, backend="tracecomp", options={"strict": True})
+    before = dict(tt.counts)
+    with caplog.at_level(logging.INFO, logger="tracecomp"):
+        for batch in (4, 5, 6, 9, 6):
+            x = torch.randn(batch, 3)
+            close(f(x), torch.sin(x) * 2)
+    assert sum("cannot stay symbolic" in r.getMessage() for r in caplog.records) == 1
+    # the static graph at 4, the failed symbolic trace at 5, then per shape: 5, 6, 9
+    assert tt.counts["traces"] - before.get("traces", 0) == 5
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_models_compile_strictly_and_match_eager(dtype):
+    """bfloat16 and float16 tensors enter compiled code as NumPy views (bfloat16 through its
+    bits, as ml_dtypes'): forward and every gradient of a half model within the dtype's
+    rounding of eager's, and a float32 model under torch.autocast gives eager's bfloat16."""
+    dt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                                torch.nn.Linear(32, 4)).to(dt)
+    x = torch.randn(8, 16, dtype=dt)
+    out = torch.compile(model, backend="tracecomp", options={"strict": True})(x)
+    out.float().square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    want = model(x)
+    want.float().square().sum().backward()
+    tol = {"bfloat16": 2e-2, "float16": 2e-3}[dtype]
+    assert out.dtype == dt
+    torch.testing.assert_close(out, want, rtol=tol, atol=tol)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=tol, atol=tol * float(p.grad.abs().max()))
+    if dtype == "bfloat16":
+        mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        x = torch.randn(8, 16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = torch.compile(mlp, backend="tracecomp", options={"strict": True})(x), mlp(x)
+        assert got.dtype == want.dtype == torch.bfloat16
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)

@@ -11,8 +11,14 @@ and compiles it with the usual pipeline, once per input signature (shapes and dt
 The compiled code reads C-contiguous arrays: an input that is contiguous in another order
 of its dims (a transposed weight saved for the backward) is passed in that order and
 permuted back inside the graph, any other layout is copied (per call, logged once per graph
-input).  Dynamo's dynamic sizes (SymInt inputs, sym_size nodes and their arithmetic) are
-Python ints at trace time: the graph is specialized to each size it sees.  Outputs that are views in PyTorch's graph of
+input).  Dynamo's dynamic sizes are tracecomp's: a tensor input's dim whose example size is a
+SymInt of one symbol is traced as a symbolic size of that name (tc.trace(dynamic=...): equal
+symbols, one size), so one compile serves every size Dynamo's graph does; a SymInt input
+that is such a symbol is not passed to tc.trace but read from the tensor dim it equals (it
+would key a compile per value).  Sizes that the graph returns (AOTAutograd saves them for
+the backward) are computed per call from the inputs' sizes, by the graph's shape arithmetic.
+Where the trace with symbolic sizes fails, the graph compiles once per shape, and the log
+says why.  Outputs that are views in PyTorch's graph of
 an input or of another output (the graph returns `x` and `x.t()`) are taken in PyTorch from
 the tensor they view, so they alias what eager's would, with eager's strides: AOTAutograd
 rebuilds views of inputs from those.  An output of another dim order in memory than its
@@ -43,7 +49,9 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw, has_guarding_hint
 
+from ..core.dtypes import DType
 from ..core.locations import Location
+from ..core.symbolic import DynamicShapeError
 from ..dispatch import api as tc
 from ..dispatch import tracer
 from ..runtime.cache import settings as compile_cache
@@ -63,13 +71,15 @@ counts: collections.Counter = collections.Counter()
 QUIET = ("shape arithmetic (runs in Python)",)
 
 DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32,
-          torch.int64: np.int64, torch.bool: np.bool_}
+          torch.int64: np.int64, torch.bool: np.bool_, torch.bfloat16: DType.bfloat16.np,
+          torch.float16: np.float16}
 
 
 def tensor_refusal(value) -> str | None:
     """Why a tensor (an example value) cannot enter compiled code, or None."""
     if value.dtype not in DTYPES:
-        return f"dtype {str(value.dtype).removeprefix('torch.')} (tracecomp has float32, float64, int32, int64, bool)"
+        return (f"dtype {str(value.dtype).removeprefix('torch.')} (tracecomp has float32, float64, "
+                f"bfloat16, float16, int32, int64, bool)")
     if value.device.type != "cpu":
         return f"a tensor on {value.device}"
     if value.layout != torch.strided:
@@ -310,16 +320,19 @@ class _Replay:
     """The FX graph as the traced function replays it: slotted, so that tc.trace's walk of
     what the function closes over (closures.py) finds no tensors in it.
 
-    The traced function returns the outputs that are tensors; the others (sizes, known
-    once the input sizes are) are kept per signature in `scalars`, under the key that
-    the caller puts in `pending` before the call: {signature: (tensor positions, {position: value})}."""
-    __slots__ = ("inputs", "steps", "outputs", "orders", "scalars", "pending")
+    The traced function returns the outputs that are tensors; the others (sizes and
+    constants) are kept per signature in `scalars`, under the key that the caller puts in
+    `pending` before the call: {signature: {position: value}} (CompiledGraph computes the
+    sizes per call instead where the graph's shape arithmetic gives them).  `derived`: the
+    SymInt inputs read from a tensor input's dim, {node: (tensor node, dim)}."""
+    __slots__ = ("inputs", "steps", "outputs", "orders", "scalars", "pending", "derived")
 
-    def __init__(self, inputs: list, steps: list, outputs: list, orders: dict):
+    def __init__(self, inputs: list, steps: list, outputs: list, orders: dict, derived: dict):
         self.inputs = inputs
         self.steps = steps
         self.outputs = outputs
         self.orders = orders        # output position -> the dim order it is returned in
+        self.derived = derived
         self.scalars: dict = {}
         self.pending = None
 
@@ -327,6 +340,8 @@ class _Replay:
         if layouts is not None:      # an input passed as its dims in memory order: put back
             values = tuple(v if p is None else tc.permute(v, _inverse(p)) for v, p in zip(values, layouts))
         env = dict(zip(self.inputs, values))
+        for node, (tensor, dim) in self.derived.items():
+            env[node] = env[tensor].shape[dim]
         ctx = tracer.current()
         for node, call in self.steps:
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
@@ -336,8 +351,48 @@ class _Replay:
         outs = [env[n] if i not in self.orders else tc.permute(env[n], self.orders[i])
                 for i, n in enumerate(self.outputs)]
         tensors = [i for i, o in enumerate(outs) if isinstance(o, tc.Tensor)]
-        self.scalars[self.pending] = (tensors, {i: o for i, o in enumerate(outs) if i not in tensors})
+        if tensors != [i for i, n in enumerate(self.outputs) if _is_tensor_valued(n.meta.get("val"))]:
+            raise TypeError(f"the graph's outputs {[n.name for n in self.outputs]} replayed as "
+                            f"{[type(o).__name__ for o in outs]}, not as its example values' kinds")
+        self.scalars[self.pending] = {i: o for i, o in enumerate(outs) if i not in tensors}
         return tuple(outs[i] for i in tensors)
+
+
+def _symbolic_sizes(inputs: list) -> tuple[dict, dict]:
+    """Dynamo's dynamic sizes among the graph's inputs: ({input position: {dim: name}} of the
+    tensor dims whose example size is a SymInt of one symbol, {SymInt input: (tensor input,
+    dim)} for the SymInt inputs that are such a symbol)."""
+    dynamic, where = {}, {}
+    for k, n in enumerate(inputs):
+        value = n.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            for d, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    dynamic.setdefault(k, {})[d] = str(size.node.expr)
+                    where.setdefault(str(size.node.expr), (n, d))
+    derived = {}
+    for n in inputs:
+        value = n.meta.get("val")
+        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol and str(value.node.expr) in where:
+            derived[n] = where[str(value.node.expr)]
+    kept = [n for n in inputs if n not in derived]
+    return {kept.index(inputs[k]): dims for k, dims in dynamic.items()}, derived
+
+
+def _from_shapes(node: torch.fx.Node) -> bool:
+    """Whether the node's value is shape arithmetic on the graph's inputs alone."""
+    if node.op in ("placeholder", "get_attr"):
+        return True
+    return node.op == "call_function" and shape_step(node.target) is not None and \
+        all(_from_shapes(n) for n in node.all_input_nodes)
+
+
+def _size_now(node: torch.fx.Node, env: dict):
+    """A _from_shapes node's value for this call's inputs (torch tensors and ints in `env`)."""
+    if node not in env:
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: _size_now(n, env))
+        env[node] = shape_step(node.target)(args, kwargs)
+    return env[node]
 
 
 def _getitem(args, kwargs):
@@ -360,6 +415,21 @@ def example_order(node: torch.fx.Node) -> tuple | None:
     like = torch.empty_strided([hint(d) for d in value.shape], [hint(d) for d in value.stride()], device="meta")
     perm = memory_order(like)
     return None if perm is None or perm == tuple(range(like.dim())) else perm
+
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """The NumPy view of a CPU tensor's memory; bfloat16 (which torch's .numpy() refuses)
+    through its bits, as ml_dtypes' bfloat16."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(DTYPES[torch.bfloat16])
+    return t.numpy()
+
+
+def as_torch(a: np.ndarray) -> torch.Tensor:
+    """A tensor on the array's memory (as_numpy's inverse)."""
+    if a.dtype == DTYPES[torch.bfloat16]:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def memory_order(t: torch.Tensor) -> tuple | None:
@@ -409,25 +479,23 @@ class CompiledGraph:
         orders = {i: order for i, n in enumerate(computed) if n in bases and (order := example_order(n)) is not None}
         needed = self._needed(computed)
         inputs = self.placeholders + self.attrs
-        self.used = [i for i, n in enumerate(inputs) if n in needed]
+        used = [i for i, n in enumerate(inputs) if n in needed]
+        dynamic, derived = _symbolic_sizes([inputs[i] for i in used])
+        self.used = [i for i in used if inputs[i] not in derived]
         steps = []
         for node in graph.nodes:
             if node.op == "call_function" and node in needed:
                 step = _getitem if node.target is operator.getitem else shape_step(node.target) or rule_for(node.target)
                 steps.append((node, step))
-        replay = self.replay = _Replay([inputs[i] for i in self.used], steps, computed, orders)
+        self.replay = _Replay([inputs[i] for i in self.used], steps, computed, orders, derived)
+        # the sizes the graph returns, computed per call from the inputs (_sizes_now)
+        self.tensor_outputs = [i for i, n in enumerate(computed) if _is_tensor_valued(n.meta.get("val"))]
+        self.shape_outputs = [i for i, n in enumerate(computed) if i not in self.tensor_outputs and _from_shapes(n)]
 
-        def run_graph(*values):          # runs only when tc.trace traces a new signature
-            counts["traces"] += 1
-            return replay.run(values)
-
-        def run_graph_laid_out(layouts, *values):
-            counts["traces"] += 1
-            return replay.run(values, layouts)
-        run_graph.__name__ = run_graph_laid_out.__name__ = name
-        options = {"max_retraces": MAX_RETRACES, **(trace_options or {})}
-        self.traced = TracedFunction(run_graph, **options)
-        self.traced_laid_out = TracedFunction(run_graph_laid_out, **options)
+        self._options = {"max_retraces": MAX_RETRACES, **(trace_options or {})}
+        self._dynamic = dynamic if "dynamic" not in self._options and \
+            self._options.get("backend", "cpu") == "cpu" else {}
+        self._functions: dict[tuple, list] = {}       # per layout: [traced function, the one without dims]
         self.failed: str | None = None
         self._calls = 0
         self._copied: set[int] = set()
@@ -461,26 +529,44 @@ class CompiledGraph:
             return t, None
         t = t.detach()
         if t.is_contiguous():
-            return t.numpy(), None
+            return as_numpy(t), None
         perm = memory_order(t)
         if perm is not None:
-            return t.permute(perm).numpy(), perm
+            return as_numpy(t.permute(perm)), perm
         if i not in self._copied:
             self._copied.add(i)
             log.info("%s: input %d (shape %s, strides %s) is not dense: copied to a contiguous one at every call",
                      self.name, i, tuple(t.shape), t.stride())
-        return t.contiguous().numpy(), None
+        return as_numpy(t.contiguous()), None
 
     def _arguments(self, inputs: list) -> tuple:
         """(the traced function to call, its arguments) for the graph's `inputs`."""
         arrays = [self._array(i, inputs[i]) for i in self.used]
         values = [a for a, _ in arrays]
         layouts = tuple(p for _, p in arrays)
-        self.replay.pending = (layouts, tuple((a.shape, a.dtype.str) if isinstance(a, np.ndarray) else (type(a), a)
+        self.replay.pending = (layouts, tuple((a.ndim, a.dtype.str) if isinstance(a, np.ndarray) else (type(a), a)
                                              for a in values))
-        if any(p is not None for p in layouts):
-            return self.traced_laid_out, (layouts, *values)
-        return self.traced, tuple(values)
+        return self._traced_for(layouts), tuple(values)
+
+    def _traced_for(self, layouts: tuple) -> TracedFunction:
+        """The traced replay for inputs passed in these layouts: Dynamo's dynamic dims
+        (in the layout's order of dims) symbolic from the first call, or, once that failed,
+        a compile per shape."""
+        functions = self._functions.get(layouts)
+        if functions is None:
+            replay = self.replay
+            laid_out = None if all(p is None for p in layouts) else layouts
+
+            def run_graph(*values):          # runs only when tc.trace traces a new signature
+                counts["traces"] += 1
+                return replay.run(values, laid_out)
+            run_graph.__name__ = self.name
+            dynamic = {k: {d if layouts[k] is None else layouts[k].index(d): name for d, name in dims.items()}
+                       for k, dims in self._dynamic.items()}
+            functions = self._functions[layouts] = [TracedFunction(run_graph, **self._options, dynamic=dynamic or None)]
+            if dynamic:
+                functions.append(TracedFunction(run_graph, **self._options, dynamic=False))
+        return functions[0]
 
     def _cache_scope(self):
         if self.cache is None:
@@ -502,7 +588,7 @@ class CompiledGraph:
         self._calls += 1
         try:
             with self._cache_scope():
-                results = traced(*values)
+                results = self._call(traced, values)
         except Exception as e:            # noqa: BLE001 - a first call that cannot compile runs in PyTorch
             if not first or not self.fallback:
                 raise
@@ -510,10 +596,12 @@ class CompiledGraph:
             log.warning("%s: tracecomp could not compile this graph (%s); PyTorch runs it", self.name, self.failed)
             return self.gm(*args)
         env: dict = dict(zip(self.placeholders + self.attrs, inputs))
-        positions, scalars = self.replay.scalars[self.replay.pending]
-        for i, r in zip(positions, results):
+        scalars = self.replay.scalars.get(self.replay.pending, {})
+        for i in self.shape_outputs:
+            scalars[i] = _size_now(self.computed[i], env)
+        for i, r in zip(self.tensor_outputs, results):
             a = np.asarray(r)
-            t = torch.from_numpy(a if a.flags.writeable else a.copy())
+            t = as_torch(a if a.flags.writeable else a.copy())
             env[self.computed[i]] = t if i not in self.replay.orders else t.permute(_inverse(self.replay.orders[i]))
         for i, v in scalars.items():
             env[self.computed[i]] = v
@@ -523,7 +611,21 @@ class CompiledGraph:
         out = [env[v] if kind == "node" else v for kind, v in self.plan]
         return type(self.out_tree)(out) if isinstance(self.out_tree, (list, tuple)) else out[0]
 
+    def _call(self, traced, values):
+        """traced(*values); where the graph's dynamic dims cannot be symbolic (tracecomp
+        needs one as a number), tc.trace's rule for sizes that change from then on."""
+        try:
+            return traced(*values)
+        except DynamicShapeError as e:
+            functions = next(f for f in self._functions.values() if f[0] is traced)
+            if len(functions) == 1:
+                raise
+            log.info("%s: Dynamo's dynamic sizes cannot stay symbolic here (%s); compiling each shape",
+                     self.name, e.reason)
+            del functions[0]
+            return functions[0](*values)
+
     @property
     def traces(self) -> int:
         """How many signatures tc.trace traced (and compiled) for this graph."""
-        return len(self.traced.signatures) + len(self.traced_laid_out.signatures)
+        return sum(len(f.signatures) for functions in self._functions.values() for f in functions)
