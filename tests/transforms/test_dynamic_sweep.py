@@ -85,12 +85,9 @@ def test_an_op_with_every_dim_dynamic_compiles_once_and_matches_eager(s):
 # The ops whose sample compiles once per size with every dim dynamic, and why (found by the
 # full sweep).  Each is correct at every size (checked above); the trace with dynamic sizes
 # fails and tc.trace falls back to one compile per shape, or fixes the size it needs.
-_WINDOWS = ("conv_transpose2d's col2im adds the kernel's taps up one by one (unrolled), so the weight's "
-            "kernel size is fixed per compile (its H and W are dynamic: test_dynamic_windows.py)")
 _COUNT = "the number of results depends on the size (PyTorch specializes it too)"
 _HEAD = "attention's head dim is fixed per compile (specialized, as the kernel tiles it)"
 COMPILES_PER_SIZE: dict[str, str] = {
-    **dict.fromkeys(["conv_transpose2d"], _WINDOWS),
     **dict.fromkeys(["unbind", "split", "chunk", "tensor_split"], _COUNT),
     **dict.fromkeys(["scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
                      "_scaled_dot_product_flash_attention_for_cpu_backward"], _HEAD),

@@ -121,3 +121,31 @@ def test_a_window_that_may_not_fit_every_exported_size_is_refused_naming_op_size
     with pytest.raises(tc.TracecompError, match=r"max_pool2d(.|\n)*cannot decide whether floor\(\(h \+ 1\)/2\) - 2 < 0"
                                                 r"(.|\n)*test_dynamic_windows.py"):
         tc.export(fn, [np.ones((1, 3, 16, 16), np.float32)], str(tmp_path / "libbad.so"), dynamic={"x": {2: "h"}})
+
+
+def test_conv_transpose2d_with_every_dim_dynamic_kernel_included_compiles_once():
+    """A dynamic kernel size sums the taps as a gather (library/windows.py: summed_windows).
+    (With groups, C // groups of a dynamic C is a floor division that the reshapes cannot
+    take: each channel count compiles specialized.)"""
+    rng = np.random.default_rng(4)
+    fn = lambda x, w: tc.conv_transpose2d(x, w, None, (2, 3), (1, 0), (1, 2), 1, (1, 2))    # noqa: E731
+    f = tc.trace(fn, dynamic=True)
+    for (h, wd), (kh, kw) in [((9, 11), (5, 7)), ((10, 13), (6, 8)), ((12, 8), (3, 5))]:
+        x, w = rng.standard_normal((2, 4, h, wd)), rng.standard_normal((4, 3, kh, kw))
+        np.testing.assert_allclose(np.asarray(f(x, w)), np.asarray(fn(tc.tensor(x), tc.tensor(w))), rtol=1e-12,
+                                   atol=1e-12, err_msg=f"{(h, wd)} kernel {(kh, kw)}")
+    assert len(f.signatures) == 1, f.signatures
+
+
+def test_summed_windows_adds_each_column_into_its_window_as_col2im(monkeypatch):
+    """The gather form, forced with static sizes, against col2im (strides, dilations, padding)."""
+    from tracecomp.library import windows
+    rng = np.random.default_rng(5)
+    for size, k, d, p, s in [((7, 9), (3, 2), (1, 2), (1, 0), (2, 3)), ((8, 6), (2, 3), (2, 1), (1, 1), (2, 2))]:
+        counts = [(n + 2 * pp - dd * (kk - 1) - 1) // ss + 1 for n, kk, dd, pp, ss in zip(size, k, d, p, s)]
+        cols = tc.tensor(rng.standard_normal((2, 3 * k[0] * k[1], counts[0] * counts[1])))
+        want = np.asarray(tc.col2im(cols, list(size), list(k), list(d), list(p), list(s)))
+        with monkeypatch.context() as m:
+            m.setattr(windows, "is_dynamic", lambda _: True)
+            got = np.asarray(windows.summed_windows(cols, list(size), list(k), list(d), list(p), list(s)))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"{size} {k}")

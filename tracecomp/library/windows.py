@@ -1,5 +1,6 @@
 """The window layers' building blocks as programs over ops: padding after, windows as rows,
-and the batch attention's inputs broadcast to (their arithmetic is ops/windows.py)."""
+columns summed back into windows, average pooling's divisors, and the batch attention's
+inputs broadcast to (their arithmetic is ops/windows.py)."""
 from __future__ import annotations
 
 from ..ops import windows as shapes
@@ -35,6 +36,30 @@ def window_rows(x, kernel, dilation, padding, stride, counts, fill=0):
     return tc.where(inside, cols, fill)
 
 
+def summed_windows(cols, size, kernel, dilation, padding, stride):
+    """col2im: each column of the (N, C*kh*kw, windows) matrix added back into its window of
+    an output plane of `size`.  With a dynamic kernel size (col2im's lowering adds the taps
+    up one by one), as a sum over the taps of a gather: output row y takes tap ki from window
+    (y + p - ki*d) / s where that is a whole window inside the plane (likewise columns)."""
+    if not any(is_dynamic(k) for k in kernel):
+        return tc.col2im(cols, size, kernel, dilation, padding, stride)
+    counts = shapes.windows("conv_transpose2d", size, kernel, dilation, padding, stride)
+    windows, valid = [], []
+    for n, k, d, p, s, m in zip(size, kernel, dilation, padding, stride, counts):
+        t = tc.arange(n)[:, None] + p - tc.arange(k)[None, :] * d        # (n, k): the window's start * s
+        valid.append((t % s == 0) & (t >= 0) & (t < m * s))
+        windows.append(tc.where(valid[-1], t // s, 0))
+    (kh, kw), (oh, ow) = kernel, counts
+    # flat position of (tap ki, kj; window oh, ow) in one channel's kh*kw*oh*ow values: (h, w, kh, kw)
+    at = ((tc.arange(kh)[None, None, :, None] * kw + tc.arange(kw)[None, None, None, :]) * oh
+          + windows[0][:, None, :, None]) * ow + windows[1][None, :, None, :]
+    inside = valid[0][:, None, :, None] & valid[1][None, :, None, :]
+    n, c = cols.shape[0], cols.shape[1] // (kh * kw)
+    flat = cols.reshape(n, c, -1)
+    picked = tc.gather(flat, 2, at.reshape(1, 1, -1).expand(n, c, -1)).reshape(n, c, size[0], size[1], kh * kw)
+    return tc.where(inside.reshape(size[0], size[1], kh * kw), picked, 0).sum(-1)
+
+
 def avg_divisors(spatial, kernel, stride, padding, counts, count_include_pad: bool, divisor_override, dtype):
     """(counts) of `dtype`: what avg_pool divides each window's sum by.  PyTorch's rule counts
     the padding inside the padded input (unless count_include_pad=False) but never ceil_mode's
@@ -64,5 +89,5 @@ def attention_batch(q, k, v) -> list[list[int]]:
 HELPERS = {
     **shapes.HELPERS,
     "attention_batch": attention_batch, "padded_after": padded_after, "window_rows": window_rows,
-    "avg_divisors": avg_divisors,
+    "avg_divisors": avg_divisors, "summed_windows": summed_windows,
 }
