@@ -164,6 +164,25 @@ def test_inference_under_no_grad_matches_eager(name):
         [(r.kind, dict(r.fallback)) for r in reports]
 
 
+def test_other_batch_sizes_match_eager():
+    """Dynamo makes the batch size dynamic (SymInts) on the second size it sees; the
+    graphs it then hands over still give eager's values and gradients."""
+    model, eager, inputs = pair("gpt2", training=True)
+    reports = []
+    compiled = strict(model, reports)
+    for batch in (2, 3):
+        sized = {k: torch.cat([v, v])[:batch] for k, v in inputs.items()}
+        out, expected = compiled(**sized), eager(**sized)
+        out.loss.backward()
+        expected.loss.backward()
+        torch.testing.assert_close(out.logits, expected.logits, **TOL)
+        for (n, p), q in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda m: f"batch {batch} {n}.grad: {m}")
+        model.zero_grad()
+        eager.zero_grad()
+    assert all(not r.fallback for r in reports), [dict(r.fallback) for r in reports]
+
+
 KEYS = ("dynamo", "forward", "backward", "traces")
 # Dynamo recompiles these on the second step: their classification loss sets
 # config.problem_type on the first call, which the first graph's guards read.
