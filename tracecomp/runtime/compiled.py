@@ -62,8 +62,8 @@ from ..lower.schedule.scheduler import Program
 from ..core import random as tc_random
 from .cache import compile_kernels
 from ..lower.schedule.workspace import buffer_nbytes, plan_program
-from .memory import (ALIGN, BlockCache, aligned_empty, aligned_empty_at, data_pointer, output_blocks,
-                     output_empty_at)
+from .memory import (ALIGN, SMALL_BYTES, BlockCache, aligned_empty, aligned_empty_at, data_pointer,
+                     output_blocks, output_empty_at)
 
 
 _NOTHING = object()
@@ -271,6 +271,11 @@ class CompiledProgram:
                 out, pointer = output_blocks.empty_at(shape, dtype, raw_bytes)
                 outs.append(out)
                 pointers.append(pointer)
+                continue
+            if raw_bytes < SMALL_BYTES:
+                out = np.empty(shape, dtype)
+                outs.append(out)
+                pointers.append(data_pointer(out))
                 continue
             raw = np.empty(raw_bytes, np.uint8)
             base = data_pointer(raw)
