@@ -65,3 +65,23 @@ def test_views_of_float32_and_narrowing_casts_stay():
           return %2 : tensor<4x3xf32>
         }"""
     check(text, text)
+
+
+def test_a_convolutions_window_matrix_moves_under_the_cast():
+    """im2col only moves elements (and zeros): the window matrix of a widened half input
+    becomes the widened window matrix of the half input (the half GEMM reads it)."""
+    check("""
+        func.func @f(%arg0: tensor<1x2x4x4xbf16>, %arg1: tensor<1x3x18xf32>) -> (tensor<1x1x3x16xf32>) {
+          %0 = "tc.to"(%arg0) {dtype = f32} : (tensor<1x2x4x4xbf16>) -> tensor<1x2x4x4xf32>
+          %1 = "tc.im2col"(%0) {kernel_size = array<i64: 3, 3>, dilation = array<i64: 1, 1>, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x2x4x4xf32>) -> tensor<1x18x16xf32>
+          %2 = "tc.reshape"(%1) {shape = array<i64: 1, 1, -1, 16>} : (tensor<1x18x16xf32>) -> tensor<1x1x18x16xf32>
+          %3 = "tc.matmul"(%arg1, %2) : (tensor<1x3x18xf32>, tensor<1x1x18x16xf32>) -> tensor<1x1x3x16xf32>
+          return %3 : tensor<1x1x3x16xf32>
+        }""", """
+        func.func @f(%arg0: tensor<1x2x4x4xbf16>, %arg1: tensor<1x3x18xf32>) -> (tensor<1x1x3x16xf32>) {
+          %0 = "tc.im2col"(%arg0) {kernel_size = array<i64: 3, 3>, dilation = array<i64: 1, 1>, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x2x4x4xbf16>) -> tensor<1x18x16xbf16>
+          %1 = "tc.reshape"(%0) {shape = array<i64: 1, 1, -1, 16>} : (tensor<1x18x16xbf16>) -> tensor<1x1x18x16xbf16>
+          %2 = "tc.to"(%1) {dtype = f32} : (tensor<1x1x18x16xbf16>) -> tensor<1x1x18x16xf32>
+          %3 = "tc.matmul"(%arg1, %2) : (tensor<1x3x18xf32>, tensor<1x1x18x16xf32>) -> tensor<1x1x3x16xf32>
+          return %3 : tensor<1x1x3x16xf32>
+        }""")

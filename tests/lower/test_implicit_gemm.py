@@ -238,21 +238,29 @@ def test_bf16_conv2d_packs_from_the_bf16_input(half_path):
 
 def test_bf16_conv2d_gradients_under_autocast(half_path):
     """A conv2d under tc.autocast and its gradients (input, weight, bias) as
-    torch.autocast's, within bf16's tolerance."""
+    torch.autocast's, within bf16's tolerance; all three products on the half path."""
     from tracecomp.lower.schedule import tiles
     torch = pytest.importorskip("torch")
     if tiles.missing_for(half_path):
         pytest.skip(f"the host lacks {', '.join(tiles.missing_for(half_path))}")
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((2, 6, 11, 13)).astype(np.float32)
-    w = (rng.standard_normal((10, 3, 3, 3)) / 4).astype(np.float32)
-    b = rng.standard_normal(10).astype(np.float32)
+    x = rng.standard_normal((2, 16, 11, 13)).astype(np.float32)
+    w = (rng.standard_normal((34, 8, 3, 3)) / 4).astype(np.float32)
+    b = rng.standard_normal(34).astype(np.float32)
 
     def loss(x, w, b):
         with tc.autocast(tc.bfloat16):
             y = tc.conv2d(x, w, b, (1, 2), 1, 1, 2)
         return (y.float() * y.float()).mean()
-    got = [np.asarray(g) for g in tc.trace(lambda *a: tc.grad(loss, argnums=(0, 1, 2))(*a))(x, w, b)]
+    step = tc.trace(lambda *a: tc.grad(loss, argnums=(0, 1, 2))(*a))
+    # forward, input and weight gradients: each product reads bf16 operands (the window
+    # matrix, materialized once for the forward and the weight gradient, in bf16)
+    products = [(k, s) for k in step.lower(x, w, b).cpu_program.kernels for s in k.body if isinstance(s, L.Matmul)]
+    assert len(products) == 3
+    for k, s in products:
+        b_buffer = s.b_windows.buffer if s.b_windows is not None else s.b.buffer
+        assert k.buffer(s.a.buffer).dtype == k.buffer(b_buffer).dtype == tc.bfloat16, (k.name, s)
+    got = [np.asarray(g) for g in step(x, w, b)]
     tx, tw, tb = (torch.from_numpy(v).requires_grad_() for v in (x, w, b))
     with torch.autocast("cpu", torch.bfloat16):
         y = torch.nn.functional.conv2d(tx, tw, tb, (1, 2), 1, 1, 2)

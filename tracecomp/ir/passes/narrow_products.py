@@ -2,7 +2,8 @@
 
 Before: a float32 `tc.matmul` may read a view (permute, reshape, expand, ...) of a
 widening cast `to(x, float32)` of a bfloat16/float16 tensor x, as linear's `w.t()` and
-the backward's `x.mT @ g` do under autocast.  After: such an operand is `to(view(x),
+the backward's `x.mT @ g` do under autocast, or im2col's window matrix of such a cast (a
+convolution).  After: such an operand is `to(view(x),
 float32)`, the same values (a widening cast is exact and commutes with any view), so the
 scheduler (lower/schedule/matmul.py `_half_source`) finds the half tensor under the cast
 and the packed GEMM reads it in its half dtype (the bf16 kernel where both operands are
@@ -19,7 +20,9 @@ from .rewrite import Rewriter, RuleResult, rewrite
 from .widen_half import CAST
 
 MATMUL = "tc.matmul"
-_VIEWS = tuple(k for k in VIEW_KINDS if k != "split")      # one result each
+# one result each; im2col too: it only moves elements (and zeros), so it commutes with the
+# widening cast and a convolution's window matrix stays half (llvm/gemm/halfwindows.py)
+_VIEWS = tuple(k for k in VIEW_KINDS if k != "split") + ("im2col",)
 
 
 def narrow_products(graph: Graph) -> Graph:

@@ -55,7 +55,7 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     # (a run-time batch: a workspace for every thread, as its work items are counted at run time)
     matrices = max_threads() if any(is_dynamic(d) for d in batch) else math.prod(batch)
     fills, windows = [], None
-    found = window_operand(sched, b, batch) if packed else None     # conv2d: implicit GEMM
+    found = window_operand(sched, half_source(sched, b), batch) if packed else None     # conv2d: implicit GEMM
     if packed:
         a, b = half_source(sched, a), b if found is not None else half_source(sched, b)
     a_view = operand_view(sched, a, batch, row=len(ash) > 1, col=True)
