@@ -33,7 +33,7 @@ from typing import Optional
 import numpy as np
 
 from ..core.errors import ArgumentError, BackendError
-from ..runtime.library_metadata import read_metadata, size_terms
+from ..runtime.library_metadata import floor_parts, read_metadata, size_terms, term_factors
 from ..runtime.private_copies import Mapping, mapped
 
 
@@ -147,15 +147,16 @@ def _bind_shape(expected, actual, sizes: dict[str, int]) -> bool:
 
 
 def evaluate_dim(dim, sizes: dict[str, int]) -> int:
-    """An int, or a size expression of the metadata ("batch", "784*batch", "batch + 1")."""
+    """An int, or a size expression of the metadata ("batch", "784*batch", "batch + 1", "floor((h + 1)/2)")."""
     if isinstance(dim, int):
         return dim
     total = 0
     for sign, term in size_terms(dim):
         value = 1
-        for factor in term.split("*"):
-            factor = factor.strip()
-            value *= int(factor) if factor.lstrip("-").isdigit() else sizes[factor]
+        for factor in term_factors(term):
+            floor = floor_parts(factor)
+            value *= evaluate_dim(floor[0], sizes) // floor[1] if floor is not None else \
+                int(factor) if factor.lstrip("-").isdigit() else sizes[factor]
         total += sign * value
     return total
 

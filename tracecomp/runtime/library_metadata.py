@@ -100,22 +100,53 @@ def _check_tensor(tensor, where: str, bound: set[str], binds: bool) -> None:
 
 def size_terms(text: str):
     """(sign, product) pairs of a sum written as symbolic.Dim prints it (here, beside the
-    checks that read it first; the loader evaluates sizes with it)."""
-    sign, out = 1, []
-    for part in text.replace(" - ", " + -").split(" + "):
+    checks that read it first; the loader evaluates sizes with it).  A floor division's own
+    sum, `floor((h + 1)/2)`, stays one factor."""
+    out = []
+    for part in _top_level(text.replace(" - ", " + -"), " + "):
         part = part.strip()
-        if part.startswith("-"):
-            out.append((-1, part[1:]))
-        else:
-            out.append((sign, part))
+        out.append((-1, part[1:]) if part.startswith("-") else (1, part))
     return out
 
 
+def term_factors(term: str) -> list[str]:
+    return [f.strip() for f in _top_level(term, "*")]
+
+
+def floor_parts(factor: str):
+    """(the dividend's text, the divisor) of a factor `floor(x/k)` or `floor((x + y)/k)`; None
+    for another factor."""
+    if not (factor.startswith("floor(") and factor.endswith(")")) or "/" not in factor:
+        return None
+    inner, _, divisor = factor[len("floor("):-1].rpartition("/")
+    if inner.startswith("(") and inner.endswith(")"):
+        inner = inner[1:-1]
+    return (inner, int(divisor)) if divisor.isdigit() and int(divisor) > 0 else None
+
+
+def _top_level(text: str, separator: str) -> list[str]:
+    """`text` split at each `separator` outside parentheses."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0 and text.startswith(separator, i):
+            parts.append(text[start:i])
+            start = i = i + len(separator)
+            continue
+        i += 1
+    return parts + [text[start:]]
+
+
 def _factors(expression: str, where: str) -> list[str]:
-    """The factors of a size expression as loader.evaluate_dim reads it."""
-    factors = [f.strip() for _, term in size_terms(expression) for f in term.split("*")]
-    _expect(all(factors), where, "is not a size expression", expression)
-    return factors
+    """The sizes and numbers a size expression multiplies, as loader.evaluate_dim reads it
+    (inside floor divisions too)."""
+    out = []
+    for _, term in size_terms(expression):
+        for f in term_factors(term):
+            floor = floor_parts(f)
+            out += _factors(floor[0], where) if floor is not None else [f]
+    _expect(all(out), where, "is not a size expression", expression)
+    return out
 
 
 def _check_structure(js, leaves: int) -> None:
