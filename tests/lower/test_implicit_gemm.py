@@ -294,3 +294,11 @@ def test_half_conv1d_and_float16_take_the_half_windows(half_path, d):
     scale = torch.nn.functional.conv1d(tx.abs(), tw.abs(), None, 2, 1, 1, 2).double().numpy()
     ulp = np.spacing(np.abs(want).astype(d.np)).astype(np.float64)
     assert np.all(np.abs(got - want) <= ulp + 1e-6 * scale), np.abs(got - want).max()
+
+
+def test_half_windows_packing_names_an_unknown_layout():
+    import llvmlite.ir as ir
+    from tracecomp.core.errors import BackendError
+    from tracecomp.lower.llvm.gemm.halfwindows import pack_half_windows_function
+    with pytest.raises(BackendError, match="layout 'rows' is not one of"):
+        pack_half_windows_function(ir.Module(), tc.bfloat16, 32, "rows")

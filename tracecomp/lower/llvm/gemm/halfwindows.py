@@ -20,6 +20,7 @@ import functools
 import llvmlite.ir as ir
 
 from ....core.dtypes import DType
+from ....core.errors import BackendError
 from .. import halfs
 from .. import scalar as S
 from ..loop_hints import plain_loop
@@ -38,7 +39,7 @@ def pack_half_windows_name(dtype: DType, width: int, layout: str, k_step: int = 
 def pack_half_windows_function(module: ir.Module, dtype: DType, width: int, layout: str,
                                k_step: int = 1) -> ir.Function:
     if layout not in LAYOUTS:
-        raise ValueError(f"pack_half_windows_function: layout {layout!r} is not one of {LAYOUTS}")
+        raise BackendError(f"pack_half_windows_function: layout {layout!r} is not one of {LAYOUTS}")
     fn, b = helper_function(module, dtype, pack_half_windows_name(dtype, width, layout, k_step),
                             [("dst", _PTR), ("src", _PTR), ("rows", _PTR), ("cols", _PTR), ("count", S.I64),
                              ("kc", S.I64)])

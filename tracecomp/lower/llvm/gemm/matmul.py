@@ -15,7 +15,8 @@
   A Matmul with `b_windows` (conv2d's window matrix: reads_windows) packs B straight
   from the input through two i32 offset tables, one per row and one per column of B
   (constants of the module), and the kernel skips the statements that fill b (cpu_body):
-  implicit GEMM.  W7's conv: 5.0 -> 3.6 ms, with no 42 MB im2col pass.
+  implicit GEMM.  W7's conv: 5.0 -> 3.6 ms, with no 42 MB im2col pass.  A half input's
+  windows are packed in the half path's layout, converted or as K-pairs (halfwindows.py).
   The nest is one function per dtype and module (llvm/gemm/nest.py, sizes and strides
   as arguments), shared by all products: a copy per product would cost its own LLVM time.
   The micro-kernel (llvm/gemm/microkernel.py) writes full tiles straight into C; partial tiles
