@@ -64,6 +64,9 @@ W15 (issue 36) is the call overhead of a traced function taking a whole model: x
 model's 1, 30 or 300 tensors of 8 floats, one fused kernel (w15_cases).  W16 is greedy
 generation with a growing sequence, compiles included, per implementation in a fresh
 process (generation.py: the GPT demo's model and a wider one, 128 tokens after 8).
+W14 (issue 38) is six Hugging Face models (hf_models.py: GPT-2, BERT, Llama, ViT, ResNet,
+T5 at small configurations) through torch.compile with backend="tracecomp" against
+Inductor and eager: a training step with AdamW and the inference forward, batch 8.
 """
 from __future__ import annotations
 
@@ -93,7 +96,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W3b", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13", "W15", "W16")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W3b", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13", "W14", "W15", "W16")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -642,6 +645,19 @@ def w6_cases() -> list[Case]:
 
     return [Case("W6", "W6", "x + 1 on 8 f32 (per-call overhead)", inputs,
                  lambda inputs: inputs[0].astype(np.float64) + 1, 0.0, standard(add1, add1, add1, add1))]
+
+
+# ----------------------------------------------------------------------------- W14
+# (issue 38) Hugging Face models through torch.compile: tracecomp's backend, Inductor and
+# eager (hf_models.py); only where `transformers` is installed (a test-only dependency).
+
+
+def w14_cases() -> list[Case]:
+    if importlib.util.find_spec("transformers") is None:
+        return []
+    sys.path.insert(0, HERE)
+    from hf_models import w14_cases as cases
+    return cases(Case)
 
 
 # ----------------------------------------------------------------------------- W15
@@ -1719,7 +1735,7 @@ def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) \
         + w3b_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
         + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases() + w12_cases(quick) \
-        + w13_cases(quick) + w15_cases() + w4b_cases() + w8b_cases()
+        + w13_cases(quick) + w15_cases() + w4b_cases() + w8b_cases() + w14_cases()
     for case in cases:
         if case.workload in DYNAMIC_VARIANT_OF and "tracecomp" in case.impls:
             case.impls["tracecomp-dynamic"] = dynamic_variant(case.impls["tracecomp"])
