@@ -51,7 +51,7 @@ from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw, has_gu
 
 from ..core.dtypes import DType
 from ..core.locations import Location
-from ..core.symbolic import DynamicShapeError
+from ..core.symbolic import DynamicShapeError, evaluate, is_dynamic
 from ..dispatch import api as tc
 from ..dispatch import tracer
 from ..runtime.cache import settings as compile_cache
@@ -379,6 +379,19 @@ def _symbolic_sizes(inputs: list) -> tuple[dict, dict]:
     return {kept.index(inputs[k]): dims for k, dims in dynamic.items()}, derived
 
 
+def _size_bindings(nodes: list, values: list) -> dict[str, int]:
+    """This call's value of each of Dynamo's size symbols (the names of tracecomp's
+    symbolic sizes), read from the tensor inputs whose example dims are those symbols."""
+    sizes: dict[str, int] = {}
+    for n, v in zip(nodes, values):
+        example = n.meta.get("val")
+        if isinstance(example, torch.Tensor) and isinstance(v, torch.Tensor):
+            for d, size in enumerate(example.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    sizes.setdefault(str(size.node.expr), v.shape[d])
+    return sizes
+
+
 def _from_shapes(node: torch.fx.Node) -> bool:
     """Whether the node's value is shape arithmetic on the graph's inputs alone."""
     if node.op in ("placeholder", "get_attr"):
@@ -597,6 +610,9 @@ class CompiledGraph:
             return self.gm(*args)
         env: dict = dict(zip(self.placeholders + self.attrs, inputs))
         scalars = self.replay.scalars.get(self.replay.pending, {})
+        if any(is_dynamic(v) for v in scalars.values()):    # a size of an intermediate, traced symbolic
+            sizes = _size_bindings(self.placeholders + self.attrs, inputs)
+            scalars = {i: evaluate(v, sizes) for i, v in scalars.items()}
         for i in self.shape_outputs:
             scalars[i] = _size_now(self.computed[i], env)
         for i, r in zip(self.tensor_outputs, results):
