@@ -415,6 +415,11 @@ def matmul_backward(grad, self, other, grad_input_mask):
     column (other) vector, batch dims broadcast (the engine sums the gradient back to each
     input's shape)."""
     need_self, need_other = grad_input_mask[0], grad_input_mask[1]
+    if grad.dtype.is_half and _batch(self) != _batch(other):
+        # a broadcast batch dim is summed over by the engine: in float32, rounded once, as
+        # PyTorch folds it into its matmul's float32 sum (per-batch half products summed
+        # were 0.068 from the float64 truth in bfloat16 where PyTorch's are 3.9e-3)
+        grad, self, other = grad.to(tc.float32), self.to(tc.float32), other.to(tc.float32)
     if self.ndim == 1 and other.ndim == 1:                      # dot product, 0-d result
         return (grad * other if need_self else None, grad * self if need_other else None)
     if self.ndim == 1:                                          # (k,) @ (..., k, m) -> (..., m)
@@ -427,6 +432,11 @@ def matmul_backward(grad, self, other, grad_input_mask):
                 tc.matmul(self.mT, g).squeeze(-1) if need_other else None)
     return (tc.matmul(grad, other.mT) if need_self else None,
             tc.matmul(self.mT, grad) if need_other else None)
+
+
+def _batch(t) -> tuple[int, ...]:
+    """A matmul operand's batch dims (none for a vector or a matrix)."""
+    return tuple(t.shape[:-2])
 
 
 # ---------------------------------------------------------------- shapes and indexing
