@@ -87,6 +87,30 @@ def test_emulator_matches_eager(d, name):
     _check(fn, make(d), exact, TOL[d])
 
 
+@pytest.mark.parametrize("d", HALVES, ids=str)
+def test_tiled_matmul_of_half_operands_matches_eager(d):
+    """Sizes the CPU packs (its program reads the half inputs in place): the GPU's tiles
+    load them widened into shared memory."""
+    x, y, w, b = _h(d, 40, 48), _h(d, 48, 36), _h(d, 36, 48), _h(d, 36)
+    _check(lambda x, y: ((x @ y).relu() + x.sum(),), [x, y], False, TOL[d])
+    _check(_linear_gelu, [x, w, b], False, TOL[d])
+
+
+@pytest.mark.parametrize("shape", [(4, 8, 4), (40, 48, 36), (1, 64, 16)])
+@pytest.mark.parametrize("d", HALVES, ids=str)
+def test_no_float32_copy_of_a_half_input(d, shape, tmp_path):
+    """Products read their half operands widened (small or tiled, a vector too): no
+    float32 buffer holds as many elements as a half input."""
+    m, k, n = shape
+    x, y = _h(d, m, k), _h(d, k, n)
+    _, js = _export(lambda x, y: ((x @ y).relu() + x.sum(), x @ y.T.T), [x, y], tmp_path / "m.ptx", DEFAULT_ARCH)
+    sizes = {int(np.prod(i["shape"])) for i in js["inputs"]}
+    copies = [n for n, b in js["buffers"].items() if b["dtype"] == "float32" and b["role"] == "temp"
+              and b["shape"] and int(np.prod(b["shape"])) in sizes and n.startswith("t")]
+    assert not copies, js["buffers"]
+    _check(lambda x, y: ((x @ y).relu() + x.sum(),), [x, y], False, TOL[d])
+
+
 def test_autocast_region_matches_eager():
     x = RNG.standard_normal((6, 20)).astype(np.float32)
     w = RNG.standard_normal((20, 12)).astype(np.float32)

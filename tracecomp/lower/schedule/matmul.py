@@ -56,8 +56,9 @@ def matmul_body(sched, op: Op, args: dict) -> list:
     matrices = max_threads() if any(is_dynamic(d) for d in batch) else math.prod(batch)
     fills, windows = [], None
     found = window_operand(sched, half_source(sched, b), batch) if packed else None     # conv2d: implicit GEMM
-    if packed:
-        a, b = half_source(sched, a), b if found is not None else half_source(sched, b)
+    # every Matmul reads half operands widened (loops/check_matmul.py), packed or not (the
+    # loop expansion, the GPU's tiles): no float32 copy of a half input
+    a, b = half_source(sched, a), b if found is not None else half_source(sched, b)
     a_view = operand_view(sched, a, batch, row=len(ash) > 1, col=True)
     if found is not None:
         fills, b_view, windows = found
