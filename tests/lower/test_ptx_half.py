@@ -180,3 +180,20 @@ def test_every_program_assembles(d, arch, tmp_path):
         assert js["arch"] == arch
         figures = assemble(ptx, js["arch"])
         assert {launch["entry"] for launch in js["launches"]} <= set(figures), name
+
+
+def test_half_conversions_in_ptx_do_not_depend_on_the_host(monkeypatch):
+    """float16 converts with cvt (host with F16C or without: the same PTX); bfloat16 with
+    integer ops (a shift to widen, nearest-even rounding by an add), no sm_80-only cvt."""
+    from tracecomp.lower.llvm import halfs
+    from tracecomp.lower.nvptx.program import compile_program
+
+    def ptx(d, f16c):
+        monkeypatch.setattr(halfs, "has_f16c", lambda: f16c)
+        fn = lambda x, y: (x.float().exp().to(x.dtype), y.to(x.dtype))
+        return compile_program(tc.trace(fn).lower(_h(d, 3, 5), _h(tc.float32, 3, 5)).program, "sm_80").ptx
+    f16 = ptx(tc.float16, False)
+    assert f16 == ptx(tc.float16, True)
+    assert "cvt.f32.f16" in f16 and "cvt.rn.f16.f32" in f16
+    bf16 = ptx(tc.bfloat16, True)
+    assert "bf16" not in bf16 and "shl.b32" in bf16

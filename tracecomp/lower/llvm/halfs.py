@@ -10,7 +10,9 @@ bit patterns was a subnormal or a NaN).  float16 uses F16C's vcvtph2ps / vcvtps2
 `fpext`/`fptrunc` of `half`) where the target has F16C: the same bits (nearest even, NaN
 made quiet keeping its top payload bits) for a quarter of the integer sequence's
 instructions; without F16C, the integer sequence (LLVM would call __truncsfhf2 and
-__extendhfsf2, which neither the JIT nor an exported .so may rely on).  A register value
+__extendhfsf2, which neither the JIT nor an exported .so may rely on).  NVPTX modules
+(PTX) always take `fpext`/`fptrunc` (cvt.f32.f16, cvt.rn.f16.f32, on every sm): the PTX
+must not depend on the exporting host's CPU.  A register value
 of a half dtype is always exactly representable in it: loads widen, casts to a half
 dtype round in place.
 """
@@ -38,9 +40,13 @@ def has_f16c() -> bool:
     return host_target().has("f16c")
 
 
+def _native_f16(b: ir.IRBuilder) -> bool:
+    return b.module.triple.startswith("nvptx") or has_f16c()
+
+
 def widen(b: ir.IRBuilder, bits: ir.Value, label: str) -> ir.Value:
     """float32 of the i16 `bits` (or vector of them) of a bfloat16 or float16."""
-    if label == "float16" and has_f16c():
+    if label == "float16" and _native_f16(b):
         return b.fpext(b.bitcast(bits, _like(bits, HALF)), _like(bits, F32))
     u = b.zext(bits, _like(bits, I32))
 
@@ -64,7 +70,7 @@ def widen(b: ir.IRBuilder, bits: ir.Value, label: str) -> ir.Value:
 
 def narrow(b: ir.IRBuilder, x: ir.Value, label: str) -> ir.Value:
     """The i16 bits of float32 `x` (or vector of them) rounded to bfloat16 or float16."""
-    if label == "float16" and has_f16c():
+    if label == "float16" and _native_f16(b):
         return b.bitcast(b.fptrunc(x, _like(x, HALF)), _like(x, I16))
     u = b.bitcast(x, _like(x, I32))
 
