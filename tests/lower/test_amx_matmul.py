@@ -579,3 +579,48 @@ def test_info_names_each_dtypes_path_and_why_not_a_faster_one():
     assert "Linux refused" in host.path_text(sapphire, "bfloat16", "dpbf16ps")
     assert "accumulate in float16" in host.path_text(sapphire, "float16", "widen")
     assert host.path_text({**sapphire, "amx_tile_data": True}, "bfloat16", "amx") == host.PATH_TEXT["amx"]
+
+
+def test_an_exported_library_refused_the_tile_state_returns_an_error_before_any_kernel(forced, tmp_path):
+    """Where Linux does not grant the tile state (here: no AMX), the exported library's
+    constructor records the refusal and its entry point returns ERR_NO_TILES, which its
+    error string explains, instead of faulting on the first tile instruction; tc.load
+    raises it as a BackendError.  (Compiled for a CPU with AMX, linked with cc, loaded.)"""
+    import shutil
+    import subprocess
+    from tracecomp.aot.loader import ExportedFunction
+    from tracecomp.aot.shared_library import lower_for_export
+    from tracecomp.lower.llvm.entry_point import ERR_NO_TILES, build_module
+    from tracecomp.runtime import amx as runtime_amx
+    if runtime_amx.request_tile_data():
+        pytest.skip("Linux granted this process the AMX tile state: the refusal cannot be seen here")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to link the library")
+    forced("amx")
+    a = np.ones((40, 64), DType.bfloat16.np)
+    b = np.ones((64, 48), DType.bfloat16.np)
+    _, program = lower_for_export(lambda a, b: a @ b, [a, b])
+    module = build_module(program, "product", {"format": 1}, [])
+    target.initialize()
+    host = hostcpu.host_target()
+    tm = llvm.Target.from_triple(host.triple).create_target_machine(
+        cpu=host.cpu, features=host.features + ",+amx-tile,+amx-bf16", reloc="pic", codemodel="default")
+    parsed = llvm.parse_assembly(str(module))          # (for a CPU with AMX: not target.py's host check)
+    parsed.triple, parsed.data_layout = tm.triple, str(tm.target_data)
+    (tmp_path / "product.o").write_bytes(tm.emit_object(parsed))
+    subprocess.run(["cc", "-shared", "-o", str(tmp_path / "libproduct.so"), str(tmp_path / "product.o"),
+                    "-lm", "-lgomp"], check=True)
+    library = ctypes.CDLL(str(tmp_path / "libproduct.so"))
+    entry, error_string = library.product, library.product_error_string
+    entry.restype, entry.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]
+    error_string.restype, error_string.argtypes = ctypes.c_char_p, [ctypes.c_int]
+    out = np.zeros((40, 48), program.buffers[program.outputs[0]].dtype.np)
+    inputs = (ctypes.c_void_p * 2)(a.ctypes.data, b.ctypes.data)
+    outputs = (ctypes.c_void_p * 1)(out.ctypes.data)
+    assert entry(inputs, outputs) == ERR_NO_TILES
+    message = error_string(ERR_NO_TILES).decode()
+    assert "AMX tile state" in message
+    stand_in = ExportedFunction.__new__(ExportedFunction)
+    stand_in.name, stand_in._error_string = "product", error_string
+    with pytest.raises(BackendError, match="AMX tile state"):
+        raise stand_in._failure(ERR_NO_TILES, {})

@@ -108,8 +108,11 @@ class ExportedFunction:
     def _failure(self, code: int, sizes: dict) -> Exception:
         """The exception for an error code of the entry point (on the thread that called it):
         a computed index out of range is the ShapeError the traced function raises (its
-        index from NAME_error_index, thread-local); other codes an ArgumentError."""
-        from ..lower.llvm.entry_point import computed_index_error
+        index from NAME_error_index, thread-local); the tile state refused, a BackendError;
+        other codes an ArgumentError."""
+        from ..lower.llvm.entry_point import ERR_NO_TILES, computed_index_error
+        if code == ERR_NO_TILES:
+            return BackendError(f"{self.name}: {self.error_string(code)}")
         if computed_index_error(self.metadata, code, 0) is not None:
             error_index = getattr(self._lib, f"{self.name}_error_index")
             error_index.restype, error_index.argtypes = ctypes.c_int64, []

@@ -96,6 +96,7 @@ extern "C" {{
  *   2: a dynamic size is less than 1
  *   3: the workspace for these sizes could not be allocated
  *   4: the dynamic sizes make the buffers larger than 2^62 bytes (no int64 size may wrap)
+ *   5: the OS did not grant the AMX tile state its matrix products use (asked at load)
 {check_lines}
 {computed_lines}
  * The library cannot check the sizes of the buffers: pass buffers of the sizes above.

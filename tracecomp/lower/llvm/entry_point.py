@@ -51,7 +51,7 @@ I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 WORKSPACE_ALIGN = 64
 
-OK, ERR_NULL, ERR_SIZE, ERR_ALLOC, ERR_TOO_LARGE = 0, 1, 2, 3, 4
+OK, ERR_NULL, ERR_SIZE, ERR_ALLOC, ERR_TOO_LARGE, ERR_NO_TILES = 0, 1, 2, 3, 4, 5
 MAX_TOTAL_BYTES = 2.0 ** 62  # all buffers of one call together: far from int64's wrap-around
 ERR_INDEX_BASE = 16          # 16 + j: index check j failed
 ERR_INPUT_SHAPE = 1000       # 1000 + i: NAME_checked got a wrong shape for input i
@@ -177,13 +177,12 @@ def build_module(program, name: str, metadata: dict, checks: list, fastmath=()) 
     NAME_metadata (see the module docstring)."""
     module = _kernels(program, name, fastmath)
     add_computed_checks(metadata, program)
-    entry = _entry(module, program, name, checks, _constants(module, program, name))
+    tiles_granted = request_tiles_on_load(module) if uses_amx(module) else None
+    entry = _entry(module, program, name, checks, _constants(module, program, name), tiles_granted=tiles_granted)
     _checked_entry(module, program, name, entry)
     _error_strings(module, program, name, checks)
     error_index_function(module, name)
     _metadata(module, name, metadata)
-    if uses_amx(module):
-        request_tiles_on_load(module)
     return module
 
 
@@ -233,10 +232,11 @@ def _constants(module: ir.Module, program, name: str) -> dict[str, ir.GlobalVari
 
 
 def _entry(module: ir.Module, program, name: str, checks: list, consts: dict | None,
-           least: int = 1) -> ir.Function:
+           least: int = 1, tiles_granted: ir.GlobalVariable | None = None) -> ir.Function:
     """`int NAME(inputs, outputs, sizes...)`: check the arguments, place the temps, run the
     index checks and the kernels, copy the outputs that are not written in place.  `consts`
-    None: the JIT's entry point, `NAME(inputs, outputs, kernels, sizes...)` (build_jit_module)."""
+    None: the JIT's entry point, `NAME(inputs, outputs, kernels, sizes...)` (build_jit_module).
+    `tiles_granted`: the AMX kernels' flag (gemm/amx.py); 0 returns ERR_NO_TILES first."""
     sizes = size_names(program)
     jit = consts is None
     memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
@@ -266,6 +266,8 @@ def _entry(module: ir.Module, program, name: str, checks: list, consts: dict | N
     def slot_ptr(array, i: int):
         return b.load(b.gep(array, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
 
+    if tiles_granted is not None:              # Linux refused the tile state: a tile op would fault
+        check(b.icmp_unsigned("==", b.load(tiles_granted, typ=I8), ir.Constant(I8, 0)), ERR_NO_TILES)
     for value in dims.values.values():        # dynamic sizes: >= 1 (>= 0: counts, transforms/staging.py)
         check(b.icmp_signed("<", value, ir.Constant(I64, least)), ERR_SIZE)
     if dims.values:                            # and small enough that no byte count wraps
@@ -347,7 +349,10 @@ def _error_strings(module: ir.Module, program, name: str, checks: list) -> None:
                                     "or for a non-empty input or output",
                 ERR_SIZE: "a dynamic size argument is less than 1",
                 ERR_ALLOC: "could not allocate the workspace for these sizes (out of memory)",
-                ERR_TOO_LARGE: "the dynamic sizes make the buffers larger than 2^62 bytes"}
+                ERR_TOO_LARGE: "the dynamic sizes make the buffers larger than 2^62 bytes",
+                ERR_NO_TILES: "the operating system did not grant the AMX tile state this library's "
+                              "matrix products use (Linux's arch_prctl ARCH_REQ_XCOMP_PERM, asked when "
+                              "the library was loaded)"}
     for j, (i, n, c) in enumerate(checks):
         buf = program.buffers[n]
         messages[ERR_INDEX_BASE + j] = (f"input {i} ({buf.dtype.label}{_shape_text(buf)}): an index is "

@@ -128,20 +128,27 @@ def uses_amx(module: ir.Module) -> bool:
     return any(f.name.startswith("tracecomp.matmul.uk.amx.") for f in module.functions)
 
 
-def request_tiles_on_load(module: ir.Module) -> None:
+def request_tiles_on_load(module: ir.Module) -> ir.GlobalVariable:
     """Make `module` (an exported library's) ask Linux for the AMX tile state when it is
     loaded: a constructor calling arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) through
     libc's syscall, as runtime/amx.py does for the JIT (a C program that loads the library
-    asks nothing itself; a tile instruction without the grant faults)."""
+    asks nothing itself; a tile instruction without the grant faults).  Returns the i8
+    global the constructor sets to 1 where Linux granted it: the entry point checks it
+    before any kernel runs (entry_point.ERR_NO_TILES) instead of faulting."""
+    granted = ir.GlobalVariable(module, S.I8, "tracecomp.amx.granted")
+    granted.linkage = "internal"
+    granted.initializer = ir.Constant(S.I8, 0)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), []), "tracecomp.amx.request_tile_data")
     fn.linkage = "internal"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     syscall = module.globals.get("syscall") or ir.Function(module, ir.FunctionType(S.I64, [S.I64], var_arg=True),
                                                            "syscall")
-    b.call(syscall, [c64(SYS_ARCH_PRCTL), c64(ARCH_REQ_XCOMP_PERM), c64(XFEATURE_XTILEDATA)])
+    answer = b.call(syscall, [c64(SYS_ARCH_PRCTL), c64(ARCH_REQ_XCOMP_PERM), c64(XFEATURE_XTILEDATA)])
+    b.store(b.zext(b.icmp_signed("==", answer, c64(0)), S.I8), granted)
     b.ret_void()
     entry = ir.LiteralStructType([S.I32, _PTR, _PTR])
     ctors = ir.GlobalVariable(module, ir.ArrayType(entry, 1), "llvm.global_ctors")
     ctors.linkage = "appending"
     ctors.initializer = ir.Constant(ir.ArrayType(entry, 1),
                                     [ir.Constant(entry, [ir.Constant(S.I32, 65535), fn, ir.Constant(_PTR, None)])])
+    return granted
