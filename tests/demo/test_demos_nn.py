@@ -93,7 +93,7 @@ def test_gpt_demo_tiny_run_via_the_cli(tmp_path):
                      "1 pre-norm Transformer block ", "compiled train step", "trained 60 steps", "validation loss:",
                      "sample (temperature 0.8", "  | HORATIO:\n  | ", "wrote "]:
         assert expected in out, f"{expected!r} missing from the demo's output:\n{out}"
-    first = number(r"first call .* s, loss ([\d.]+)", out)
+    first = number(r"first call [\d.]+ s(?: \(machine code from the compile cache\))?, loss ([\d.]+)", out)
     last = number(r"mean training loss of the last \d+ steps ([\d.]+)", out)
     baseline = number(r"unigram baseline: ([\d.]+)", out)
     val = number(r"validation loss: ([\d.]+)", out)

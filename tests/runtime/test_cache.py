@@ -418,3 +418,16 @@ def test_the_shape_text_ignores_names_but_not_shapes_or_dtypes():
     assert kernel_shape_text(a) == kernel_shape_text(b) and a.name != b.name
     assert kernel_shape_text(program((4, 6), np.float32)[0]) != kernel_shape_text(a)
     assert kernel_shape_text(program((4, 5), np.float64)[0]) != kernel_shape_text(a)
+
+
+def test_a_compile_served_from_the_cache_means_hits_and_no_miss():
+    """The demos say 'machine code from the compile cache' only when every lookup since the
+    first call began hit: the plan runner's hit beside a program's missed kernels does not."""
+    from tracecomp.runtime.cache import CacheStats
+    stats = CacheStats()
+    before = stats.copy()
+    assert not stats.only_hits_since(before)
+    stats.hits += 2
+    assert stats.only_hits_since(before)
+    stats.misses += 1
+    assert not stats.only_hits_since(before)

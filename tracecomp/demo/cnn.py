@@ -217,11 +217,11 @@ def compile_and_check(step, train_step, model, state, xb, yb, lr, say):
     where a gradient is near eps (1e-8) float32 rounding moves the update by a good part
     of the lr, and a float32 comparison would measure that, not the compiler."""
     model64, state64 = as_float64(model), as_float64(state)      # before the call may overwrite them
-    hits = tc.compile_cache.stats.hits
+    before = tc.compile_cache.stats.copy()
     t0 = time.perf_counter()
     model, state, loss = step(model, state, xb, yb, lr)
     seconds = time.perf_counter() - t0
-    cached = " (machine code from the compile cache)" if tc.compile_cache.stats.hits > hits else ""
+    cached = " (machine code from the compile cache)" if tc.compile_cache.stats.only_hits_since(before) else ""
     say(f"compiled train step (forward, backward, AdamW): first call {seconds:.2f} s{cached}")
     x64 = xb.astype(np.float64)
     eager = train_step(as_float64(model64), as_float64(state64), x64, yb, lr)

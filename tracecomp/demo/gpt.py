@@ -266,12 +266,12 @@ def run(o: Options, say=print) -> Result:
         say(f"mixed precision: steps and evaluations under tc.autocast({AUTOCAST[o.autocast]})")
     precision = tc.autocast(AUTOCAST.get(o.autocast), enabled=bool(o.autocast))   # (compiled once, in that state)
 
-    hits = tc.compile_cache.stats.hits
+    before = tc.compile_cache.stats.copy()
     t0 = time.perf_counter()
     with precision:
         loss = trainer.step(*random_windows(train_ids, o.context, o.batch_size, rng), cosine_lr(o.lr, 0.0))
     compile_seconds = time.perf_counter() - t0
-    cached = " (machine code from the compile cache)" if tc.compile_cache.stats.hits > hits else ""
+    cached = " (machine code from the compile cache)" if tc.compile_cache.stats.only_hits_since(before) else ""
     say(f"compiled train step (forward, backward, AdamW): first call {compile_seconds:.2f} s{cached}, "
         f"loss {loss:.3f} (ln {len(vocab)} = {math.log(len(vocab)):.3f})")
 

@@ -116,6 +116,15 @@ class CacheStats:
     rejected: int = 0        # entries found corrupt, truncated, unauthenticated or unlinkable
     evicted: int = 0         # entries deleted to keep the folder under its cap
 
+    def copy(self) -> "CacheStats":
+        return dataclasses.replace(self)
+
+    def only_hits_since(self, before: "CacheStats") -> bool:
+        """Whether every lookup since `before` (an earlier copy()) found its code, so what
+        compiled meanwhile came from the cache (a hit of shared glue, the plan runner, beside
+        a missed program's kernels does not count)."""
+        return self.hits > before.hits and self.misses == before.misses
+
 
 # (enabled, directory) set by CacheSettings.scoped for the current thread, or None
 _scoped: contextvars.ContextVar = contextvars.ContextVar("tracecomp_cache_scoped", default=None)
