@@ -189,22 +189,21 @@ class CompiledProgram:
         self._driver_library = _compile_cached(module)
         fn = self._driver_library.function(name, None, ctypes.c_void_p, ctypes.c_void_p)
         table = (ctypes.c_void_p * max(1, len(p.kernels)))(*[self.library.address(k.name) for k in p.kernels])
-        return self._one_call(fn, len(position), variable, table)
+        return self._one_call(fn, variable, table)
 
     def _planned(self, position: dict[str, int], variable: int):
         """run(pointers): the kernels in one call of the plan runner (_one_call)."""
         words = [len(self.program.kernels)]
         for k in self.program.kernels:
             words += [self.library.address(k.name), len(k.buffers), *[position[b.name] for b in k.buffers]]
-        return self._one_call(_plan_runner()[1], len(position), variable, (ctypes.c_uint64 * len(words))(*words))
+        return self._one_call(_plan_runner()[1], variable, (ctypes.c_uint64 * len(words))(*words))
 
-    def _one_call(self, fn, pointers: int, variable: int, table):
-        """run(pointers): fn(buffers, table), where `buffers` is an array of the call's
-        pointers: those of its inputs and fresh outputs (the first `variable`), packed per
-        call, then the fixed buffers', written here once."""
-        array = (ctypes.c_uint64 * max(1, pointers))(*[0] * variable, *self._fixed_pointers)
+    def _one_call(self, fn, variable: int, table):
+        """run(pointers): fn(buffers, table), where `buffers` is the _pointer_array of the
+        call's inputs and fresh outputs (the first `variable`) and the fixed buffers."""
+        array, address, pack = _pointer_array(variable, self._fixed_pointers)
         self._native_arrays = table, array             # (kept alive with the function)
-        pack, address, table = struct.Struct(f"{variable}Q").pack_into, ctypes.addressof(array), ctypes.addressof(table)
+        table = ctypes.addressof(table)
 
         def run(pointers):
             pack(array, 0, *pointers)
@@ -343,13 +342,10 @@ class DynamicProgram:
             arr = aligned_empty(value.shape, value.dtype)
             arr[...] = value
             self._constants.append(arr)
-        # the entry point's pointer arrays, filled per call with pack_into (as _one_call's)
-        n_in, n_out = len(p.inputs), len(self._outputs)
-        self._in_array = (ctypes.c_uint64 * max(1, n_in + len(self._constants)))(
-            *[0] * n_in, *[data_pointer(a) for a in self._constants])
-        self._out_array = (ctypes.c_uint64 * max(1, n_out))()
-        self._pack_in, self._pack_out = struct.Struct(f"{n_in}Q").pack_into, struct.Struct(f"{n_out}Q").pack_into
-        self._in_address, self._out_address = ctypes.addressof(self._in_array), ctypes.addressof(self._out_array)
+        # the entry point's pointer arrays: the inputs' (then the constants') and the outputs'
+        self._in_array, self._in_address, self._pack_in = _pointer_array(
+            len(p.inputs), [data_pointer(a) for a in self._constants])
+        self._out_array, self._out_address, self._pack_out = _pointer_array(len(self._outputs))
         self._checks = {i: p.index_checks[n] for i, n in enumerate(p.inputs) if n in p.index_checks}
         self._metadata: dict = {}
         add_computed_checks(self._metadata, p)
@@ -396,6 +392,14 @@ class DynamicProgram:
         if code == ERR_ALLOC:
             return MemoryError(f"@{self.program.name}: {text} ({sizes})")
         return BackendError(f"@{self.program.name} failed with error {code}: {text} ({sizes})")
+
+
+def _pointer_array(variable: int, fixed: list[int] = ()) -> tuple:
+    """(array, its address, pack): a persistent array of `variable` pointers that each call
+    writes with pack(array, 0, *pointers) (struct.pack_into: no ctypes conversion per
+    pointer), then the `fixed` ones, written here once."""
+    array = (ctypes.c_uint64 * max(1, variable + len(fixed)))(*[0] * variable, *fixed)
+    return array, ctypes.addressof(array), struct.Struct(f"{variable}Q").pack_into
 
 
 @functools.lru_cache(maxsize=None)

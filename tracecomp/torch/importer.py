@@ -364,17 +364,14 @@ def _symbolic_sizes(inputs: list) -> tuple[dict, dict]:
     dim)} for the SymInt inputs that are such a symbol)."""
     dynamic, where = {}, {}
     for k, n in enumerate(inputs):
-        value = n.meta.get("val")
-        if isinstance(value, torch.Tensor):
-            for d, size in enumerate(value.shape):
-                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                    dynamic.setdefault(k, {})[d] = str(size.node.expr)
-                    where.setdefault(str(size.node.expr), (n, d))
+        for d, name in _symbol_dims(n):
+            dynamic.setdefault(k, {})[d] = name
+            where.setdefault(name, (n, d))
     derived = {}
     for n in inputs:
-        value = n.meta.get("val")
-        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol and str(value.node.expr) in where:
-            derived[n] = where[str(value.node.expr)]
+        name = _symbol(n.meta.get("val"))
+        if name in where:
+            derived[n] = where[name]
     kept = [n for n in inputs if n not in derived]
     return {kept.index(inputs[k]): dims for k, dims in dynamic.items()}, derived
 
@@ -384,12 +381,23 @@ def _size_bindings(nodes: list, values: list) -> dict[str, int]:
     symbolic sizes), read from the tensor inputs whose example dims are those symbols."""
     sizes: dict[str, int] = {}
     for n, v in zip(nodes, values):
-        example = n.meta.get("val")
-        if isinstance(example, torch.Tensor) and isinstance(v, torch.Tensor):
-            for d, size in enumerate(example.shape):
-                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                    sizes.setdefault(str(size.node.expr), v.shape[d])
+        if isinstance(v, torch.Tensor):
+            for d, name in _symbol_dims(n):
+                sizes.setdefault(name, v.shape[d])
     return sizes
+
+
+def _symbol(value) -> str | None:
+    """The name of Dynamo's size symbol that `value` (an example size) is, if it is one."""
+    return str(value.node.expr) if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol else None
+
+
+def _symbol_dims(node: torch.fx.Node) -> list[tuple[int, str]]:
+    """(dim, symbol name) of the node's example tensor dims that are one of Dynamo's symbols."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return []
+    return [(d, name) for d, size in enumerate(value.shape) if (name := _symbol(size)) is not None]
 
 
 def _from_shapes(node: torch.fx.Node) -> bool:
@@ -501,7 +509,7 @@ class CompiledGraph:
                 step = _getitem if node.target is operator.getitem else shape_step(node.target) or rule_for(node.target)
                 steps.append((node, step))
         self.replay = _Replay([inputs[i] for i in self.used], steps, computed, orders, derived)
-        # the sizes the graph returns, computed per call from the inputs (_sizes_now)
+        # the sizes the graph returns, computed per call from the inputs (_size_now)
         self.tensor_outputs = [i for i, n in enumerate(computed) if _is_tensor_valued(n.meta.get("val"))]
         self.shape_outputs = [i for i, n in enumerate(computed) if i not in self.tensor_outputs and _from_shapes(n)]
 
@@ -609,7 +617,7 @@ class CompiledGraph:
             log.warning("%s: tracecomp could not compile this graph (%s); PyTorch runs it", self.name, self.failed)
             return self.gm(*args)
         env: dict = dict(zip(self.placeholders + self.attrs, inputs))
-        scalars = self.replay.scalars.get(self.replay.pending, {})
+        scalars = dict(self.replay.scalars.get(self.replay.pending, {}))     # (this call's, not the record)
         if any(is_dynamic(v) for v in scalars.values()):    # a size of an intermediate, traced symbolic
             sizes = _size_bindings(self.placeholders + self.attrs, inputs)
             scalars = {i: evaluate(v, sizes) for i, v in scalars.items()}
@@ -629,7 +637,7 @@ class CompiledGraph:
 
     def _call(self, traced, values):
         """traced(*values); where the graph's dynamic dims cannot be symbolic (tracecomp
-        needs one as a number), tc.trace's rule for sizes that change from then on."""
+        needs one as a number), a compile per shape from then on (_traced_for)."""
         try:
             return traced(*values)
         except DynamicShapeError as e:
