@@ -136,9 +136,16 @@ def in_memory(sched, v: Value) -> tuple:
 def _reshaped_source(sched, v: Value) -> Value:
     """What to compute into memory for `v`: the source of a reshape that is inlined (a
     layer norm's rows flattened for a product) in its own shape, so the kernel keeps the
-    source's loops (a row kernel absorbs its reductions); the reshape reads it in place."""
+    source's loops (a row kernel absorbs its reductions); the reshape reads it in place.
+    Likewise under permutes on top of those (a weight gradient's transposed operand): the
+    product reads the source transposed in place, where a copy kernel of the permuted
+    value would read every input across its rows (and recompute a value that the other
+    product of the same gradient computes again)."""
+    views = ("permute", "reshape", "squeeze", "unsqueeze")
     while v not in sched.names and v.op is not None and \
-            getattr(sched.table.get(v.op.name), "kind", None) in ("reshape", "squeeze", "unsqueeze") and \
+            getattr(sched.table.get(v.op.name), "kind", None) in views and \
             v.op.operands[0] not in sched.names and v.op.operands[0].op is not None:
+        if sched.table[v.op.name].kind != "permute":
+            views = views[1:]       # a reshape of a transposed value is not a view of it
         v = v.op.operands[0]
     return v
