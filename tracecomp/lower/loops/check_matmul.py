@@ -17,8 +17,9 @@ that thread's slice of the workspace (it parallelizes itself only outside one).
 - `b_windows`: a known buffer of the same dtype (or, out f32, bf16 or f16: a half
   input's windows, widened when read), one batch stride per batch dim, k_shape
   and n_shape multiplying to k and n, every element it names inside its buffer (static
-  offset and shape), b's buffer distinct from the windows', and not inside a parallel
-  Loop (the CPU skips b's fill, which the per-thread fallback there would read).
+  offset and shape), run-time windows' int32 offset tables, b's buffer distinct from
+  the windows', and not inside a parallel Loop (the CPU skips b's fill, which the
+  per-thread fallback there would read).
 - `b_packed`: a known 1-D buffer of the same dtype holding at least k * n elements, for a
   Matmul without batch dims or windows.  PackB: a rank-2 View (k, n) of a known buffer
   inside it, packed into a writable 1-D buffer of its dtype with at least k * n elements.
@@ -99,19 +100,37 @@ def _windows(c, s: Matmul, dtype: DType) -> None:
     if len(w.batch_strides) != len(s.batch) or len(w.k_shape) != len(w.k_strides) \
             or len(w.n_shape) != len(w.n_strides):
         c.fail(f"Matmul b_windows {w!r}: one batch stride per batch dim, one stride per k and n dim")
-    c.expr(w.offset)
-    if w.offset.dtype != INDEX:
-        c.fail(f"Matmul b_windows offset {w.offset!r} has dtype {_name(w.offset.dtype)}, expected index")
+    for e in (w.offset, *w.batch_strides, *w.k_shape, *w.k_strides, *w.n_shape, *w.n_strides):
+        if not isinstance(e, int):
+            c.expr(e)
+            if e.dtype != INDEX:
+                c.fail(f"Matmul b_windows size or offset {e!r} has dtype {_name(e.dtype)}, expected index")
+    _window_tables(c, w)
     if (isinstance(s.k, int) and math.prod(w.k_shape) != s.k) or (isinstance(s.n, int) and math.prod(w.n_shape) != s.n):
         c.fail(f"Matmul b_windows splits k into {w.k_shape} and n into {w.n_shape}; k is {s.k}, n is {s.n}")
     if c.in_parallel is not None:
         c.fail(f"Matmul with b_windows inside parallel {c.in_parallel}; it must be a statement of the kernel")
-    if isinstance(w.offset, Const) and all(isinstance(d, int) for d in (*s.batch, *src.shape)):
+    if isinstance(w.offset, Const) and w.is_static() and all(isinstance(d, int) for d in (*s.batch, *src.shape)):
         lo, hi = _span(w.offset.value, tuple(w.batch_strides) + tuple(w.k_strides) + tuple(w.n_strides),
                        tuple(s.batch) + tuple(w.k_shape) + tuple(w.n_shape))
         if lo <= hi and (lo < 0 or hi >= math.prod(src.shape)):
             c.fail(f"Matmul b_windows of '{w.buffer}' reach flat elements {lo}..{hi}, outside its "
                    f"{math.prod(src.shape)} elements (shape {tuple(src.shape)})")
+
+
+def _window_tables(c, w: Windows) -> None:
+    """Windows with run-time sizes name their offset tables (int32, shaped k_shape and
+    n_shape); static ones name none."""
+    tables = (w.row_table, w.column_table)
+    if w.is_static():
+        if tables != (None, None):
+            c.fail(f"Matmul b_windows of static shape names tables {tables}; only run-time windows have them")
+        return
+    for name, shape in zip(tables, (w.k_shape, w.n_shape)):
+        t = c.buffers.get(name) if name is not None else None
+        if t is None or t.dtype != DType.int32 or tuple(t.shape) != tuple(shape) or t.role in ("input", "constant"):
+            c.fail(f"Matmul b_windows with run-time sizes needs a writable int32 table of shape {tuple(shape)}; "
+                   f"got {name!r}" + ("" if t is None else f" ({t.role} {t.dtype.label} {tuple(t.shape)})"))
 
 
 def _view(c, s: Matmul | PackB, role: str, view: View, rank: int, extents: tuple):

@@ -223,14 +223,25 @@ class Windows:
         offset + sum(bt[d] * batch_strides[d]) + sum(pd * k_strides) + sum(jd * n_strides)
     where (pd...) is p split row-major over k_shape and (jd...) is j over n_shape: for a
     convolution p = (c, ki, kj) and j = (oh, ow), so each element is the offset of its row
-    plus the offset of its column.  All static ints but the offset."""
+    plus the offset of its column.  Shapes and strides are Sizes: ints, or index expressions
+    of size parameters (a run-time H and W).  Such windows name `row_table` and
+    `column_table`, int32 buffers of the kernel shaped k_shape and n_shape, which statements
+    before the Matmul fill with sum(pd * k_strides) and sum(jd * n_strides) (wrapped to
+    32 bits: the CPU reads them only where the offsets fit); static windows have none (the
+    CPU's tables are constants of its module)."""
     buffer: str
     offset: Expr
-    batch_strides: tuple[int, ...]
-    k_shape: tuple[int, ...]
-    k_strides: tuple[int, ...]
-    n_shape: tuple[int, ...]
-    n_strides: tuple[int, ...]
+    batch_strides: tuple["Size", ...]
+    k_shape: tuple["Size", ...]
+    k_strides: tuple["Size", ...]
+    n_shape: tuple["Size", ...]
+    n_strides: tuple["Size", ...]
+    row_table: Optional[str] = None
+    column_table: Optional[str] = None
+
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in (*self.batch_strides, *self.k_shape, *self.k_strides,
+                                                *self.n_shape, *self.n_strides))
 
     def row_offsets(self) -> list[int]:
         return _split_offsets(self.k_shape, self.k_strides)

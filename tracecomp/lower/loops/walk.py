@@ -33,7 +33,7 @@ CHILDREN: dict[type, tuple[str, ...]] = {
     Accumulator: ("init",),
     Reduce: ("extent", "accumulators", "body", "update"),
     View: ("offset", "strides"),
-    Windows: ("offset",),
+    Windows: ("offset", "batch_strides", "k_shape", "k_strides", "n_shape", "n_strides"),
     Matmul: ("out", "a", "b", "m", "n", "k", "batch", "epilogue", "b_windows"),
     PackB: ("b", "k", "n"),
     Buffer: ("shape",),
@@ -114,7 +114,8 @@ def fingerprint(root: Any, buffers: Optional[dict[str, str]] = None) -> str:
     return "\n".join(lines + [text(root)])
 
 
-_BUFFER_FIELDS = ("buffer", "workspace", "b_packed", "buffer name")
+NAMING_FIELDS = ("buffer", "workspace", "b_packed", "row_table", "column_table")    # fields that name a buffer
+_BUFFER_FIELDS = NAMING_FIELDS + ("buffer name",)
 
 
 def _field(node: Any, name: str) -> str:
@@ -158,7 +159,8 @@ def buffers_accessed(root: Any) -> tuple[set[str], set[str]]:
         elif t is Matmul:
             read.update((n.a.buffer, n.b.buffer))
             if n.b_windows is not None:
-                read.add(n.b_windows.buffer)
+                w = n.b_windows
+                read.update(b for b in (w.buffer, w.row_table, w.column_table) if b is not None)
             if n.accumulate:
                 read.add(n.out.buffer)
             if n.b_packed is not None:
@@ -236,13 +238,13 @@ def _rebuild(node: Any, go: Callable) -> Any:
 
 def rename_buffer(root: Any, old: str, new: str) -> Any:
     """`root` with buffer `old` called `new` wherever a node names it (Loads, Stores,
-    Views, a Matmul's workspace)."""
+    Views, a Matmul's workspace, a window's tables)."""
     memo: dict = {}
 
     def go(node):
         return substitute(node, rule, memo)
 
     def rule(node):
-        renamed = {f: new for f in ("buffer", "workspace", "b_packed") if getattr(node, f, None) == old}
+        renamed = {f: new for f in NAMING_FIELDS if getattr(node, f, None) == old}
         return _rebuild(dataclasses.replace(node, **renamed), go) if renamed else None
     return go(root)

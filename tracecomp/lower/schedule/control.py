@@ -263,7 +263,7 @@ def _merge(program, p, prefix: str, kernels: list, cond: bool) -> C.Block:
     def rule(node):
         if isinstance(node, L.CheckedIndex):
             return L.CheckedIndex(substitute(node.index), substitute(node.size), node.buffer, node.check + offset)
-        fields = {f: mapping[getattr(node, f)] for f in ("buffer", "workspace")
+        fields = {f: mapping[getattr(node, f)] for f in W.NAMING_FIELDS
                   if isinstance(getattr(node, f, None), str) and getattr(node, f) in mapping}
         return W._rebuild(dataclasses.replace(node, **fields), substitute) if fields else None
     memo: dict = {}

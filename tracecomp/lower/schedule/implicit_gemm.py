@@ -11,9 +11,12 @@ from 5.5 MB), written once by im2col and read again from memory when the product
 windows): the statements fill a temp with the matrix as before (what code generators
 that ignore `Matmul.b_windows` read, through `view`), and `windows` (loops.ir.Windows)
 says where each element sits in the input, which the CPU code generator packs from
-directly and skips the statements.  The input must be a buffer with static strides: a
-computed one is materialized first, and a padded one copied with its zero border (both
-kh*kw times smaller than the window matrix).  A float32 cast of a bfloat16/float16
+directly and skips the statements.  The input must be a buffer (with non-negative
+strides): a computed one is materialized first, and a padded one copied with its zero
+border (both kh*kw times smaller than the window matrix).  Sizes may be run-time ones (a
+dynamic N, H, W, channel count or kernel size): the windows' offsets then go into two
+int32 tables that statements before the product fill per call (_offset_tables), where a
+static conv's are constants.  A float32 cast of a bfloat16/float16
 input (widen_half's) is read, and padded, in its half dtype: the packing converts it
 (llvm/gemm/halfwindows.py), never a float32 copy.  None when `v` is not such a matrix, or when
 another op reads the matrix as well (a train step's weight gradient): then it is
@@ -21,12 +24,12 @@ materialized once, for both, as before.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Optional
 
 from ...core import dtypes as dt
 from ...ir import Value
-from ...core.symbolic import is_dynamic
+from ...core.symbolic import DynamicShapeError
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import const
@@ -39,8 +42,8 @@ def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View
         return None
     cols = v.op.operands[0]
     args = None if cols in sched.names else sched.made_by(cols, "im2col")
-    if args is None or _used_elsewhere(sched, v) or _used_elsewhere(sched, cols) or v.type.ndim != 4 or tuple(v.type.shape[:2]) != tuple(batch) \
-            or any(is_dynamic(d) for d in (*v.type.shape, *cols.type.shape, *args["self"].type.shape)):
+    if args is None or _used_elsewhere(sched, v) or _used_elsewhere(sched, cols) or v.type.ndim != 4 \
+            or tuple(v.type.shape[:2]) != tuple(batch):
         return None
     x = half_source(sched, args["self"])       # a half input: its windows are packed from it in place
     if x.type.ndim != 4:
@@ -48,7 +51,7 @@ def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View
     (kh, kw), dilation, padding, stride = args["kernel_size"], args["dilation"], args["padding"], args["stride"]
     n, groups, k, length = v.type.shape
     c = x.type.shape[1]
-    if groups * k != c * kh * kw or c % groups:
+    if not _provably(lambda: groups * k == c * kh * kw and c % groups == 0):
         return None
     source = _padded(sched, x, padding) if any(padding) else _buffer_of(sched, x)
     if source is None:
@@ -56,19 +59,53 @@ def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View
     buffer, offset, (sn, sc, sh, sw) = source
     oh, ow = (_out_width(size, kk, d, p, st) for size, kk, d, p, st
               in zip(x.type.shape[2:], (kh, kw), dilation, padding, stride))
-    if oh * ow != length:
+    if not _provably(lambda: oh * ow == length):
         return None
-    windows = L.Windows(buffer, I.expr(offset), (sn, (c // groups) * sc),
-                        (c // groups, kh, kw), (sc, dilation[0] * sh, dilation[1] * sw),
-                        (oh, ow), (stride[0] * sh, stride[1] * sw))
+    sizes = (c // groups, kh, kw), (sc, dilation[0] * sh, dilation[1] * sw), (oh, ow), (stride[0] * sh, stride[1] * sw)
+    k_shape, k_strides, n_shape, n_strides = (tuple(I.dim(d) for d in part) for part in sizes)
+    windows = L.Windows(buffer, I.expr(offset), (I.dim(sn), I.dim((c // groups) * sc)),
+                        k_shape, k_strides, n_shape, n_strides)
+    tables = [] if windows.is_static() else _offset_tables(sched, sizes)
+    if tables:
+        windows = dataclasses.replace(windows, row_table=tables[0][0], column_table=tables[1][0])
     # the window matrix as before, for code generators that read `b`
     name = fresh_name(sched.buffers, "t")
-    sched.buffers[name] = L.Buffer(name, v.type.dtype, tuple(v.type.shape), "temp")
+    sched.buffers[name] = L.Buffer(name, v.type.dtype, tuple(I.dim(d) for d in v.type.shape), "temp")
     value = lambda ix: [L.Store(name, ix, sched.inliner.value_at(v, ix))]     # noqa: E731
-    fills = loop_nest(v.type.shape, value, prefix="w")
+    fills = [st for _, fill in tables for st in fill] + loop_nest(v.type.shape, value, prefix="w")
     strides = dense_strides(v.type.shape)
     view = L.View(name, I.ic(0), tuple(I.expr(st) for st in strides))
     return fills, view, windows
+
+
+def _provably(claim) -> bool:
+    """Whether `claim()` holds for every value of the run-time sizes in it (a comparison
+    that depends on them raises DynamicShapeError or answers False: not provable)."""
+    try:
+        return claim() is True
+    except DynamicShapeError:
+        return False
+
+
+def _offset_tables(sched, sizes) -> list[tuple[str, list]]:
+    """Run-time windows' row and column offset tables: (int32 buffer, statements filling
+    it) for (k_shape, k_strides) and (n_shape, n_strides), computed per call from the sizes
+    (a few thousand elements: the CPU's tables of a static conv are module constants)."""
+    k_shape, k_strides, n_shape, n_strides = sizes
+    out = []
+    for shape, strides, prefix in ((k_shape, k_strides, "wr"), (n_shape, n_strides, "wc")):
+        name = fresh_name(sched.buffers, "t")
+        sched.buffers[name] = L.Buffer(name, dt.INT32, tuple(I.dim(d) for d in shape), "temp")
+
+        def store(ix, name=name, strides=strides):
+            at = I.ic(0)
+            for i, st in zip(ix, strides):
+                at = I.add(at, I.mul(i, I.expr(st)))
+            return [L.Store(name, ix, L.Cast(at, dt.INT32))]
+        fill = loop_nest(shape, store, prefix=prefix)
+        fill[0].parallel = False            # microseconds of work: not worth a thread team
+        out.append((name, fill))
+    return out
 
 
 def _used_elsewhere(sched, v: Value) -> bool:
@@ -84,11 +121,11 @@ def _out_width(size: int, k: int, d: int, p: int, s: int) -> int:
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def _buffer_of(sched, x: Value) -> Optional[tuple[str, int, tuple]]:
-    """(buffer, offset, strides) of x, materializing it when it is computed; None when they
-    are not all static."""
+def _buffer_of(sched, x: Value) -> Optional[tuple[str, object, tuple]]:
+    """(buffer, offset, strides) of x (ints, or symbolic sizes for run-time dims),
+    materializing it when it is computed; None when a stride is negative."""
     found = in_memory(sched, x)
-    if found is None or not all(isinstance(e, int) for e in (found[1], *found[2])):
+    if found is None or not all(_provably(lambda e=e: e >= 0) for e in (found[1], *found[2])):
         return None
     return found
 
@@ -99,7 +136,7 @@ def _padded(sched, x: Value, padding) -> tuple[str, int, tuple]:
     n, c, h, w = x.type.shape
     shape = (n, c, h + 2 * ph, w + 2 * pw)
     name = fresh_name(sched.buffers, "t")
-    sched.buffers[name] = L.Buffer(name, x.type.dtype, shape, "temp")
+    sched.buffers[name] = L.Buffer(name, x.type.dtype, tuple(I.dim(d) for d in shape), "temp")
 
     def store(ix):
         at, inside = list(ix[:2]), []
@@ -117,6 +154,4 @@ def _padded(sched, x: Value, padding) -> tuple[str, int, tuple]:
         return [L.Store(name, ix, L.Select(cond, value, const(0, x.type.dtype), x.type.dtype))]
     ops = sched.inlined_ops([x.op]) if x.op is not None and x not in sched.names else []
     sched.add_kernel(ops, loop_nest(shape, store, prefix="q"))
-    return name, 0, tuple(math.prod(shape[d + 1:]) for d in range(4))
-
-
+    return name, 0, dense_strides(shape)

@@ -14,8 +14,8 @@
             for jr step NR, ir step MR:    micro-kernel on the L1-resident micro-panels
   A Matmul with `b_windows` (conv2d's window matrix: reads_windows) packs B straight
   from the input through two i32 offset tables, one per row and one per column of B
-  (constants of the module), and the kernel skips the statements that fill b (cpu_body):
-  implicit GEMM.  W7's conv: 5.0 -> 3.6 ms, with no 42 MB im2col pass.  A half input's
+  (constants of the module; with run-time sizes, buffers the kernel fills per call), and
+  the kernel skips the statements that fill b (cpu_body): implicit GEMM.  W7's conv: 5.0 -> 3.6 ms, with no 42 MB im2col pass.  A half input's
   windows are packed in the half path's layout, converted or as K-pairs (halfwindows.py).
   The nest is one function per dtype and module (llvm/gemm/nest.py, sizes and strides
   as arguments), shared by all products: a copy per product would cost its own LLVM time.
@@ -44,6 +44,7 @@ claims items and passes the thread's workspace slice.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ from ...schedule.tiles import PACKED_DTYPES, Blocks, blocks, flops, max_threads,
 PARALLEL_MIN_FLOPS = 1 << 20        # smaller products run on the calling thread
 ITEMS_PER_THREAD = 2                # work items per thread, claimed dynamically
 BACKOFF_MAX_FLOPS = 1 << 28         # larger products (~1 ms and up) ignore llvm/parallel.py's back-off
+TABLE_LIMIT = 1 << 31               # a window's row offset plus its column offset: below it, i32 tables
 _PTR = ir.PointerType()
 
 
@@ -86,14 +88,18 @@ def _packable(kernel: Kernel, s: Matmul, dtype) -> bool:
 
 def reads_windows(kernel: Kernel, s: Matmul) -> bool:
     """Whether the packed kernel reads `s.b_windows` (implicit GEMM) rather than `b`: then
-    the statements that fill b's buffer need not run (cpu_body).  When it runs `s`, with
-    static sizes and offsets that fit the i32 tables."""
+    the statements that fill b's buffer need not run (cpu_body).  When it runs `s`: static
+    windows when their offsets fit the i32 tables, run-time ones (offset tables filled per
+    call) whenever, as the fit is checked per call (emit_matmul)."""
     w = s.b_windows
-    if w is None or not _packable(kernel, s, kernel.buffer(s.out.buffer).dtype) \
-            or not all(isinstance(d, int) for d in (s.m, s.n, s.k)):
+    if w is None or not _packable(kernel, s, kernel.buffer(s.out.buffer).dtype):
+        return False
+    if not w.is_static():
+        return w.row_table is not None
+    if not all(isinstance(d, int) for d in (s.m, s.n, s.k)):
         return False
     rows, cols = w.row_offsets(), w.column_offsets()
-    return max(rows) + max(cols) < 2 ** 31 and min(rows + cols) >= 0
+    return max(rows) + max(cols) < TABLE_LIMIT and min(rows + cols) >= 0
 
 
 def cpu_body(kernel: Kernel) -> list:
@@ -102,8 +108,13 @@ def cpu_body(kernel: Kernel) -> list:
     body = kernel.body
     if not body or not isinstance(body[-1], Matmul) or not reads_windows(kernel, body[-1]):
         return body
-    filled = body[-1].b.buffer
-    return [st for st in body[:-1] if buffers_written(st) != {filled}] + [body[-1]]
+    fills = _b_fills(kernel, body[-1])
+    return [st for st in body[:-1] if not any(st is f for f in fills)] + [body[-1]]
+
+
+def _b_fills(kernel: Kernel, s: Matmul) -> list:
+    """The statements before `s` that fill its b (and nothing else)."""
+    return [st for st in kernel.body[:-1] if buffers_written(st) == {s.b.buffer}]
 
 
 def operand_dtypes(kernel: Kernel, s: Matmul) -> tuple:
@@ -118,8 +129,33 @@ def emit_matmul(em: FunctionEmitter, s: Matmul, env: dict[str, ir.Value]) -> Non
     plan = _plan(em, s, dtype)
     if plan is None:
         em.matmul_loops(s, env)
+    elif reads_windows(em.kernel, s) and not s.b_windows.is_static():
+        _emit_run_time_windows(em, s, env, plan)
     else:
         _emit_packed(em, s, env, plan)
+
+
+def _emit_run_time_windows(em: FunctionEmitter, s: Matmul, env: dict, plan: Plan) -> None:
+    """Windows of run-time sizes: read in place when this call's offsets fit the i32
+    tables (a row's plus a column's below TABLE_LIMIT), else b filled (the statements
+    cpu_body left out) and multiplied as a plain operand."""
+    b, w = em.builder, s.b_windows
+    reach = None
+    for shape, strides in ((w.k_shape, w.k_strides), (w.n_shape, w.n_strides)):
+        for n, st in zip(shape, strides):
+            term = b.mul(b.sub(em.extent(n), ir.Constant(S.I64, 1)), em.extent(st))
+            reach = term if reach is None else b.add(reach, term)
+    fits = b.icmp_signed("<", reach, ir.Constant(S.I64, TABLE_LIMIT))
+    with b.if_else(fits) as (in_place, filled):
+        with in_place:
+            em.forget_values()          # (values built in one arm do not dominate the other)
+            _emit_packed(em, s, env, plan)
+        with filled:
+            em.forget_values()
+            em.emit_body(_b_fills(em.kernel, s), dict(env))
+            plain = dataclasses.replace(s, b_windows=None)
+            _emit_packed(em, plain, env, _plan(em, plain, em.kernel.buffer(s.out.buffer).dtype))
+    em.forget_values()
 
 
 def emit_pack_b(em: FunctionEmitter, s: PackB, env: dict[str, ir.Value]) -> None:
@@ -357,7 +393,7 @@ class _Item:
         views = dict(zip(("out", "a", "b"), s.views()))
         windows = s.b_windows if reads_windows(em.kernel, s) else None
         if windows is not None:         # b's batch offset in the input; rows and columns from tables
-            strides = tuple(Const(st, INDEX) for st in windows.batch_strides) + zeros
+            strides = tuple(Const(st, INDEX) if isinstance(st, int) else st for st in windows.batch_strides) + zeros
             views["b"] = View(windows.buffer, windows.offset, strides)
         self.operand_dtypes = operand_dtypes(em.kernel, s)
         for role, view in views.items():
@@ -367,8 +403,13 @@ class _Item:
             self.rs[role] = em.expr(view.strides[-2], env)
             self.cs[role] = em.expr(view.strides[-1], env)
         null = ir.Constant(_PTR, None)
-        self.tables = (null, null) if windows is None else \
-            (_offset_table(em.module, windows.row_offsets()), _offset_table(em.module, windows.column_offsets()))
+        if windows is None:
+            self.tables = (null, null)
+        elif windows.is_static():
+            self.tables = (_offset_table(em.module, windows.row_offsets()),
+                           _offset_table(em.module, windows.column_offsets()))
+        else:                            # filled by the kernel's statements, this call's sizes
+            self.tables = (em.buffers[windows.row_table][1], em.buffers[windows.column_table][1])
         self.b_packed = null if s.b_packed is None or windows is not None else em.buffers[s.b_packed][1]
         self.visible = [(n, v) for n, v in env.items() if n not in em.sizes]   # passed to the epilogues
 
