@@ -152,3 +152,35 @@ def test_run_time_windows_need_their_tables():
     bare = dataclasses.replace(s, b_windows=dataclasses.replace(s.b_windows, row_table=None))
     with pytest.raises(IRError, match="int32 table"):
         check_kernel(dataclasses.replace(kernel, body=kernel.body[:-1] + [bare]))
+
+
+def test_bf16_windows_with_dynamic_sizes():
+    """A bf16 conv (padded: the zero-bordered copy stays bf16) packs its half windows through
+    the run-time tables, and matches the static compile (the same sums)."""
+    def f(x, w):
+        return tc.conv2d(x, w, None, 1, 1)
+    dynamic, static = tc.trace(f, dynamic=NHW), tc.trace(f)
+    for size in SIZES[:2]:
+        x, w = (v.astype(tc.bfloat16.np) for v in _inputs(8, 16, (3, 3), 1, size, seed=6))
+        got, want = (np.asarray(g(x, w)).astype(np.float64) for g in (dynamic, static))
+        ulp = np.spacing(np.abs(want).astype(tc.bfloat16.np)).astype(np.float64)
+        assert np.all(np.abs(got - want) <= ulp), (size, np.abs(got - want).max())
+    program = dynamic.lower(x, w).cpu_program
+    _reads_in_place(program)
+    ((kernel, s),) = _run_time_windows(program)
+    assert kernel.buffer(s.b_windows.buffer).dtype == tc.bfloat16
+
+
+def test_grouped_conv_with_every_dim_dynamic_compiles_once_for_every_image_size():
+    """dynamic=True on a grouped conv: the shape rule needs in_channels == groups * the
+    weight's dim 1, and out_channels // groups exactly, so those sizes are fixed (a retrace
+    asks for them: core/symbolic.py's exact division); N, H, W and the kernel stay dynamic."""
+    def f(x, w):
+        return tc.conv2d(x, w, None, 1, 1, 1, 2)
+    fn = tc.trace(f, dynamic=True)
+    for size in SIZES:
+        x, w = _inputs(8, 32, (3, 3), 2, size, seed=7)
+        np.testing.assert_allclose(np.asarray(fn(x, w)), np.asarray(f(tc.tensor(x), tc.tensor(w))),
+                                   rtol=1e-4, atol=1e-4, err_msg=str(size))
+    assert len(fn.signatures) == 1
+    _reads_in_place(fn.lower(x, w).cpu_program)

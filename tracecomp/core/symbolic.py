@@ -212,6 +212,9 @@ class Dim:
         except TypeError:
             return NotImplemented
         if q is None:
+            # a retrace may fix the sizes that make it exact: a dynamic divisor's (a grouped
+            # conv's out_channels // groups), else the dividend's
+            _want_fixed(o if isinstance(o, Dim) else self, True)
             raise DynamicShapeError(failure)
         return q
 
