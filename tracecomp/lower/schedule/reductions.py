@@ -92,15 +92,13 @@ def statements_at(sched, op: Op, index: I.Index, tag: str = "") -> tuple[list, l
     return build(sched, op, args, index, tag)
 
 
-def _reduced_index(out_index, in_shape, dims, keepdim, r: L.Var):
-    """The input index of a reduction: reduced dims walk the flattened reduce var `r`."""
-    dims = sorted(dims)
-    red = iter(I.delinearize(r, tuple(in_shape[d] for d in dims)))
+def _reduced_index(out_index, in_shape, dims, keepdim, walks: dict):
+    """The input index of a reduction: reduced dim d at `walks[d]`, the others at the output's."""
     outs = iter(out_index)
     index = []
     for d in range(len(in_shape)):
-        if d in dims:
-            index.append(next(red))
+        if d in walks:
+            index.append(walks[d])
             if keepdim:
                 next(outs)
         else:
@@ -108,14 +106,49 @@ def _reduced_index(out_index, in_shape, dims, keepdim, r: L.Var):
     return tuple(index)
 
 
-def _reduce_loop(sched, x: Value, dims, keepdim, out_index, accs, update, tag: str):
-    """A Reduce over `dims` of `x`: `update(accs, value, r)` gives the accumulators' new values."""
-    r = L.Var(f"r{tag}", L.INDEX)
-    value = sched.inliner.value_at(x, _reduced_index(out_index, x.type.shape, dims, keepdim, r))
-    extent = math.prod(x.type.shape[d] for d in dims)
+def _walk(dims, in_shape, r: L.Var) -> dict:
+    """The reduced dims `dims` walked row-major by the flat var `r`."""
+    return dict(zip(dims, I.delinearize(r, tuple(in_shape[d] for d in dims))))
+
+
+def _split(dims, ndim: int):
+    """(outer, inner) when the reduced dims end in a run over the input's last dims (its
+    contiguous rows) and others lie outside it: BatchNorm's (0, 2, 3) of NCHW is (0,), (2, 3).
+    One flat walk over both has a division per element and a stride that jumps between rows,
+    which keeps LLVM from vectorizing it; an inner loop over the rows does not.  Else None."""
+    dims = sorted(dims)
+    inner = [ndim - 1] if dims and dims[-1] == ndim - 1 else []
+    while inner and inner[0] - 1 in dims:
+        inner.insert(0, inner[0] - 1)
+    outer = [d for d in dims if d not in inner]
+    return (outer, inner) if inner and outer else None
+
+
+def _reduce_loop(sched, x: Value, dims, keepdim, out_index, accs, update, tag: str, combine=None):
+    """A Reduce over `dims` of `x`: `update(accs, value, r)` gives the accumulators' new values.
+    With `combine` (per accumulator, the associative fn its update applies: "add" for a sum),
+    a Reduce over the outer dims of _split around one over the inner rows, whose partials,
+    from the accumulators' inits, the outer one combines."""
+    shape = x.type.shape
+    split = _split(dims, len(shape)) if combine is not None else None
     x_var = f"x{tag}"
-    return L.Reduce(r.name, I.dim(extent), accs, [L.Let(x_var, value)],
-                    update([L.Var(a.name, a.dtype) for a in accs], L.Var(x_var, value.dtype), r))
+    if split is None:
+        r = L.Var(f"r{tag}", L.INDEX)
+        value = sched.inliner.value_at(x, _reduced_index(out_index, shape, dims, keepdim, _walk(sorted(dims), shape, r)))
+        extent = math.prod(shape[d] for d in dims)
+        return L.Reduce(r.name, I.dim(extent), accs, [L.Let(x_var, value)],
+                        update([L.Var(a.name, a.dtype) for a in accs], L.Var(x_var, value.dtype), r))
+    (outer, inner), ro, ri = split, L.Var(f"ro{tag}", L.INDEX), L.Var(f"ri{tag}", L.INDEX)
+    walks = {**_walk(outer, shape, ro), **_walk(inner, shape, ri)}
+    value = sched.inliner.value_at(x, _reduced_index(out_index, shape, dims, keepdim, walks))
+    parts = [L.Accumulator(f"{a.name}_row", a.dtype, a.init) for a in accs]
+    # the flat position, for updates that read it (none of the combinable ones do)
+    r = L.Binary("add", L.Binary("mul", ro, I.ic(math.prod(shape[d] for d in inner)), L.INDEX), ri, L.INDEX)
+    rows = L.Reduce(ri.name, I.dim(math.prod(shape[d] for d in inner)), parts, [L.Let(x_var, value)],
+                    update([L.Var(a.name, a.dtype) for a in parts], L.Var(x_var, value.dtype), r))
+    return L.Reduce(ro.name, I.dim(math.prod(shape[d] for d in outer)), accs, [rows],
+                    [L.Binary(fn, L.Var(a.name, a.dtype), L.Var(p.name, p.dtype), a.dtype)
+                     for fn, a, p in zip(combine, accs, parts)])
 
 
 def _reduction(sched, op: Op, args: dict, index, tag: str):
@@ -128,7 +161,8 @@ def _reduction(sched, op: Op, args: dict, index, tag: str):
         return [L.Binary(_COMBINE[impl], accs[0], cast(v, acc_t), acc_t)]
 
     acc = f"acc{tag}"
-    loop = _reduce_loop(sched, x, dims, keep, index, [L.Accumulator(acc, acc_t, const(init, acc_t))], update, tag)
+    loop = _reduce_loop(sched, x, dims, keep, index, [L.Accumulator(acc, acc_t, const(init, acc_t))], update, tag,
+                        [_COMBINE[impl]])
     value: L.Expr = L.Var(acc, acc_t)
     if impl == "mean":
         n = math.prod(x.type.shape[d] for d in dims)
@@ -171,12 +205,12 @@ def _variance(sched, op: Op, args: dict, index, tag: str):
     ddof = 1 if correction is None else correction
     s, mean, m2 = f"s{tag}", f"mean{tag}", f"m2{tag}"
     total = _reduce_loop(sched, x, dims, keep, index, [L.Accumulator(s, t, const(0, t))],
-                         lambda a, v, r: [L.Binary("add", a[0], cast(v, t), t)], tag)
+                         lambda a, v, r: [L.Binary("add", a[0], cast(v, t), t)], tag, ["add"])
     mean_let = L.Let(mean, L.Binary("div", L.Var(s, t), const(n, t), t))
 
     def squares(a, v, r):
         d = L.Binary("sub", cast(v, t), L.Var(mean, t), t)
         return [L.Binary("add", a[0], L.Binary("mul", d, d, t), t)]
-    second = _reduce_loop(sched, x, dims, keep, index, [L.Accumulator(m2, t, const(0, t))], squares, tag)
+    second = _reduce_loop(sched, x, dims, keep, index, [L.Accumulator(m2, t, const(0, t))], squares, tag, ["add"])
     var = L.Binary("div", L.Var(m2, t), const(max(n - ddof, 0), t), t)
     return [total, mean_let, second], [L.Unary("sqrt", var, t) if opdef.impl == "std" else var]
