@@ -96,7 +96,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPLS = ("tracecomp", "numpy", "torch", "torch.compile", "jax.jit")
-ALL_WORKLOADS = ("W1", "W2", "W3", "W3b", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13", "W14", "W15", "W16")
+ALL_WORKLOADS = ("W1", "W2", "W3", "W3b", "W4", "W4b", "W5", "W6", "W7", "W8", "W8a", "W8b", "W9", "W10", "W11", "W12", "W12c", "W13", "W14", "W15", "W16", "W17")
 ROW_BUDGET_S = 40.0          # a slow implementation gets fewer repetitions past this
 MIN_REP_S = 0.05             # a repetition of a fast call loops it this long at least
 CHILD_TIMEOUT_S = 900.0
@@ -1140,6 +1140,165 @@ def w8_attention_case() -> Case:
                 lambda bw, peak: flops / peak, note=f"{flops / 1e9:.2f} GFLOP")
 
 
+# ----------------------------------------------------------------------------- W17
+# Issue 32's ResNet-style CNN: a 3x3 conv stem to W17_C channels with BatchNorm and ReLU,
+# three residual blocks (conv, BN, ReLU, conv, BN, + the block's input, ReLU), adaptive
+# average pool to 1x1, a linear head; batch 32 of 3x32x32.  The step is cross-entropy's
+# value and gradients with BatchNorm on the batch's statistics, then SGD with momentum and
+# weight decay (PyTorch's rule); the inference forward is the logits with BatchNorm on
+# running statistics.  The convs have no bias (BatchNorm's shift follows each).
+
+W17_BATCH, W17_C, W17_BLOCKS, W17_CLASSES = 32, 16, 3, 10
+W17_MOMENTUM, W17_WD = 0.9, 5e-4
+# BatchNorm's float32 gradient cancels over 32768 values per channel: every library's step
+# is 3.4e-4 off the float64 one relative to the update (torch.compile's 1.0e-3)
+W17_STEP_TOL = 3e-3
+
+
+def w17_shapes() -> list[tuple[tuple, str]]:
+    """(shape, init) of each parameter: "w" a conv or linear weight, "one" a BatchNorm
+    weight, "zero" a shift or bias."""
+    c = W17_C
+    bn = [((c,), "one"), ((c,), "zero")]
+    block = [((c, c, 3, 3), "w")] + bn + [((c, c, 3, 3), "w")] + bn
+    return [((c, 3, 3, 3), "w")] + bn + block * W17_BLOCKS + [((W17_CLASSES, c), "w"), ((W17_CLASSES,), "zero")]
+
+
+def w17_params(rng) -> list:
+    """Weights scaled by 1 / sqrt(fan-in), BatchNorm weights near 1, shifts near 0."""
+    return [(rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:])) if init == "w" else
+             (init == "one") + 0.1 * rng.standard_normal(shape)).astype(np.float32) for shape, init in w17_shapes()]
+
+
+def w17_images(rng) -> np.ndarray:
+    return rng.standard_normal((W17_BATCH, 3, 32, 32)).astype(np.float32)
+
+
+def w17_step_data(seed: int = 0) -> list:
+    """Parameters, momentum buffers (those of a run in progress: the update is then not the
+    gradient alone), images and labels."""
+    rng = np.random.default_rng(seed)
+    params = w17_params(rng)
+    bufs = [(0.01 * rng.standard_normal(p.shape)).astype(np.float32) for p in params]
+    y = rng.integers(0, W17_CLASSES, W17_BATCH).astype(np.int64)
+    return params + bufs + [w17_images(rng), y]
+
+
+def w17_fwd_data(seed: int = 0) -> list:
+    """Parameters, each BatchNorm's running mean and variance, images."""
+    rng = np.random.default_rng(seed)
+    stats = []
+    for _ in range(1 + 2 * W17_BLOCKS):
+        stats += [(0.1 * rng.standard_normal(W17_C)).astype(np.float32),
+                  rng.uniform(0.5, 2.0, W17_C).astype(np.float32)]
+    return w17_params(rng) + stats + [w17_images(rng)]
+
+
+def w17_logits(F, params, x, stats=None):
+    """The network on tracecomp and PyTorch (F is their nn.functional): BatchNorm on the
+    batch's statistics without `stats`, else on stats (running mean, variance per BN)."""
+    bns = iter(range(0, 2 * (1 + 2 * W17_BLOCKS), 2))
+
+    def bn(h, w, b):
+        if stats is None:
+            return F.batch_norm(h, None, None, w, b, training=True)
+        i = next(bns)
+        return F.batch_norm(h, stats[i], stats[i + 1], w, b, training=False)
+    h = F.relu(bn(F.conv2d(x, params[0], padding=1), params[1], params[2]))
+    for i in range(3, 3 + 6 * W17_BLOCKS, 6):
+        w1, g1, b1, w2, g2, b2 = params[i:i + 6]
+        r = F.relu(bn(F.conv2d(h, w1, padding=1), g1, b1))
+        h = F.relu(bn(F.conv2d(r, w2, padding=1), g2, b2) + h)
+    h = F.adaptive_avg_pool2d(h, 1).reshape(x.shape[0], W17_C)
+    return F.linear(h, params[-2], params[-1])
+
+
+def w17_jax_logits(params, x, stats=None):
+    import jax
+    from jax import lax
+    bns = iter(range(0, 2 * (1 + 2 * W17_BLOCKS), 2))
+
+    def conv(h, w):
+        return lax.conv_general_dilated(h, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+    def bn(h, w, b):                # functional BatchNorm: biased variance, eps 1e-5
+        if stats is None:
+            mu = h.mean((0, 2, 3), keepdims=True)
+            var = ((h - mu) ** 2).mean((0, 2, 3), keepdims=True)
+        else:
+            i = next(bns)
+            mu, var = stats[i][:, None, None], stats[i + 1][:, None, None]
+        return (h - mu) * lax.rsqrt(var + 1e-5) * w[:, None, None] + b[:, None, None]
+    h = jax.nn.relu(bn(conv(x, params[0]), params[1], params[2]))
+    for i in range(3, 3 + 6 * W17_BLOCKS, 6):
+        w1, g1, b1, w2, g2, b2 = params[i:i + 6]
+        r = jax.nn.relu(bn(conv(h, w1), g1, b1))
+        h = jax.nn.relu(bn(conv(r, w2), g2, b2) + h)
+    return h.mean((2, 3)) @ params[-2].T + params[-1]
+
+
+def w17_losses() -> tuple:
+    def tc_loss(params, x, y):
+        import tracecomp.nn.functional as F
+        return F.cross_entropy(w17_logits(F, params, x), y)
+
+    def torch_loss(params, x, y):
+        import torch.nn.functional as F
+        return F.cross_entropy(w17_logits(F, params, x), y)
+
+    def jax_loss(params, x, y):
+        import jax
+        import jax.numpy as jnp
+        logp = jax.nn.log_softmax(w17_jax_logits(params, x), axis=1)
+        return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+    return tc_loss, torch_loss, jax_loss
+
+
+def w17_inference() -> tuple:
+    """The logits with running statistics: `params` is the parameters, then the statistics."""
+    n = len(w17_shapes())
+
+    def tc_fwd(params, x):
+        import tracecomp.nn.functional as F
+        return w17_logits(F, params[:n], x, params[n:])
+
+    def torch_fwd(params, x):
+        import torch.nn.functional as F
+        return w17_logits(F, params[:n], x, params[n:])
+    return tc_fwd, torch_fwd, lambda params, x: w17_jax_logits(params[:n], x, params[n:])
+
+
+def sgd_momentum(params, grads, state) -> list:
+    """PyTorch's SGD with momentum and weight decay: b = m b + (g + wd p), p - lr b;
+    returns the new params, then the new buffers."""
+    bufs = [W17_MOMENTUM * b + (g + W17_WD * p) for p, g, b in zip(params, grads, state)]
+    return [p - LR * b for p, b in zip(params, bufs)] + bufs
+
+
+def w17_flops() -> tuple[int, int]:
+    """(forward, train step) conv and linear FLOPs; the step has no input gradient for the stem."""
+    pixels = W17_BATCH * 32 * 32
+    stem = 2 * pixels * W17_C * 3 * 9
+    fwd = stem + 2 * W17_BLOCKS * 2 * pixels * W17_C * W17_C * 9 + 2 * W17_BATCH * W17_C * W17_CLASSES
+    return fwd, 3 * fwd - stem
+
+
+def w17_cases() -> list[Case]:
+    if not installed("torch"):
+        return []                   # the reference is PyTorch in float64
+    n, nstats = len(w17_shapes()), 2 * (1 + 2 * W17_BLOCKS)
+    fwd_flops, step_flops = w17_flops()
+    title = f"ResNet-style CNN ({W17_C} ch, {W17_BLOCKS} residual blocks, BatchNorm), batch {W17_BATCH} of 3x32x32"
+    return [Case("W17-step", "W17", f"{title}: train step (fwd, bwd, SGD momentum + wd) f32", w17_step_data,
+                 layer_reference("step", w17_losses, n, 2 * n, sgd_momentum), W17_STEP_TOL,
+                 layer_builders("step", w17_losses, n, 2 * n, sgd_momentum),
+                 lambda bw, peak: step_flops / peak, w4_error, note=f"{step_flops / 1e9:.2f} GFLOP"),
+            Case("W17-fwd", "W17", f"{title}: inference logits (running statistics) f32", w17_fwd_data,
+                 layer_reference("fwd", w17_inference, n + nstats, n + nstats, None), 1e-4,
+                 layer_builders("fwd", w17_inference, n + nstats, n + nstats, None),
+                 lambda bw, peak: fwd_flops / peak, note=f"{fwd_flops / 1e9:.2f} GFLOP")]
+
+
 # ----------------------------------------------------------------------------- W9, W10
 # Not in DESIGN.md's list (W7 and W8 are issue 12's CNN and transformer steps): issue 13's
 # new kernel families, measured so they have numbers beside NumPy's and PyTorch's.
@@ -1735,7 +1894,7 @@ def all_cases(quick: bool = False) -> dict[str, Case]:
     cases = w1_cases() + w2_cases() + w3_cases((1024,) if quick else (1024, 4096)) \
         + w3b_cases((1024,) if quick else (1024, 4096)) + w4_cases() + w6_cases() \
         + w7_cases() + w8_cases() + w8a_cases() + w9_cases() + w10_cases() + w11_cases() + w12_cases(quick) \
-        + w13_cases(quick) + w15_cases() + w4b_cases() + w8b_cases() + w14_cases()
+        + w13_cases(quick) + w15_cases() + w4b_cases() + w8b_cases() + w14_cases() + w17_cases()
     for case in cases:
         if case.workload in DYNAMIC_VARIANT_OF and "tracecomp" in case.impls:
             case.impls["tracecomp-dynamic"] = dynamic_variant(case.impls["tracecomp"])

@@ -26,7 +26,13 @@ def main(argv=None) -> int:
     ap.add_argument("case", help="a case key of bench.py, e.g. W7-step, W7-conv, W8-fwd")
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time with time.process_time (this process's CPU time: for a shared machine, pinned with taskset)")
     args = ap.parse_args(argv)
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    import tracecomp.runtime.compiled as compiled_module
+    # one native call per kernel, so each can be timed: not the driver that runs them all in one call
+    compiled_module.DIRECT_POINTERS = compiled_module.MAX_ARITY = 1 << 30
     case = bench.all_cases()[args.case]
     call = case.impls["tracecomp"](case.inputs())
     t0 = time.perf_counter()
@@ -46,15 +52,15 @@ def main(argv=None) -> int:
 
     def timed(name, fn):
         def run(*a):
-            t = time.perf_counter()
+            t = clock()
             fn(*a)
-            spent[name] += time.perf_counter() - t
+            spent[name] += clock() - t
         return run
     compiled._calls = [(timed(n, fn), pick) for n, (fn, pick) in zip(names, compiled._calls)]
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(args.calls):
         f(*fargs)
-    total = (time.perf_counter() - t0) / args.calls
+    total = (clock() - t0) / args.calls
     kernels = sum(spent.values()) / args.calls
     print(f"{len(names)} kernels; per call {total * 1e3:.2f} ms, of which kernels {kernels * 1e3:.2f} ms "
           f"(the rest: random fills, outputs, marshalling)")
