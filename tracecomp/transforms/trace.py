@@ -249,7 +249,8 @@ class TracedFunction:
         self.device = device
         self.donate_argnums = _check_donate_argnums(donate_argnums)
         self.fastmath = fastmath_flags(fastmath)
-        self._fast: dict[tuple, tuple[Lowered, tuple]] = {}     # _fast_signature's key -> (Lowered, owned)
+        # _fast_signature's key -> (Lowered, its runner for the arguments' owned arrays)
+        self._fast: dict[tuple, tuple[Lowered, Callable]] = {}
         self.max_retraces = max_retraces
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
             raise ArgumentError(f"tc.trace: cache_size must be a positive int, got {cache_size!r}")
@@ -350,9 +351,9 @@ class TracedFunction:
         lowered = None
         try:
             if hit is not None:
-                lowered, owned = hit
+                lowered, run = hit
                 self._cache.move_to_end(lowered.cache_key)       # recently used (LRU order)
-                return lowered.run(fast[2], fast[1], owned)
+                return run(fast[2], fast[1])
             flat = pytree.flatten((args, kwargs), _is_array_leaf)
             if self._is_transformed(flat[0]):
                 return self._call_through(args, kwargs)
@@ -362,7 +363,7 @@ class TracedFunction:
                 if len(self._fast) >= 4 * self.cache_size:     # (one per size a dynamic compile served)
                     del self._fast[next(iter(self._fast))]
                 # every argument reached the program as it was; which arrays Tensors own
-                self._fast[fast[0]] = (lowered, tuple(type(x) is not np.ndarray for x in leaves))
+                self._fast[fast[0]] = (lowered, lowered.runner(tuple(type(x) is not np.ndarray for x in leaves)))
             return lowered.run([t._data for t in tensors], leaves)
         except closures.ClosureMoved as moved:
             return self._trace_again(lowered, moved, args, kwargs)
