@@ -56,6 +56,12 @@ def _reads_in_place(program) -> None:
         assert len(body) < len(kernel.body)                  # the fill is there for other code generators
 
 
+def _torch_conv(x, w, *args):
+    """PyTorch's conv2d in float64: a reference that shares no code with tracecomp's."""
+    torch = pytest.importorskip("torch")
+    return torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), None, *args).numpy()
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_conv2d_with_dynamic_batch_height_and_width(case):
     c, o, k, stride, padding, dilation, groups = CASES[case]
@@ -69,6 +75,7 @@ def test_conv2d_with_dynamic_batch_height_and_width(case):
         got = np.asarray(dynamic(x, w))
         want = np.asarray(f(tc.tensor(x), tc.tensor(w)))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{case} at {size}")
+        np.testing.assert_allclose(got, _torch_conv(x, w, stride, padding, dilation, groups), rtol=1e-4, atol=1e-4)
         if i == 0:
             _reads_in_place(dynamic.lower(x, w).cpu_program)
             np.testing.assert_allclose(got, np.asarray(static(x, w)), rtol=1e-5, atol=1e-5)

@@ -25,16 +25,18 @@ materialized once, for both, as before.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 from ...core import dtypes as dt
 from ...ir import Value
-from ...core.symbolic import DynamicShapeError
+from ...core.symbolic import Dim, DynamicShapeError, hint, shape_hint
 from ..loops import index as I
 from ..loops import ir as L
 from ..loops.exprs import const
 from .nests import fresh_name, loop_nest
 from .operands import dense_strides, half_source, in_memory
+from .tiles import parallel_min_work
 
 
 def window_operand(sched, v: Value, batch: tuple) -> Optional[tuple[list, L.View, L.Windows]]:
@@ -131,27 +133,32 @@ def _buffer_of(sched, x: Value) -> Optional[tuple[str, object, tuple]]:
 
 
 def _padded(sched, x: Value, padding) -> tuple[str, int, tuple]:
-    """A copy of x with `padding` zeros around its last two dims, by a kernel of its own."""
+    """A copy of x with `padding` zeros around its last two dims, by a kernel of its own:
+    per (n, c) plane, the zero rows above and below, and each row's zeros either side of
+    its copied elements: plain loops, where a select on the bounds in every element made
+    the conv of benchmarks/conv_dynamic.py 84 -> 77 ms static, 86 -> 79 ms dynamic."""
     ph, pw = padding
     n, c, h, w = x.type.shape
     shape = (n, c, h + 2 * ph, w + 2 * pw)
     name = fresh_name(sched.buffers, "t")
     sched.buffers[name] = L.Buffer(name, x.type.dtype, tuple(I.dim(d) for d in shape), "temp")
+    zero = const(0, x.type.dtype)
+    bn, bc, i, j = (L.Var(f"q{d}", L.INDEX) for d in range(4))
 
-    def store(ix):
-        at, inside = list(ix[:2]), []
-        for i, p, size in zip(ix[2:], padding, (h, w)):
-            if p:
-                pos = I.sub(i, p)
-                inside += [L.Binary("ge", pos, I.ic(0), dt.BOOL), L.Binary("lt", pos, I.ic(size), dt.BOOL)]
-                at.append(I.clamp(pos, 0, size - 1))      # both arms of the Select are evaluated
-            else:
-                at.append(i)
-        value = sched.inliner.value_at(x, tuple(at))
-        cond = inside[0]
-        for e in inside[1:]:
-            cond = L.Binary("and", cond, e, dt.BOOL)
-        return [L.Store(name, ix, L.Select(cond, value, const(0, x.type.dtype), x.type.dtype))]
+    def zeros(var: str, row, count, start, width) -> list:
+        """count x width zeros from (row, start) of the plane (nothing when count is 0)."""
+        if not isinstance(count, Dim) and count == 0:
+            return []
+        inner = L.Var(var + "j", L.INDEX)
+        at = (bn, bc, I.add(row(L.Var(var, L.INDEX)), start[0]), I.add(inner, start[1]))
+        return [L.Loop(var, I.dim(count), [L.Loop(inner.name, I.dim(width), [L.Store(name, at, zero)])])]
+    copy = L.Store(name, (bn, bc, I.add(i, ph), I.add(j, pw)), sched.inliner.value_at(x, (bn, bc, i, j)))
+    row = zeros("ql", lambda _: i, 1, (ph, 0), pw) + [L.Loop(j.name, I.dim(w), [copy])] + \
+        zeros("qr", lambda _: i, 1, (ph, w + pw), pw) if pw else [L.Loop(j.name, I.dim(w), [copy])]
+    plane = zeros("qt", lambda r: r, ph, (0, 0), shape[3]) + [L.Loop(i.name, I.dim(h), row)] + \
+        zeros("qb", lambda r: r, ph, (h + ph, 0), shape[3])
+    nest = [L.Loop(bn.name, I.dim(n), [L.Loop(bc.name, I.dim(c), plane)])]
+    nest[0].parallel = math.prod(shape_hint(shape)) >= parallel_min_work() and hint(n) > 1
     ops = sched.inlined_ops([x.op]) if x.op is not None and x not in sched.names else []
-    sched.add_kernel(ops, loop_nest(shape, store, prefix="q"))
+    sched.add_kernel(ops, nest)
     return name, 0, dense_strides(shape)
