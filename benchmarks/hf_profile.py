@@ -7,7 +7,7 @@ and backward graphs, with the graph ops it computes.
 
 CPU time (time.process_time), one thread; meant to run pinned to one core on a shared
 machine.  --impl torch / inductor time the same phases for eager or Inductor, with
-torch.profiler's top ops (self CPU) over the timed steps.  Changes nothing in tracecomp:
+with --ops torch.profiler's top ops (self CPU) over the timed steps.  Changes nothing in tracecomp:
 it wraps each compiled program's kernels (the plan runner is turned off while it profiles).
 """
 from __future__ import annotations
@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--impl", default="tracecomp", choices=("tracecomp", "torch", "inductor"))
+    ap.add_argument("--ops", action="store_true", help="torch / inductor: torch.profiler's top ops too")
     ap.add_argument("--show", action="append", default=[], help="print this kernel's loops (program:kernel)")
     args = ap.parse_args(argv)
     import torch
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
         _wrap(lw, spent, ops)
     spent.clear()
     prof = None
-    if args.impl != "tracecomp":
+    if args.impl != "tracecomp" and args.ops:
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         prof.__enter__()
     for _ in range(args.steps):
@@ -111,8 +112,9 @@ def main(argv=None) -> int:
     total = sum(phases.values()) / n
     print(f"{args.model} {args.impl}: step {total * 1e3:.1f} ms CPU = " +
           ", ".join(f"{k} {v / n * 1e3:.1f}" for k, v in phases.items()))
-    if prof is not None:
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
+    if args.impl != "tracecomp":
+        if prof is not None:
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
         return 0
     from tracecomp.lower.loops.printer import print_kernel
     for lw in lowered:
