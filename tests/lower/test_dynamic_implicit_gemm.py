@@ -191,3 +191,20 @@ def test_grouped_conv_with_every_dim_dynamic_compiles_once_for_every_image_size(
                                    rtol=1e-4, atol=1e-4, err_msg=str(size))
     assert len(fn.signatures) == 1
     _reads_in_place(fn.lower(x, w).cpu_program)
+
+
+def test_an_exported_conv_fills_its_tables_in_the_entry_points_temps(tmp_path):
+    """tc.export with a run-time N, H, W: the library's entry point sizes the offset tables
+    (temps of the program) from the call's sizes; tc.load'ed, it matches eager."""
+    x, w = _inputs(6, 16, (3, 3), 1, SIZES[0], seed=8)
+
+    def fn(x):
+        return tc.conv2d(x, tc.tensor(w), None, (2, 1), 1)
+    _reads_in_place(tc.trace(fn, dynamic=NHW).lower(x).cpu_program)
+    path = str(tmp_path / "libconv.so")
+    tc.export(fn, [x], path, dynamic=NHW)
+    lib = tc.load(path)
+    for size in SIZES:
+        x, _ = _inputs(6, 16, (3, 3), 1, size, seed=9)
+        got = lib(x)            # (one output: returned as it is)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(fn(tc.tensor(x))), rtol=1e-4, atol=1e-4, err_msg=str(size))
