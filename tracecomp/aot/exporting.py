@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from ..core.errors import ArgumentError
-
 
 def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optional[str] = None,
            dynamic: Optional[dict] = None, *, target: str = "cpu",
@@ -14,11 +12,10 @@ def export(fn: Callable, example_inputs: Sequence[Any], path: str, name: Optiona
     """Write `fn`, compiled for the example inputs' shapes and dtypes, to `path`: with
     target="cpu", a shared library, its header (same stem, `.h`) and its checksum
     (`path`.sha256), and `dynamic` may name sizes known only at run time; with
-    target="cuda", PTX and a JSON of its launches.  Returns the metadata written."""
+    target="cuda", PTX and a JSON of its launches (`dynamic` too: sizes become kernel
+    parameters and grids expressions of them).  Returns the metadata written."""
     if target != "cpu":
-        if dynamic:
-            raise ArgumentError("tc.export: dynamic dimensions are not supported yet")
         from .ptx import export_ptx
-        return export_ptx(fn, example_inputs, path, name, target)
+        return export_ptx(fn, example_inputs, path, name, target, dynamic=dynamic)
     from .shared_library import export_library
     return export_library(fn, example_inputs, path, name, dynamic, _metadata_overrides=_metadata_overrides)

@@ -62,6 +62,7 @@ from ..core.symbolic import (Dim, DynamicShapeError, answering_at, guards_hold, 
 from ..tensors.tensor import Tensor, as_tensor
 from ..dispatch.tracer import TraceContext
 from ..core.locations import user_stacklevel
+from ..runtime.cuda.memory import available as cuda_available
 
 log = logging.getLogger("tracecomp.transforms.trace")
 
@@ -263,10 +264,12 @@ class TracedFunction:
         if not (dynamic is None or isinstance(dynamic, (bool, dict))):
             raise ArgumentError(f"tc.trace: dynamic must be None, True, False or a dict like "
                                 f"{{'x': {{0: 'batch'}}}}, got {dynamic!r}")
-        if dynamic not in (None, False) and (backend != "cpu" or device != "cpu"):
-            raise ArgumentError("tc.trace: dynamic dims run on the CPU backend (backend='cpu', device='cpu'); "
-                                f"this function has backend={backend!r}, device={device!r}")
-        self.dynamic = dynamic if backend == "cpu" and device == "cpu" else False
+        if dynamic not in (None, False) and backend != "cpu":
+            raise ArgumentError("tc.trace: dynamic dims run on the CPU backend (backend='cpu', on the host "
+                                "or with device='cuda'); "
+                                f"this function has backend={backend!r}")
+        # on CUDA only where asked for: by default each shape keeps its static kernels there
+        self.dynamic = dynamic if backend == "cpu" and (device == "cpu" or dynamic) else False
         if isinstance(dynamic, dict):
             _dynamic_leaves(fn, None, dynamic)         # a bad spec fails now, not at the first call
         self._sizes_seen: dict[tuple, list[list]] = {}  # per group: each dim's size, None once it changed
@@ -479,7 +482,9 @@ class TracedFunction:
                     with recording_guards() as guards, recording_fixed_wanted() as wanted:
                         with answering_at(sizes):
                             lowered = self._trace(structure, tensors, dynamic_types, key=dynamic_key)
-                        lowered.compiled         # compiled now: a failure falls back to this shape alone
+                        # compiled now: a failure falls back to this shape alone (the PTX alone
+                        # where no GPU is here: a dump needs none)
+                        lowered.gpu_module if self.device == "cuda" and not cuda_available() else lowered.compiled
                     break
                 except Exception as e:
                     lowered = None
@@ -837,6 +842,9 @@ def trace(fn: Callable | None = None, *, backend: str = "cpu",
     device="cuda" runs it on the first CUDA GPU (lower/nvptx, runtime/cuda); its "ptx" stage prints
     without one.  It takes tensors in GPU memory (x.to("cuda")) as they are and host arrays
     by a copy, and returns tensors in GPU memory; its launches are queued without waiting.
+    There `dynamic` takes effect only where given (True or a dict): its kernels then take
+    the sizes as parameters and their grids follow them (runtime/cuda/runner.py); by
+    default each shape compiles its own kernels.
 
     donate_argnums (JAX's convention): positions of arguments whose memory the caller gives
     up, so that outputs of the same shape and dtype may be written into it (an SGD step

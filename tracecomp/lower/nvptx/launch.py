@@ -25,11 +25,13 @@ copies, then accumulates), so each becomes its own launch on one stream:
                elements per thread), staged through shared memory (matmul.py); float32
                products with many tiles take 128x128 tiles of 256 threads (sgemm.py);
   serial       anything whose iterations depend on each other: one thread.
-Grids are fixed numbers (loops stride over what a grid does not cover), so a launch
-configuration never depends on runtime sizes; a grid of 0 blocks means "nothing to do".
+Loops stride over what a grid does not cover, so a grid needs only enough blocks: a
+number, or with dynamic dims an expression of the run-time sizes (grid.py's Blocks) the
+host evaluates per call; a grid of 0 blocks means "nothing to do".
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Optional, Union
@@ -38,6 +40,8 @@ from ...core.dtypes import DType
 from ...core.errors import BackendError
 from ..loops.ir import (INDEX, Binary, Buffer, CheckedIndex, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce,
                         Store, Var)
+from .grid import GridDim, grid_at, grid_dim, size_value
+from .hostloops import HostLoop
 from .rowplan import cache_extent, row_threads
 from .shareable import cooperative
 from ..loops.walk import buffers_read, buffers_written, statements, substitute, var_names, walk
@@ -75,7 +79,7 @@ class Launch:
     kind: str                          # see the module docstring
     stmts: list                        # the loop-IR statements it runs
     block: tuple[int, int, int]
-    grid: tuple[int, int, int]
+    grid: tuple[GridDim, GridDim, GridDim]   # ints, or Blocks over run-time sizes (grid.py)
     workspaces: list[Workspace] = field(default_factory=list)
     chunks: int = 1                    # partials/finish: blocks per row
     shared: set = field(default_factory=set)   # buffers the launch both loads and stores
@@ -83,36 +87,58 @@ class Launch:
     vector: int = 1                    # elementwise: points per thread and step (vector.py)
     tile: int = 0                      # matmul: the output tile of a block (64 or 128: sgemm.py)
     row_extent: int = 0                # rows: the row length held in registers (rowcache.py), or 0
+    loops: tuple = ()                  # host loops around it, outermost first (hostloops.py)
 
     @property
     def params(self) -> list[str]:
-        """Argument order of the entry point: buffers, sizes, workspaces."""
+        """Argument order of the entry point: buffers, sizes (then host loop vars), workspaces."""
         return ([b.name for b in self.kernel.buffers] + list(self.kernel.sizes)
                 + [w.name for w in self.workspaces])
 
     @property
     def empty(self) -> bool:
+        """Is the grid empty whatever the sizes (nothing to do)?"""
         return 0 in self.grid
+
+    def grid_at(self, sizes: dict[str, int]) -> tuple[int, int, int]:
+        """The grid once the size parameters ({"size_batch": 7}) are known."""
+        return grid_at(self.grid, sizes)
 
 
 def plan_kernel(kernel: Kernel) -> list[Launch]:
     """The launches that run `kernel`, in order."""
-    segments = _segments(unrolled(kernel.body))
+    return _plan_body(kernel, unrolled(kernel.body), kernel.name, ())
+
+
+def _plan_body(kernel: Kernel, body: list, name: str, loops: tuple) -> list[Launch]:
+    """The launches of `body` (unrolled) inside the host loops `loops`, whose vars `kernel`
+    takes as parameters after its sizes."""
+    segments = _segments(body)
     if len(segments) > 1 and any(_defines(seg) for seg in segments[:-1]):
         # a later statement reads a name a top-level Let/Reduce binds: keep them together
+        if any(isinstance(s, HostLoop) for s in body) or loops:
+            raise BackendError(f"kernel '{kernel.name}': a loop over products with a run-time trip count "
+                               "reads a value computed before it; it has no PTX lowering")
         return [_serial(kernel, kernel.body, kernel.name)]
     launches: list[Launch] = []
     for j, seg in enumerate(segments):
-        name = kernel.name if len(segments) == 1 else f"{kernel.name}_s{j}"
-        launches += _plan_segment(kernel, seg, name)
+        sub = name if len(segments) == 1 else f"{name}_s{j}"
+        if isinstance(seg[0], HostLoop):
+            inner = dataclasses.replace(kernel, sizes=[*kernel.sizes, seg[0].var])
+            launches += _plan_body(inner, seg[0].body, sub, loops + (seg[0],))
+            continue
+        for launch in _plan_segment(kernel, seg, sub):
+            launch.loops = loops
+            launches.append(launch)
     return launches
 
 
 def unrolled(body: list) -> list:
     """`body` with every top-level Loop that holds a Matmul (the fused attention's loops
     over batch items and tiles) replaced by its iterations, the loop var a constant in
-    each: a Matmul is a launch of its own, so the host runs that loop, a launch per
-    statement (a grid over the batch items would be the GPU's own way: not done yet)."""
+    each, or by a HostLoop where its trip count is known only at run time: a Matmul is a
+    launch of its own, so the host runs that loop, a launch per statement (a grid over the
+    batch items would be the GPU's own way: not done yet)."""
     out: list = []
     for s in body:
         if not (isinstance(s, Loop) and any(isinstance(n, Matmul) for n in statements(s.body))):
@@ -120,7 +146,8 @@ def unrolled(body: list) -> list:
             continue
         trips = static_extent(s.extent)
         if trips is None:
-            raise BackendError(f"a loop over products with a run-time trip count ({s.extent!r}) has no PTX lowering")
+            out.append(HostLoop(s.var, s.extent, unrolled(s.body)))
+            continue
         for i in range(trips):
             value = Const(i, INDEX)
             out += unrolled(substitute(s.body, lambda n: value if n == Var(s.var, INDEX) else None))
@@ -129,26 +156,15 @@ def unrolled(body: list) -> list:
 
 def static_extent(e) -> Optional[int]:
     """An extent's value when it is a constant expression (after unrolling), else None."""
-    if isinstance(e, int):
-        return e
-    if isinstance(e, Const):
-        return e.value
-    if isinstance(e, Binary) and e.fn in _FOLD:
-        a, b = static_extent(e.a), static_extent(e.b)
-        return None if a is None or b is None else _FOLD[e.fn](a, b)
-    return None
-
-
-_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "floordiv": lambda a, b: a // b, "minimum": min, "maximum": max}
+    return size_value(e, {})
 
 
 def _segments(body: list) -> list[list]:
-    """Top-level Loops and Matmuls alone; runs of other statements together."""
+    """Top-level Loops, Matmuls and HostLoops alone; runs of other statements together."""
     out: list[list] = []
     run: list = []
     for s in body:
-        if isinstance(s, (Loop, Matmul)):
+        if isinstance(s, (Loop, Matmul, HostLoop)):
             if run:
                 out.append(run)
                 run = []
@@ -235,7 +251,7 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
         split = None if shared else _split_plan(kernel, seg, body, rows, threads, name)
         if split is not None:
             return split
-        grid = min(rows, MAX_BLOCKS) if rows is not None else MAX_BLOCKS
+        grid = grid_dim([e for _, e in dims], 1, MAX_BLOCKS, set(kernel.sizes))
         cached = cache_extent(kernel, body) or 0
         if cached:
             threads = max(threads, row_threads(cached)) if cached > 4096 else threads
@@ -248,7 +264,7 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
         blocks = min(-(-total // ELEMENTWISE_THREADS), VECTOR_BLOCKS)     # (small grids as before)
         return [Launch(name, kernel, "elementwise", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1),
                        vector=VECTOR_WIDTH)]
-    blocks = MAX_BLOCKS if total is None else min(-(-total // ELEMENTWISE_THREADS), MAX_BLOCKS)
+    blocks = grid_dim([e for _, e in dims], ELEMENTWISE_THREADS, MAX_BLOCKS, set(kernel.sizes))
     return [Launch(name, kernel, "elementwise", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1))]
 
 
@@ -297,8 +313,9 @@ def _columns(kernel: Kernel, seg: list, dims, shared: set[str], name: str):
     parallel = disjoint_vars(seg, dims, shared)
     if not any(parallel) or any(isinstance(s, (Loop, Reduce)) for s in body):
         return None, None
-    points = static_product([e for (_, e), p in zip(dims, parallel) if p])
-    blocks = MAX_BLOCKS if points is None else min(-(-points // ELEMENTWISE_THREADS), MAX_BLOCKS)
+    outer = [e for (_, e), p in zip(dims, parallel) if p]
+    points = static_product(outer)
+    blocks = grid_dim(outer, ELEMENTWISE_THREADS, MAX_BLOCKS, set(kernel.sizes))
     launch = Launch(name, kernel, "columns", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1), shared=shared)
     return launch, points
 
@@ -325,11 +342,11 @@ def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], thre
 
 
 def _matmul(kernel: Kernel, s: Matmul, name: str) -> Launch:
-    ext = [s.n, s.m, static_product(s.batch) if s.batch else 1]
     large = large_matmul(kernel, s)
     t = LARGE_TILE if large else MATMUL_TILE
-    grid = tuple(MAX_BLOCKS if not isinstance(e, int) or e is None
-                 else min(-(-e // t) if i < 2 else e, MAX_BLOCKS) for i, e in enumerate(ext))
+    known = set(kernel.sizes)
+    grid = (grid_dim([s.n], t, MAX_BLOCKS, known), grid_dim([s.m], t, MAX_BLOCKS, known),
+            grid_dim(list(s.batch), 1, MAX_BLOCKS, known))
     block = (LARGE_THREADS, 1, 1) if large else (MATMUL_THREADS, MATMUL_THREADS, 1)
     return Launch(name, kernel, "matmul", [s], block, grid, tile=t)
 

@@ -13,6 +13,14 @@ value.  Where the program computes indices, its error record (loops/ir.py's Chec
 is zeroed before the launches and read after them (a wait): a failed check raises the
 ShapeError the CPU backend raises.  Not re-entrant (one lock per program).
 
+With dynamic dims (tc.trace(..., dynamic=...)) the program is compiled once for every
+size: a call reads the sizes from its inputs' shapes (entry_sizes.ShapeEquations, as the
+CPU's DynamicProgram), sizes its outputs and the temporaries whose shape depends on them
+(pool blocks per call: the pool's stream order makes that safe, memory.py), evaluates
+each launch's grid (lower/nvptx/grid.py) and passes the sizes after the kernel's buffer
+pointers, as the CPU kernels take them; a loop over products with a run-time trip count
+runs here, its var one more argument of the launches inside (lower/nvptx/hostloops.py).  Random draws keep static shapes.
+
 Loops and branches (Program.steps, loops/control.py) run on the host: this module walks
 the steps in Python, launching each kernel's launches where the steps call it, pointing
 bound buffers at device addresses (consts as they are, scan rows as byte offsets, carries
@@ -24,6 +32,7 @@ one round of launches per iteration, and a while loop one synchronization per it
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import threading
 from typing import Optional
 
@@ -31,12 +40,17 @@ import numpy as np
 
 from ...core import random as tc_random
 from ...core.errors import ArgumentError, BackendError
+from ...core.symbolic import evaluate
 from ...lower.schedule.scheduler import Program
 from ...lower.schedule.index_checks import recorded_error
 from ..compiled import check_indices
 from . import driver, memory
 from .memory import DeviceArray
 from ...lower.loops import control as C
+from ...lower.loops.ir import SIZE_PREFIX
+from ...lower.llvm.entry_sizes import ShapeEquations, size_names
+from ...lower.nvptx.grid import size_value
+from ...lower.nvptx.hostloops import in_order
 from ...lower.nvptx.target import PTX_ISA
 from ...lower.nvptx.program import GpuModule, compile_program
 
@@ -56,16 +70,21 @@ class CudaProgram:
     def __init__(self, program: Program, ctx: Optional[driver.Context] = None):
         self.ctx = ctx if ctx is not None else memory.context()
         self.program = program
-        for k in program.kernels:
-            if k.sizes:
-                raise BackendError(f"kernel '{k.name}' has runtime sizes; the CUDA runner needs static shapes")
+        self.sizes = set(size_names(program))   # the kernels' size parameters (dynamic dims)
+        self.equations = ShapeEquations([program.buffers[n].shape for n in program.inputs],
+                                        [f"@{program.name}: input {i}" for i in range(len(program.inputs))])
         self.gpu: GpuModule = compile_program(program, arch_for(self.ctx.compute_capability))
         self.module = self.ctx.load(self.gpu)
         self._lock = threading.Lock()
         self.device: dict[str, int] = {}
+        self.scratch: list[str] = []            # temporaries sized per call (dynamic dims)
         for name, b in program.buffers.items():
-            if b.role not in ("input", "bound", "output"):
+            if b.role in ("input", "bound", "output"):
+                continue
+            if all(isinstance(d, int) for d in b.shape):
                 self.device[name] = self.ctx.alloc(_nbytes(b.shape, b.dtype.np))
+            else:
+                self.scratch.append(name)
         for launch in self.gpu.launches:
             for w in launch.workspaces:
                 self.device[w.name] = self.ctx.alloc(w.elements * w.dtype.itemsize)
@@ -76,30 +95,34 @@ class CudaProgram:
         for fn, launch in self.calls:
             self.by_kernel.setdefault(launch.kernel.name, []).append((fn, launch))
 
-    def check_inputs(self, inputs: list) -> list:
-        """The inputs as NumPy arrays (to be copied) or DeviceArrays (used in place), each
-        checked against the program's buffers."""
+    def check_inputs(self, inputs: list) -> tuple[list, dict[str, int]]:
+        """(the inputs as NumPy arrays (to be copied) or DeviceArrays (used in place), each
+        checked against the program's buffers; the size parameters their shapes give)."""
         p = self.program
         if len(inputs) != len(p.inputs):
             raise ArgumentError(f"compiled function @{p.name} takes {len(p.inputs)} inputs, got {len(inputs)}")
         ready = []
-        for i, (name, a) in enumerate(zip(p.inputs, inputs)):
+        arrays = [a if isinstance(a, DeviceArray) else np.asarray(a) for a in inputs]
+        named = self.equations.bind([a.shape for a in arrays]) if self.sizes else {}
+        sizes = {SIZE_PREFIX + n: v for n, v in named.items()}
+        for i, (name, a) in enumerate(zip(p.inputs, arrays)):
             b = p.buffers[name]
             if isinstance(a, DeviceArray):
                 if a.ctx is not self.ctx:
                     raise ArgumentError(f"@{p.name}: input {i} lives on another device context")
             else:
-                a = np.asarray(a)
                 if not a.flags.c_contiguous:        # (np.ascontiguousarray would make 0-d arrays 1-d)
                     a = np.ascontiguousarray(a)
-            if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype.np:
-                raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(b.shape)}, "
+            shape = _shape(b.shape, sizes)
+            if tuple(a.shape) != shape or a.dtype != b.dtype.np:
+                raise ArgumentError(f"@{p.name}: input {i} must be {b.dtype.label}{list(shape)}, "
                                     f"got {a.dtype}{list(a.shape)}")
             if name in p.index_checks and a.size:
                 # the indices are checked on the host, as on the CPU (a device input is read back)
-                check_indices(a.to_host() if isinstance(a, DeviceArray) else a, p.index_checks[name])
+                check_indices(a.to_host() if isinstance(a, DeviceArray) else a,
+                              [_at(c, named) for c in p.index_checks[name]])
             ready.append(a)
-        return ready
+        return ready, sizes
 
     def __call__(self, inputs: list) -> list[DeviceArray]:
         """The outputs, in fresh device arrays from the pool.  Launches are queued on the
@@ -110,17 +133,21 @@ class CudaProgram:
         on_device = {}
         with self._lock:
             ctx.make_current()
-            ready = self.check_inputs(inputs)
+            ready, sizes = self.check_inputs(inputs)
             for name, a in zip(p.inputs, ready):
                 if not isinstance(a, DeviceArray):
                     a = DeviceArray.from_host(a, ctx)
                 elif name in p.donated and sum(b is a for b in ready) > 1:
                     a = a.copy()        # donated, but also passed as another input: written into a copy
                 on_device[name] = a
-            results = {name: DeviceArray(b.shape, b.dtype.np, ctx=ctx)
+            results = {name: DeviceArray(_shape(b.shape, sizes), b.dtype.np, ctx=ctx)
                        for name, b in p.buffers.items() if b.role == "output"}
+            # kept until the call returns; the pool hands a block out again only to later work
+            scratch = [DeviceArray((_nbytes(_shape(p.buffers[n].shape, sizes), p.buffers[n].dtype.np),), np.uint8,
+                                   ctx=ctx) for n in self.scratch]
             pointers = {**self.device, **{n: a.ptr for n, a in on_device.items()},
-                        **{n: a.ptr for n, a in results.items()}}
+                        **{n: a.ptr for n, a in results.items()}, **{n: a.ptr for n, a in zip(self.scratch, scratch)},
+                        **sizes}
             for f in p.fills:
                 gen = tc_random.generator()
                 draw = gen.random if f.impl == "uniform" else gen.standard_normal
@@ -129,12 +156,13 @@ class CudaProgram:
             if record is not None:
                 ctx.to_device(pointers[p.index_errors], record)
             if p.steps is None:
-                for fn, launch in self.calls:
-                    self._launch(fn, launch, pointers)
+                self._run_launches(self.calls, pointers)
             else:
                 self._run_steps(p.steps, pointers)
             if record is not None:
-                err = recorded_error(p.computed_checks, ctx.to_host(record, pointers[p.index_errors]))
+                named = {n[len(SIZE_PREFIX):]: v for n, v in sizes.items()}
+                err = recorded_error([_at(c, named) for c in p.computed_checks],
+                                     ctx.to_host(record, pointers[p.index_errors]))
                 if err is not None:
                     raise err
             return [self._result(name, on_device, results) for name in p.outputs]
@@ -143,18 +171,27 @@ class CudaProgram:
         """The outputs copied back to host memory (waiting for the launches)."""
         return [a.to_host() for a in self(inputs)]
 
-    def _launch(self, fn, launch, pointers: dict) -> None:
-        self.ctx.launch(fn, launch.grid, launch.block, [ctypes.c_uint64(pointers[n]) for n in launch.params])
+    def _run_launches(self, calls: list, env: dict) -> None:
+        """Each (function, launch) of `calls` in order, inside their host loops (hostloops.py).
+        `env`: buffer -> device address, size parameter -> its value at this call."""
+        for (fn, launch), inner in in_order(calls, env, _loops):
+            grid = launch.grid_at(inner)
+            if 0 in grid:
+                continue
+            ints = launch.kernel.sizes       # the sizes and host loop vars, after the pointers
+            self.ctx.launch(fn, grid, launch.block,
+                            [ctypes.c_int64(inner[n]) if n in ints else ctypes.c_uint64(inner[n])
+                             for n in launch.params])
 
     def _run_steps(self, steps: list, env: dict) -> None:
         """The steps on the host (see the module docstring); `env`: buffer -> device address."""
         buffers = self.program.buffers
 
         def nbytes(name: str) -> int:
-            return _nbytes(buffers[name].shape, buffers[name].dtype.np)
+            return _nbytes(_shape(buffers[name].shape, env), buffers[name].dtype.np)
 
         def row(name: str, r: int) -> int:
-            n = buffers[name].shape[0]
+            n = _shape(buffers[name].shape, env)[0]
             return env[name] + r * (nbytes(name) // n)
 
         def run(block, inputs, outputs=()):
@@ -174,8 +211,7 @@ class CudaProgram:
 
         for s in steps:
             if isinstance(s, C.Run):
-                for fn, launch in self.by_kernel.get(s.kernel, ()):
-                    self._launch(fn, launch, env)
+                self._run_launches(self.by_kernel.get(s.kernel, []), env)
             elif isinstance(s, C.Scan):
                 carry = [env[n] for n in s.init]
                 for i in range(s.length):
@@ -225,6 +261,20 @@ class CudaProgram:
 
     def __del__(self):
         self.close()
+
+
+def _loops(call) -> tuple:
+    return call[1].loops
+
+
+def _shape(dims, sizes: dict) -> tuple[int, ...]:
+    """A buffer's shape at a call's size parameters ({"size_batch": 7}; static dims as they are)."""
+    return tuple(d if isinstance(d, int) else size_value(d, sizes) for d in dims)
+
+
+def _at(check, sizes: dict[str, int]):
+    """An index check with its size evaluated at a call's sizes (by public name)."""
+    return check if isinstance(check.size, int) else dataclasses.replace(check, size=evaluate(check.size, sizes))
 
 
 def _nbytes(shape, dtype) -> int:
