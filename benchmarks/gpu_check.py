@@ -18,7 +18,12 @@ Steps, each recorded in DIR/gpu_check.json and the table DIR/gpu_check.md:
     tracecomp for the device, next to PyTorch CUDA eager and torch.compile (Triton) in the
     same process; each result is checked against NumPy in float64 first.  Times are the
     median of 5 batches of back-to-back calls between two synchronizations (the launch
-    cost of each call included, as a user's loop pays it).  TF32 is off for PyTorch.
+    cost of each call included, as a user's loop pays it).  TF32 is off for PyTorch;
+ 5. DYN, dynamic sizes (issue 36): an elementwise chain, row softmax over a run-time row
+    length, a layernorm MLP forward and a train step over a run-time batch, and causal
+    attention over a run-time sequence, each compiled once with `dynamic=` and run at three
+    sizes (not multiples of the block sizes) against tracecomp's CPU backend; the compile
+    count must be 1, and the largest size is timed against a static compile of its shape.
 """
 from __future__ import annotations
 
@@ -42,7 +47,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)          # tracecomp from this checkout, installed or not
 TEST_FILES = ["tests/runtime/test_cuda_driver.py", "tests/runtime/test_device_tensors.py",
-              "tests/runtime/test_cuda_loops.py", "tests/lower/test_ptx.py", "tests/runtime/test_dlpack_structs.py"]
+              "tests/runtime/test_cuda_loops.py", "tests/lower/test_ptx.py", "tests/runtime/test_dlpack_structs.py",
+              "tests/lower/test_ptx_dynamic.py"]
 
 
 # ---------------------------------------------------------------------------- 1. the device
@@ -385,6 +391,82 @@ def measure(w: Workload, floors: dict) -> dict:
     return row
 
 
+# ---------------------------------------------------------------------------- 5. dynamic sizes
+
+def dynamic_cases(quick_sizes: bool) -> list[tuple]:
+    """(name, fn, make(n) -> arrays, dynamic spec, three sizes, tolerance) per case."""
+    import tracecomp as tc
+    F = tc.nn.functional
+    rng = np.random.default_rng(36)
+
+    def f32(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def weight(i, o):
+        return (rng.standard_normal((i, o)) / np.sqrt(i)).astype(np.float32)
+    small = quick_sizes
+    d, hidden = (8, 16) if small else (256, 1024)
+    mlp_w = [f32(d), f32(d), weight(d, hidden), f32(hidden), weight(hidden, d)]
+    step_w = [weight(d, hidden), f32(hidden), weight(hidden, 10), f32(10)]
+
+    def mlp(x, ln_w, ln_b, w1, b1, w2):
+        return F.gelu(F.layer_norm(x, (d,), ln_w, ln_b) @ w1 + b1) @ w2
+
+    def loss(w1, b1, w2, b2, x, y):
+        return F.cross_entropy(tc.relu(x @ w1 + b1) @ w2 + b2, y)
+    grad = tc.grad(loss, argnums=(0, 1, 2, 3))
+
+    def step(w1, b1, w2, b2, x, y):
+        return tuple(p - 0.1 * g for p, g in zip((w1, b1, w2, b2), grad(w1, b1, w2, b2, x, y)))
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    heads, hd = (1, 8) if small else (8, 64)
+    return [
+        ("chain", lambda x: ((x * 2 + 1).exp() * 0.5).tanh() + x.sin(), lambda n: [f32(n)], {"x": {0: "n"}},
+         (3, 70, 300) if small else (1 << 20, (1 << 22) + 3, 3_000_001), 1e-5),
+        ("softmax rows", lambda x: x.softmax(dim=-1), lambda n: [f32(4 if small else 1024, n)], {"x": {1: "n"}},
+         (2, 9, 33) if small else (1000, 4096, 4099), 1e-5),
+        ("layernorm MLP", mlp, lambda n: [f32(n, d)] + mlp_w, {"x": {0: "batch"}},
+         (2, 5, 9) if small else (256, 1000, 4097), 1e-4),
+        ("train step", step, lambda n: step_w + [f32(n, d), rng.integers(0, 10, n)],
+         {"x": {0: "batch"}, "y": {0: "batch"}}, (2, 5, 9) if small else (64, 256, 1000), 1e-4),
+        ("causal attention", attention, lambda n: [f32(heads, n, hd) for _ in range(3)],
+         {"q": {1: "seq"}, "k": {1: "seq"}, "v": {1: "seq"}}, (3, 9, 17) if small else (100, 256, 513), 1e-4),
+    ]
+
+
+def check_dynamic(quick_sizes: bool, timing: bool) -> list[dict]:
+    """Each dynamic case compiled once for the device, run at its three sizes against the CPU
+    backend; with `timing`, the largest size also against a static compile (same device)."""
+    import tracecomp as tc
+    rows = []
+    for name, fn, make, dynamic, sizes, tol in dynamic_cases(quick_sizes):
+        row = {"name": name, "sizes": list(sizes), "dynamic": json.dumps(dynamic)}
+        try:
+            f, cpu = tc.trace(fn, device="cuda", dynamic=dynamic), tc.trace(fn)
+            errors = []
+            for n in sizes:
+                args = make(n)
+                got, want = f(*args), cpu(*args)
+                got = [t.cpu().numpy() for t in (got if isinstance(got, (list, tuple)) else [got])]
+                errors.append(_errors(got, [np.asarray(w) for w in (want if isinstance(want, (list, tuple)) else [want])]))
+            row["compiles"] = len(f.signatures)
+            row["error"] = max(errors)
+            row["ok"] = row["error"] <= tol and row["compiles"] == 1
+            if timing:
+                args = [tc.tensor(a, device="cuda") for a in make(sizes[-1])]
+                static = tc.trace(fn, device="cuda")
+                row["dynamic_s"] = timed(lambda: f(*args), tc.cuda.synchronize)
+                row["static_s"] = timed(lambda: static(*args), tc.cuda.synchronize)
+        except Exception as e:           # noqa: BLE001 - a failure is a row of the report
+            row["ok"], row["failure"] = False, f"{type(e).__name__}: {str(e)[:400]}"
+            traceback.print_exc()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 # ---------------------------------------------------------------------------- the report
 
 def markdown(report: dict) -> str:
@@ -416,6 +498,19 @@ def markdown(report: dict) -> str:
         lines.append(f"| {row['name']}: {row['title']} | {ms(row, 'tracecomp')} | {row.get('tracecomp_rate', '-')} | "
                      f"{ms(row, 'torch')} | {ms(row, 'torch.compile')} | {ratio(row, 'torch')} | "
                      f"{ratio(row, 'torch.compile')} | {ratio(row, 'floor')} | {err} |")
+    if report.get("dynamic"):
+        lines += ["", "Dynamic sizes: one compile, three sizes, against the CPU backend; the largest size "
+                  "timed against a static compile", "",
+                  "| case | sizes | compiles | max rel. error | dynamic | static | static / dynamic |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in report["dynamic"]:
+            timing = ("-", "-", "-") if "dynamic_s" not in row else (
+                f"{row['dynamic_s'] * 1e3:.3f} ms", f"{row['static_s'] * 1e3:.3f} ms",
+                f"{row['static_s'] / row['dynamic_s']:.2f}")
+            err = f"{row['error']:.1e}" + ("" if row["ok"] else " WRONG") if "error" in row else \
+                "FAILED " + row.get("failure", "")[:80]
+            lines.append(f"| {row['name']} | {row['sizes']} | {row.get('compiles', '-')} | {err} | "
+                         + " | ".join(timing) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -425,7 +520,8 @@ def main(argv=None) -> int:
     p.add_argument("--emulator", action="store_true", help="run on the host emulator (no GPU needed)")
     p.add_argument("--quick", action="store_true", help="small sizes and the fast tests only")
     p.add_argument("--no-tests", action="store_true", help="skip the pytest subset")
-    p.add_argument("--workloads", default="W1,W2,W3,W4,W8a,W8", help="comma-separated: W1,W2,W3,W4,W8a,W8 (fused attention)")
+    p.add_argument("--workloads", default="W1,W2,W3,W4,W8a,W8,DYN",
+                   help="comma-separated: W1,W2,W3,W4,W8a,W8 (fused attention), DYN (dynamic sizes)")
     p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="pytest-xdist workers")
     args = p.parse_args(argv)
     if args.emulator:
@@ -444,13 +540,16 @@ def main(argv=None) -> int:
             row = measure(w, report)
             report["workloads"].append(row)
             print(json.dumps(row), flush=True)
+    if "DYN" in wanted:
+        report["dynamic"] = check_dynamic(args.quick or args.emulator, timing=not args.emulator)
     with open(os.path.join(out_dir, "gpu_check.json"), "w") as f:
         json.dump(report, f, indent=1)
     text = markdown(report)
     with open(os.path.join(out_dir, "gpu_check.md"), "w") as f:
         f.write(text)
     print(text)
-    bad = [r["name"] for r in report["workloads"] if not r.get("tracecomp_ok")]
+    bad = [r["name"] for r in report["workloads"] if not r.get("tracecomp_ok")] + \
+        [r["name"] for r in report.get("dynamic", []) if not r["ok"]]
     failed = report.get("tests", {}).get("failed", 0) or report.get("tests", {}).get("exit_code", 0) not in (0, None)
     return 1 if bad or failed else 0
 
