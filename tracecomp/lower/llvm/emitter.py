@@ -333,7 +333,7 @@ class FunctionEmitter:
             raise BackendError(f"kernel '{self.kernel.name}': {len(index)} indices for buffer "
                                f"'{buffer}' of shape {tuple(buf.shape)}")
         b, offset = self.builder, None
-        for i, stride in zip(index, self.strides[buffer]):
+        for i, stride in _merged_terms(index, self.strides[buffer]):
             term = self.expr(i, env)
             if not (isinstance(stride, ir.Constant) and stride.constant == 1):
                 term = b.mul(term, stride, flags=flags)
@@ -412,6 +412,29 @@ def _named(value: ir.Value, name: str) -> ir.Value:
     if isinstance(value, ir.Instruction) and value.name[:1] in ("", "."):    # llvmlite's ".N"
         value.name = name
     return value
+
+
+def _merged_terms(index: Sequence[Expr], strides: list[ir.Value]) -> list[tuple[Expr, ir.Value]]:
+    """(index expression, stride) per term of an address, with each pair of neighbouring dims
+    indexed (E // c, E mod c) where the first's stride is c times the second's merged into
+    E at the second's stride: a reshape's index of a flat position (a conv's (oh, ow) of its
+    output column) addresses that position directly.  Exact for every integer E, since
+    both are floored; LLVM, not knowing E's sign, kept the division and remainder, and a
+    whole tile's loop read such an operand with gathers (a residual add in the conv's
+    epilogue cost 0.9x the conv itself)."""
+    terms = list(zip(index, strides))
+    k = 0
+    while k + 1 < len(terms):
+        (hi, s_hi), (lo, s_lo) = terms[k], terms[k + 1]
+        if isinstance(hi, Binary) and isinstance(lo, Binary) and hi.fn == "floordiv" and lo.fn == "mod" \
+                and hi.a == lo.a and hi.b == lo.b and isinstance(lo.b, Const) and lo.b.value > 0 \
+                and isinstance(s_hi, ir.Constant) and isinstance(s_lo, ir.Constant) \
+                and s_hi.constant == lo.b.value * s_lo.constant:
+            terms[k:k + 2] = [(lo.a, s_lo)]
+            k = max(k - 1, 0)           # the merged term may pair with the one before it
+        else:
+            k += 1
+    return terms
 
 
 def _is_blockable_sum(s: Reduce) -> bool:
