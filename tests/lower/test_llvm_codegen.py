@@ -334,6 +334,32 @@ def test_broadcast_add_with_index_arithmetic():
     np.testing.assert_array_equal(arrays["z"], x.ravel())
 
 
+def _flat_read(shape) -> Kernel:
+    """z[k] = x[(k + s) // 5, (k + s) % 5] for k < 20, s a run-time size (its sign unknown
+    to LLVM, as a tile's start in a matmul's epilogue), x of `shape`."""
+    k, start = Var("k", INDEX), Var("s", INDEX)
+    at = Binary("add", k, start, INDEX)
+    return Kernel("flat_read", [Buffer("x", F32, shape, "input"), Buffer("z", F32, (20,), "output")], [
+        Loop("k", 20, [Store("z", (k,), Load("x", (Binary("floordiv", at, Const(5, INDEX), INDEX),
+                                                    Binary("mod", at, Const(5, INDEX), INDEX)), F32))])], ["s"])
+
+
+@pytest.mark.parametrize("shape", [(8, 5), (8, 6)])
+def test_a_flat_position_split_by_a_dims_size_is_addressed_directly(shape):
+    """x[e // 5, e % 5] of an (8, 5) buffer is element e: no division is left in the
+    optimized code (emitter._merged_terms).  Of an (8, 6) buffer it is not, and it stays."""
+    kernel = _flat_read(shape)
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    lib = compile_kernels([kernel])
+    for start in (0, 7, 20):
+        arrays = {"x": aligned(x, np.float32), "z": aligned(np.zeros(20), np.float32)}
+        run(lib, kernel, arrays, sizes=(start,))
+        np.testing.assert_array_equal(arrays["z"], [x[e // 5, e % 5] for e in range(start, start + 20)])
+    text = optimized_ir([kernel])
+    divides = any(f" {op} " in text for op in ("sdiv", "srem", "udiv", "urem"))
+    assert divides == (shape[1] != 5)
+
+
 def test_transposed_copy():
     k = Kernel("transpose", [Buffer("x", F64, (3, 7), "input"), Buffer("y", F64, (7, 3), "output")],
                [Loop("i", 3, [Loop("j", 7, [Store("y", (j, i), Load("x", (i, j), F64))])])])
