@@ -67,6 +67,9 @@ process (generation.py: the GPT demo's model and a wider one, 128 tokens after 8
 W14 (issue 38) is six Hugging Face models (hf_models.py: GPT-2, BERT, Llama, ViT, ResNet,
 T5 at small configurations) through torch.compile with backend="tracecomp" against
 Inductor and eager: a training step with AdamW and the inference forward, batch 8.
+W17 (issue 32) is a ResNet-style CNN (conv stem, BatchNorm, three residual blocks, adaptive
+average pool, linear; batch 32 of 3x32x32): its SGD-with-momentum train step and its
+inference forward, checked against PyTorch eager in float64 (w17_cases).
 """
 from __future__ import annotations
 
