@@ -64,11 +64,13 @@ CHAIN = lambda x: ((x * 2 + 1).exp() * 0.5).tanh() + x.sin()
 
 
 def test_elementwise_chain_grid_follows_the_size():
-    """300 x 1 is not a multiple of the block size (256); the grid is an expression."""
+    """300 x 3 is not a multiple of the block size (256), 2 x 3 and 7 x 3 not of the 4
+    points a thread takes per step (vector.py's tail); the grid is an expression."""
     f = _run_sizes(CHAIN, lambda n: [_f32(n, 3)], {"x": {0: "n"}}, (2, 7, 300))
     (launch,) = _launches(f, _f32(5, 3))
-    assert launch.kind == "elementwise" and isinstance(launch.grid[0], Blocks)
+    assert launch.kind == "elementwise" and launch.vector == 4 and isinstance(launch.grid[0], Blocks)
     assert launch.grid_at({"size_n": 300}) == (-(-900 // 256), 1, 1)
+    assert launch.grid_at({"size_n": 10 ** 8}) == (L.VECTOR_BLOCKS, 1, 1)
     assert launch.params[-1] == "size_n"
 
 
@@ -79,15 +81,33 @@ def test_softmax_rows_and_column_sums():
 
 
 def test_matmul_over_a_dynamic_batch_and_inner_size():
-    """The 64 x 64 tiled kernel (the 128 x 128 one picks by static tile counts) with
-    m and k known at run time; the batched product with a dynamic batch."""
-    f = _run_sizes(lambda a, b: a @ b, lambda n: [_f32(n, n + 1), _f32(n + 1, 5)],
-                   {"a": {0: "m", 1: "k"}, "b": {0: "k"}}, (2, 9, 67))
-    (launch,) = _launches(f, _f32(3, 4), _f32(4, 5))
-    assert launch.kind == "matmul" and launch.tile == L.MATMUL_TILE
-    assert launch.grid_at({"size_m": 67, "size_k": 68}) == (1, 2, 1)
+    """m and k known at run time (67: not a multiple of the 64 tile); a batched product
+    with a dynamic batch."""
+    _run_sizes(lambda a, b: a @ b, lambda n: [_f32(n, n + 1), _f32(n + 1, 5)],
+               {"a": {0: "m", 1: "k"}, "b": {0: "k"}}, (2, 9, 67))
     _run_sizes(lambda a, b: a @ b, lambda n: [_f32(n, 3, 4), _f32(n, 4, 2)], {"a": {0: "b"}, "b": {0: "b"}},
                (2, 3, 5))
+
+
+def test_a_dynamic_product_chooses_its_tiles_per_call(monkeypatch):
+    """Both matmul kernels are compiled; the tile count at 128 x 128 picks one per call
+    (large_matmul's rule, its threshold lowered so the emulator runs the large one)."""
+    monkeypatch.setattr(L, "LARGE_MATMUL_MIN_TILES", 2)
+    f = tc.trace(lambda a, b: a @ b, device="cuda", dynamic={"a": {0: "m"}})
+    b = _f32(9, 70)
+    ran = []
+    runner = f.lower(_f32(3, 9), b).compiled
+    launch = runner.ctx.launch
+    monkeypatch.setattr(runner.ctx, "launch", lambda fn, *a, **k: (ran.append(fn[1]), launch(fn, *a, **k)))
+    for m in (3, 129):
+        a = _f32(m, 9)
+        np.testing.assert_allclose(np.asarray(f(a, b).cpu()), a @ b, rtol=2e-5, atol=2e-5)
+    large, small = runner.gpu.launches
+    assert (large.tile, small.tile) == (L.LARGE_TILE, L.MATMUL_TILE)
+    assert ran == [small.name, large.name]
+    when = large.when.to_json()
+    assert when["at_least"] == 2 and [eval(when["value"], {}, {"m": m}) for m in (3, 129, 300)] == [1, 2, 3]
+    assert small.when.to_json()["below"] == 2
 
 
 def test_layernorm_mlp_forward():

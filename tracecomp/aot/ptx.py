@@ -26,7 +26,9 @@ says how a C or C++ host program runs it with the CUDA driver API.
     params (buffer names whose device pointers, then `size_NAME` for the size NAME as an
     int64, form the kernel's arguments; every parameter is 64-bit); a grid dim is an int or
     {points, per_block, max}: min(ceil(points / per_block), max) blocks at a call's sizes;
-    launches whose grid has a 0 are skipped;
+    launches whose grid has a 0 are skipped, and so are those with a `when` ({value,
+    at_least} or {value, below}) that does not hold at the call's sizes (a product over
+    run-time sizes has two kernels, its 128 x 128 tiles chosen where there are enough);
   loops (on a launch, only with `dynamic=`): the host loops around it, outermost first, each
     {loop, var, trips}: consecutive launches with the same `loop` number form that loop's
     body, run `trips` times (text over the sizes and outer loop vars) with `var` = 0, 1, ...,

@@ -85,6 +85,29 @@ class Blocks:
 GridDim = Union[int, Blocks]
 
 
+@dataclass(frozen=True, repr=False)
+class When:
+    """A launch that runs only where the size expression `value` is at least `least`
+    (`above`), or only where it is below (one of two kernels chosen at run time)."""
+    value: object
+    least: int
+    above: bool
+
+    def holds(self, sizes: dict[str, int]) -> bool:
+        return (size_value(self.value, sizes) >= self.least) == self.above
+
+    def to_json(self) -> dict:
+        return {"value": size_text(self.value), "at_least" if self.above else "below": self.least}
+
+    def __repr__(self) -> str:
+        return f"{size_text(self.value)} {'>=' if self.above else '<'} {self.least}"
+
+
+def ceil_div(e, k: int):
+    """ceil(e / k) as a size expression."""
+    return I.floordiv(I.add(I.expr(e), k - 1), k)
+
+
 def grid_dim(extents: Sequence, per_block: int, cap: int, known=frozenset()) -> GridDim:
     """The blocks for the product of `extents`, `per_block` points each, at most `cap`: an
     int where the extents are static, a Blocks where they are size expressions (of sizes

@@ -40,7 +40,8 @@ from ...core.dtypes import DType
 from ...core.errors import BackendError
 from ..loops.ir import (INDEX, Binary, Buffer, CheckedIndex, Const, Expr, Kernel, Let, Load, Loop, Matmul, Reduce,
                         Store, Var)
-from .grid import GridDim, grid_at, grid_dim, size_value
+from .grid import GridDim, When, ceil_div, grid_at, grid_dim, is_size_expression, size_value
+from ..loops import index as I
 from .hostloops import HostLoop
 from .rowplan import cache_extent, row_threads
 from .shareable import cooperative
@@ -88,6 +89,7 @@ class Launch:
     tile: int = 0                      # matmul: the output tile of a block (64 or 128: sgemm.py)
     row_extent: int = 0                # rows: the row length held in registers (rowcache.py), or 0
     loops: tuple = ()                  # host loops around it, outermost first (hostloops.py)
+    when: Optional[When] = None        # runs only where this holds at the call's sizes (grid.py)
 
     @property
     def params(self) -> list[str]:
@@ -107,12 +109,15 @@ class Launch:
 
 def plan_kernel(kernel: Kernel) -> list[Launch]:
     """The launches that run `kernel`, in order."""
-    return _plan_body(kernel, unrolled(kernel.body), kernel.name, ())
+    body = unrolled(kernel.body)
+    # (tile loops on the host: their products are a tile each, never worth the large tiles)
+    return _plan_body(kernel, body, kernel.name, (), not any(isinstance(s, HostLoop) for s in body))
 
 
-def _plan_body(kernel: Kernel, body: list, name: str, loops: tuple) -> list[Launch]:
+def _plan_body(kernel: Kernel, body: list, name: str, loops: tuple, choose: bool) -> list[Launch]:
     """The launches of `body` (unrolled) inside the host loops `loops`, whose vars `kernel`
-    takes as parameters after its sizes."""
+    takes as parameters after its sizes; `choose`: a product over run-time sizes gets both
+    matmul kernels, one chosen per call (_matmul)."""
     segments = _segments(body)
     if len(segments) > 1 and any(_defines(seg) for seg in segments[:-1]):
         # a later statement reads a name a top-level Let/Reduce binds: keep them together
@@ -125,9 +130,9 @@ def _plan_body(kernel: Kernel, body: list, name: str, loops: tuple) -> list[Laun
         sub = name if len(segments) == 1 else f"{name}_s{j}"
         if isinstance(seg[0], HostLoop):
             inner = dataclasses.replace(kernel, sizes=[*kernel.sizes, seg[0].var])
-            launches += _plan_body(inner, seg[0].body, sub, loops + (seg[0],))
+            launches += _plan_body(inner, seg[0].body, sub, loops + (seg[0],), choose)
             continue
-        for launch in _plan_segment(kernel, seg, sub):
+        for launch in _plan_segment(kernel, seg, sub, choose):
             launch.loops = loops
             launches.append(launch)
     return launches
@@ -230,9 +235,9 @@ def static_product(extents) -> Optional[int]:
     return math.prod(extents) if all(isinstance(e, int) for e in extents) else None
 
 
-def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
+def _plan_segment(kernel: Kernel, seg: list, name: str, choose: bool = False) -> list[Launch]:
     if isinstance(seg[0], Matmul):
-        return [_matmul(kernel, seg[0], name)]
+        return _matmul(kernel, seg[0], name, choose)
     dims, body = perfect_nest(seg[0]) if isinstance(seg[0], Loop) else ([], seg)
     loads, stores = buffers_read(seg), buffers_written(seg)
     shared = loads & stores
@@ -259,9 +264,8 @@ def _plan_segment(kernel: Kernel, seg: list, name: str) -> list[Launch]:
                        row_extent=cached)]
     if not dims:
         return [_serial(kernel, seg, name)]       # a 0-d store or a non-monoid full reduction
-    total = rows
-    if total is not None and not atomic and contiguous_buffers(kernel, dims, body):
-        blocks = min(-(-total // ELEMENTWISE_THREADS), VECTOR_BLOCKS)     # (small grids as before)
+    if not atomic and contiguous_buffers(kernel, dims, body):
+        blocks = grid_dim([e for _, e in dims], ELEMENTWISE_THREADS, VECTOR_BLOCKS)   # (small grids as before)
         return [Launch(name, kernel, "elementwise", seg, (ELEMENTWISE_THREADS, 1, 1), (blocks, 1, 1),
                        vector=VECTOR_WIDTH)]
     blocks = grid_dim([e for _, e in dims], ELEMENTWISE_THREADS, MAX_BLOCKS, set(kernel.sizes))
@@ -275,11 +279,12 @@ def contiguous_buffers(kernel: Kernel, dims, body: list) -> set[str]:
     """The buffers of an elementwise nest that vector.py may access 4 points at a time:
     every Load/Store of them is `buf[v0, v1, ...]` with the nest's vars in order and buf
     shaped like the nest (element f at flat point f), of a 4-byte dtype.  Empty when the
-    nest has other accesses that depend on its vars, other statements, or no such buffer."""
+    nest has other accesses that depend on its vars, other statements, extents that are not
+    sizes (static, or expressions of run-time sizes), or no such buffer."""
     extents = tuple(e for _, e in dims)
     own = tuple(Var(v, INDEX) for v, _ in dims)
     loop_vars = {v for v, _ in dims}
-    if not dims or not all(isinstance(e, int) for e in extents):
+    if not dims or not all(is_size_expression(e) for e in extents):
         return set()
     if any(not isinstance(s, (Let, Store)) for s in body):
         return set()
@@ -341,8 +346,25 @@ def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], thre
     return [part, fin]
 
 
-def _matmul(kernel: Kernel, s: Matmul, name: str) -> Launch:
-    large = large_matmul(kernel, s)
+def _matmul(kernel: Kernel, s: Matmul, name: str, choose: bool = False) -> list[Launch]:
+    """The product's launch; with `choose` and float32 operands of run-time sizes, both the
+    large-tile launch and the 64 x 64 one, each run where the tile count (at 128 x 128)
+    says (large_matmul's rule, decided per call)."""
+    extents = (s.m, s.n, *s.batch)
+    if choose and float32_operands(kernel, s) and any(static_extent(e) is None for e in extents) \
+            and all(is_size_expression(e) for e in extents):
+        tiles = I.mul(ceil_div(s.m, LARGE_TILE), ceil_div(s.n, LARGE_TILE))
+        for b in s.batch:
+            tiles = I.mul(tiles, I.expr(b))
+        large = _matmul_launch(kernel, s, f"{name}_large", True)
+        large.when = When(tiles, LARGE_MATMUL_MIN_TILES, True)
+        small = _matmul_launch(kernel, s, name, False)
+        small.when = When(tiles, LARGE_MATMUL_MIN_TILES, False)
+        return [large, small]
+    return [_matmul_launch(kernel, s, name, large_matmul(kernel, s))]
+
+
+def _matmul_launch(kernel: Kernel, s: Matmul, name: str, large: bool) -> Launch:
     t = LARGE_TILE if large else MATMUL_TILE
     known = set(kernel.sizes)
     grid = (grid_dim([s.n], t, MAX_BLOCKS, known), grid_dim([s.m], t, MAX_BLOCKS, known),
@@ -351,11 +373,15 @@ def _matmul(kernel: Kernel, s: Matmul, name: str) -> Launch:
     return Launch(name, kernel, "matmul", [s], block, grid, tile=t)
 
 
+def float32_operands(kernel: Kernel, s: Matmul) -> bool:
+    return all(kernel.buffer(v.buffer).dtype == DType.float32 for v in s.views())
+
+
 def large_matmul(kernel: Kernel, s: Matmul) -> bool:
     """Does `s` take sgemm.py's 128 x 128 tiles?  float32 operands, static sizes, and
     enough tiles to keep most of a GPU busy (smaller products keep 64 x 64 tiles: 4x the
-    blocks)."""
-    if any(kernel.buffer(v.buffer).dtype != DType.float32 for v in s.views()):
+    blocks; with run-time sizes, _matmul decides per call)."""
+    if not float32_operands(kernel, s):
         return False
     sizes = [static_extent(e) for e in (s.m, s.n, *s.batch)]
     if any(e is None for e in sizes):

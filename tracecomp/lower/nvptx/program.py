@@ -55,7 +55,8 @@ class GpuModule:
             "launches": [{"entry": l.name, "kernel": l.kernel.name, "kind": l.kind,
                           "block": list(l.block), "grid": grid_json(l.grid),
                           "shared_bytes": l.shared_bytes, "params": l.params,
-                          **({"loops": loops_json(l.loops, numbering)} if l.loops else {})}
+                          **({"loops": loops_json(l.loops, numbering)} if l.loops else {}),
+                          **({"when": l.when.to_json()} if l.when is not None else {})}
                          for l in self.launches],
         }
 

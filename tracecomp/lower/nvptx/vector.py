@@ -11,6 +11,7 @@ above the 4 bodies; a lane's store is forwarded to that lane's later loads of th
 buffer, so in-place bodies keep their meaning.  The vector loop runs only when every
 pointer is 16-byte aligned (checked at run time: a scan's row may be offset), and a
 scalar grid-stride loop does the remaining points (the tail, or everything if unaligned).
+With dynamic dims the point count is computed from the run-time sizes (64-bit).
 Measured on an H100, ((x*2+1).exp()*0.5).tanh() over 2^26 float32: 0.189 ms, 2.84 TB/s
 (scalar loads on 65535 blocks: 0.242 ms).
 """
@@ -22,7 +23,7 @@ from ..llvm import scalar as S
 from ..loops.ir import Load, Store
 from . import intrinsics as X
 from .codegen import GpuEmitter, strided_loop
-from .launch import perfect_nest
+from .launch import perfect_nest, static_product
 
 WIDTH = 4
 
@@ -61,10 +62,9 @@ def elementwise_vector(em: GpuEmitter) -> None:
     b = em.builder
     dims, body = perfect_nest(em.launch.stmts[0])
     names = sorted(contiguous_buffers(em.launch.kernel, dims, body))
-    total = 1
-    for _, e in dims:
-        total *= e
-    ty = S.I32 if total < (1 << 30) else S.I64
+    static = static_product([e for _, e in dims])
+    ty = S.I32 if static is not None and static < (1 << 30) else S.I64
+    total = ir.Constant(ty, static) if static is not None else em.product([e for _, e in dims])
 
     def reg(name):
         v = X.sreg(b, name)
@@ -72,7 +72,7 @@ def elementwise_vector(em: GpuEmitter) -> None:
     start = b.add(b.mul(reg("ctaid.x"), reg("ntid.x"), flags=("nuw",)), reg("tid.x"), flags=("nuw",))
     step = b.mul(reg("ntid.x"), reg("nctaid.x"), flags=("nuw",))
     ok = aligned16(b, [em.buffer_pointer(n) for n in names])
-    vectors = b.select(ok, ir.Constant(ty, total // WIDTH), ir.Constant(ty, 0))
+    vectors = b.select(ok, b.udiv(total, ir.Constant(ty, WIDTH)), ir.Constant(ty, 0))
     loaded = sorted({n.buffer for n in _accesses(body, Load)} & set(names))
     em.atomic = True
     with strided_loop(b, start, vectors, step, "vec") as loop:
@@ -98,7 +98,7 @@ def elementwise_vector(em: GpuEmitter) -> None:
             store_vector(b, b.gep(ptr, [base64], inbounds=True, source_etype=S.memory_type(buf.dtype)), values)
         loop.next = []
     tail = b.add(b.mul(vectors, ir.Constant(ty, WIDTH)), start)
-    with strided_loop(b, tail, ir.Constant(ty, total), step, "flat") as loop:
+    with strided_loop(b, tail, total, step, "flat") as loop:
         env = em.entry_env()
         em.delinearize(loop.index, dims, env)
         em.emit_body(body, env)

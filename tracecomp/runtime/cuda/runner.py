@@ -176,7 +176,7 @@ class CudaProgram:
         `env`: buffer -> device address, size parameter -> its value at this call."""
         for (fn, launch), inner in in_order(calls, env, _loops):
             grid = launch.grid_at(inner)
-            if 0 in grid:
+            if 0 in grid or (launch.when is not None and not launch.when.holds(inner)):
                 continue
             ints = launch.kernel.sizes       # the sizes and host loop vars, after the pointers
             self.ctx.launch(fn, grid, launch.block,
