@@ -110,6 +110,19 @@ def test_a_dynamic_product_chooses_its_tiles_per_call(monkeypatch):
     assert small.when.to_json()["below"] == 2
 
 
+def test_a_long_row_of_run_time_length_is_split_where_it_is_long_enough(monkeypatch):
+    """Partials over a fixed number of chunks, each as long as the row needs (some empty:
+    n = 4 over 3 chunks of 2), or one block where the row is short; thresholds lowered for
+    the emulator."""
+    monkeypatch.setattr(L, "SPLIT_MIN_EXTENT", 4)
+    monkeypatch.setattr(L, "DYNAMIC_SPLIT_CHUNKS", 3)
+    for fn in (lambda x: x.sum(), lambda x: x.argmax()):
+        f = _run_sizes(fn, lambda n: [_f32(n) - 10], {"x": {0: "n"}}, (3, 4, 64))
+        launches = _launches(f, _f32(5))
+        assert [(l.kind, str(l.when)) for l in launches] == [("partials", "n >= 4"), ("finish", "n >= 4"),
+                                                              ("rows", "n < 4")]
+
+
 def test_layernorm_mlp_forward():
     def mlp(x, ln_w, ln_b, w1, b1, w2):
         return F.gelu(F.layer_norm(x, (6,), ln_w, ln_b) @ w1 + b1) @ w2

@@ -96,6 +96,9 @@ class When:
     def holds(self, sizes: dict[str, int]) -> bool:
         return (size_value(self.value, sizes) >= self.least) == self.above
 
+    def otherwise(self) -> "When":
+        return When(self.value, self.least, not self.above)
+
     def to_json(self) -> dict:
         return {"value": size_text(self.value), "at_least" if self.above else "below": self.least}
 

@@ -15,7 +15,8 @@ copies, then accumulates), so each becomes its own launch on one stream:
                read once into registers and written once (rowcache.py);
   partials / finish   a rows nest with few long rows: `partials` has several blocks per
                row, each reducing a chunk into a workspace; `finish` combines the chunks
-               of a row and runs the rest of the row's body;
+               of a row and runs the rest of the row's body (rows of a run-time length:
+               both and a `rows` launch, each with a `when` on the length);
   columns      a Loop nest that accumulates into a buffer along some of its loops (a
                column reduction `out[j] = max(out[j], x[i, j])`): the loops whose points
                touch disjoint elements (j) are flattened into a grid-stride space, and each
@@ -62,6 +63,8 @@ THREAD_PER_ROW_MAX = 64        # rows no longer than this: one thread per row, n
 SPLIT_MIN_EXTENT = 1 << 16     # rows at least this long are split over several blocks...
 SPLIT_MAX_ROWS = 64            # ...when there are at most this many of them
 SPLIT_TERMS_PER_THREAD = 16
+DYNAMIC_SPLIT_CHUNKS = 4 * 132  # a split row of run-time length: this many chunks (4 blocks per SM
+                                # of an H100), each as long as the length needs
 COLUMNS_MIN_POINTS = 1024      # a columns plan needs this many parallel points to beat atomics
 
 
@@ -254,14 +257,17 @@ def _plan_segment(kernel: Kernel, seg: list, name: str, choose: bool = False) ->
     if any(map(cooperative, reduces)) and not atomic and (not dims or longest > THREAD_PER_ROW_MAX):
         threads = min(256, max(32, 1 << (max(longest, 1) - 1).bit_length()))
         split = None if shared else _split_plan(kernel, seg, body, rows, threads, name)
-        if split is not None:
+        if split is not None and split[0].when is None:
             return split
         grid = grid_dim([e for _, e in dims], 1, MAX_BLOCKS, set(kernel.sizes))
         cached = cache_extent(kernel, body) or 0
         if cached:
             threads = max(threads, row_threads(cached)) if cached > 4096 else threads
-        return [Launch(name, kernel, "rows", seg, (threads, 1, 1), (grid, 1, 1), shared=shared,
-                       row_extent=cached)]
+        whole = Launch(name, kernel, "rows", seg, (threads, 1, 1), (grid, 1, 1), shared=shared, row_extent=cached)
+        if split is not None:        # a run-time length: split where it is long enough
+            whole.when = split[0].when.otherwise()
+            return split + [whole]
+        return [whole]
     if not dims:
         return [_serial(kernel, seg, name)]       # a 0-d store or a non-monoid full reduction
     if not atomic and contiguous_buffers(kernel, dims, body):
@@ -332,17 +338,20 @@ def _split_plan(kernel: Kernel, seg: list, body: list, rows: Optional[int], thre
     if rows is None or rows > SPLIT_MAX_ROWS or len(reduces) != 1:
         return None
     r = reduces[0]
-    if not isinstance(r.extent, int) or r.extent < SPLIT_MIN_EXTENT or not cooperative(r):
+    static = isinstance(r.extent, int)
+    if not cooperative(r) or (r.extent < SPLIT_MIN_EXTENT if static else not is_size_expression(r.extent)):
         return None
     if any(isinstance(s, (Loop, Reduce)) for s in body[:body.index(r)]):
         return None
-    chunks = min(-(-r.extent // (threads * SPLIT_TERMS_PER_THREAD)), MAX_BLOCKS)
+    chunks = min(-(-r.extent // (threads * SPLIT_TERMS_PER_THREAD)), MAX_BLOCKS) if static else DYNAMIC_SPLIT_CHUNKS
     workspaces = [Workspace(f"{name}_part{k}", DType.int64 if a.dtype == INDEX else a.dtype, rows * chunks)
                   for k, a in enumerate(r.accumulators)]
     part = Launch(f"{name}_partials", kernel, "partials", seg, (threads, 1, 1), (chunks, rows, 1),
                   workspaces, chunks)
     fin = Launch(f"{name}_finish", kernel, "finish", seg, (threads, 1, 1), (rows, 1, 1),
                  workspaces, chunks)
+    if not static:
+        part.when = fin.when = When(r.extent, SPLIT_MIN_EXTENT, True)
     return [part, fin]
 
 

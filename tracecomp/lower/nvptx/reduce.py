@@ -162,9 +162,10 @@ def emit_split(em: GpuEmitter) -> None:
     spaces = [(arg, S.memory_type(w.dtype), w.dtype) for w, arg in em.workspaces.values()]
     if launch.kind == "partials":
         chunk = em.sreg64("ctaid.x")
-        size = -(-s.extent // launch.chunks)
-        lo = b.mul(chunk, ir.Constant(S.I64, size))
-        hi = S.intrinsic(b, "smin", [b.add(lo, ir.Constant(S.I64, size)), ir.Constant(S.I64, s.extent)])
+        extent = em.extent(s.extent, env)        # (a run-time length: chunks of a run-time size)
+        size = b.udiv(b.add(extent, ir.Constant(S.I64, launch.chunks - 1)), chunks)
+        lo = b.mul(chunk, size)
+        hi = S.intrinsic(b, "smin", [b.add(lo, size), extent])
         parts = thread_partials(em, comb, b.add(lo, em.sreg64("tid.x")), hi, em.sreg64("ntid.x"))
         totals = block_allreduce(em, comb, parts)
         slot = b.add(b.mul(row, chunks), chunk)
