@@ -19,7 +19,9 @@ CPU's DynamicProgram), sizes its outputs and the temporaries whose shape depends
 (pool blocks per call: the pool's stream order makes that safe, memory.py), evaluates
 each launch's grid (lower/nvptx/grid.py) and passes the sizes after the kernel's buffer
 pointers, as the CPU kernels take them; a loop over products with a run-time trip count
-runs here, its var one more argument of the launches inside (lower/nvptx/hostloops.py).  Random draws keep static shapes.
+runs here, its var one more argument of the launches inside (lower/nvptx/hostloops.py),
+and a launch with a `when` runs only where it holds (one of two kernels chosen per call).
+Random draws keep static shapes.
 
 Loops and branches (Program.steps, loops/control.py) run on the host: this module walks
 the steps in Python, launching each kernel's launches where the steps call it, pointing
