@@ -174,6 +174,19 @@ def test_a_call_whose_shapes_break_the_size_equations_names_the_input():
         runner.on_host([_f32(4, 3), _f32(4, 3)])
 
 
+def test_a_kernel_without_a_ptx_lowering_names_its_op_line_and_sizes(monkeypatch):
+    from tracecomp.core.errors import BackendError
+    from tracecomp.lower.nvptx import program
+
+    def refuse(kernel):
+        raise BackendError("no PTX lowering for this nest")
+    monkeypatch.setattr(program, "plan_kernel", refuse)
+    f = tc.trace(lambda x: x.exp(), device="cuda", dynamic={"x": {0: "n"}})
+    with pytest.raises(BackendError, match=r"no PTX lowering for this nest \(PTX for tc.exp at .*test_ptx_dynamic.py:"
+                                           r"\d+.*; dynamic sizes n\)"):
+        f(_f32(3))
+
+
 def test_random_draws_keep_static_shapes():
     f = tc.trace(lambda x: F.dropout(x, 0.5), device="cuda", dynamic={"x": {0: "n"}})
     with pytest.raises(DynamicShapeError, match="random draws"):
@@ -259,6 +272,38 @@ def test_exported_dynamic_ptx_assembles(tmp_path):
     looped = [launch for launch in meta["launches"] if "loops" in launch]
     assert looped and all(launch["loops"][-1]["var"] in launch["params"] for launch in looped)
     assert any("seq" in loop["trips"] for launch in looped for loop in launch["loops"])
+
+
+def _dynamic_table_programs():
+    """Every op sample traced with each of its inputs' dims of size >= 2 dynamic (those
+    that trace so: others read a size as a number, or are error cases)."""
+    import sys
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from tables.op_samples import SAMPLES
+    out = []
+    for s in (s for name, ss in SAMPLES.items() if name not in ("rand", "randn") for s in ss):
+        dynamic = {i: {a: f"d{i}_{a}" for a, n in enumerate(np.shape(x)) if n >= 2} for i, x in enumerate(s.inputs)}
+        dynamic = {i: d for i, d in dynamic.items() if d}
+        try:
+            program = tc.trace(s.call).lower_dynamic(tuple(s.inputs), dynamic).program if dynamic else None
+        except tc.TracecompError:
+            continue
+        if program is not None and any(k.sizes for k in program.kernels):
+            out.append(program)
+    return out
+
+
+@needs_ptxas
+@pytest.mark.slow
+def test_op_table_kernels_over_dynamic_sizes_assemble():
+    """About 1100 programs, 60 per module: measured 4 minutes on a loaded 2-core machine."""
+    from tracecomp.lower.nvptx.program import compile_batch
+    programs = _dynamic_table_programs()
+    assert len(programs) > 500
+    for lo in range(0, len(programs), 60):
+        ptx, launches = compile_batch(programs[lo:lo + 60], "sm_90")
+        assert {l.name for ls in launches for l in ls} == set(assemble(ptx, "sm_90"))
 
 
 def test_static_export_is_unchanged(tmp_path):
