@@ -104,14 +104,16 @@ def main(argv=None) -> int:
     if args.impl != "tracecomp" and args.ops:
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         prof.__enter__()
+    wall = time.perf_counter()
     for _ in range(args.steps):
         step(True)
+    wall = time.perf_counter() - wall
     if prof is not None:
         prof.__exit__(None, None, None)
     n = args.steps
     total = sum(phases.values()) / n
     print(f"{args.model} {args.impl}: step {total * 1e3:.1f} ms CPU = " +
-          ", ".join(f"{k} {v / n * 1e3:.1f}" for k, v in phases.items()))
+          ", ".join(f"{k} {v / n * 1e3:.1f}" for k, v in phases.items()) + f" ({wall / n * 1e3:.1f} ms wall)")
     if args.impl != "tracecomp":
         if prof is not None:
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
