@@ -72,3 +72,38 @@ def test_split_sums_of_many_terms_stay_accurate():
     x = np.random.default_rng(2).uniform(0, 1, (32, 2, 256, 256)).astype(np.float32)
     got = np.asarray(tc.trace(lambda x: tc.sum(x, (0, 2, 3)))(x))
     np.testing.assert_allclose(got, x.astype(np.float64).sum((0, 2, 3)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("shape,dim", [((3, 5, 7), 1), ((4, 6), 0), ((2, 9, 3, 4), 1), ((2, 3, 4, 5), 2)])
+def test_column_max_and_min_dim_take_the_first_extreme(op, shape, dim):
+    """max.dim/min.dim over a dim with kept inner dims (a max-pool's window axis) update
+    both outputs row by row (scheduler._column_arg_reduction): the first extreme wins,
+    and the first NaN, as torch.max/min; no Reduce is left in the kernel."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-2, 3, shape).astype(np.float32)       # many ties
+    x.flat[::7] = np.nan
+    fn = (lambda x: tc.max(x, dim)) if op == "max" else (lambda x: tc.min(x, dim))
+    values, indices = tc.trace(fn)(x)
+    torch = pytest.importorskip("torch")
+    want = getattr(torch, op)(torch.from_numpy(x), dim)
+    np.testing.assert_array_equal(np.asarray(values), want.values.numpy())
+    np.testing.assert_array_equal(np.asarray(indices), want.indices.numpy())
+    kernels = schedule(tc.trace(fn).lower(x).optimized).kernels
+    assert not any(isinstance(s, L.Reduce) for k in kernels for s in _statements(k.body))
+
+
+def test_column_max_dim_takes_dynamic_sizes():
+    f = tc.trace(lambda x: tc.max(x, 1), dynamic=True)
+    for shape in ((2, 5, 3), (4, 2, 9)):
+        x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+        values, indices = f(x)
+        np.testing.assert_array_equal(np.asarray(values), x.max(1))
+        np.testing.assert_array_equal(np.asarray(indices), x.argmax(1))
+
+
+def _statements(body):
+    for s in body:
+        yield s
+        if isinstance(getattr(s, "body", None), list):
+            yield from _statements(s.body)

@@ -78,6 +78,31 @@ def column_plan(sched, op: Op):
     return _COMBINE[opdef.impl], init, divisor
 
 
+def column_arg_plan(op: Op):
+    """(better, limit) when `op` is max.dim or min.dim (values and indices) over one dim
+    whose inner dims, at least COLUMN_MIN_INNER elements of them, are kept: a max-pool's
+    max over im2col's window axis.  It then updates both outputs row by row in memory
+    order (schedule._column_arg_reduction); None otherwise."""
+    opdef = by_ir_name()[op.name]
+    if opdef.kind != "arg_reduction" or len(op.results) != 2:
+        return None
+    dims, _ = reduced_dims(op)
+    shape = op.operands[0].type.shape
+    if len(dims) != 1 or hint(math.prod(shape[dims[0] + 1:])) < COLUMN_MIN_INNER:
+        return None
+    t = op.operands[0].type.dtype
+    return ("gt", dt.lowest(t)) if opdef.impl == "max" else ("lt", dt.highest(t))
+
+
+def arg_takes(better: str, v: L.Expr, best: L.Expr, t) -> L.Expr:
+    """Whether v replaces the extreme so far: better, or the first NaN (NaN counts as extreme)."""
+    take: L.Expr = L.Binary(better, v, best, dt.BOOL)
+    if t.is_floating_point:
+        nan_now = L.Binary("and", L.Binary("ne", v, v, dt.BOOL), L.Binary("eq", best, best, dt.BOOL), dt.BOOL)
+        take = L.Binary("or", take, nan_now, dt.BOOL)
+    return take
+
+
 def output_index(op: Op, outer: I.Index) -> I.Index:
     """The index of a row reduction's results at the outer index `outer` (row_rank dims)."""
     dims, keepdim = reduced_dims(op)
@@ -179,11 +204,7 @@ def _arg_reduction(sched, op: Op, args: dict, index, tag: str):
     limit = _LIMITS["amax" if opdef.impl == "max" else "amin"](t)
 
     def update(accs, v, r):
-        take: L.Expr = L.Binary(better, v, accs[0], dt.BOOL)
-        if t.is_floating_point:   # NaN wins, once
-            nan_now = L.Binary("and", L.Binary("ne", v, v, dt.BOOL),
-                               L.Binary("eq", accs[0], accs[0], dt.BOOL), dt.BOOL)
-            take = L.Binary("or", take, nan_now, dt.BOOL)
+        take = arg_takes(better, v, accs[0], t)
         return [L.Select(take, v, accs[0], t), L.Select(take, r, accs[1], L.INDEX)]
 
     best, at = f"best{tag}", f"at{tag}"

@@ -472,11 +472,21 @@ def _reduction(sched: Scheduler, op: Op, args: dict) -> list:
     plan = reductions.column_plan(sched, op)
     if plan is not None:
         return _column_reduction(sched, op, *plan)
+    plan = reductions.column_arg_plan(op)
+    if plan is not None and all(r in sched.names for r in op.results):
+        return _column_arg_reduction(sched, op, *plan)
 
     def inner(index):
         stmts, values = reductions.statements_at(sched, op, index)
         return stmts + [L.Store(sched.names[r], index, v) for r, v in zip(op.results, values) if r in sched.names]
     return mark_parallel(loop_nest(op.results[-1].type.shape, inner), sched.rows.hints)
+
+
+def _column_out_index(index, dims, keepdim: bool) -> tuple:
+    """The output element a column reduction's input element at `index` updates."""
+    if keepdim:
+        return tuple(I.ic(0) if d in dims else i for d, i in enumerate(index))
+    return tuple(i for d, i in enumerate(index) if d not in dims)
 
 
 def _column_reduction(sched: Scheduler, op: Op, combine: str, init, divisor) -> list:
@@ -490,13 +500,8 @@ def _column_reduction(sched: Scheduler, op: Op, combine: str, init, divisor) -> 
     t = op.result.type.dtype
     dims, keepdim = reductions.reduced_dims(op)
 
-    def out_index(index):
-        kept = [i for d, i in enumerate(index) if d not in dims]
-        full = [I.ic(0) if d in dims else i for d, i in enumerate(index)]
-        return tuple(full) if keepdim else tuple(kept)
-
     def update(index):
-        o = out_index(index)
+        o = _column_out_index(index, dims, keepdim)
         v = cast(sched.inliner.value_at(x, index), t)
         return [L.Store(out, o, L.Binary(combine, L.Load(out, o, t), v, t))]
 
@@ -509,6 +514,35 @@ def _column_reduction(sched: Scheduler, op: Op, combine: str, init, divisor) -> 
         body += loop_nest(shape, lambda o: [L.Store(out, o, L.Binary("div", L.Load(out, o, t), const(divisor, t), t))],
                        prefix="m")
     return body
+
+
+def _column_arg_reduction(sched: Scheduler, op: Op, better: str, limit) -> list:
+    """max.dim/min.dim as a column reduction: both outputs start at (limit, 0); then for
+    every input element in memory order, where it beats the output's value so far
+    (reductions.arg_takes) it and its position along the dim replace them.  Memory order
+    visits the dim's positions in ascending order for each output: the first extreme wins,
+    as in the Reduce.  The rows are contiguous in input and outputs, so the updates
+    vectorize, where a Reduce per output read a column (a max-pool's window axis: a
+    division per element for the window's place)."""
+    values, indices = (sched.names[r] for r in op.results)
+    x = op.operands[0]
+    t = x.type.dtype
+    dims, keepdim = reductions.reduced_dims(op)
+
+    def update(index):
+        o = _column_out_index(index, dims, keepdim)
+        v, best = L.Var("v_col", t), L.Var("best_col", t)
+        take = reductions.arg_takes(better, v, best, t)
+        return [L.Let("v_col", sched.inliner.value_at(x, index)), L.Let("best_col", L.Load(values, o, t)),
+                L.Store(values, o, L.Select(take, v, best, t)),
+                L.Store(indices, o, L.Select(take, L.Cast(index[dims[0]], dt.INT64), L.Load(indices, o, dt.INT64), dt.INT64))]
+
+    shape = op.results[0].type.shape
+    body = loop_nest(shape, lambda o: [L.Store(values, o, const(limit, t)), L.Store(indices, o, const(0, dt.INT64))],
+                     prefix="z")
+    nest = loop_nest(x.type.shape, update, prefix="c")
+    nest[0].parallel = nest[0].parallel and 0 not in dims
+    return body + nest
 
 
 _arg_reduction = _variance = _reduction
