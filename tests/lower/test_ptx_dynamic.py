@@ -274,36 +274,54 @@ def test_exported_dynamic_ptx_assembles(tmp_path):
     assert any("seq" in loop["trips"] for launch in looped for loop in launch["loops"])
 
 
-def _dynamic_table_programs():
-    """Every op sample traced with each of its inputs' dims of size >= 2 dynamic (those
-    that trace so: others read a size as a number, or are error cases)."""
-    import sys
+def _dynamic_table(every: int = 1):
+    """(sample, Lowered) of every `every`-th op sample traced with each of its inputs' dims
+    of size >= 2 dynamic (those that trace so: others read a size as a number, or are
+    error cases)."""
     import os
+    import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from tables.op_samples import SAMPLES
     out = []
-    for s in (s for name, ss in SAMPLES.items() if name not in ("rand", "randn") for s in ss):
+    for s in [s for name, ss in SAMPLES.items() if name not in ("rand", "randn") for s in ss][::every]:
         dynamic = {i: {a: f"d{i}_{a}" for a, n in enumerate(np.shape(x)) if n >= 2} for i, x in enumerate(s.inputs)}
         dynamic = {i: d for i, d in dynamic.items() if d}
         try:
-            program = tc.trace(s.call).lower_dynamic(tuple(s.inputs), dynamic).program if dynamic else None
+            lowered = tc.trace(s.call).lower_dynamic(tuple(s.inputs), dynamic) if dynamic else None
+            if lowered is not None and any(k.sizes for k in lowered.program.kernels):
+                out.append((s, lowered))
         except tc.TracecompError:
             continue
-        if program is not None and any(k.sizes for k in program.kernels):
-            out.append(program)
     return out
 
 
 @needs_ptxas
 @pytest.mark.slow
 def test_op_table_kernels_over_dynamic_sizes_assemble():
-    """About 1100 programs, 60 per module: measured 4 minutes on a loaded 2-core machine."""
+    """About 1100 programs, 60 per module: measured 3 minutes on a loaded 2-core machine."""
     from tracecomp.lower.nvptx.program import compile_batch
-    programs = _dynamic_table_programs()
+    programs = [lowered.program for _, lowered in _dynamic_table()]
     assert len(programs) > 500
     for lo in range(0, len(programs), 60):
         ptx, launches = compile_batch(programs[lo:lo + 60], "sm_90")
         assert {l.name for ls in launches for l in ls} == set(assemble(ptx, "sm_90"))
+
+
+@pytest.mark.slow
+def test_op_table_samples_over_dynamic_sizes_run_on_the_emulator():
+    """Every 7th op sample (about 170), its dims dynamic, on the emulator against the CPU
+    backend's compile of the same dynamic program (2.5 minutes)."""
+    from tracecomp.runtime.cuda.emulator import EmulatedContext
+    from tracecomp.runtime.cuda.runner import CudaProgram
+    ctx = EmulatedContext()
+    cases = _dynamic_table(every=7)
+    assert len(cases) > 100
+    for s, lowered in cases:
+        want = lowered.compiled(list(s.inputs))
+        got = CudaProgram(lowered.program, ctx).on_host(list(s.inputs))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{s.op}: {s.desc}")
 
 
 def test_static_export_is_unchanged(tmp_path):
