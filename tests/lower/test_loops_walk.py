@@ -181,3 +181,11 @@ def test_a_reshape_divides_only_the_dims_it_merges_or_splits():
     # (6, 4) read as (2, 3, 4): only the first dim splits
     a, b, c = I.reshape((i, k), (6, 4), (2, 3, 4))
     assert c is k and "floordiv" in repr(a) and "mod" in repr(b)
+
+
+def test_a_reshape_of_no_elements_reads_element_zero():
+    # tile((0, 2)) of a (3, 2) tensor reads (0, 4) as (0, 3, 2, 2): no run of equal sizes
+    # pairs (4,) with (3, 2, 2) (an IndexError at b7a4e02); the loop never runs, any index does
+    from tracecomp.lower.loops import index as I
+    i, j = (L.Var(n, L.INDEX) for n in "ij")
+    assert all(isinstance(e, L.Const) and e.value == 0 for e in I.reshape((i, j), (0, 4), (0, 3, 2, 2)))

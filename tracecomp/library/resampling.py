@@ -84,10 +84,14 @@ def check_pad(x, pad, mode: str, value) -> list[tuple[int, int, int]]:
 
 
 def pad_by_index(x, pad, mode: str, value):
-    """reflect, replicate or circular padding: one index_select per padded dim."""
+    """reflect, replicate or circular padding: one index_select per padded dim.  A half
+    input is padded in float32 (exact), so that its gradient, one index_add per padded dim,
+    sums the copies' gradients in float32 and rounds once, not once per dim."""
+    half = x.dtype if x.dtype.is_half else None
+    y = x.to(tc.float32) if half else x
     for d, lo, hi in check_pad(x, pad, mode, value):
-        x = tc.index_select(x, d, _source_positions(mode, x.shape[d], lo, hi))
-    return x
+        y = tc.index_select(y, d, _source_positions(mode, y.shape[d], lo, hi))
+    return y.to(half) if half else y
 
 
 # ---------------------------------------------------------------- interpolate

@@ -122,6 +122,8 @@ def reshape(index: Index, out_shape, in_shape) -> Index:
     if [n for n in out_shape if n != 1] == [n for n in in_shape if n != 1]:
         it = iter(squeezed_out)
         return tuple(ic(0) if n == 1 else next(it) for n in in_shape)
+    if any(isinstance(n, int) and n == 0 for n in out_shape):      # no element is read
+        return tuple(ic(0) for _ in in_shape)
     groups = _matching_runs(tuple(out_shape), tuple(in_shape))
     if groups is None:
         lead, tail = _equal_ends(tuple(out_shape), tuple(in_shape))
