@@ -510,8 +510,22 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
 
 @hand(aten.max_pool2d_with_indices_backward.default, op="max_pool2d (backward)", check=_pool_check)
 def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scattered_at(grad_output, self, indices)
+
+
+@hand(aten.adaptive_max_pool2d.default, op="adaptive_max_pool2d", check=_pool_check)
+def adaptive_max_pool2d(self, output_size):
+    return tuple(tc.adaptive_max_pool2d(self, list(output_size), return_indices=True))
+
+
+@hand(aten.adaptive_max_pool2d_backward.default, op="adaptive_max_pool2d (backward)", check=_pool_check)
+def adaptive_max_pool2d_backward(grad_output, self, indices):
+    return _scattered_at(grad_output, self, indices)
+
+
+def _scattered_at(grad_output, self, indices):
     """Each output gradient added at the input position its saved index names (h * W + w
-    in its plane), as PyTorch's kernel does."""
+    in its plane), as PyTorch's max-pooling backward kernels do."""
     lead = list(self.shape[:-2])
     plane = self.shape[-2] * self.shape[-1]
     flat = tc.zeros(lead + [plane], dtype=grad_output.dtype)
@@ -572,6 +586,26 @@ def _integer_indices(a: dict) -> str | None:
 @hand(aten.index.Tensor, aten._unsafe_index.Tensor, op="index", check=_integer_indices)
 def index(self, indices):
     return self[tuple(slice(None) if i is None else i for i in indices)]
+
+
+def _replication_pad_backward(grad_output, self, padding):
+    """The VJP of tracecomp's replicate padding (Core ATen decomposes the forward only)."""
+    _, pull = vjp(lambda x: tc.pad(x, list(padding), mode="replicate"), self)
+    return pull(grad_output)[0]
+
+
+hand(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+     aten.replication_pad3d_backward.default, op="pad (backward)")(_replication_pad_backward)
+
+
+@hand(aten.repeat_interleave.Tensor, op="repeat_interleave",
+      check=lambda a: None if a["output_size"] is not None else "repeat counts in a tensor without output_size")
+def repeat_interleave_tensor(repeats, output_size=None):
+    """The positions i repeated repeats[i] times: output j's is how many running totals of
+    repeats are <= j (output_size, which Dynamo records, fixes the result's length)."""
+    ends = tc.cumsum(repeats, 0)
+    at = tc.arange(output_size, dtype=ends.dtype)
+    return tc.sum((tc.unsqueeze(ends, 0) <= tc.unsqueeze(at, 1)).to(ends.dtype), 1).to(repeats.dtype)
 
 
 @hand(aten.put.default, op="index_add")

@@ -48,14 +48,17 @@ log = logging.getLogger("tracecomp.torch")
 OPTIONS = ("strict", "report", "trace", "decompositions", "cache", "lowered")
 
 # Ops that tracecomp takes whole, which Core ATen would decompose (see the docstring).
-KEEP = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
+# eye: Core ATen's compares uint8 aranges (tracecomp has no uint8); ops.yaml's eye uses int64.
+KEEP = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "eye")
 
 
 
 def decompositions() -> dict:
     """Core ATen's decompositions minus the ops in KEEP."""
     table = core_aten_decompositions()
-    keep = {getattr(torch.ops.aten, name).default for name in KEEP if hasattr(torch.ops.aten, name)}
+    packets = [getattr(torch.ops.aten, name) for name in KEEP if hasattr(torch.ops.aten, name)]
+    keep = {getattr(p, overload) for p in packets for overload in p.overloads()}
     return {op: fn for op, fn in table.items() if op not in keep}
 
 
