@@ -395,7 +395,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
 
 @hand(aten.native_group_norm.default, op="group_norm")
 def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
-    x = tc.reshape(input, [N, group, -1])
+    x = tc.reshape(input, [N, group, C // group * HxW])     # (no -1: N may be 0)
     mean = tc.mean(x, [2], keepdim=True)
     centered = x - mean
     rstd = tc.rsqrt(tc.mean(centered * centered, [2], keepdim=True) + eps)
