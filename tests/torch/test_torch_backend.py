@@ -243,8 +243,10 @@ def test_dynamo_dynamic_sizes_are_symbolic_sizes_compiled_once():
         got_grads = [x.grad, lin.weight.grad.clone()]
         lin.zero_grad()
         (want * torch.arange(2.0)).sum().backward()
-        close(got_grads[0], want_x.grad)
-        close(got_grads[1], lin.weight.grad)
+        # torch.testing's float32 tolerance: the weight gradient (entries up to ~10) sums over
+        # the batch in another order than eager's (both ~3e-6 from float64)
+        torch.testing.assert_close(got_grads[0], want_x.grad)
+        torch.testing.assert_close(got_grads[1], lin.weight.grad)
     assert tt.counts["dynamo"] - before.get("dynamo", 0) == 2           # the static graph, then a dynamic one
     assert all(not r.fallback for r in reports), [dict(r.fallback) for r in reports]
     assert tt.counts["traces"] - before.get("traces", 0) == 2 * 2      # forward and backward: at 5, then at 3 for all
